@@ -1,0 +1,31 @@
+// log.h - leveled logging to stderr with the rank in front. The level comes from DDP_DEBUG
+// (OFF, INFO, DETAIL; default OFF prints warnings and errors only) and can be set in code.
+#pragma once
+#include <sstream>
+#include <string>
+
+#include "runtime/core/error.h"
+
+namespace ddp::log {
+
+enum class Level : int { Error = 0, Warn = 1, Info = 2, Detail = 3 };
+
+// Current level: read once from DDP_DEBUG, then whatever set_level() said.
+Level level();
+void set_level(Level l);
+// Rank shown in front of each line ("[rank 0] "); -1 shows none.
+void set_rank(int rank);
+void write(Level l, const std::string& msg);
+
+inline bool enabled(Level l) { return static_cast<int>(l) <= static_cast<int>(level()); }
+
+}  // namespace ddp::log
+
+#define DDP_LOG(lvl, ...)                                                        \
+  do {                                                                           \
+    if (::ddp::log::enabled(::ddp::log::Level::lvl)) {                           \
+      std::ostringstream ddp_os_;                                                \
+      ::ddp::detail::append(ddp_os_, __VA_ARGS__);                               \
+      ::ddp::log::write(::ddp::log::Level::lvl, ddp_os_.str());                  \
+    }                                                                            \
+  } while (0)
