@@ -1,0 +1,75 @@
+// node.cpp - node creation order, grad mode, the leaf accumulator and the helpers ops use to record history.
+#include "runtime/autograd/node.h"
+
+#include <atomic>
+
+#include "runtime/tensor/tensor_math.h"
+
+namespace ddp::autograd {
+
+namespace {
+std::atomic<uint64_t> g_next_sequence_nr{0};
+thread_local bool t_grad_enabled = true;
+}  // namespace
+
+Node::Node() : sequence_nr(g_next_sequence_nr.fetch_add(1, std::memory_order_relaxed)) {}
+
+bool grad_enabled() { return t_grad_enabled; }
+NoGradGuard::NoGradGuard() : prev_(t_grad_enabled) { t_grad_enabled = false; }
+NoGradGuard::~NoGradGuard() { t_grad_enabled = prev_; }
+
+AccumulateGrad::AccumulateGrad(std::shared_ptr<TensorImpl> variable) : variable_(std::move(variable)) {}
+
+std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>& grad_outputs) {
+  Tensor g = grad_outputs[0];
+  if (g.defined()) {
+    TensorImpl& v = *variable_;
+    DDP_CHECK(shape_numel(v.shape) == g.numel(), "gradient of ", (v.name.empty() ? "a parameter" : v.name),
+              " has shape ", shape_str(g.shape()), " but the parameter has shape ", shape_str(v.shape));
+    if (!v.grad) {
+      // Steal the incoming tensor when nobody else holds it; otherwise copy so .grad never aliases.
+      Tensor owned = g.impl_ptr().use_count() == 1 ? g : g.clone();
+      v.grad = owned.view(v.shape).impl_ptr();
+    } else {
+      Tensor acc(v.grad);
+      add_(acc, g);
+    }
+  }
+  for (auto& hook : variable_->post_accumulate_hooks) hook(*variable_);
+  return {};
+}
+
+Edge edge_of(const Tensor& t) {
+  if (!t.defined()) return {};
+  if (t.impl()->grad_fn) return {t.impl()->grad_fn, t.impl()->output_nr};
+  if (t.impl()->requires_grad) return {accumulator_of(t), 0};
+  return {};
+}
+
+std::shared_ptr<AccumulateGrad> accumulator_of(const Tensor& leaf) {
+  TensorImpl* impl = leaf.impl();
+  if (auto existing = impl->grad_accumulator.lock()) return std::static_pointer_cast<AccumulateGrad>(existing);
+  auto acc = std::make_shared<AccumulateGrad>(leaf.impl_ptr());
+  impl->grad_accumulator = acc;
+  return acc;
+}
+
+void record(const std::shared_ptr<Node>& node, const std::vector<const Tensor*>& inputs,
+            const std::vector<Tensor*>& outputs) {
+  node->next_edges.clear();
+  node->next_edges.reserve(inputs.size());
+  for (const Tensor* t : inputs) node->next_edges.push_back(t ? edge_of(*t) : Edge{});
+  node->num_outputs = static_cast<uint32_t>(outputs.size());
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (!outputs[i] || !outputs[i]->defined()) continue;
+    outputs[i]->impl()->grad_fn = node;
+    outputs[i]->impl()->output_nr = static_cast<uint32_t>(i);
+  }
+}
+
+void record(const std::shared_ptr<Node>& node, std::initializer_list<const Tensor*> inputs,
+            std::initializer_list<Tensor*> outputs) {
+  record(node, std::vector<const Tensor*>(inputs), std::vector<Tensor*>(outputs));
+}
+
+}  // namespace ddp::autograd

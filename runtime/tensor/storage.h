@@ -1,0 +1,50 @@
+// storage.h - a ref-counted block of memory on one device; views of a tensor share it.
+// CPU memory is 64-byte aligned; CUDA memory comes from the stream-ordered pool (cudaMallocAsync), never a
+// cudaMalloc per op, and is freed on its stream after every stream that used it has caught up.
+#pragma once
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+#include "runtime/core/device.h"
+
+namespace ddp {
+
+class Storage {
+ public:
+  // Allocates nbytes on device (uninitialised). pinned=true gives page-locked host memory (CUDA builds).
+  static std::shared_ptr<Storage> allocate(size_t nbytes, Device device, bool pinned = false);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  void* data() const { return data_; }
+  size_t nbytes() const { return nbytes_; }
+  Device device() const { return device_; }
+  // CUDA: note that `stream` (a cudaStream_t) uses this memory, so freeing waits for it (like record_stream).
+  void record_stream(void* stream);
+  void* alloc_stream() const { return alloc_stream_; }
+
+ private:
+  Storage() = default;
+  void* data_ = nullptr;
+  size_t nbytes_ = 0;
+  Device device_;
+  bool pinned_ = false;
+  void* alloc_stream_ = nullptr;
+  std::vector<void*> used_on_streams_;
+};
+
+namespace detail {
+// Device memory primitives; in a build without CUDA they raise a clear error.
+void* cuda_allocate(size_t nbytes, int device, void** stream_out);
+void cuda_free(void* p, int device, void* alloc_stream, const std::vector<void*>& used_on);
+void* pinned_allocate(size_t nbytes);
+void pinned_free(void* p);
+// Copies nbytes between any two devices; async on the current stream when a GPU is involved
+// (synchronous = true waits for completion, needed when the host reads the result).
+void copy_bytes(void* dst, Device dst_dev, const void* src, Device src_dev, size_t nbytes, bool synchronous);
+void fill_bytes_zero(void* dst, Device dev, size_t nbytes);
+}  // namespace detail
+
+}  // namespace ddp

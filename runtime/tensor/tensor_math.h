@@ -1,0 +1,18 @@
+// tensor_math.h - in-place arithmetic on whole tensors without autograd, for the engine (summing
+// gradients), the optimizers and the DDP reducer (scaling a gradient into its bucket slot).
+// Shapes must have equal element counts; devices and dtypes must match.
+#pragma once
+#include "runtime/tensor/tensor.h"
+
+namespace ddp {
+
+// dst += alpha * src
+void add_(Tensor& dst, const Tensor& src, double alpha = 1.0);
+// dst *= s
+void scale_(Tensor& dst, double s);
+// dst = src * s (a copy and a scale in one pass)
+void copy_scaled_(Tensor& dst, const Tensor& src, double s);
+// Sum of squares of all elements, as double (for gradient-norm clipping).
+double sum_of_squares(const Tensor& t);
+
+}  // namespace ddp
