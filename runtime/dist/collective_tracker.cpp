@@ -1,0 +1,87 @@
+// collective_tracker.cpp - arrival marks, straggler reports and the debug-mode call comparison.
+#include "runtime/dist/collective_tracker.h"
+
+#include <algorithm>
+#include <charconv>
+
+#include "runtime/core/error.h"
+
+namespace ddp::dist {
+
+CollectiveTracker::CollectiveTracker(std::shared_ptr<Store> store, std::string prefix, int rank, int size,
+                                     std::chrono::milliseconds timeout)
+    : store_(std::move(store)), prefix_(std::move(prefix)), rank_(rank), size_(size), timeout_(timeout) {}
+
+void CollectiveTracker::mark_arrived(uint64_t seq) {
+  store_->set(key("arrived/" + std::to_string(rank_)), std::to_string(seq));
+}
+
+std::vector<CollectiveTracker::Straggler> CollectiveTracker::missing_ranks(uint64_t seq) {
+  std::vector<Straggler> out;
+  for (int r = 0; r < size_; ++r) {
+    auto v = store_->try_get(key("arrived/" + std::to_string(r)));
+    if (!v) {
+      out.push_back({r, std::nullopt});
+      continue;
+    }
+    uint64_t last = 0;
+    auto [p, ec] = std::from_chars(v->data(), v->data() + v->size(), last);
+    if (ec != std::errc() || last < seq) out.push_back({r, last});
+  }
+  return out;
+}
+
+std::string CollectiveTracker::failure_message(const CollectiveDesc& d, const std::string& backend,
+                                               const std::string& cause) {
+  std::string msg = backend + " " + d.str() + " failed on rank " + std::to_string(rank_) + " of " +
+                    std::to_string(size_) + " after timeout " + std::to_string(timeout_.count()) + " ms: ";
+  std::vector<Straggler> missing;
+  std::string store_problem;
+  try {
+    missing = missing_ranks(d.seq);
+  } catch (const std::exception& e) {
+    store_problem = e.what();
+  }
+  if (!store_problem.empty()) {
+    msg += "could not ask the store which ranks arrived (" + store_problem + ")";
+  } else if (missing.empty()) {
+    msg += "all ranks arrived at this collective, so the transport failed or a rank is too slow";
+  } else {
+    msg += "rank(s) ";
+    for (size_t i = 0; i < missing.size(); ++i) {
+      if (i) msg += ", ";
+      msg += std::to_string(missing[i].rank);
+      msg += " (last reached: ";
+      msg += missing[i].last_arrived ? std::string(1, '#').append(std::to_string(*missing[i].last_arrived))
+                                     : std::string("none");
+      msg += ")";
+    }
+    msg += " did not arrive at this collective. A rank skipped it, crashed or is stuck: every rank must issue "
+           "the same collectives in the same order (DDP_DEBUG_COLLECTIVES=1 checks this)";
+  }
+  return msg + ". Cause reported by " + backend + ": " + cause;
+}
+
+void CollectiveTracker::check_same_call(const CollectiveDesc& d) {
+  const std::string mine = d.str(false);
+  const std::string base = "dbg/" + std::to_string(d.seq) + "/";
+  store_->set(key(base + std::to_string(rank_)), mine);
+  std::vector<std::string> keys;
+  for (int r = 0; r < size_; ++r) keys.push_back(key(base + std::to_string(r)));
+  try {
+    store_->wait(keys, timeout_);
+  } catch (const Error& e) {
+    DDP_FAIL(failure_message(d, "debug check of", std::string("not every rank published its call: ") + e.what()));
+  }
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    std::string theirs = store_->get(keys[r], timeout_);
+    DDP_CHECK(theirs == mine, "collective mismatch at sequence number ", d.seq, ": rank ", rank_, " calls ", mine,
+              " but rank ", r, " calls ", theirs,
+              ". Every rank must issue the same collectives, with the same counts and dtypes, in the same order");
+  }
+  // Every rank published seq's key only after reading all of seq-1's keys: ours for seq-1 is no longer needed.
+  if (d.seq > 0) store_->delete_key(key("dbg/" + std::to_string(d.seq - 1) + "/" + std::to_string(rank_)));
+}
+
+}  // namespace ddp::dist

@@ -1,0 +1,53 @@
+// collective_tracker.h - the store side of a group's collectives: arrival marks, so that a timeout can name the
+// ranks that never reached the collective, and the debug check that all ranks make the same call.
+// Keys (under the group prefix): "arrived/<rank>" = the last sequence number that rank reached (one key per rank,
+// overwritten, so the store does not grow); "dbg/<seq>/<rank>" = that rank's call (debug mode, deleted again).
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/dist/collective.h"
+#include "runtime/dist/store.h"
+
+namespace ddp::dist {
+
+class CollectiveTracker {
+ public:
+  CollectiveTracker(std::shared_ptr<Store> store, std::string prefix, int rank, int size,
+                    std::chrono::milliseconds timeout);
+
+  // Publishes that this rank reached collective `seq`.
+  void mark_arrived(uint64_t seq);
+
+  struct Straggler {
+    int rank;
+    std::optional<uint64_t> last_arrived;  // nullopt: never reached any collective of this group
+  };
+  // Ranks whose last published arrival is below `seq`.
+  std::vector<Straggler> missing_ranks(uint64_t seq);
+
+  // The error text of a collective that did not finish in time (or failed in the transport): names the
+  // collective, its sequence number, count and dtype, this rank, and the ranks that did not arrive.
+  std::string failure_message(const CollectiveDesc& d, const std::string& backend, const std::string& cause);
+
+  // Debug mode: publishes this rank's call for d.seq, reads every other rank's and throws ddp::Error describing
+  // the first mismatch (both ranks' calls), or naming the ranks that did not arrive within the timeout.
+  void check_same_call(const CollectiveDesc& d);
+
+  std::chrono::milliseconds timeout() const { return timeout_; }
+
+ private:
+  std::string key(const std::string& suffix) const { return prefix_ + "/" + suffix; }
+
+  std::shared_ptr<Store> store_;
+  std::string prefix_;
+  int rank_;
+  int size_;
+  std::chrono::milliseconds timeout_;
+};
+
+}  // namespace ddp::dist

@@ -1,0 +1,343 @@
+// gloo_group.cpp - the Gloo process group: a queue of collectives drained by one worker thread, each collective
+// preceded by its arrival mark in the store (and the debug-mode call check), executed with Gloo's TCP algorithms
+// on host memory, and turned into a clear error (collective, sequence number, missing ranks) when it fails.
+#include "runtime/dist/gloo_group.h"
+
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/transport/tcp/device.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include "runtime/core/error.h"
+#include "runtime/core/log.h"
+#include "runtime/dist/collective.h"
+#include "runtime/dist/collective_tracker.h"
+#include "runtime/dist/gloo_store.h"
+#include "runtime/dist/host_reduce.h"
+#include "runtime/dist/socket_io.h"
+
+#ifdef DDP_WITH_CUDA
+#include "runtime/dist/cuda/host_staging.h"
+#endif
+
+namespace ddp::dist {
+
+namespace {
+
+// Work of the Gloo group; for staged CUDA buffers, wait() also joins the caller's stream.
+class GlooWork : public Work {
+ public:
+  using Work::Work;
+  std::function<void()> join_stream;
+
+ protected:
+  void on_completed_wait() override {
+    if (join_stream) join_stream();
+  }
+};
+
+struct Task {
+  CollectiveDesc desc;
+  CommBuffer in, out;  // hold the keepalives until the collective finished
+  std::shared_ptr<GlooWork> work;
+  std::shared_ptr<void> staging;  // cuda::HostStaging in CUDA builds
+};
+
+// Calls f.template operator()<T>() with the C++ element type of dtype.
+template <class F>
+void with_element_type(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::F32: return f.template operator()<float>();
+    case DType::F64: return f.template operator()<double>();
+    case DType::BF16: return f.template operator()<BFloat16>();
+    case DType::I32: return f.template operator()<int32_t>();
+    case DType::I64: return f.template operator()<int64_t>();
+    case DType::U8: return f.template operator()<uint8_t>();
+  }
+}
+
+gloo::transport::tcp::attr device_attr(const ProcessGroupOptions& options, const std::string& master_addr) {
+  gloo::transport::tcp::attr attr;
+  if (!options.gloo_interface.empty()) {
+    attr.iface = options.gloo_interface;
+  } else if (!options.gloo_hostname.empty()) {
+    attr.hostname = options.gloo_hostname;
+  } else if (const char* iface = std::getenv("GLOO_SOCKET_IFNAME"); iface && *iface) {
+    attr.iface = iface;
+  } else {
+    attr.hostname = net::local_address_towards(master_addr);
+  }
+  return attr;
+}
+
+}  // namespace
+
+struct GlooProcessGroup::Impl {
+  int rank = 0;
+  int size = 1;
+  ProcessGroupOptions options;
+  std::string prefix;
+  std::shared_ptr<Store> store;
+  std::shared_ptr<gloo::transport::Device> device;
+  std::shared_ptr<gloo::rendezvous::Context> context;
+  std::unique_ptr<CollectiveTracker> tracker;
+
+  std::mutex mu;  // guards queue, next_seq, stopping
+  std::condition_variable cv;
+  std::deque<Task> queue;
+  uint64_t next_seq = 0;
+  bool stopping = false;
+  std::string broken;  // worker thread only: the first failure; later collectives fail at once
+  std::thread worker;
+
+  std::shared_ptr<Work> enqueue(CollectiveDesc d, CommBuffer in, CommBuffer out);
+  void loop();
+  void run(Task& t);
+  void execute(const CollectiveDesc& d, void* in, void* out);
+};
+
+GlooProcessGroup::GlooProcessGroup(std::shared_ptr<Store> store, int rank, int size,
+                                   const ProcessGroupOptions& options, const std::string& master_addr)
+    : ProcessGroup(rank, size), impl_(std::make_unique<Impl>()) {
+  DDP_CHECK(store != nullptr, "gloo: a process group needs a store");
+  DDP_CHECK(size >= 1 && rank >= 0 && rank < size, "gloo: rank ", rank, " of world size ", size,
+            " is invalid: expected 0 <= rank < size");
+  DDP_CHECK(options.timeout.count() > 0, "gloo: the collective timeout must be positive, got ",
+            options.timeout.count(), " ms");
+  Impl& s = *impl_;
+  s.rank = rank;
+  s.size = size;
+  s.options = options;
+  s.store = std::move(store);
+  s.prefix = options.name.empty() ? "pg" + std::to_string(s.store->next_group_id()) : options.name;
+  s.tracker = std::make_unique<CollectiveTracker>(s.store, s.prefix, rank, size, options.timeout);
+  if (size > 1) {
+    auto attr = device_attr(options, master_addr);
+    try {
+      s.device = gloo::transport::tcp::CreateDevice(attr);
+      s.context = std::make_shared<gloo::rendezvous::Context>(rank, size);
+      s.context->setTimeout(options.timeout);
+      GlooStore gloo_store(s.store, s.prefix + "/gloo/", options.timeout);
+      s.context->connectFullMesh(gloo_store, s.device);
+    } catch (const std::exception& e) {
+      DDP_FAIL("gloo: rank ", rank, " of ", size, " could not connect group '", s.prefix, "' (listening on ",
+               attr.iface.empty() ? attr.hostname : "interface " + attr.iface, "): ", e.what(),
+               ". Check that every rank started, MASTER_ADDR, and GLOO_SOCKET_IFNAME for multi-homed hosts");
+    }
+  }
+  DDP_LOG(Info, "gloo group '", s.prefix, "': rank ", rank, " of ", size, " ready");
+  s.worker = std::thread([&s] { s.loop(); });
+}
+
+GlooProcessGroup::~GlooProcessGroup() {
+  {
+    std::lock_guard<std::mutex> g(impl_->mu);
+    impl_->stopping = true;
+  }
+  impl_->cv.notify_all();
+  impl_->worker.join();
+  impl_->context.reset();
+  impl_->device.reset();
+}
+
+uint64_t GlooProcessGroup::next_sequence_number() const {
+  std::lock_guard<std::mutex> g(impl_->mu);
+  return impl_->next_seq;
+}
+
+std::shared_ptr<Work> GlooProcessGroup::Impl::enqueue(CollectiveDesc d, CommBuffer in, CommBuffer out) {
+  Task t;
+  t.in = std::move(in);
+  t.out = std::move(out);
+  d.device = t.in.device;
+  if (t.in.device.is_cuda()) {
+#ifdef DDP_WITH_CUDA
+    t.staging = std::make_shared<cuda::HostStaging>(t.in, t.out);  // records the issue event now
+#else
+    DDP_FAIL("gloo: ", d.str(false), ": the buffer is on ", t.in.device.str(), " but this build has no CUDA");
+#endif
+  }
+  std::lock_guard<std::mutex> g(mu);
+  DDP_CHECK(!stopping, "gloo: ", d.str(false), " issued while the process group is being destroyed");
+  d.seq = next_seq++;
+  t.desc = d;
+  t.work = std::make_shared<GlooWork>(d.str());
+#ifdef DDP_WITH_CUDA
+  if (t.staging) {
+    auto staging = std::static_pointer_cast<cuda::HostStaging>(t.staging);
+    t.work->join_stream = [staging] { staging->join_current_stream(); };
+  }
+#endif
+  auto work = t.work;
+  queue.push_back(std::move(t));
+  cv.notify_all();
+  return work;
+}
+
+void GlooProcessGroup::Impl::loop() {
+  while (true) {
+    Task t;
+    {
+      std::unique_lock<std::mutex> g(mu);
+      cv.wait(g, [&] { return stopping || !queue.empty(); });
+      if (queue.empty()) return;  // stopping and drained
+      t = std::move(queue.front());
+      queue.pop_front();
+    }
+    run(t);
+  }
+}
+
+void GlooProcessGroup::Impl::run(Task& t) {
+  const CollectiveDesc& d = t.desc;
+  if (!broken.empty()) {
+    t.work->finish(std::make_exception_ptr(
+        Error("gloo " + d.str() + " not run: the process group failed earlier and is unusable: " + broken)));
+    return;
+  }
+  try {
+    if (size > 1) {
+      tracker->mark_arrived(d.seq);
+      if (options.debug_collectives) tracker->check_same_call(d);
+    }
+    void* in = t.in.data;
+    void* out = t.out.data;
+#ifdef DDP_WITH_CUDA
+    auto staging = std::static_pointer_cast<cuda::HostStaging>(t.staging);
+    if (staging) {
+      staging->copy_in();
+      in = staging->host_in();
+      out = staging->host_out();
+    }
+#endif
+    try {
+      execute(d, in, out);
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& e) {  // gloo::IoException, gloo::Exception: timeout or transport failure
+      throw Error(tracker->failure_message(d, "gloo", e.what()));
+    }
+#ifdef DDP_WITH_CUDA
+    if (staging) staging->copy_out();
+#endif
+    t.work->finish();
+  } catch (const std::exception& e) {
+    broken = e.what();
+    DDP_LOG(Error, e.what());
+    t.work->finish(std::current_exception());
+  }
+}
+
+void GlooProcessGroup::Impl::execute(const CollectiveDesc& d, void* in, void* out) {
+  const size_t n = static_cast<size_t>(d.count);
+  const size_t bytes = n * dtype_size(d.dtype);
+  const uint32_t tag = static_cast<uint32_t>(d.seq);
+  auto allreduce_host = [&](void* data, size_t count) {
+    if (size == 1 || count == 0) return;
+    gloo::AllreduceOptions opts(context);
+    with_element_type(d.dtype, [&]<class T>() { opts.setOutput<T>(static_cast<T*>(data), count); });
+    opts.setReduceFunction(host_reduce_fn(d.dtype, d.op));
+    opts.setTag(tag);
+    opts.setTimeout(options.timeout);
+    gloo::allreduce(opts);
+  };
+  switch (d.kind) {
+    case CollectiveKind::Allreduce:
+      allreduce_host(out, n);
+      if (d.op == ReduceOp::Avg && size > 1) divide_in_place(out, n, d.dtype, size);
+      return;
+    case CollectiveKind::Broadcast: {
+      if (size == 1 || n == 0) return;
+      gloo::BroadcastOptions opts(context);
+      with_element_type(d.dtype, [&]<class T>() { opts.setOutput<T>(static_cast<T*>(out), n); });
+      opts.setRoot(d.root);
+      opts.setTag(tag);
+      opts.setTimeout(options.timeout);
+      gloo::broadcast(opts);
+      return;
+    }
+    case CollectiveKind::Allgather: {
+      if (n == 0) return;
+      if (size == 1) {
+        if (out != in) std::memcpy(out, in, bytes);
+        return;
+      }
+      gloo::AllgatherOptions opts(context);
+      with_element_type(d.dtype, [&]<class T>() {
+        opts.setInput<T>(static_cast<T*>(in), n);
+        opts.setOutput<T>(static_cast<T*>(out), n * static_cast<size_t>(size));
+      });
+      opts.setTag(tag);
+      opts.setTimeout(options.timeout);
+      gloo::allgather(opts);
+      return;
+    }
+    case CollectiveKind::ReduceScatter: {
+      // All-reduce a copy of the whole input, keep this rank's chunk.
+      const size_t chunk = n / static_cast<size_t>(size);
+      const size_t chunk_bytes = chunk * dtype_size(d.dtype);
+      if (chunk == 0) return;
+      std::vector<char> scratch(static_cast<const char*>(in), static_cast<const char*>(in) + bytes);
+      allreduce_host(scratch.data(), n);
+      std::memcpy(out, scratch.data() + static_cast<size_t>(rank) * chunk_bytes, chunk_bytes);
+      if (d.op == ReduceOp::Avg && size > 1) divide_in_place(out, chunk, d.dtype, size);
+      return;
+    }
+    case CollectiveKind::Barrier: {
+      if (size == 1) return;
+      gloo::BarrierOptions opts(context);
+      opts.setTag(tag);
+      opts.setTimeout(options.timeout);
+      gloo::barrier(opts);
+      return;
+    }
+  }
+}
+
+std::shared_ptr<Work> GlooProcessGroup::allreduce(CommBuffer buf, ReduceOp op) {
+  check_buffer(buf, "allreduce buffer", "gloo");
+  CollectiveDesc d{CollectiveKind::Allreduce, 0, buf.numel, buf.dtype, op, -1, buf.device};
+  CommBuffer same = buf;
+  return impl_->enqueue(d, std::move(buf), std::move(same));
+}
+
+std::shared_ptr<Work> GlooProcessGroup::broadcast(CommBuffer buf, int root) {
+  check_buffer(buf, "broadcast buffer", "gloo");
+  check_root(root, size());
+  CollectiveDesc d{CollectiveKind::Broadcast, 0, buf.numel, buf.dtype, ReduceOp::Sum, root, buf.device};
+  CommBuffer same = buf;
+  return impl_->enqueue(d, std::move(buf), std::move(same));
+}
+
+std::shared_ptr<Work> GlooProcessGroup::allgather(CommBuffer in, CommBuffer out) {
+  check_buffer(in, "allgather input", "gloo");
+  check_buffer(out, "allgather output", "gloo");
+  check_allgather(in, out, size());
+  CollectiveDesc d{CollectiveKind::Allgather, 0, in.numel, in.dtype, ReduceOp::Sum, -1, in.device};
+  return impl_->enqueue(d, std::move(in), std::move(out));
+}
+
+std::shared_ptr<Work> GlooProcessGroup::reduce_scatter(CommBuffer in, CommBuffer out, ReduceOp op) {
+  check_buffer(in, "reduce_scatter input", "gloo");
+  check_buffer(out, "reduce_scatter output", "gloo");
+  check_reduce_scatter(in, out, size());
+  CollectiveDesc d{CollectiveKind::ReduceScatter, 0, in.numel, in.dtype, op, -1, in.device};
+  return impl_->enqueue(d, std::move(in), std::move(out));
+}
+
+std::shared_ptr<Work> GlooProcessGroup::barrier() {
+  CollectiveDesc d{CollectiveKind::Barrier, 0, 0, DType::F32, ReduceOp::Sum, -1, Device::cpu()};
+  return impl_->enqueue(d, CommBuffer{}, CommBuffer{});
+}
+
+}  // namespace ddp::dist

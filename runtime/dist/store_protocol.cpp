@@ -1,0 +1,78 @@
+// store_protocol.cpp - frame encoding and decoding for the store (little-endian, length-prefixed).
+#include "runtime/dist/store_protocol.h"
+
+namespace ddp::dist::proto {
+
+Writer& Writer::u8(uint8_t v) {
+  buf_.push_back(static_cast<char>(v));
+  return *this;
+}
+Writer& Writer::u32(uint32_t v) {
+  for (int i = 0; i < 4; ++i) buf_.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+  return *this;
+}
+Writer& Writer::i64(int64_t v) {
+  uint64_t u = static_cast<uint64_t>(v);
+  for (int i = 0; i < 8; ++i) buf_.push_back(static_cast<char>((u >> (8 * i)) & 0xff));
+  return *this;
+}
+Writer& Writer::str(const std::string& s) {
+  u32(static_cast<uint32_t>(s.size()));
+  buf_.append(s);
+  return *this;
+}
+const std::string& Writer::frame() {
+  uint32_t n = static_cast<uint32_t>(buf_.size() - 4);
+  for (int i = 0; i < 4; ++i) buf_[i] = static_cast<char>((n >> (8 * i)) & 0xff);
+  return buf_;
+}
+
+void Reader::need(size_t n) {
+  if (body_.size() - pos_ < n) throw ProtocolError{"message truncated"};
+}
+uint8_t Reader::u8() {
+  need(1);
+  return static_cast<uint8_t>(body_[pos_++]);
+}
+uint32_t Reader::u32() {
+  need(4);
+  uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(static_cast<uint8_t>(body_[pos_ + i])) << (8 * i);
+  pos_ += 4;
+  return v;
+}
+int64_t Reader::i64() {
+  need(8);
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(static_cast<uint8_t>(body_[pos_ + i])) << (8 * i);
+  pos_ += 8;
+  return static_cast<int64_t>(v);
+}
+std::string Reader::str() {
+  uint32_t n = u32();
+  need(n);
+  std::string s = body_.substr(pos_, n);
+  pos_ += n;
+  return s;
+}
+
+FrameResult read_frame(int fd, std::string& body, net::Clock::time_point deadline) {
+  unsigned char len_bytes[4];
+  switch (net::recv_exact(fd, len_bytes, 4, deadline)) {
+    case net::RecvResult::Closed: return FrameResult::Closed;
+    case net::RecvResult::TimedOut: return FrameResult::TimedOut;
+    case net::RecvResult::Ok: break;
+  }
+  uint32_t n = 0;
+  for (int i = 0; i < 4; ++i) n |= static_cast<uint32_t>(len_bytes[i]) << (8 * i);
+  if (n > kMaxMessageBytes) return FrameResult::TooLarge;
+  body.resize(n);
+  switch (net::recv_exact(fd, body.data(), n, deadline)) {
+    case net::RecvResult::Closed: return FrameResult::Closed;
+    case net::RecvResult::TimedOut: return FrameResult::TimedOut;
+    case net::RecvResult::Ok: break;
+  }
+  return FrameResult::Ok;
+}
+
+}  // namespace ddp::dist::proto
