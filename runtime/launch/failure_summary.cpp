@@ -1,0 +1,47 @@
+// failure_summary.cpp - the failure table (see failure_summary.h).
+#include "runtime/launch/failure_summary.h"
+
+#include <cstdio>
+
+#include "runtime/launch/host.h"
+
+namespace ddp::launch {
+
+std::string WorkerOutcome::describe() const {
+  if (!exited) return "still running";
+  if (signal) return signal_name(signal) + " (signal " + std::to_string(signal) + ")";
+  return "exit code " + std::to_string(exit_code);
+}
+
+std::string failure_summary(const std::vector<WorkerOutcome>& workers, size_t root, int attempt,
+                            int max_restarts) {
+  int failed = 0;
+  for (auto& w : workers) failed += w.failed() && !w.stopped_by_launcher ? 1 : 0;
+  std::string out = "ddprun: run failed: " + std::to_string(failed) + " of " +
+                    std::to_string(workers.size()) + " workers failed on attempt " +
+                    std::to_string(attempt + 1) + " of " + std::to_string(max_restarts + 1) +
+                    " (no restarts left)\n";
+  char row[1024];
+  std::snprintf(row, sizeof(row), "  %-5s %-6s %-8s %-22s %-9s %-s\n", "rank", "local", "pid", "result",
+                "elapsed", "log file");
+  out += row;
+  for (size_t i = 0; i < workers.size(); ++i) {
+    const WorkerOutcome& w = workers[i];
+    std::string note = i == root               ? "  <- root cause (first failure)"
+                       : w.stopped_by_launcher ? "  (stopped by ddprun)"
+                                               : "";
+    char elapsed[32];
+    std::snprintf(elapsed, sizeof(elapsed), "%.2fs", w.elapsed_s);
+    std::snprintf(row, sizeof(row), "  %-5d %-6d %-8d %-22s %-9s %s%s\n", w.rank, w.local_rank,
+                  static_cast<int>(w.pid), w.describe().c_str(), elapsed,
+                  w.log_file.empty() ? "-" : w.log_file.c_str(), note.c_str());
+    out += row;
+  }
+  const WorkerOutcome& r = workers.at(root);
+  out += "ddprun: root cause: rank " + std::to_string(r.rank) + " (local rank " +
+         std::to_string(r.local_rank) + ", pid " + std::to_string(r.pid) + ") ended with " + r.describe() +
+         "; ddprun exits with " + std::to_string(r.shell_code()) + "\n";
+  return out;
+}
+
+}  // namespace ddp::launch

@@ -1,0 +1,33 @@
+// failure_summary.h - how a worker ended and the table ddprun prints when a run fails for good:
+// one row per worker (rank, local rank, pid, exit code or signal name, elapsed time, log file), the first
+// failure marked "root cause". Formatting only; the supervisor fills the records.
+#pragma once
+#include <string>
+#include <sys/types.h>
+#include <vector>
+
+namespace ddp::launch {
+
+struct WorkerOutcome {
+  int rank = 0;
+  int local_rank = 0;
+  pid_t pid = 0;
+  bool exited = false;               // false: still running when the summary was made (should not happen)
+  int exit_code = 0;                 // when it exited normally
+  int signal = 0;                    // when a signal ended it (exit_code unused)
+  bool stopped_by_launcher = false;  // ddprun sent it SIGTERM/SIGKILL because another worker failed
+  double elapsed_s = 0;
+  std::string log_file;  // empty without --log-dir
+
+  bool failed() const { return exited && (signal != 0 || exit_code != 0); }
+  // The code a shell would report: the exit code, or 128 + signal.
+  int shell_code() const { return signal ? 128 + signal : exit_code; }
+  // "exit code 3", "SIGKILL (signal 9)".
+  std::string describe() const;
+};
+
+// The table; `root` indexes the first failed worker in `workers`, `attempt` counts from 0.
+std::string failure_summary(const std::vector<WorkerOutcome>& workers, size_t root, int attempt,
+                            int max_restarts);
+
+}  // namespace ddp::launch

@@ -1,0 +1,350 @@
+// supervisor.cpp - fork/exec of the workers, the poll loop over their pipes and a signalfd, failure
+// handling and restarts (see supervisor.h for the process model).
+#include "runtime/launch/supervisor.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "runtime/core/error.h"
+#include "runtime/launch/failure_summary.h"
+#include "runtime/launch/host.h"
+#include "runtime/launch/line_buffer.h"
+#include "runtime/launch/worker_env.h"
+
+namespace ddp::launch {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Writes all of s (retrying short writes); output errors (a closed console pipe) are ignored.
+void write_all(int fd, const std::string& s) {
+  size_t done = 0;
+  while (done < s.size()) {
+    ssize_t n = ::write(fd, s.data() + done, s.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    done += static_cast<size_t>(n);
+  }
+}
+
+void note(const std::string& msg) { write_all(STDERR_FILENO, "ddprun: " + msg + "\n"); }
+
+struct Stream {
+  int fd = -1;
+  bool is_err = false;
+  LineBuffer lines;
+};
+
+struct Worker {
+  WorkerOutcome outcome;
+  Stream out, err;
+  int log_fd = -1;
+  Clock::time_point started;
+  bool running = false;
+};
+
+class Supervisor {
+ public:
+  explicit Supervisor(const LaunchConfig& c) : c_(c), inherited_(current_environment()) {}
+  ~Supervisor();
+  int run();
+
+ private:
+  enum class End { AllSucceeded, WorkerFailed, Interrupted };
+  void install_signals();
+  void start_attempt(int attempt);
+  void spawn(Worker& w, int attempt);
+  End monitor();
+  void read_stream(Worker& w, Stream& s, bool until_drained);
+  void close_stream(Worker& w, Stream& s);
+  void emit(Worker& w, bool is_err, const std::string& line);
+  void reap();
+  void begin_stop(int sig);
+  void signal_running(int sig);
+
+  const LaunchConfig& c_;
+  std::map<std::string, std::string> inherited_;
+  sigset_t handled_{}, old_mask_{};
+  int sigfd_ = -1;
+  std::vector<Worker> workers_;
+  int root_ = -1;
+  int received_signal_ = 0;
+  bool stopping_ = false, killed_ = false;
+  Clock::time_point kill_at_;
+};
+
+Supervisor::~Supervisor() {
+  if (sigfd_ >= 0) {
+    ::close(sigfd_);
+    ::sigprocmask(SIG_SETMASK, &old_mask_, nullptr);
+  }
+}
+
+void Supervisor::install_signals() {
+  sigemptyset(&handled_);
+  for (int sig : {SIGCHLD, SIGINT, SIGTERM, SIGHUP}) sigaddset(&handled_, sig);
+  DDP_CHECK(::sigprocmask(SIG_BLOCK, &handled_, &old_mask_) == 0,
+            "ddprun: sigprocmask: ", std::strerror(errno));
+  sigfd_ = ::signalfd(-1, &handled_, SFD_CLOEXEC | SFD_NONBLOCK);
+  DDP_CHECK(sigfd_ >= 0, "ddprun: signalfd: ", std::strerror(errno));
+  std::signal(SIGPIPE, SIG_IGN);  // a closed console must not kill the supervisor
+}
+
+void Supervisor::spawn(Worker& w, int attempt) {
+  const int local = w.outcome.local_rank;
+  std::vector<std::string> args = worker_args(c_, local);
+  std::vector<std::string> env = worker_environment(c_, local, attempt, inherited_);
+  std::vector<char*> argv, envp;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+
+  int out[2], err[2];
+  DDP_CHECK(::pipe2(out, O_CLOEXEC) == 0 && ::pipe2(err, O_CLOEXEC) == 0,
+            "ddprun: pipe2: ", std::strerror(errno));
+  int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  DDP_CHECK(devnull >= 0, "ddprun: cannot open /dev/null: ", std::strerror(errno));
+  const pid_t parent = ::getpid();
+  const std::string exec_failed = "ddprun: cannot execute " + c_.program_path + ": ";
+
+  pid_t pid = ::fork();
+  DDP_CHECK(pid >= 0, "ddprun: fork failed: ", std::strerror(errno));
+  if (pid == 0) {
+    // Child: only async-signal-safe calls from here to exec.
+    ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(1);  // ddprun died before prctl took effect
+    ::dup2(devnull, STDIN_FILENO);
+    ::dup2(out[1], STDOUT_FILENO);
+    ::dup2(err[1], STDERR_FILENO);
+    for (int sig : {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGCHLD}) ::signal(sig, SIG_DFL);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::execve(c_.program_path.c_str(), argv.data(), envp.data());
+    int e = errno;
+    write_all(STDERR_FILENO, exec_failed + ::strerrorname_np(e) + "\n");
+    ::_exit(127);
+  }
+  ::setpgid(pid, pid);  // also from the parent, so the group exists before any kill(-pid); races are harmless
+  ::close(devnull);
+  ::close(out[1]);
+  ::close(err[1]);
+  for (int fd : {out[0], err[0]}) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+  w.out.fd = out[0];
+  w.err.fd = err[0];
+  w.err.is_err = true;
+  w.outcome.pid = pid;
+  w.started = Clock::now();
+  w.running = true;
+}
+
+void Supervisor::start_attempt(int attempt) {
+  workers_.clear();
+  workers_.resize(static_cast<size_t>(c_.nproc_per_node));
+  root_ = -1;
+  stopping_ = killed_ = false;
+  std::string dir;
+  if (!c_.log_dir.empty()) {
+    dir = c_.log_dir + "/attempt_" + std::to_string(attempt);
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    DDP_CHECK(!ec, "ddprun: cannot create log directory ", dir, ": ", ec.message(), "; check --log-dir");
+  }
+  for (int local = 0; local < c_.nproc_per_node; ++local) {
+    Worker& w = workers_[static_cast<size_t>(local)];
+    w.outcome.local_rank = local;
+    w.outcome.rank = c_.global_rank(local);
+    if (!dir.empty()) {
+      w.outcome.log_file = dir + "/rank_" + std::to_string(w.outcome.rank) + ".log";
+      w.log_fd = ::open(w.outcome.log_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      DDP_CHECK(w.log_fd >= 0, "ddprun: cannot create log file ", w.outcome.log_file, ": ",
+                std::strerror(errno));
+    }
+    spawn(w, attempt);
+  }
+}
+
+void Supervisor::emit(Worker& w, bool is_err, const std::string& line) {
+  if (w.log_fd >= 0) write_all(w.log_fd, line);
+  bool teed = c_.log_dir.empty() || (c_.tee & (is_err ? 2 : 1));
+  if (teed && c_.shows_on_console(w.outcome.local_rank))
+    write_all(is_err ? STDERR_FILENO : STDOUT_FILENO,
+              "[rank " + std::to_string(w.outcome.rank) + "] " + line);
+}
+
+void Supervisor::close_stream(Worker& w, Stream& s) {
+  std::string tail;
+  if (s.lines.flush(&tail)) emit(w, s.is_err, tail);
+  if (s.fd >= 0) ::close(s.fd);
+  s.fd = -1;
+}
+
+void Supervisor::read_stream(Worker& w, Stream& s, bool until_drained) {
+  char buf[65536];
+  std::vector<std::string> lines;
+  while (s.fd >= 0) {
+    ssize_t n = ::read(s.fd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) {
+      // A finished worker whose pipe is still held open by a child of its own: stop reading it here.
+      if (until_drained) close_stream(w, s);
+      return;
+    }
+    if (n <= 0) {
+      close_stream(w, s);
+      return;
+    }
+    lines.clear();
+    s.lines.feed(buf, static_cast<size_t>(n), &lines);
+    for (auto& l : lines) emit(w, s.is_err, l);
+    if (!until_drained) return;  // one read per wake-up keeps a chatty rank from starving the others
+  }
+}
+
+void Supervisor::signal_running(int sig) {
+  for (auto& w : workers_)
+    if (w.running) ::kill(-w.outcome.pid, sig);
+}
+
+void Supervisor::begin_stop(int sig) {
+  stopping_ = true;
+  kill_at_ = Clock::now() +
+             std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(c_.grace_period_s));
+  for (auto& w : workers_)
+    if (w.running) w.outcome.stopped_by_launcher = true;
+  signal_running(sig);
+}
+
+void Supervisor::reap() {
+  int status = 0;
+  pid_t pid;
+  while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
+    for (size_t i = 0; i < workers_.size(); ++i) {
+      Worker& w = workers_[i];
+      if (!w.running || w.outcome.pid != pid) continue;
+      w.running = false;
+      w.outcome.exited = true;
+      w.outcome.elapsed_s = std::chrono::duration<double>(Clock::now() - w.started).count();
+      if (WIFSIGNALED(status))
+        w.outcome.signal = WTERMSIG(status);
+      else
+        w.outcome.exit_code = WEXITSTATUS(status);
+      read_stream(w, w.out, true);  // everything it wrote is in the pipe by now
+      read_stream(w, w.err, true);
+      if (w.log_fd >= 0) ::close(w.log_fd);
+      w.log_fd = -1;
+      if (w.outcome.failed() && root_ < 0 && !stopping_) {
+        w.outcome.stopped_by_launcher = false;
+        root_ = static_cast<int>(i);
+        begin_stop(SIGTERM);
+      }
+    }
+  }
+}
+
+Supervisor::End Supervisor::monitor() {
+  for (;;) {
+    bool any_running = false;
+    for (auto& w : workers_) any_running = any_running || w.running;
+    if (!any_running) break;
+    std::vector<pollfd> fds{{sigfd_, POLLIN, 0}};
+    std::vector<std::pair<Worker*, Stream*>> owners{{nullptr, nullptr}};
+    for (auto& w : workers_) {
+      for (Stream* s : {&w.out, &w.err}) {
+        if (s->fd < 0) continue;
+        fds.push_back({s->fd, POLLIN, 0});
+        owners.emplace_back(&w, s);
+      }
+    }
+    int timeout_ms = -1;
+    if (stopping_ && !killed_) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(kill_at_ - Clock::now()).count();
+      timeout_ms = static_cast<int>(std::max<long long>(0, left) + 1);
+    }
+    int n = ::poll(fds.data(), fds.size(), timeout_ms);
+    DDP_CHECK(n >= 0 || errno == EINTR, "ddprun: poll: ", std::strerror(errno));
+    if (stopping_ && !killed_ && Clock::now() >= kill_at_) {
+      signal_running(SIGKILL);
+      killed_ = true;
+    }
+    if (n <= 0) continue;
+    for (size_t i = 1; i < fds.size(); ++i)
+      if (fds[i].revents) read_stream(*owners[i].first, *owners[i].second, false);
+    if (fds[0].revents & POLLIN) {
+      signalfd_siginfo info;
+      while (::read(sigfd_, &info, sizeof(info)) == static_cast<ssize_t>(sizeof(info))) {
+        int sig = static_cast<int>(info.ssi_signo);
+        if (sig == SIGCHLD) {
+          reap();
+        } else if (received_signal_) {  // a second Ctrl-C: no more waiting
+          signal_running(SIGKILL);
+          killed_ = true;
+        } else {
+          received_signal_ = sig;
+          note("received " + signal_name(sig) + "; forwarding it to the workers");
+          begin_stop(sig);
+        }
+      }
+    }
+  }
+  if (stopping_) {
+    // The workers are gone; take down anything they started in their process groups too.
+    for (auto& w : workers_) ::kill(-w.outcome.pid, SIGKILL);
+  }
+  for (auto& w : workers_) {
+    for (Stream* s : {&w.out, &w.err}) close_stream(w, *s);
+    if (w.log_fd >= 0) ::close(w.log_fd);
+    w.log_fd = -1;
+  }
+  if (received_signal_) return End::Interrupted;
+  return root_ >= 0 ? End::WorkerFailed : End::AllSucceeded;
+}
+
+int Supervisor::run() {
+  install_signals();
+  if (limits_threads(c_, inherited_))
+    note("setting OMP_NUM_THREADS=1 and OPENBLAS_NUM_THREADS=1 for the " + std::to_string(c_.nproc_per_node) +
+         " workers (unset before); export them to choose another value");
+  for (int attempt = 0;; ++attempt) {
+    start_attempt(attempt);
+    End end = monitor();
+    if (end == End::AllSucceeded) return 0;
+    if (end == End::Interrupted) return 128 + received_signal_;
+    std::vector<WorkerOutcome> outcomes;
+    for (auto& w : workers_) outcomes.push_back(w.outcome);
+    const WorkerOutcome& root = outcomes[static_cast<size_t>(root_)];
+    if (attempt < c_.max_restarts) {
+      note("rank " + std::to_string(root.rank) + " ended with " + root.describe() +
+           "; restarting all workers (restart " + std::to_string(attempt + 1) + " of " +
+           std::to_string(c_.max_restarts) + ")");
+      continue;
+    }
+    write_all(STDERR_FILENO, failure_summary(outcomes, static_cast<size_t>(root_), attempt, c_.max_restarts));
+    return root.shell_code();
+  }
+}
+
+}  // namespace
+
+int run_workers(const LaunchConfig& config) {
+  Supervisor s(config);
+  return s.run();
+}
+
+}  // namespace ddp::launch

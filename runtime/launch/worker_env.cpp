@@ -1,0 +1,73 @@
+// worker_env.cpp - torchrun's worker environment and the legacy local-rank argument (see worker_env.h).
+#include "runtime/launch/worker_env.h"
+
+extern char** environ;
+
+namespace ddp::launch {
+
+bool limits_threads(const LaunchConfig& c, const std::map<std::string, std::string>& inherited) {
+  return c.nproc_per_node > 1 &&
+         (!inherited.count("OMP_NUM_THREADS") || !inherited.count("OPENBLAS_NUM_THREADS"));
+}
+
+std::map<std::string, std::string> worker_env_overrides(const LaunchConfig& c, int local_rank,
+                                                        int restart_count,
+                                                        const std::map<std::string, std::string>& inherited) {
+  std::map<std::string, std::string> env;
+  const std::string world = std::to_string(c.world_size());
+  env["RANK"] = std::to_string(c.global_rank(local_rank));
+  env["LOCAL_RANK"] = std::to_string(local_rank);
+  env["WORLD_SIZE"] = world;
+  env["LOCAL_WORLD_SIZE"] = std::to_string(c.nproc_per_node);
+  env["GROUP_RANK"] = std::to_string(c.node_rank);
+  env["GROUP_WORLD_SIZE"] = std::to_string(c.nnodes);
+  env["ROLE_NAME"] = "default";
+  env["ROLE_RANK"] = env["RANK"];  // one role: the role rank is the global rank
+  env["ROLE_WORLD_SIZE"] = world;
+  env["MASTER_ADDR"] = c.master_addr;
+  env["MASTER_PORT"] = std::to_string(c.master_port);
+  env["TORCHELASTIC_RESTART_COUNT"] = std::to_string(restart_count);
+  env["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(c.max_restarts);
+  env["TORCHELASTIC_RUN_ID"] = c.run_id;
+  env["DDP_RUN_TOKEN"] = c.token;
+  if (c.nproc_per_node > 1) {
+    // Several processes each running one thread per core oversubscribe the CPU; torchrun does the same.
+    for (const char* var : {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"})
+      if (!inherited.count(var))
+        env.emplace(var, std::string(1, '1'));  // emplace: GCC 12 -Wrestrict false positive on operator=
+  }
+  return env;
+}
+
+std::vector<std::string> worker_environment(const LaunchConfig& c, int local_rank, int restart_count,
+                                            const std::map<std::string, std::string>& inherited) {
+  std::map<std::string, std::string> all = inherited;
+  for (auto& [k, v] : worker_env_overrides(c, local_rank, restart_count, inherited)) all[k] = v;
+  std::vector<std::string> out;
+  out.reserve(all.size());
+  for (auto& [k, v] : all) out.push_back(k + "=" + v);
+  return out;
+}
+
+std::vector<std::string> worker_args(const LaunchConfig& c, int local_rank) {
+  // Placed right after PROGRAM, before the user's arguments, as torch.distributed.launch did (so a "--" among
+  // the user's arguments cannot turn it into a positional).
+  std::vector<std::string> args = c.program;
+  std::string n = std::to_string(local_rank);
+  if (c.local_rank_arg == LocalRankArg::Dash) args.insert(args.begin() + 1, "--local-rank=" + n);
+  if (c.local_rank_arg == LocalRankArg::Underscore) args.insert(args.begin() + 1, "--local_rank=" + n);
+  return args;
+}
+
+std::map<std::string, std::string> current_environment() {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; e && *e; ++e) {
+    std::string kv(*e);
+    size_t eq = kv.find('=');
+    if (eq == std::string::npos) continue;
+    env.emplace(kv.substr(0, eq), kv.substr(eq + 1));
+  }
+  return env;
+}
+
+}  // namespace ddp::launch

@@ -1,0 +1,186 @@
+// test_launch_units.cpp - the launcher's pure parts without starting processes: line splitting, the
+// worker environment and arguments, flag parsing and resolution, the failure table.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <stdlib.h>
+
+#include <algorithm>
+#include <regex>
+
+#include "runtime/core/cli.h"
+#include "runtime/core/device.h"
+#include "runtime/launch/failure_summary.h"
+#include "runtime/launch/host.h"
+#include "runtime/launch/launch_config.h"
+#include "runtime/launch/line_buffer.h"
+#include "runtime/launch/worker_env.h"
+
+namespace ddp::launch {
+namespace {
+
+TEST(LineBuffer, JoinsPiecesAndSplitsAtNewlines) {
+  LineBuffer b;
+  std::vector<std::string> lines;
+  b.feed("ab", 2, &lines);
+  EXPECT_TRUE(lines.empty());
+  b.feed("c\nde\n\nf", 7, &lines);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[0], "abc\n");
+  EXPECT_EQ(lines[1], "de\n");
+  EXPECT_EQ(lines[2], "\n");
+  std::string tail;
+  ASSERT_TRUE(b.flush(&tail));
+  EXPECT_EQ(tail, "f\n");
+  EXPECT_FALSE(b.flush(&tail));
+}
+
+TEST(LineBuffer, CutsRunawayLines) {
+  LineBuffer b(4);
+  std::vector<std::string> lines;
+  b.feed("abcdefghij\n", 11, &lines);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[0], "abcd\n");
+  EXPECT_EQ(lines[1], "efgh\n");
+  EXPECT_EQ(lines[2], "ij\n");
+}
+
+// Runs parse_launch_config with a clean DDP_RUN_TOKEN.
+std::optional<LaunchConfig> parse(std::vector<std::string> args, const char* token = nullptr) {
+  if (token)
+    ::setenv("DDP_RUN_TOKEN", token, 1);
+  else
+    ::unsetenv("DDP_RUN_TOKEN");
+  auto c = parse_launch_config(args);
+  ::unsetenv("DDP_RUN_TOKEN");
+  return c;
+}
+
+TEST(LaunchConfig, BothSpellingsAndOptionsEndAtTheProgram) {
+  auto c = parse({"--nproc_per_node=3", "--node-rank", "1", "--nnodes=2:2", "--max_restarts", "2", "true",
+                  "--nproc-per-node", "9", "--x"},
+                 "feedfeedfeedfeedfeedfeedfeedfeed");
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->nproc_per_node, 3);
+  EXPECT_EQ(c->nnodes, 2);
+  EXPECT_EQ(c->node_rank, 1);
+  EXPECT_EQ(c->max_restarts, 2);
+  EXPECT_EQ(c->world_size(), 6);
+  EXPECT_EQ(c->global_rank(2), 5);
+  EXPECT_EQ(c->program, (std::vector<std::string>{"true", "--nproc-per-node", "9", "--x"}));
+  EXPECT_EQ(c->program_path.substr(c->program_path.size() - 5), "/true");
+  EXPECT_EQ(c->token, "feedfeedfeedfeedfeedfeedfeedfeed");
+  EXPECT_EQ(c->run_id, "none");
+}
+
+TEST(LaunchConfig, NprocKeywords) {
+  EXPECT_EQ(parse({"--nproc-per-node", "cpu", "true"})->nproc_per_node, cpu_core_count());
+  int gpus = ddp::cuda_device_count();
+  EXPECT_EQ(parse({"--nproc-per-node", "auto", "true"})->nproc_per_node, gpus > 0 ? gpus : 1);
+  if (gpus == 0) {
+    EXPECT_THROW(parse({"--nproc-per-node", "gpu", "true"}), cli::UsageError);
+  }
+  EXPECT_THROW(parse({"--nproc-per-node", "0", "true"}), cli::UsageError);
+  EXPECT_THROW(parse({"--nproc-per-node", "many", "true"}), cli::UsageError);
+}
+
+TEST(LaunchConfig, BadValuesAreUsageErrors) {
+  EXPECT_THROW(parse({"--nnodes", "1:4", "true"}), cli::UsageError);
+  EXPECT_THROW(parse({"--node-rank", "1", "true"}), cli::UsageError);
+  EXPECT_THROW(parse({"--master-port", "70000", "true"}), cli::UsageError);
+  EXPECT_THROW(parse({"--tee", "4", "true"}), cli::UsageError);
+  EXPECT_THROW(parse({"--nproc-per-node", "2", "--local-ranks-filter", "0,2", "true"}), cli::UsageError);
+  EXPECT_THROW(parse({"--local-rank-arg=sideways", "true"}), cli::UsageError);
+  EXPECT_THROW(parse({"--standalone", "--master-port", "1234", "true"}), cli::UsageError);
+  EXPECT_THROW(parse({"--nproc-per-node", "2"}), cli::UsageError);  // no program
+  EXPECT_FALSE(parse({"--help"}).has_value());
+}
+
+TEST(LaunchConfig, StandaloneAndTokens) {
+  auto c = parse({"--standalone", "true"});
+  EXPECT_NE(c->run_id, "none");
+  EXPECT_GT(c->master_port, 0);
+  EXPECT_EQ(c->token.size(), 32u);
+  EXPECT_NE(parse({"true"})->token, c->token) << "each run gets a fresh token";
+  EXPECT_THROW(parse({"--nnodes", "2", "true"}), cli::UsageError);
+}
+
+TEST(WorkerEnv, RanksAndThreadLimits) {
+  LaunchConfig c;
+  c.nproc_per_node = 4;
+  c.nnodes = 3;
+  c.node_rank = 2;
+  c.max_restarts = 5;
+  c.run_id = "r";
+  c.token = "t";
+  auto env = worker_env_overrides(c, 3, 2, {});
+  EXPECT_EQ(env["RANK"], "11");
+  EXPECT_EQ(env["LOCAL_RANK"], "3");
+  EXPECT_EQ(env["WORLD_SIZE"], "12");
+  EXPECT_EQ(env["LOCAL_WORLD_SIZE"], "4");
+  EXPECT_EQ(env["GROUP_RANK"], "2");
+  EXPECT_EQ(env["ROLE_RANK"], "11");
+  EXPECT_EQ(env["TORCHELASTIC_RESTART_COUNT"], "2");
+  EXPECT_EQ(env["TORCHELASTIC_MAX_RESTARTS"], "5");
+  EXPECT_EQ(env["OMP_NUM_THREADS"], "1");
+  // A value the user exported is kept.
+  auto user = worker_env_overrides(c, 0, 0, {{"OMP_NUM_THREADS", "8"}});
+  EXPECT_EQ(user.count("OMP_NUM_THREADS"), 0u);
+  EXPECT_EQ(user["OPENBLAS_NUM_THREADS"], "1");
+  auto full = worker_environment(c, 0, 0, {{"OMP_NUM_THREADS", "8"}, {"RANK", "99"}});
+  EXPECT_NE(std::find(full.begin(), full.end(), "OMP_NUM_THREADS=8"), full.end());
+  EXPECT_NE(std::find(full.begin(), full.end(), "RANK=8"), full.end())
+      << "ddprun's RANK replaces an inherited one";
+  // One worker per node: no limits.
+  c.nproc_per_node = 1;
+  EXPECT_EQ(worker_env_overrides(c, 0, 0, {}).count("OMP_NUM_THREADS"), 0u);
+  EXPECT_FALSE(limits_threads(c, {}));
+}
+
+TEST(WorkerEnv, LegacyLocalRankArgumentComesRightAfterTheProgram) {
+  LaunchConfig c;
+  c.program = {"prog", "--lr", "1", "--", "file"};
+  EXPECT_EQ(worker_args(c, 1), c.program);
+  c.local_rank_arg = LocalRankArg::Dash;
+  EXPECT_EQ(worker_args(c, 1),
+            (std::vector<std::string>{"prog", "--local-rank=1", "--lr", "1", "--", "file"}));
+  c.local_rank_arg = LocalRankArg::Underscore;
+  EXPECT_EQ(worker_args(c, 0)[1], "--local_rank=0");
+}
+
+TEST(FailureSummary, MarksTheRootCauseAndSignals) {
+  std::vector<WorkerOutcome> w(3);
+  for (int i = 0; i < 3; ++i) {
+    w[i].rank = 4 + i;
+    w[i].local_rank = i;
+    w[i].pid = 1000 + i;
+    w[i].exited = true;
+    w[i].elapsed_s = 1.5;
+  }
+  w[0].signal = SIGTERM;
+  w[0].stopped_by_launcher = true;
+  w[1].signal = SIGSEGV;
+  w[2].log_file = "/logs/attempt_0/rank_6.log";
+  std::string s = failure_summary(w, 1, 0, 0);
+  EXPECT_NE(s.find("SIGSEGV (signal 11)"), std::string::npos) << s;
+  EXPECT_TRUE(
+      std::regex_search(s, std::regex(R"(\n  5 +1 +1001 +SIGSEGV \(signal 11\) +1\.50s +- +<- root cause)")))
+      << s;
+  EXPECT_NE(s.find("(stopped by ddprun)"), std::string::npos) << s;
+  EXPECT_NE(s.find("/logs/attempt_0/rank_6.log"), std::string::npos) << s;
+  EXPECT_NE(s.find("ddprun exits with 139"), std::string::npos) << s;
+  EXPECT_EQ(w[1].shell_code(), 128 + SIGSEGV);
+  EXPECT_FALSE(w[2].failed());
+}
+
+TEST(Host, SignalNamesAndRandomHex) {
+  EXPECT_EQ(signal_name(SIGKILL), "SIGKILL");
+  EXPECT_EQ(signal_name(SIGTERM), "SIGTERM");
+  std::string a = random_hex(16), b = random_hex(16);
+  EXPECT_EQ(a.size(), 32u);
+  EXPECT_NE(a, b);
+  EXPECT_EQ(a.find_first_not_of("0123456789abcdef"), std::string::npos);
+  EXPECT_THROW(find_program("surely-not-a-program-ddp"), ddp::Error);
+}
+
+}  // namespace
+}  // namespace ddp::launch
