@@ -228,11 +228,17 @@ void GlooProcessGroup::Impl::run(Task& t) {
       throw Error(tracker->failure_message(d, "gloo", e.what()));
     }
 #ifdef DDP_WITH_CUDA
-    if (staging) staging->copy_out();
+    if (staging) staging->copy_out();  // the staging (held by the Work) keeps the buffers until its H2D copy ends
 #endif
+    // Release the keepalives before the Work completes, so a waiter sees them released.
+    t.in = {};
+    t.out = {};
+    t.staging.reset();
     t.work->finish();
   } catch (const std::exception& e) {
     broken = e.what();
+    t.in = {};
+    t.out = {};
     DDP_LOG(Error, e.what());
     t.work->finish(std::current_exception());
   }

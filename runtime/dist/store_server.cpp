@@ -138,7 +138,8 @@ void StoreServer::State::serve(Connection& c) {
   std::string body;
   // Hello: the first frame must arrive soon and carry the magic and the run token.
   auto r = proto::read_frame(fd, body, net::Clock::now() + kHelloTimeout);
-  if (r != proto::FrameResult::Ok) return drop(c, "no valid hello before the deadline");
+  if (r == proto::FrameResult::TooLarge) return drop(c, "first message is not a hello (declared length too large)");
+  if (r != proto::FrameResult::Ok) return drop(c, "no complete hello within 10 s");
   try {
     proto::Reader in(body);
     if (static_cast<Op>(in.u8()) != Op::Hello || in.str() != proto::kMagic) return drop(c, "not a ddp store client");
