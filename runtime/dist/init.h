@@ -1,0 +1,27 @@
+// init.h - one call from launcher environment to a working process group: rank 0 hosts the store on
+// MASTER_ADDR:MASTER_PORT (as ddprun/torchrun expect), every rank connects with DDP_RUN_TOKEN and builds the group.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "runtime/dist/env.h"
+#include "runtime/dist/process_group.h"
+#include "runtime/dist/store.h"
+#include "runtime/dist/store_server.h"
+
+namespace ddp::dist {
+
+// Owns the pieces; destroys the group first, then the store client, then (rank 0) the server.
+struct DistContext {
+  DistEnv env;
+  std::unique_ptr<StoreServer> server;  // rank 0 only
+  std::shared_ptr<Store> store;
+  std::shared_ptr<ProcessGroup> group;
+};
+
+// A world of one needs no launcher: its store listens on a free loopback port. Otherwise rank 0 listens on
+// MASTER_PORT (all interfaces unless MASTER_ADDR is a loopback address). Store calls use options.timeout.
+DistContext init_distributed(const DistEnv& env, const std::string& backend = "auto",
+                             const ProcessGroupOptions& options = {});
+
+}  // namespace ddp::dist
