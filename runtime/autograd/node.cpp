@@ -35,7 +35,7 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>& grad_outputs) {
       add_(acc, g);
     }
   }
-  for (auto& hook : variable_->post_accumulate_hooks) hook(*variable_);
+  for (auto& [owner, hook] : variable_->post_accumulate_hooks) hook(*variable_);
   return {};
 }
 

@@ -40,9 +40,17 @@ struct TensorImpl {
   uint32_t output_nr = 0;                     // which output of grad_fn this is
   std::shared_ptr<TensorImpl> grad;           // accumulated gradient of a leaf; null = none
   std::weak_ptr<autograd::Node> grad_accumulator;  // the leaf's AccumulateGrad node, while a graph holds it
-  // Called after this leaf's gradient is fully accumulated in a backward (once per backward, after all uses).
-  // Empty for tensors nobody listens to: then the cost is one empty-vector check.
-  std::vector<std::function<void(TensorImpl&)>> post_accumulate_hooks;
+  // Called after this leaf's gradient is fully accumulated in a backward (once per backward, after all uses),
+  // each with the key of its owner (so an owner can remove its own hooks). Empty for tensors nobody listens
+  // to: then the cost is one empty-vector check.
+  using PostAccumulateHook = std::function<void(TensorImpl&)>;
+  std::vector<std::pair<const void*, PostAccumulateHook>> post_accumulate_hooks;
+  void add_post_accumulate_hook(const void* owner, PostAccumulateHook h) {
+    post_accumulate_hooks.emplace_back(owner, std::move(h));
+  }
+  void remove_post_accumulate_hooks(const void* owner) {
+    std::erase_if(post_accumulate_hooks, [owner](const auto& e) { return e.first == owner; });
+  }
   std::string name;  // optional, for error messages and traces
 };
 

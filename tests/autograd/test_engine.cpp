@@ -23,7 +23,7 @@ TEST(Engine, ParameterUsedTwiceFiresHookOnceWithSum) {
   Tensor x = Tensor::from_vector({2}, {1}, DType::F64);
   int calls = 0;
   double seen = 0;
-  w.impl()->post_accumulate_hooks.push_back([&](TensorImpl& p) {
+  w.impl()->add_post_accumulate_hook(nullptr, [&](TensorImpl& p) {
     ++calls;
     seen = Tensor(std::shared_ptr<TensorImpl>(std::shared_ptr<TensorImpl>{}, &p)).grad().item();
   });
@@ -44,11 +44,11 @@ TEST(Engine, EndOfBackwardCallbacksRunAfterLastNode) {
   Tensor a = Tensor::from_vector({1}, {1}, DType::F64).set_requires_grad(true);
   Tensor b = Tensor::from_vector({1}, {1}, DType::F64).set_requires_grad(true);
   std::vector<std::string> order;
-  a.impl()->post_accumulate_hooks.push_back([&](TensorImpl&) {
+  a.impl()->add_post_accumulate_hook(nullptr, [&](TensorImpl&) {
     order.push_back("a");
     autograd::queue_end_of_backward_callback([&] { order.push_back("callback"); });
   });
-  b.impl()->post_accumulate_hooks.push_back([&](TensorImpl&) { order.push_back("b"); });
+  b.impl()->add_post_accumulate_hook(nullptr, [&](TensorImpl&) { order.push_back("b"); });
   autograd::backward(ops::sum(a * 2.0 + b * 3.0));
   ASSERT_EQ(order.size(), 3u);
   EXPECT_EQ(order.back(), "callback");
@@ -58,7 +58,7 @@ TEST(Engine, EndOfBackwardCallbacksRunAfterLastNode) {
 
 TEST(Engine, CallbackExceptionPropagates) {
   Tensor a = Tensor::from_vector({1}, {1}, DType::F64).set_requires_grad(true);
-  a.impl()->post_accumulate_hooks.push_back([&](TensorImpl&) {
+  a.impl()->add_post_accumulate_hook(nullptr, [&](TensorImpl&) {
     autograd::queue_end_of_backward_callback([] { DDP_FAIL("boom from finalize"); });
   });
   try {

@@ -1,0 +1,64 @@
+// gpt.h - a decoder-only transformer shaped as GPT-2: token + learned position embeddings, pre-LayerNorm
+// blocks of causal multi-head self-attention and a 4x GELU MLP with residuals, a final LayerNorm and an
+// untied linear head. Byte-level vocabulary (256) by default.
+#pragma once
+#include <string>
+
+#include "runtime/nn/layers.h"
+
+namespace ddp::models {
+
+struct GPTConfig {
+  int64_t vocab = 256;
+  int64_t context = 64;  // block size T
+  int64_t d_model = 128;
+  int64_t n_head = 4;
+  int64_t n_layer = 2;
+  double dropout = 0.0;
+  DType dtype = DType::F32;
+};
+
+class CausalSelfAttention : public nn::Module {
+ public:
+  explicit CausalSelfAttention(const GPTConfig& c);
+  Tensor forward(const Tensor& x) override;  // (B, T, C) -> (B, T, C)
+  std::shared_ptr<nn::Linear> qkv, proj;
+  int64_t n_head;
+};
+
+class MLPBlock : public nn::Module {
+ public:
+  explicit MLPBlock(const GPTConfig& c);
+  Tensor forward(const Tensor& x) override;
+  std::shared_ptr<nn::Linear> fc, proj;
+};
+
+class Block : public nn::Module {
+ public:
+  explicit Block(const GPTConfig& c);
+  Tensor forward(const Tensor& x) override;
+  std::shared_ptr<nn::LayerNorm> ln1, ln2;
+  std::shared_ptr<CausalSelfAttention> attn;
+  std::shared_ptr<MLPBlock> mlp;
+  std::shared_ptr<nn::Dropout> drop;
+};
+
+class GPT : public nn::Module {
+ public:
+  explicit GPT(const GPTConfig& c);
+  // idx (B, T) int64 tokens, T <= context -> logits (B, T, vocab).
+  Tensor forward(const Tensor& idx) override;
+  // Continues `prompt` by n tokens sampled with temperature (seeded; greedy when temperature == 0).
+  std::string generate(const std::string& prompt, int64_t n, double temperature, uint64_t seed);
+  // Multiply-accumulates x2 per token of forward (6x for forward+backward), the usual 6N + attention estimate.
+  double flops_per_token_forward() const;
+  GPTConfig config;
+
+ private:
+  std::shared_ptr<nn::Embedding> wte_, wpe_;
+  std::shared_ptr<nn::ModuleList<Block>> blocks_;
+  std::shared_ptr<nn::LayerNorm> ln_f_;
+  std::shared_ptr<nn::Linear> head_;
+};
+
+}  // namespace ddp::models

@@ -1,0 +1,132 @@
+// distributed_data_parallel.cpp - model verification across ranks, initial and per-forward broadcasts.
+#include "runtime/ddp/distributed_data_parallel.h"
+
+#include <cstring>
+#include <sstream>
+
+#include "runtime/autograd/node.h"
+
+namespace ddp {
+
+namespace {
+dist::CommBuffer comm_of(const Tensor& t) {
+  return dist::CommBuffer{t.raw_data(), t.numel(), t.dtype(), t.device(), t.storage()};
+}
+
+// One line per parameter: "name shape dtype".
+std::vector<std::string> describe_params(const nn::Module& m) {
+  std::vector<std::string> out;
+  for (auto& p : m.named_parameters())
+    out.push_back(p.name + " " + shape_str(p.tensor.shape()) + " " + std::string(dtype_name(p.tensor.dtype())));
+  return out;
+}
+
+std::string join_lines(const std::vector<std::string>& lines) {
+  std::string s;
+  for (auto& l : lines) s += l + "\n";
+  return s;
+}
+std::vector<std::string> split_lines(const std::string& s) {
+  std::vector<std::string> out;
+  std::istringstream is(s);
+  std::string l;
+  while (std::getline(is, l)) out.push_back(l);
+  return out;
+}
+}  // namespace
+
+DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> module,
+                                                 std::shared_ptr<dist::ProcessGroup> pg, DDPOptions options)
+    : module_(std::move(module)), pg_(std::move(pg)), options_(options) {
+  DDP_CHECK(module_ != nullptr, "DistributedDataParallel: no module");
+  DDP_CHECK(pg_ != nullptr, "DistributedDataParallel: no process group");
+  if (pg_->size() > 1) {
+    verify_same_model();
+    autograd::NoGradGuard ng;
+    broadcast_from_rank0(module_->parameters());
+    broadcast_from_rank0(module_->buffers());
+  }
+  reducer_ = std::make_unique<Reducer>(module_->named_parameters(), pg_, options_);
+}
+
+void DistributedDataParallel::verify_same_model() {
+  // Every rank learns every rank's parameter list (two all-gathers), so each can name the first difference.
+  const std::string mine = join_lines(describe_params(*module_));
+  const int world = pg_->size();
+  Tensor len = Tensor::from_data<int64_t>({static_cast<int64_t>(mine.size())}, {1});
+  Tensor lens = Tensor::empty({world}, DType::I64);
+  pg_->allgather(comm_of(len), comm_of(lens))->wait();
+  int64_t max_len = 1;
+  for (int r = 0; r < world; ++r) max_len = std::max(max_len, lens.data<int64_t>()[r]);
+  Tensor bytes = Tensor::zeros({max_len}, DType::U8);
+  std::copy(mine.begin(), mine.end(), bytes.data<uint8_t>());
+  // Gloo has no uint8 all-gather in our group API: move the text as int32 words.
+  Tensor words = Tensor::zeros({(max_len + 3) / 4}, DType::I32);
+  std::memcpy(words.raw_data(), bytes.raw_data(), static_cast<size_t>(max_len));
+  Tensor all = Tensor::empty({world * words.numel()}, DType::I32);
+  pg_->allgather(comm_of(words), comm_of(all))->wait();
+  std::vector<std::vector<std::string>> lists(world);
+  for (int r = 0; r < world; ++r) {
+    const char* p = static_cast<const char*>(all.raw_data()) + r * words.numel() * 4;
+    lists[r] = split_lines(std::string(p, static_cast<size_t>(lens.data<int64_t>()[r])));
+  }
+  // The first index where any rank differs from rank 0, and which ranks differ there.
+  size_t first = SIZE_MAX;
+  for (int r = 1; r < world; ++r) {
+    size_t n = std::max(lists[0].size(), lists[r].size());
+    for (size_t i = 0; i < n && i < first; ++i) {
+      bool same = i < lists[0].size() && i < lists[r].size() && lists[0][i] == lists[r][i];
+      if (!same) first = i;
+    }
+  }
+  if (first == SIZE_MAX) return;
+  std::vector<int> differ;
+  for (int r = 1; r < world; ++r) {
+    auto at = [&](int q) { return first < lists[q].size() ? lists[q][first] : std::string("<no parameter>"); };
+    if (at(r) != at(0) || lists[r].size() != lists[0].size()) differ.push_back(r);
+  }
+  std::ostringstream os;
+  os << "rank " << pg_->rank() << ": DistributedDataParallel: the model differs across ranks. Rank 0 has "
+     << lists[0].size() << " parameters; at parameter #" << first << ":\n";
+  for (int r = 0; r < world; ++r)
+    os << "    rank " << r << ": " << (first < lists[r].size() ? lists[r][first] : "<no parameter>") << "  ("
+       << lists[r].size() << " parameters)\n";
+  os << "  ranks that differ from rank 0:";
+  for (int r : differ) os << " " << r;
+  os << "\n  Every rank must build the same model (same arguments, same registration order).";
+  throw Error(os.str());
+}
+
+void DistributedDataParallel::broadcast_from_rank0(const std::vector<Tensor>& tensors) {
+  std::vector<std::shared_ptr<dist::Work>> works;
+  for (const Tensor& t : tensors)
+    if (t.numel() > 0) works.push_back(pg_->broadcast(comm_of(t), 0));
+  for (auto& w : works) w->wait();
+}
+
+void DistributedDataParallel::before_forward() {
+  if (options_.broadcast_buffers && pg_->size() > 1 && reducer_->sync()) {
+    autograd::NoGradGuard ng;
+    broadcast_from_rank0(module_->buffers());
+  }
+}
+
+void DistributedDataParallel::after_forward(const std::vector<Tensor>& outputs) {
+  if (autograd::grad_enabled()) reducer_->prepare_for_backward(outputs);
+}
+
+Tensor DistributedDataParallel::forward(const Tensor& x) {
+  before_forward();
+  Tensor y = module_->forward(x);
+  after_forward({y});
+  return y;
+}
+
+Tensor DistributedDataParallel::forward_with(const std::function<Tensor()>& fn) {
+  before_forward();
+  Tensor y = fn();
+  after_forward({y});
+  return y;
+}
+
+}  // namespace ddp

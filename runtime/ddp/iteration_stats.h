@@ -1,0 +1,32 @@
+// iteration_stats.h - what the reducer measured in one synchronized iteration: per bucket when it became
+// ready, was launched and completed; backward compute, communication and EXPOSED communication (the time
+// the step waited for communication after backward's last node finished).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ddp {
+
+struct BucketTiming {
+  size_t index = 0;
+  int64_t bytes = 0;
+  size_t num_params = 0;
+  double ready_s = 0;      // seconds since forward ended
+  double launched_s = 0;
+  double completed_s = 0;  // when the reducer observed completion (the work's own end when the backend reports it)
+};
+
+struct IterationStats {
+  int64_t iteration = 0;
+  double backward_compute_s = 0;  // forward end -> last backward node done (finalize starts)
+  double communication_s = 0;     // first launch -> last completion
+  double exposed_communication_s = 0;  // finalize start -> all buckets reduced and written back
+  double finalize_s = 0;               // the whole end-of-backward callback
+  size_t num_unused_marked = 0;        // parameters marked ready with no gradient (find_unused_parameters)
+  std::vector<BucketTiming> buckets;
+  // One line: "iter 3: backward 12.1 ms, comm 8.0 ms, exposed 0.4 ms (3 buckets)".
+  std::string summary() const;
+};
+
+}  // namespace ddp

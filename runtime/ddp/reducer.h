@@ -1,0 +1,121 @@
+// reducer.h - the gradient bucketer at the heart of DDP. It listens to every parameter's post-accumulate
+// hook; each ready gradient is copied into its slot of a flat bucket buffer and divided by the world size in
+// the same pass; a bucket whose last gradient arrived is launched as one all-reduce, strictly in bucket-index
+// order on every rank, while backward keeps running; an end-of-backward callback waits for the buckets and
+// writes the averaged gradients back. See docs/ddp-step.md for the whole flow and why each rule exists.
+//
+// This is the only place where autograd and dist meet. It never blocks the host on CUDA (the comm stream
+// waits on events of the compute stream and vice versa); on CPU the all-reduces run on the process group's
+// thread while the main thread continues backward.
+#pragma once
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/ddp/iteration_stats.h"
+#include "runtime/dist/process_group.h"
+#include "runtime/nn/module.h"
+
+namespace ddp {
+
+// What a bucket's communication does. The default all-reduces the (already divided) gradients in place.
+enum class CommHookKind { Allreduce, BF16Compress };
+
+struct ReducerOptions {
+  double bucket_cap_mb = 25.0;
+  double first_bucket_mb = 1.0;
+  bool find_unused_parameters = false;
+  bool gradient_as_bucket_view = false;
+  // false: no all-reduce starts before backward finished (for measuring what overlap buys).
+  bool overlap = true;
+  // Rebuild the buckets once, after the first iteration, from the order gradients really became ready.
+  bool rebuild_buckets = true;
+  CommHookKind comm_hook = CommHookKind::Allreduce;
+};
+
+class Reducer {
+ public:
+  Reducer(std::vector<nn::NamedTensor> params, std::shared_ptr<dist::ProcessGroup> pg, ReducerOptions options);
+  ~Reducer();
+  Reducer(const Reducer&) = delete;
+  Reducer& operator=(const Reducer&) = delete;
+
+  // Called after each forward that will be followed by a synchronized backward. With find_unused_parameters,
+  // finds the parameters unreachable from `outputs`; they are marked ready when backward starts.
+  void prepare_for_backward(const std::vector<Tensor>& outputs);
+  // false inside no_sync(): hooks leave gradients to accumulate locally.
+  void set_sync(bool sync) { sync_ = sync; }
+  bool sync() const { return sync_; }
+
+  // The statistics of the last synchronized iteration; the number of such iterations so far.
+  const IterationStats& last_stats() const { return last_stats_; }
+  int64_t iterations() const { return iteration_; }
+  // Parameter indices of each bucket, in launch order.
+  std::vector<std::vector<size_t>> bucket_layout() const;
+  // "bucket 0: 3 params, 1.2 MB: fc3.bias, fc3.weight, ..." one line per bucket.
+  std::string describe_buckets() const;
+  bool buckets_rebuilt() const { return rebuilt_; }
+
+  // For tests: what the hook of parameter `index` does.
+  void mark_ready_for_test(size_t index) { on_gradient_ready(index); }
+
+ private:
+  struct Bucket {
+    std::vector<size_t> params;
+    std::vector<int64_t> offsets;  // element offset of each param's slot in buffer
+    Tensor buffer;                 // flat, all slots back to back
+    Tensor compressed;             // the comm hook's buffer (bf16), when one is used
+    size_t pending = 0;
+    bool launched = false;
+    std::shared_ptr<dist::Work> work;
+    BucketTiming timing;
+    std::chrono::steady_clock::time_point launched_at, completed_at;
+  };
+  struct Slot {
+    size_t bucket = 0;
+    int64_t offset = 0;
+  };
+
+  void build_buckets(const std::vector<size_t>& order);
+  void on_gradient_ready(size_t index);
+  void begin_backward();
+  void mark_ready(size_t index);
+  void launch_ready_buckets();
+  void launch(Bucket& b);
+  void finalize();
+  void finish_communication();
+  void write_back();
+  void reset_iteration();
+  void rebuild_from_ready_order();
+  [[noreturn]] void raise_unready(const std::vector<size_t>& unready);
+  Tensor slot_view(size_t index) const;
+  double since_forward() const;
+
+  std::vector<nn::NamedTensor> params_;
+  std::shared_ptr<dist::ProcessGroup> pg_;
+  ReducerOptions opt_;
+  std::vector<Bucket> buckets_;
+  std::vector<Slot> slots_;
+  bool sync_ = true;
+  bool rebuilt_ = false;
+
+  // ---- per-iteration state ----
+  bool backward_started_ = false;
+  bool expect_unused_marking_ = false;
+  std::vector<uint8_t> ready_;
+  std::vector<uint8_t> reachable_;      // from prepare_for_backward (find_unused_parameters)
+  std::vector<int32_t> locally_used_;   // used in this or an accumulated (no_sync) backward
+  Tensor used_map_;                     // int32 all-reduced with the last bucket
+  std::shared_ptr<dist::Work> used_map_work_;
+  size_t next_to_launch_ = 0;
+  std::vector<size_t> ready_order_;     // first iteration: order hooks fired (for the rebuild)
+  std::chrono::steady_clock::time_point forward_end_;
+  size_t unused_marked_ = 0;
+
+  int64_t iteration_ = 0;
+  IterationStats last_stats_;
+};
+
+}  // namespace ddp

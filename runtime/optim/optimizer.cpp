@@ -1,0 +1,180 @@
+// optimizer.cpp - the update rules (CPU loops; CUDA through kernels/cuda/optim), state export, clipping.
+#include "runtime/optim/optimizer.h"
+
+#include <cmath>
+
+#include "runtime/autograd/node.h"
+#include "runtime/tensor/tensor_math.h"
+
+#ifdef DDP_WITH_CUDA
+#include "kernels/cuda/optim.h"
+#include "runtime/core/cuda/stream.h"
+#endif
+
+namespace ddp::optim {
+
+void Optimizer::zero_grad() {
+  for (auto& p : params_) p.tensor.impl()->grad.reset();
+}
+
+SGD::SGD(std::vector<nn::NamedTensor> params, SGDOptions options)
+    : Optimizer(std::move(params), options.lr), opt_(options), momentum_(params_.size()) {
+  DDP_CHECK(opt_.lr >= 0, "SGD: lr must be >= 0 (got ", opt_.lr, ")");
+  DDP_CHECK(!opt_.nesterov || (opt_.momentum > 0 && opt_.dampening == 0),
+            "SGD: nesterov needs momentum > 0 and dampening 0");
+}
+
+void SGD::step() {
+  autograd::NoGradGuard ng;
+  ++steps_;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Tensor p = params_[i].tensor;
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    const bool first = !momentum_[i].defined();
+    if (opt_.momentum != 0 && first) momentum_[i] = Tensor::zeros(p.shape(), p.dtype(), p.device());
+#ifdef DDP_WITH_CUDA
+    if (p.device().is_cuda()) {
+      kernels::cuda::sgd_step(p.raw_data(), g.raw_data(), momentum_[i].defined() ? momentum_[i].raw_data() : nullptr,
+                              p.dtype(), p.numel(), lr_, opt_.momentum, opt_.dampening, opt_.weight_decay,
+                              opt_.nesterov, first, cuda::current_stream());
+      continue;
+    }
+#endif
+    DDP_DISPATCH_FLOATING(p.dtype(), "SGD", [&] {
+      scalar_t* w = p.data<scalar_t>();
+      const scalar_t* gr = g.data<scalar_t>();
+      scalar_t* buf = momentum_[i].defined() ? momentum_[i].data<scalar_t>() : nullptr;
+      const scalar_t lr = static_cast<scalar_t>(lr_), mom = static_cast<scalar_t>(opt_.momentum),
+                     damp = static_cast<scalar_t>(opt_.dampening), wd = static_cast<scalar_t>(opt_.weight_decay);
+      for (int64_t j = 0, n = p.numel(); j < n; ++j) {
+        scalar_t d = gr[j];
+        if (wd != 0) d += wd * w[j];
+        if (buf) {
+          buf[j] = first ? d : mom * buf[j] + (1 - damp) * d;
+          d = opt_.nesterov ? d + mom * buf[j] : buf[j];
+        }
+        w[j] -= lr * d;
+      }
+    });
+  }
+}
+
+std::map<std::string, Tensor> SGD::state() const {
+  std::map<std::string, Tensor> s;
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (momentum_[i].defined()) s[params_[i].name + ".momentum_buffer"] = momentum_[i];
+  return s;
+}
+
+void SGD::load_state(const std::map<std::string, Tensor>& state, int64_t steps) {
+  steps_ = steps;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    auto it = state.find(params_[i].name + ".momentum_buffer");
+    if (it == state.end()) {
+      momentum_[i] = Tensor();
+      continue;
+    }
+    DDP_CHECK(it->second.shape() == params_[i].tensor.shape(), "optimizer state ", it->first, " has shape ",
+              shape_str(it->second.shape()), " but the parameter has ", shape_str(params_[i].tensor.shape()));
+    momentum_[i] = it->second.to(params_[i].tensor.dtype()).to(params_[i].tensor.device()).clone();
+  }
+}
+
+AdamW::AdamW(std::vector<nn::NamedTensor> params, AdamWOptions options)
+    : Optimizer(std::move(params), options.lr), opt_(options), m_(params_.size()), v_(params_.size()),
+      param_steps_(params_.size(), 0) {
+  DDP_CHECK(opt_.lr >= 0 && opt_.eps > 0 && opt_.beta1 >= 0 && opt_.beta1 < 1 && opt_.beta2 >= 0 && opt_.beta2 < 1,
+            "AdamW: need lr >= 0, eps > 0, 0 <= beta < 1");
+}
+
+void AdamW::step() {
+  autograd::NoGradGuard ng;
+  ++steps_;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Tensor p = params_[i].tensor;
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    if (!m_[i].defined()) {
+      m_[i] = Tensor::zeros(p.shape(), p.dtype(), p.device());
+      v_[i] = Tensor::zeros(p.shape(), p.dtype(), p.device());
+    }
+    const int64_t t = ++param_steps_[i];
+    const double bc1 = 1 - std::pow(opt_.beta1, static_cast<double>(t));
+    const double bc2 = 1 - std::pow(opt_.beta2, static_cast<double>(t));
+#ifdef DDP_WITH_CUDA
+    if (p.device().is_cuda()) {
+      kernels::cuda::adamw_step(p.raw_data(), g.raw_data(), m_[i].raw_data(), v_[i].raw_data(), p.dtype(), p.numel(),
+                                lr_, opt_.beta1, opt_.beta2, opt_.eps, opt_.weight_decay, bc1, bc2,
+                                cuda::current_stream());
+      continue;
+    }
+#endif
+    DDP_DISPATCH_FLOATING(p.dtype(), "AdamW", [&] {
+      scalar_t* w = p.data<scalar_t>();
+      const scalar_t* gr = g.data<scalar_t>();
+      scalar_t* m = m_[i].data<scalar_t>();
+      scalar_t* v = v_[i].data<scalar_t>();
+      const scalar_t lr = static_cast<scalar_t>(lr_), b1 = static_cast<scalar_t>(opt_.beta1),
+                     b2 = static_cast<scalar_t>(opt_.beta2), eps = static_cast<scalar_t>(opt_.eps),
+                     decay = static_cast<scalar_t>(1 - lr_ * opt_.weight_decay);
+      const scalar_t step_size = static_cast<scalar_t>(lr_ / bc1);
+      const scalar_t sqrt_bc2 = static_cast<scalar_t>(std::sqrt(bc2));
+      (void)lr;
+      for (int64_t j = 0, n = p.numel(); j < n; ++j) {
+        w[j] *= decay;
+        m[j] = b1 * m[j] + (1 - b1) * gr[j];
+        v[j] = b2 * v[j] + (1 - b2) * gr[j] * gr[j];
+        w[j] -= step_size * m[j] / (std::sqrt(v[j]) / sqrt_bc2 + eps);
+      }
+    });
+  }
+}
+
+std::map<std::string, Tensor> AdamW::state() const {
+  std::map<std::string, Tensor> s;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!m_[i].defined()) continue;
+    s[params_[i].name + ".exp_avg"] = m_[i];
+    s[params_[i].name + ".exp_avg_sq"] = v_[i];
+    s[params_[i].name + ".step"] = Tensor::from_data<int64_t>({param_steps_[i]}, {});
+  }
+  return s;
+}
+
+void AdamW::load_state(const std::map<std::string, Tensor>& state, int64_t steps) {
+  steps_ = steps;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const std::string& n = params_[i].name;
+    auto im = state.find(n + ".exp_avg"), iv = state.find(n + ".exp_avg_sq"), is = state.find(n + ".step");
+    if (im == state.end() || iv == state.end() || is == state.end()) {
+      m_[i] = v_[i] = Tensor();
+      param_steps_[i] = 0;
+      continue;
+    }
+    const Tensor& p = params_[i].tensor;
+    for (auto* it : {&im, &iv})
+      DDP_CHECK((*it)->second.shape() == p.shape(), "optimizer state ", (*it)->first, " has shape ",
+                shape_str((*it)->second.shape()), " but the parameter has ", shape_str(p.shape()));
+    m_[i] = im->second.to(p.dtype()).to(p.device()).clone();
+    v_[i] = iv->second.to(p.dtype()).to(p.device()).clone();
+    param_steps_[i] = static_cast<int64_t>(is->second.item());
+  }
+}
+
+double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm) {
+  double total = 0;
+  for (const Tensor& p : params)
+    if (p.grad().defined()) total += sum_of_squares(p.grad());
+  const double norm = std::sqrt(total);
+  if (norm > max_norm && norm > 0) {
+    const double scale = max_norm / (norm + 1e-6);
+    for (const Tensor& p : params) {
+      Tensor g = p.grad();
+      if (g.defined()) scale_(g, scale);
+    }
+  }
+  return norm;
+}
+
+}  // namespace ddp::optim
