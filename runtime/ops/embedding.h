@@ -1,0 +1,12 @@
+// embedding.h - differentiable embedding lookup (GPT-2's token and position tables).
+#pragma once
+#include "runtime/tensor/tensor.h"
+
+namespace ddp::ops {
+
+// weight: (V, C), indices: (...) int64 in [0, V) -> (..., C), out[i] = weight[indices[i]].
+// Backward scatter-adds into a dense (V, C) gradient of weight (rows never looked up get 0).
+// An index outside [0, V) is a ddp::Error naming its value and position.
+Tensor embedding(const Tensor& weight, const Tensor& indices);
+
+}  // namespace ddp::ops

@@ -1,0 +1,182 @@
+// loss.cpp - forward and backward of cross_entropy and mse_loss, dispatching to kernels/{cpu,cuda}/loss.
+#include "runtime/ops/loss.h"
+
+#include <cmath>
+#include <limits>
+
+#include "kernels/cpu/loss.h"
+#include "runtime/autograd/node.h"
+#ifdef DDP_WITH_CUDA
+#include "kernels/cuda/loss.h"
+#include "runtime/core/cuda/stream.h"
+#endif
+
+namespace ddp::ops {
+namespace {
+
+[[noreturn]] void fail_bad_target(const Tensor& targets, int64_t pos, int64_t cols, const CrossEntropyOptions& o) {
+  Tensor host = targets.to(Device::cpu());
+  const int64_t value = host.data<int64_t>()[pos];
+  DDP_FAIL("cross_entropy: target ", value, " at position ", pos, " (flat index into targets of shape ",
+           shape_str(targets.shape()), ") is outside [0, ", cols, ") for ", cols, " classes",
+           o.ignore_index ? " and is not the ignore_index " + std::to_string(*o.ignore_index) : std::string(),
+           "; fix the labels or the number of classes");
+}
+
+struct CrossEntropyBackward final : autograd::Node {
+  Tensor logits, targets, lse;  // lse: (rows) log-sum-exp of each row
+  Tensor count_device;           // CUDA only: the number of non-ignored rows, a device int64 scalar
+  int64_t count = 0;             // CPU: the number of non-ignored rows
+  int64_t rows = 0, cols = 0;
+  CrossEntropyOptions options;
+
+  std::vector<Tensor> apply(std::vector<Tensor>& grads) override {
+    if (!grads[0].defined()) return {Tensor()};
+    Tensor dlogits = Tensor::empty_like(logits);
+    const bool mean = options.reduction == LossReduction::Mean;
+    const bool has_ignore = options.ignore_index.has_value();
+    const int64_t ignore = options.ignore_index.value_or(0);
+    DDP_DISPATCH_FLOATING(logits.dtype(), "cross_entropy backward", [&] {
+#ifdef DDP_WITH_CUDA
+      if (logits.device().is_cuda()) {
+        kernels::cuda::cross_entropy_backward(logits.data<scalar_t>(), targets.data<int64_t>(), lse.data<scalar_t>(),
+                                              grads[0].data<scalar_t>(), mean ? count_device.data<int64_t>() : nullptr,
+                                              rows, cols, has_ignore, ignore, dlogits.data<scalar_t>(),
+                                              cuda::current_stream());
+        return;
+      }
+#endif
+      const double divisor = mean ? static_cast<double>(count) : 1.0;
+      kernels::cpu::cross_entropy_backward(logits.data<scalar_t>(), targets.data<int64_t>(), lse.data<scalar_t>(),
+                                           grads[0].data<scalar_t>(), divisor, rows, cols, has_ignore, ignore,
+                                           dlogits.data<scalar_t>());
+    });
+    return {dlogits};
+  }
+  const char* name() const override { return "cross_entropy"; }
+  void release_saved() override { logits = targets = lse = count_device = Tensor(); }
+};
+
+struct MseBackward final : autograd::Node {
+  Tensor pred, target;
+  std::vector<Tensor> apply(std::vector<Tensor>& grads) override {
+    if (!grads[0].defined()) return {Tensor(), Tensor()};
+    Tensor dpred, dtarget;
+    if (next_edges[0].valid()) dpred = Tensor::empty_like(pred);
+    if (next_edges[1].valid()) dtarget = Tensor::empty_like(target);
+    DDP_DISPATCH_FLOATING(pred.dtype(), "mse_loss backward", [&] {
+      scalar_t* dp = dpred.defined() ? dpred.data<scalar_t>() : nullptr;
+      scalar_t* dt = dtarget.defined() ? dtarget.data<scalar_t>() : nullptr;
+#ifdef DDP_WITH_CUDA
+      if (pred.device().is_cuda()) {
+        kernels::cuda::mse_backward(pred.data<scalar_t>(), target.data<scalar_t>(), grads[0].data<scalar_t>(),
+                                    pred.numel(), dp, dt, cuda::current_stream());
+        return;
+      }
+#endif
+      kernels::cpu::mse_backward(pred.data<scalar_t>(), target.data<scalar_t>(), grads[0].data<scalar_t>(),
+                                 pred.numel(), dp, dt);
+    });
+    return {dpred, dtarget};
+  }
+  const char* name() const override { return "mse_loss"; }
+  void release_saved() override { pred = target = Tensor(); }
+};
+}  // namespace
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEntropyOptions& options) {
+  DDP_CHECK(logits.defined() && targets.defined(), "cross_entropy: logits or targets is undefined");
+  DDP_CHECK(logits.dim() >= 1, "cross_entropy: logits must be (..., C) with C classes last; got shape ()");
+  DDP_CHECK(targets.dtype() == DType::I64, "cross_entropy: targets must be int64 class indices; got ",
+            dtype_name(targets.dtype()), " (convert with .to(DType::I64))");
+  const Shape row_shape(logits.shape().begin(), logits.shape().end() - 1);
+  DDP_CHECK(targets.shape() == row_shape, "cross_entropy: targets of shape ", shape_str(targets.shape()),
+            " do not match logits of shape ", shape_str(logits.shape()), "; expected targets of shape ",
+            shape_str(row_shape), " (one class index per row of logits)");
+  DDP_CHECK(logits.device() == targets.device(), "cross_entropy: logits on ", logits.device().str(),
+            " but targets on ", targets.device().str(), "; move both to one device");
+  const int64_t cols = logits.size(-1), rows = shape_numel(row_shape);
+  DDP_CHECK(cols > 0, "cross_entropy: logits of shape ", shape_str(logits.shape()), " have zero classes");
+  const bool has_ignore = options.ignore_index.has_value();
+  const int64_t ignore = options.ignore_index.value_or(0);
+  const bool mean = options.reduction == LossReduction::Mean;
+
+  Tensor loss = Tensor::empty({}, logits.dtype(), logits.device());
+  Tensor lse = Tensor::empty({rows}, logits.dtype(), logits.device());
+  auto node = std::make_shared<CrossEntropyBackward>();
+#ifdef DDP_WITH_CUDA
+  if (logits.device().is_cuda()) {
+    Tensor row_loss = Tensor::empty({rows}, logits.dtype(), logits.device());
+    Tensor count = Tensor::empty({}, DType::I64, logits.device());
+    Tensor first_bad = Tensor::empty({}, DType::I64, logits.device());  // -1 (all bits set) when every target is valid
+    DDP_DISPATCH_FLOATING(logits.dtype(), "cross_entropy", [&] {
+      kernels::cuda::cross_entropy_forward(logits.data<scalar_t>(), targets.data<int64_t>(), rows, cols, has_ignore,
+                                           ignore, mean, lse.data<scalar_t>(), row_loss.data<scalar_t>(),
+                                           loss.data<scalar_t>(), count.data<int64_t>(),
+                                           reinterpret_cast<unsigned long long*>(first_bad.data<int64_t>()),
+                                           cuda::current_stream());
+    });
+    const int64_t bad = first_bad.to(Device::cpu()).data<int64_t>()[0];  // waits for the kernels
+    if (bad >= 0) fail_bad_target(targets, bad, cols, options);
+    node->count_device = count;
+  } else
+#endif
+  {
+    DDP_CHECK(logits.device().is_cpu(), "cross_entropy on ", logits.device().str(), " is not available in this build");
+    const int64_t* pt = targets.data<int64_t>();
+    const int64_t bad = kernels::cpu::first_bad_target(pt, rows, cols, has_ignore, ignore);
+    if (bad >= 0) fail_bad_target(targets, bad, cols, options);
+    DDP_DISPATCH_FLOATING(logits.dtype(), "cross_entropy", [&] {
+      int64_t count = 0;
+      const double total = kernels::cpu::cross_entropy_forward(logits.data<scalar_t>(), pt, rows, cols, has_ignore,
+                                                               ignore, lse.data<scalar_t>(), &count);
+      const double value = !mean ? total : count > 0 ? total / static_cast<double>(count)
+                                                     : std::numeric_limits<double>::quiet_NaN();
+      loss.data<scalar_t>()[0] = static_cast<scalar_t>(value);
+      node->count = count;
+    });
+  }
+  if (autograd::needs_grad({&logits})) {
+    node->logits = logits;
+    node->targets = targets;
+    node->lse = lse;
+    node->rows = rows;
+    node->cols = cols;
+    node->options = options;
+    autograd::record(node, {&logits}, {&loss});
+  }
+  return loss;
+}
+
+Tensor mse_loss(const Tensor& pred, const Tensor& target) {
+  DDP_CHECK(pred.defined() && target.defined(), "mse_loss: pred or target is undefined");
+  DDP_CHECK(pred.shape() == target.shape(), "mse_loss: pred of shape ", shape_str(pred.shape()),
+            " and target of shape ", shape_str(target.shape()), " differ; they must have the same shape");
+  DDP_CHECK(pred.dtype() == target.dtype(), "mse_loss: pred is ", dtype_name(pred.dtype()), " but target is ",
+            dtype_name(target.dtype()), "; convert one with .to(dtype)");
+  DDP_CHECK(pred.device() == target.device(), "mse_loss: pred on ", pred.device().str(), " but target on ",
+            target.device().str());
+  DDP_CHECK(pred.numel() > 0, "mse_loss: empty inputs of shape ", shape_str(pred.shape()));
+  Tensor loss = Tensor::empty({}, pred.dtype(), pred.device());
+  DDP_DISPATCH_FLOATING(pred.dtype(), "mse_loss", [&] {
+#ifdef DDP_WITH_CUDA
+    if (pred.device().is_cuda()) {
+      kernels::cuda::mse_forward(pred.data<scalar_t>(), target.data<scalar_t>(), pred.numel(), loss.data<scalar_t>(),
+                                 cuda::current_stream());
+      return;
+    }
+#endif
+    DDP_CHECK(pred.device().is_cpu(), "mse_loss on ", pred.device().str(), " is not available in this build");
+    const double total = kernels::cpu::mse_forward(pred.data<scalar_t>(), target.data<scalar_t>(), pred.numel());
+    loss.data<scalar_t>()[0] = static_cast<scalar_t>(total / static_cast<double>(pred.numel()));
+  });
+  if (autograd::needs_grad({&pred, &target})) {
+    auto node = std::make_shared<MseBackward>();
+    node->pred = pred;
+    node->target = target;
+    autograd::record(node, {&pred, &target}, {&loss});
+  }
+  return loss;
+}
+
+}  // namespace ddp::ops

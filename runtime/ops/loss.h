@@ -1,0 +1,30 @@
+// loss.h - differentiable losses that end a forward pass: fused cross-entropy and mean-squared error.
+// Both return a scalar (shape ()) tensor of the input's dtype on the input's device.
+#pragma once
+#include <cstdint>
+#include <optional>
+
+#include "runtime/tensor/tensor.h"
+
+namespace ddp::ops {
+
+enum class LossReduction { Mean, Sum };
+
+struct CrossEntropyOptions {
+  // Rows whose target equals this value add nothing to the loss, the count or the gradient (e.g. padding).
+  std::optional<int64_t> ignore_index;
+  // Mean: divide by the number of non-ignored rows (NaN when every row is ignored, like PyTorch).
+  // Sum: the plain sum over non-ignored rows.
+  LossReduction reduction = LossReduction::Mean;
+};
+
+// logits: (..., C) float, targets: (...) int64 with values in [0, C) (or the ignore index) -> ().
+// Fused log-softmax + negative log-likelihood; stable for any logit magnitude. The backward is
+// (softmax - onehot) * dloss / count, recomputed from a saved per-row log-sum-exp (no (N, C) probabilities kept).
+// A target outside [0, C) is a ddp::Error naming its value and position.
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEntropyOptions& options = {});
+
+// pred, target: same shape and dtype -> (), mean((pred - target)^2). Both inputs are differentiable.
+Tensor mse_loss(const Tensor& pred, const Tensor& target);
+
+}  // namespace ddp::ops

@@ -1,0 +1,204 @@
+// test_loss.cpp - cross_entropy (mean, sum, ignore_index, (..., C) logits, stability at large logits, bad
+// targets) and mse_loss against plain float64 references; gradcheck; float32 vs float64; CUDA parity.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "runtime/ops/loss.h"
+#include "tests/ops_nn/ops_nn_test_util.h"
+
+using namespace ddp;
+using namespace ddp::testing;
+
+namespace {
+// Mean (or sum) over non-ignored rows of -log softmax(x)[target], plainly in double.
+double reference_ce(const std::vector<double>& x, const std::vector<int64_t>& t, int64_t cols, bool mean = true,
+                    int64_t ignore = -12345) {
+  double total = 0;
+  int64_t n = 0;
+  for (size_t r = 0; r < t.size(); ++r) {
+    if (t[r] == ignore) continue;
+    double m = -INFINITY, s = 0;
+    for (int64_t c = 0; c < cols; ++c) m = std::max(m, x[r * cols + c]);
+    for (int64_t c = 0; c < cols; ++c) s += std::exp(x[r * cols + c] - m);
+    total += m + std::log(s) - x[r * cols + t[r]];
+    ++n;
+  }
+  return mean ? total / static_cast<double>(n) : total;
+}
+std::vector<int64_t> random_targets(int64_t n, int64_t cols, uint64_t seed) {
+  std::vector<int64_t> t(n);
+  for (int64_t i = 0; i < n; ++i) t[i] = static_cast<int64_t>((seed * 2654435761u + 97 * i) % cols);
+  return t;
+}
+Tensor targets_tensor(const std::vector<int64_t>& t, const Shape& shape) { return Tensor::from_data(t, shape); }
+}  // namespace
+
+TEST(CrossEntropy, MatchesReference) {
+  for (int64_t cols : {1, 2, 7, 33}) {
+    for (int64_t rows : {1, 5}) {
+      Tensor x = random_f64({rows, cols}, 100 + cols, false) * 3.0;
+      auto t = random_targets(rows, cols, cols);
+      Tensor loss = ops::cross_entropy(x, targets_tensor(t, {rows}));
+      EXPECT_EQ(loss.shape(), Shape{});
+      EXPECT_NEAR(loss.item(), reference_ce(values(x), t, cols), 1e-12) << rows << "x" << cols;
+    }
+  }
+}
+
+TEST(CrossEntropy, LeadingDimensionsAreRows) {
+  Tensor x = random_f64({2, 3, 5}, 4, false);
+  auto t = random_targets(6, 5, 9);
+  EXPECT_NEAR(ops::cross_entropy(x, targets_tensor(t, {2, 3})).item(), reference_ce(values(x), t, 5), 1e-12);
+}
+
+TEST(CrossEntropy, SumAndIgnoreIndex) {
+  Tensor x = random_f64({6, 4}, 12, false);
+  std::vector<int64_t> t = {1, -1, 3, 0, -1, 2};
+  ops::CrossEntropyOptions opt;
+  opt.ignore_index = -1;
+  EXPECT_NEAR(ops::cross_entropy(x, targets_tensor(t, {6}), opt).item(), reference_ce(values(x), t, 4, true, -1),
+              1e-12);
+  opt.reduction = ops::LossReduction::Sum;
+  EXPECT_NEAR(ops::cross_entropy(x, targets_tensor(t, {6}), opt).item(), reference_ce(values(x), t, 4, false, -1),
+              1e-12);
+  // An ignore index inside [0, C) ignores that class.
+  opt.ignore_index = 3;
+  std::vector<int64_t> t2 = {1, 3, 3, 0, 2, 2};
+  EXPECT_NEAR(ops::cross_entropy(x, targets_tensor(t2, {6}), opt).item(), reference_ce(values(x), t2, 4, false, 3),
+              1e-12);
+}
+
+TEST(CrossEntropy, AllIgnoredMeanIsNan) {
+  ops::CrossEntropyOptions opt;
+  opt.ignore_index = 0;
+  EXPECT_TRUE(std::isnan(ops::cross_entropy(random_f64({2, 3}, 1, false), targets_tensor({0, 0}, {2}), opt).item()));
+}
+
+TEST(CrossEntropy, LargeLogitsAreStable) {
+  // Exact values: with logits (1000, 0, -1000) the loss of target 0 is ~0 and of target 2 is ~2000.
+  for (DType dt : {DType::F32, DType::F64}) {
+    Tensor x = Tensor::from_vector({1000, 0, -1000, 1000, 0, -1000}, {2, 3}, dt);
+    ops::CrossEntropyOptions sum;
+    sum.reduction = ops::LossReduction::Sum;
+    EXPECT_NEAR(ops::cross_entropy(x.slice0(0, 1), targets_tensor({0}, {1}), sum).item(), 0.0, 1e-6);
+    EXPECT_NEAR(ops::cross_entropy(x.slice0(1, 2), targets_tensor({2}, {1}), sum).item(), 2000.0, 1e-3);
+    // Shift invariance: logits + 1000 give the same loss and gradient as the logits themselves.
+    Tensor base = random_f64({4, 9}, 31, false).to(dt);
+    auto t = random_targets(4, 9, 2);
+    Tensor shifted = (base + 1000.0).detach().set_requires_grad(true);
+    Tensor plain = base.detach().set_requires_grad(true);
+    Tensor ls = ops::cross_entropy(shifted, targets_tensor(t, {4}));
+    Tensor lp = ops::cross_entropy(plain, targets_tensor(t, {4}));
+    ASSERT_TRUE(std::isfinite(ls.item()));
+    EXPECT_NEAR(ls.item(), reference_ce(values(base), t, 9), dt == DType::F32 ? 1e-3 : 1e-10);
+    EXPECT_NEAR(ls.item(), lp.item(), dt == DType::F32 ? 1e-3 : 1e-10);
+    autograd::backward(ls);
+    autograd::backward(lp);
+    for (double g : values(shifted.grad())) EXPECT_TRUE(std::isfinite(g));
+    EXPECT_TRUE(all_close(shifted.grad(), plain.grad(), dt == DType::F32 ? 1e-4 : 1e-10));
+  }
+}
+
+TEST(CrossEntropy, BackwardIsSoftmaxMinusOnehotOverN) {
+  Tensor x = random_f64({3, 4}, 77);
+  std::vector<int64_t> t = {2, 0, 3};
+  autograd::backward(ops::cross_entropy(x, targets_tensor(t, {3})));
+  std::vector<double> xv = values(x), expected(12);
+  for (int r = 0; r < 3; ++r) {
+    double s = 0;
+    for (int c = 0; c < 4; ++c) s += std::exp(xv[r * 4 + c]);
+    for (int c = 0; c < 4; ++c) expected[r * 4 + c] = (std::exp(xv[r * 4 + c]) / s - (c == t[r] ? 1 : 0)) / 3.0;
+  }
+  EXPECT_TRUE(all_close(x.grad(), expected, 1e-14));
+}
+
+TEST(CrossEntropy, Gradcheck) {
+  for (Shape s : std::vector<Shape>{{1, 1}, {3, 7}, {5, 3}, {2, 2, 5}}) {
+    const int64_t rows = shape_numel(s) / s.back();
+    Shape ts(s.begin(), s.end() - 1);
+    Tensor t = targets_tensor(random_targets(rows, s.back(), 5), ts);
+    EXPECT_TRUE(gradcheck([&](const std::vector<Tensor>& in) { return ops::cross_entropy(in[0], in[1]); },
+                          {random_f64(s, 3), t}))
+        << shape_str(s);
+    ops::CrossEntropyOptions opt;
+    opt.reduction = ops::LossReduction::Sum;
+    opt.ignore_index = 0;
+    EXPECT_TRUE(gradcheck([&](const std::vector<Tensor>& in) { return ops::cross_entropy(in[0], in[1], opt); },
+                          {random_f64(s, 4), t}))
+        << shape_str(s);
+  }
+}
+
+TEST(CrossEntropy, Float32MatchesFloat64) {
+  Tensor x = random_f64({8, 101}, 9, false) * 5.0;
+  Tensor t = targets_tensor(random_targets(8, 101, 3), {8});
+  EXPECT_TRUE(float32_matches_float64([&](const std::vector<Tensor>& in) { return ops::cross_entropy(in[0], t); },
+                                      {x}, 1e-5, 1e-5));
+}
+
+TEST(CrossEntropy, BadTargetNamesValueAndPosition) {
+  Tensor x = random_f64({4, 5}, 1, false);
+  try {
+    ops::cross_entropy(x, targets_tensor({0, 4, 5, 1}, {4}));
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("target 5 at position 2"), std::string::npos) << msg;
+  }
+  try {
+    ops::cross_entropy(x, targets_tensor({0, -1, 1, 1}, {4}));
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("target -1 at position 1"), std::string::npos) << e.what();
+  }
+}
+
+TEST(CrossEntropy, RejectsBadShapesAndDtypes) {
+  Tensor x = random_f64({4, 5}, 1, false);
+  EXPECT_THROW(ops::cross_entropy(x, targets_tensor({0, 1, 2}, {3})), Error);
+  EXPECT_THROW(ops::cross_entropy(x, Tensor::zeros({4}, DType::F32)), Error);
+  EXPECT_THROW(ops::cross_entropy(Tensor::zeros({}), targets_tensor({0}, {1})), Error);
+}
+
+TEST(MseLoss, MatchesReferenceAndGradcheck) {
+  for (Shape s : std::vector<Shape>{{1}, {3, 4}, {2, 1, 5}}) {
+    Tensor p = random_f64(s, 1), t = random_f64(s, 2);
+    std::vector<double> pv = values(p), tv = values(t);
+    double expected = 0;
+    for (size_t i = 0; i < pv.size(); ++i) expected += (pv[i] - tv[i]) * (pv[i] - tv[i]);
+    expected /= static_cast<double>(pv.size());
+    EXPECT_NEAR(ops::mse_loss(p, t).item(), expected, 1e-13);
+    EXPECT_TRUE(gradcheck([](const std::vector<Tensor>& in) { return ops::mse_loss(in[0], in[1]); }, {p, t}))
+        << shape_str(s);
+  }
+  EXPECT_THROW(ops::mse_loss(random_f64({3}, 1), random_f64({4}, 1)), Error);
+}
+
+TEST(CrossEntropy, CudaMatchesCpu) {
+  DDP_SKIP_WITHOUT_GPU();
+  // float32 on both sides: relative error bound 1e-5.
+  Tensor x = random_f64({2, 7, 1001}, 5) * 4.0;
+  Tensor t = targets_tensor(random_targets(14, 1001, 8), {2, 7});
+  expect_cuda_matches_cpu([](const std::vector<Tensor>& in) { return ops::cross_entropy(in[0], in[1]); }, {x, t},
+                          1e-6, 1e-5);
+  std::vector<int64_t> tv = random_targets(14, 1001, 8);
+  tv[3] = -100;
+  ops::CrossEntropyOptions opt;
+  opt.ignore_index = -100;
+  expect_cuda_matches_cpu([&](const std::vector<Tensor>& in) { return ops::cross_entropy(in[0], in[1], opt); },
+                          {x, targets_tensor(tv, {2, 7})}, 1e-6, 1e-5);
+  tv[5] = 1001;
+  try {
+    ops::cross_entropy(x.to(DType::F32).to(Device::cuda(0)), targets_tensor(tv, {2, 7}).to(Device::cuda(0)), opt);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("target 1001 at position 5"), std::string::npos) << e.what();
+  }
+}
+
+TEST(MseLoss, CudaMatchesCpu) {
+  DDP_SKIP_WITHOUT_GPU();
+  expect_cuda_matches_cpu([](const std::vector<Tensor>& in) { return ops::mse_loss(in[0], in[1]); },
+                          {random_f64({3, 257}, 1), random_f64({3, 257}, 2)}, 1e-6, 1e-5);
+}
