@@ -88,6 +88,7 @@ class Supervisor {
 };
 
 Supervisor::~Supervisor() {
+  signal_running(SIGKILL);  // only reached with workers alive when an error interrupted the supervisor
   if (sigfd_ >= 0) {
     ::close(sigfd_);
     ::sigprocmask(SIG_SETMASK, &old_mask_, nullptr);
@@ -138,7 +139,7 @@ void Supervisor::spawn(Worker& w, int attempt) {
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
     ::execve(c_.program_path.c_str(), argv.data(), envp.data());
     int e = errno;
-    write_all(STDERR_FILENO, exec_failed + ::strerrorname_np(e) + "\n");
+    write_all(STDERR_FILENO, exec_failed + std::strerror(e) + "\n");
     ::_exit(127);
   }
   ::setpgid(pid, pid);  // also from the parent, so the group exists before any kill(-pid); races are harmless
