@@ -1,9 +1,14 @@
 // elementwise.cpp - forward and backward of the broadcasting binary ops and the scalar ops, side by side.
 // Backward of a broadcast input sums the gradient over the broadcast dimensions (sum_to_shape).
+// CPU kernels: kernels/cpu/broadcast.h; CUDA kernels (same names): kernels/cuda/elementwise.h.
 #include "runtime/ops/elementwise.h"
 
 #include "kernels/cpu/broadcast.h"
 #include "runtime/autograd/node.h"
+
+#ifdef DDP_WITH_CUDA
+#include "kernels/cuda/elementwise.h"
+#endif
 
 namespace ddp::ops {
 namespace {
@@ -23,6 +28,9 @@ Shape broadcast_or_fail(const char* what, const Tensor& a, const Tensor& b) {
   DDP_CHECK(a.dtype() == b.dtype(), what, ": dtypes differ (", dtype_name(a.dtype()), " vs ",
             dtype_name(b.dtype()), "); convert one with .to(dtype)");
   DDP_CHECK(a.device() == b.device(), what, ": devices differ (", a.device().str(), " vs ", b.device().str(), ")");
+#ifndef DDP_WITH_CUDA
+  DDP_CHECK(a.device().is_cpu(), what, " on ", a.device().str(), " needs a CUDA build");
+#endif
   bool ok;
   Shape s = kernels::cpu::broadcast_shapes(a.shape(), b.shape(), &ok);
   DDP_CHECK(ok, what, ": shapes ", shape_str(a.shape()), " and ", shape_str(b.shape()), " do not broadcast");
@@ -30,8 +38,20 @@ Shape broadcast_or_fail(const char* what, const Tensor& a, const Tensor& b) {
 }
 
 Tensor binary_forward(BinOp op, const Tensor& a, const Tensor& b, const Shape& out_shape) {
-  DDP_CHECK(a.device().is_cpu(), bin_name(op), " on ", a.device().str(), " is not available in this build");
   Tensor out = Tensor::empty(out_shape, a.dtype(), a.device());
+#ifdef DDP_WITH_CUDA
+  if (a.device().is_cuda()) {
+    const kernels::cuda::BinaryOp kop = op == BinOp::Add   ? kernels::cuda::BinaryOp::Add
+                                        : op == BinOp::Sub ? kernels::cuda::BinaryOp::Sub
+                                        : op == BinOp::Mul ? kernels::cuda::BinaryOp::Mul
+                                                           : kernels::cuda::BinaryOp::Div;
+    DDP_DISPATCH_FLOATING(a.dtype(), bin_name(op), [&] {
+      kernels::cuda::binary_broadcast(kop, a.data<scalar_t>(), a.shape(), b.data<scalar_t>(), b.shape(),
+                                      out.data<scalar_t>(), out_shape);
+    });
+    return out;
+  }
+#endif
   DDP_DISPATCH_FLOATING(a.dtype(), bin_name(op), [&] {
     const scalar_t* pa = a.data<scalar_t>();
     const scalar_t* pb = b.data<scalar_t>();
@@ -52,6 +72,12 @@ Tensor reduce_to(const Tensor& g, const Shape& shape) {
   if (g.shape() == shape) return g;
   Tensor out = Tensor::empty(shape, g.dtype(), g.device());
   DDP_DISPATCH_FLOATING(g.dtype(), "sum_to_shape", [&] {
+#ifdef DDP_WITH_CUDA
+    if (g.device().is_cuda()) {
+      kernels::cuda::sum_to_shape(g.data<scalar_t>(), g.shape(), out.data<scalar_t>(), shape);
+      return;
+    }
+#endif
     kernels::cpu::sum_to_shape(g.data<scalar_t>(), g.shape(), out.data<scalar_t>(), shape);
   });
   return out;
@@ -108,9 +134,17 @@ Tensor binary(BinOp op, const Tensor& a, const Tensor& b) {
 
 // y = alpha * x + beta
 Tensor affine_forward(const Tensor& x, double alpha, double beta) {
-  DDP_CHECK(x.device().is_cpu(), "scalar op on ", x.device().str(), " is not available in this build");
+#ifndef DDP_WITH_CUDA
+  DDP_CHECK(x.device().is_cpu(), "scalar op on ", x.device().str(), " needs a CUDA build");
+#endif
   Tensor out = Tensor::empty_like(x);
   DDP_DISPATCH_FLOATING(x.dtype(), "scalar op", [&] {
+#ifdef DDP_WITH_CUDA
+    if (x.device().is_cuda()) {
+      kernels::cuda::affine(x.data<scalar_t>(), out.data<scalar_t>(), x.numel(), alpha, beta);
+      return;
+    }
+#endif
     const scalar_t* px = x.data<scalar_t>();
     scalar_t* po = out.data<scalar_t>();
     const scalar_t al = static_cast<scalar_t>(alpha), be = static_cast<scalar_t>(beta);

@@ -1,0 +1,148 @@
+// reduce.cpp - the CPU reduction kernels: contiguous passes with double accumulators that the compiler can
+// vectorise (several independent partial sums for the inner == 1 case).
+#include "kernels/cpu/reduce.h"
+
+#include <algorithm>
+
+namespace ddp::kernels::cpu {
+
+std::vector<DimGroup> group_dims(const Dims& shape, const std::vector<bool>& reduced) {
+  std::vector<DimGroup> groups;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1) continue;
+    if (!groups.empty() && groups.back().reduced == reduced[d]) {
+      groups.back().size *= shape[d];
+    } else {
+      groups.push_back({shape[d], static_cast<bool>(reduced[d])});
+    }
+  }
+  return groups;
+}
+
+namespace {
+// Sum of n contiguous values in double, with 8 independent partial sums.
+template <class In>
+double sum_contiguous(const In* x, int64_t n) {
+  double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int k = 0; k < 8; ++k) acc[k] += static_cast<double>(x[i + k]);
+  double s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  for (; i < n; ++i) s += static_cast<double>(x[i]);
+  return s;
+}
+}  // namespace
+
+template <class In, class Out>
+void sum_middle(const In* x, int64_t outer, int64_t r, int64_t inner, Out* out, double scale) {
+  if (inner == 1) {
+    for (int64_t o = 0; o < outer; ++o) out[o] = static_cast<Out>(sum_contiguous(x + o * r, r) * scale);
+    return;
+  }
+  constexpr int64_t kTile = 512;  // columns per pass: the accumulators stay in L1
+  double acc[kTile];
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t j0 = 0; j0 < inner; j0 += kTile) {
+      const int64_t w = std::min(kTile, inner - j0);
+      std::fill(acc, acc + w, 0.0);
+      for (int64_t k = 0; k < r; ++k) {
+        const In* row = x + (o * r + k) * inner + j0;
+        for (int64_t j = 0; j < w; ++j) acc[j] += static_cast<double>(row[j]);
+      }
+      Out* dst = out + o * inner + j0;
+      for (int64_t j = 0; j < w; ++j) dst[j] = static_cast<Out>(acc[j] * scale);
+    }
+  }
+}
+
+template <class T>
+void sum_dims(const T* x, const Dims& shape, const std::vector<bool>& reduced, T* out, double scale) {
+  std::vector<DimGroup> groups = group_dims(shape, reduced);
+  int num_reduced = 0;
+  int64_t total = 1;
+  for (const DimGroup& g : groups) {
+    num_reduced += g.reduced ? 1 : 0;
+    total *= g.size;
+  }
+  if (num_reduced == 0) {  // nothing to sum (only size-1 dimensions reduced)
+    for (int64_t i = 0; i < total; ++i) out[i] = static_cast<T>(x[i] * scale);
+    return;
+  }
+  // Reduce the innermost reduced run first; intermediate results stay in double.
+  std::vector<double> cur, next;
+  bool from_input = true;
+  while (true) {
+    int last = static_cast<int>(groups.size()) - 1;
+    while (!groups[last].reduced) --last;
+    int64_t outer = 1, inner = 1;
+    for (int i = 0; i < last; ++i) outer *= groups[i].size;
+    for (int i = last + 1; i < static_cast<int>(groups.size()); ++i) inner *= groups[i].size;
+    const int64_t r = groups[last].size;
+    groups.erase(groups.begin() + last);
+    --num_reduced;
+    const bool final_pass = num_reduced == 0;
+    if (final_pass) {
+      if (from_input) sum_middle(x, outer, r, inner, out, scale);
+      else sum_middle(cur.data(), outer, r, inner, out, scale);
+      return;
+    }
+    next.assign(static_cast<size_t>(outer * inner), 0.0);
+    if (from_input) sum_middle(x, outer, r, inner, next.data(), 1.0);
+    else sum_middle(cur.data(), outer, r, inner, next.data(), 1.0);
+    cur.swap(next);
+    from_input = false;
+  }
+}
+
+template <class T>
+void expand_dims(const T* g, const Dims& shape, const std::vector<bool>& reduced, T* out, double scale) {
+  const std::vector<DimGroup> groups = group_dims(shape, reduced);
+  const T s = static_cast<T>(scale);
+  if (groups.empty()) {  // one element
+    out[0] = g[0] * s;
+    return;
+  }
+  const int ng = static_cast<int>(groups.size());
+  // Stride of each group in g (0 along reduced groups).
+  std::vector<int64_t> gstride(ng, 0);
+  int64_t st = 1;
+  for (int i = ng - 1; i >= 0; --i) {
+    if (!groups[i].reduced) {
+      gstride[i] = st;
+      st *= groups[i].size;
+    }
+  }
+  const int64_t last = groups[ng - 1].size;
+  const bool last_reduced = groups[ng - 1].reduced;
+  int64_t rows = 1;
+  for (int i = 0; i < ng - 1; ++i) rows *= groups[i].size;
+  std::vector<int64_t> idx(ng, 0);
+  int64_t goff = 0;
+  for (int64_t row = 0; row < rows; ++row) {
+    T* dst = out + row * last;
+    if (last_reduced) {
+      const T v = g[goff] * s;
+      for (int64_t j = 0; j < last; ++j) dst[j] = v;
+    } else {
+      const T* src = g + goff;
+      for (int64_t j = 0; j < last; ++j) dst[j] = src[j] * s;
+    }
+    for (int d = ng - 2; d >= 0; --d) {  // odometer over the outer groups
+      goff += gstride[d];
+      if (++idx[d] < groups[d].size) break;
+      goff -= gstride[d] * groups[d].size;
+      idx[d] = 0;
+    }
+  }
+}
+
+template void sum_middle<float, float>(const float*, int64_t, int64_t, int64_t, float*, double);
+template void sum_middle<double, double>(const double*, int64_t, int64_t, int64_t, double*, double);
+template void sum_middle<float, double>(const float*, int64_t, int64_t, int64_t, double*, double);
+template void sum_middle<double, float>(const double*, int64_t, int64_t, int64_t, float*, double);
+template void sum_dims<float>(const float*, const Dims&, const std::vector<bool>&, float*, double);
+template void sum_dims<double>(const double*, const Dims&, const std::vector<bool>&, double*, double);
+template void expand_dims<float>(const float*, const Dims&, const std::vector<bool>&, float*, double);
+template void expand_dims<double>(const double*, const Dims&, const std::vector<bool>&, double*, double);
+
+}  // namespace ddp::kernels::cpu
