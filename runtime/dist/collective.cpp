@@ -7,21 +7,30 @@ namespace ddp::dist {
 
 const char* collective_name(CollectiveKind k) {
   switch (k) {
-    case CollectiveKind::Allreduce: return "allreduce";
-    case CollectiveKind::Broadcast: return "broadcast";
-    case CollectiveKind::Allgather: return "allgather";
-    case CollectiveKind::ReduceScatter: return "reduce_scatter";
-    case CollectiveKind::Barrier: return "barrier";
+    case CollectiveKind::Allreduce:
+      return "allreduce";
+    case CollectiveKind::Broadcast:
+      return "broadcast";
+    case CollectiveKind::Allgather:
+      return "allgather";
+    case CollectiveKind::ReduceScatter:
+      return "reduce_scatter";
+    case CollectiveKind::Barrier:
+      return "barrier";
   }
   return "?";
 }
 
 const char* reduce_op_name(ReduceOp op) {
   switch (op) {
-    case ReduceOp::Sum: return "sum";
-    case ReduceOp::Avg: return "avg";
-    case ReduceOp::Max: return "max";
-    case ReduceOp::Min: return "min";
+    case ReduceOp::Sum:
+      return "sum";
+    case ReduceOp::Avg:
+      return "avg";
+    case ReduceOp::Max:
+      return "max";
+    case ReduceOp::Min:
+      return "min";
   }
   return "?";
 }
@@ -45,7 +54,8 @@ void check_buffer(const CommBuffer& b, const std::string& what, const std::strin
     DDP_CHECK(b.device.is_cuda(), "nccl: ", what, " lives on ", b.device.str(),
               " but NCCL moves CUDA memory only; use the gloo backend for CPU buffers");
   } else if (b.device.is_cpu()) {
-    DDP_CHECK(b.dtype != DType::U8, backend, ": ", what, " has dtype uint8, which collectives do not support; "
+    DDP_CHECK(b.dtype != DType::U8, backend, ": ", what,
+              " has dtype uint8, which collectives do not support; "
               "expected float32, float64, bfloat16, int32 or int64");
   }
 }
@@ -55,8 +65,8 @@ void check_allgather(const CommBuffer& in, const CommBuffer& out, int size) {
             dtype_name(out.dtype), "; expected the same dtype");
   DDP_CHECK(in.device == out.device, "allgather: input is on ", in.device.str(), " but output on ",
             out.device.str(), "; expected the same device");
-  DDP_CHECK(out.numel == in.numel * size, "allgather: output has ", out.numel, " elements; expected world size ",
-            size, " x input ", in.numel, " = ", in.numel * size);
+  DDP_CHECK(out.numel == in.numel * size, "allgather: output has ", out.numel,
+            " elements; expected world size ", size, " x input ", in.numel, " = ", in.numel * size);
 }
 
 void check_reduce_scatter(const CommBuffer& in, const CommBuffer& out, int size) {

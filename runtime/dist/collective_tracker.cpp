@@ -56,8 +56,9 @@ std::string CollectiveTracker::failure_message(const CollectiveDesc& d, const st
                                      : std::string("none");
       msg += ")";
     }
-    msg += " did not arrive at this collective. A rank skipped it, crashed or is stuck: every rank must issue "
-           "the same collectives in the same order (DDP_DEBUG_COLLECTIVES=1 checks this)";
+    msg +=
+        " did not arrive at this collective. A rank skipped it, crashed or is stuck: every rank must issue "
+        "the same collectives in the same order (DDP_DEBUG_COLLECTIVES=1 checks this)";
   }
   return msg + ". Cause reported by " + backend + ": " + cause;
 }
@@ -71,16 +72,19 @@ void CollectiveTracker::check_same_call(const CollectiveDesc& d) {
   try {
     store_->wait(keys, timeout_);
   } catch (const Error& e) {
-    DDP_FAIL(failure_message(d, "debug check of", std::string("not every rank published its call: ") + e.what()));
+    DDP_FAIL(
+        failure_message(d, "debug check of", std::string("not every rank published its call: ") + e.what()));
   }
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
     std::string theirs = store_->get(keys[r], timeout_);
-    DDP_CHECK(theirs == mine, "collective mismatch at sequence number ", d.seq, ": rank ", rank_, " calls ", mine,
-              " but rank ", r, " calls ", theirs,
-              ". Every rank must issue the same collectives, with the same counts and dtypes, in the same order");
+    DDP_CHECK(
+        theirs == mine, "collective mismatch at sequence number ", d.seq, ": rank ", rank_, " calls ", mine,
+        " but rank ", r, " calls ", theirs,
+        ". Every rank must issue the same collectives, with the same counts and dtypes, in the same order");
   }
-  // Every rank published seq's key only after reading all of seq-1's keys: ours for seq-1 is no longer needed.
+  // Every rank published seq's key only after reading all of seq-1's keys: ours for seq-1 is no longer
+  // needed.
   if (d.seq > 0) store_->delete_key(key("dbg/" + std::to_string(d.seq - 1) + "/" + std::to_string(rank_)));
 }
 

@@ -1,7 +1,8 @@
-// collective_tracker.h - the store side of a group's collectives: arrival marks, so that a timeout can name the
-// ranks that never reached the collective, and the debug check that all ranks make the same call.
-// Keys (under the group prefix): "arrived/<rank>" = the last sequence number that rank reached (one key per rank,
-// overwritten, so the store does not grow); "dbg/<seq>/<rank>" = that rank's call (debug mode, deleted again).
+// collective_tracker.h - the store side of a group's collectives: arrival marks, so that a timeout can name
+// the ranks that never reached the collective, and the debug check that all ranks make the same call. Keys
+// (under the group prefix): "arrived/<rank>" = the last sequence number that rank reached (one key per rank,
+// overwritten, so the store does not grow); "dbg/<seq>/<rank>" = that rank's call (debug mode, deleted
+// again).
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -34,8 +35,9 @@ class CollectiveTracker {
   // collective, its sequence number, count and dtype, this rank, and the ranks that did not arrive.
   std::string failure_message(const CollectiveDesc& d, const std::string& backend, const std::string& cause);
 
-  // Debug mode: publishes this rank's call for d.seq, reads every other rank's and throws ddp::Error describing
-  // the first mismatch (both ranks' calls), or naming the ranks that did not arrive within the timeout.
+  // Debug mode: publishes this rank's call for d.seq, reads every other rank's and throws ddp::Error
+  // describing the first mismatch (both ranks' calls), or naming the ranks that did not arrive within the
+  // timeout.
   void check_same_call(const CollectiveDesc& d);
 
   std::chrono::milliseconds timeout() const { return timeout_; }

@@ -62,23 +62,25 @@ void read_master(const Vars& v, DistEnv& e, bool single_node) {
     if (a->empty()) v.fail("MASTER_ADDR is empty: expected the host name or IP address of rank 0");
     e.master_addr = *a;
   } else if (!single_node) {
-    v.fail("MASTER_ADDR is not set: expected the host name or IP address of rank 0 (needed when ranks span "
-           "several nodes)");
+    v.fail(
+        "MASTER_ADDR is not set: expected the host name or IP address of rank 0 (needed when ranks span "
+        "several nodes)");
   }
   if (auto p = v.integer("MASTER_PORT", 1, 65535, "a TCP port 1..65535")) e.master_port = *p;
   if (auto t = v.str("DDP_RUN_TOKEN")) e.token = *t;
 }
 
-void check_consistent(const Vars& v, const DistEnv& e, const std::string& rank_var, const std::string& size_var,
-                      const std::string& local_rank_var, const std::string& local_size_var) {
+void check_consistent(const Vars& v, const DistEnv& e, const std::string& rank_var,
+                      const std::string& size_var, const std::string& local_rank_var,
+                      const std::string& local_size_var) {
   if (e.rank >= e.world_size)
     v.fail(rank_var, "=", e.rank, " is not smaller than ", size_var, "=", e.world_size,
            ": expected 0 <= rank < world size");
   if (e.local_world_size > e.world_size)
     v.fail(local_size_var, "=", e.local_world_size, " is larger than ", size_var, "=", e.world_size);
   if (e.local_rank >= e.local_world_size)
-    v.fail(local_rank_var, "=", e.local_rank, " is not smaller than ", local_size_var, "=", e.local_world_size,
-           ": expected 0 <= local rank < local world size");
+    v.fail(local_rank_var, "=", e.local_rank, " is not smaller than ", local_size_var, "=",
+           e.local_world_size, ": expected 0 <= local rank < local world size");
 }
 
 DistEnv from_torchrun(const EnvLookup& lookup) {
@@ -87,15 +89,17 @@ DistEnv from_torchrun(const EnvLookup& lookup) {
   e.launcher = "torchrun/ddprun";
   if (!v.has("WORLD_SIZE")) {
     std::string which = v.has("RANK") ? "RANK" : v.has("LOCAL_RANK") ? "LOCAL_RANK" : "LOCAL_WORLD_SIZE";
-    v.fail(which, " is set but WORLD_SIZE is not: expected WORLD_SIZE (the number of ranks) and RANK together");
+    v.fail(which,
+           " is set but WORLD_SIZE is not: expected WORLD_SIZE (the number of ranks) and RANK together");
   }
   e.world_size = v.required("WORLD_SIZE", 1, kMaxRanks, "a positive integer", "number of ranks");
   e.rank = v.required("RANK", 0, kMaxRanks, "an integer 0 <= RANK < WORLD_SIZE",
                       "WORLD_SIZE is set, so RANK must be too");
   // A hand-written single-node launch may omit the local variables: local = global then.
-  e.local_rank = v.integer("LOCAL_RANK", 0, kMaxRanks, "an integer 0 <= LOCAL_RANK < LOCAL_WORLD_SIZE")
-                     .value_or(e.rank);
-  e.local_world_size = v.integer("LOCAL_WORLD_SIZE", 1, kMaxRanks, "a positive integer").value_or(e.world_size);
+  e.local_rank =
+      v.integer("LOCAL_RANK", 0, kMaxRanks, "an integer 0 <= LOCAL_RANK < LOCAL_WORLD_SIZE").value_or(e.rank);
+  e.local_world_size =
+      v.integer("LOCAL_WORLD_SIZE", 1, kMaxRanks, "a positive integer").value_or(e.world_size);
   check_consistent(v, e, "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE");
   read_master(v, e, e.local_world_size == e.world_size);
   return e;
@@ -133,7 +137,8 @@ DistEnv from_slurm(const EnvLookup& lookup) {
   Vars v(lookup, "slurm");
   DistEnv e;
   e.launcher = "slurm";
-  e.rank = v.required("SLURM_PROCID", 0, kMaxRanks, "an integer 0 <= SLURM_PROCID < SLURM_NTASKS", "set by srun");
+  e.rank =
+      v.required("SLURM_PROCID", 0, kMaxRanks, "an integer 0 <= SLURM_PROCID < SLURM_NTASKS", "set by srun");
   std::string ntasks_var = v.has("SLURM_NTASKS") ? "SLURM_NTASKS" : "SLURM_NPROCS";
   e.world_size = v.required(ntasks_var, 1, kMaxRanks, "a positive integer",
                             "SLURM_PROCID is set, so srun should set SLURM_NTASKS too");
@@ -155,8 +160,8 @@ DistEnv from_slurm(const EnvLookup& lookup) {
     }
   }
   if (!local) {
-    auto nodes = v.integer(v.has("SLURM_JOB_NUM_NODES") ? "SLURM_JOB_NUM_NODES" : "SLURM_NNODES", 1, kMaxRanks,
-                           "a positive integer");
+    auto nodes = v.integer(v.has("SLURM_JOB_NUM_NODES") ? "SLURM_JOB_NUM_NODES" : "SLURM_NNODES", 1,
+                           kMaxRanks, "a positive integer");
     local = nodes ? (e.world_size + *nodes - 1) / *nodes : e.world_size;
   }
   e.local_world_size = *local;
@@ -171,7 +176,8 @@ DistEnv from_slurm(const EnvLookup& lookup) {
         v.fail("SLURM_JOB_NODELIST='", *nodelist, "' cannot be read: ", err.what());
       }
     } else if (e.local_world_size != e.world_size) {
-      v.fail("neither MASTER_ADDR nor SLURM_JOB_NODELIST is set: expected one of them to name the first node");
+      v.fail(
+          "neither MASTER_ADDR nor SLURM_JOB_NODELIST is set: expected one of them to name the first node");
     }
   }
   read_master(v, e, true);
@@ -186,7 +192,8 @@ DistEnv from_openmpi(const EnvLookup& lookup) {
                       "set by Open MPI's mpirun");
   e.world_size = v.required("OMPI_COMM_WORLD_SIZE", 1, kMaxRanks, "a positive integer",
                             "OMPI_COMM_WORLD_RANK is set, so mpirun should set it too");
-  e.local_rank = v.integer("OMPI_COMM_WORLD_LOCAL_RANK", 0, kMaxRanks, "a non-negative integer").value_or(e.rank);
+  e.local_rank =
+      v.integer("OMPI_COMM_WORLD_LOCAL_RANK", 0, kMaxRanks, "a non-negative integer").value_or(e.rank);
   e.local_world_size =
       v.integer("OMPI_COMM_WORLD_LOCAL_SIZE", 1, kMaxRanks, "a positive integer").value_or(e.world_size);
   check_consistent(v, e, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",

@@ -1,6 +1,6 @@
 // env.h - who am I in the job: rank, world size, local rank and the store's address, read from the variables
-// a launcher sets (torchrun/ddprun, Slurm's srun, Open MPI's mpirun). No variables at all means a world of one.
-// Missing or inconsistent variables give one ddp::Error naming the variable and what was expected.
+// a launcher sets (torchrun/ddprun, Slurm's srun, Open MPI's mpirun). No variables at all means a world of
+// one. Missing or inconsistent variables give one ddp::Error naming the variable and what was expected.
 #pragma once
 #include <functional>
 #include <optional>
@@ -15,7 +15,7 @@ struct DistEnv {
   int local_world_size = 1;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
-  std::string token;  // DDP_RUN_TOKEN: every store client must present it ("" when unset)
+  std::string token;              // DDP_RUN_TOKEN: every store client must present it ("" when unset)
   std::string launcher = "none";  // "torchrun/ddprun", "slurm", "mpirun" or "none"
 };
 

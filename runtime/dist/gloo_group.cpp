@@ -1,6 +1,7 @@
-// gloo_group.cpp - the Gloo process group: a queue of collectives drained by one worker thread, each collective
-// preceded by its arrival mark in the store (and the debug-mode call check), executed with Gloo's TCP algorithms
-// on host memory, and turned into a clear error (collective, sequence number, missing ranks) when it fails.
+// gloo_group.cpp - the Gloo process group: a queue of collectives drained by one worker thread, each
+// collective preceded by its arrival mark in the store (and the debug-mode call check), executed with Gloo's
+// TCP algorithms on host memory, and turned into a clear error (collective, sequence number, missing ranks)
+// when it fails.
 #include "runtime/dist/gloo_group.h"
 
 #include <gloo/allgather.h>
@@ -57,12 +58,18 @@ struct Task {
 template <class F>
 void with_element_type(DType dtype, F&& f) {
   switch (dtype) {
-    case DType::F32: return f.template operator()<float>();
-    case DType::F64: return f.template operator()<double>();
-    case DType::BF16: return f.template operator()<BFloat16>();
-    case DType::I32: return f.template operator()<int32_t>();
-    case DType::I64: return f.template operator()<int64_t>();
-    case DType::U8: return f.template operator()<uint8_t>();
+    case DType::F32:
+      return f.template operator()<float>();
+    case DType::F64:
+      return f.template operator()<double>();
+    case DType::BF16:
+      return f.template operator()<BFloat16>();
+    case DType::I32:
+      return f.template operator()<int32_t>();
+    case DType::I64:
+      return f.template operator()<int64_t>();
+    case DType::U8:
+      return f.template operator()<uint8_t>();
   }
 }
 
@@ -228,7 +235,8 @@ void GlooProcessGroup::Impl::run(Task& t) {
       throw Error(tracker->failure_message(d, "gloo", e.what()));
     }
 #ifdef DDP_WITH_CUDA
-    if (staging) staging->copy_out();  // the staging (held by the Work) keeps the buffers until its H2D copy ends
+    if (staging)
+      staging->copy_out();  // the staging (held by the Work) keeps the buffers until its H2D copy ends
 #endif
     // Release the keepalives before the Work completes, so a waiter sees them released.
     t.in = {};

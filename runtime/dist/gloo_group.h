@@ -1,4 +1,5 @@
-// gloo_group.h - the CPU process group on Gloo's TCP transport. The mesh connects through our Store (keys under
+// gloo_group.h - the CPU process group on Gloo's TCP transport. The mesh connects through our Store (keys
+// under
 // "<group prefix>/gloo/"). Collectives run on ONE background thread in issue order: issuing only queues the
 // collective and returns its Work, which completes when the thread has run it. Avg = Sum then divide.
 // CUDA buffers (CUDA builds) are staged through pinned host memory on a side stream; see cuda/host_staging.h.
@@ -14,7 +15,8 @@ namespace ddp::dist {
 class GlooProcessGroup : public ProcessGroup {
  public:
   // `store` should be this group's own connection (new_process_group passes a clone). `master_addr` picks the
-  // local address to listen on when the options name none. Blocks until every rank connected (or the timeout).
+  // local address to listen on when the options name none. Blocks until every rank connected (or the
+  // timeout).
   GlooProcessGroup(std::shared_ptr<Store> store, int rank, int size, const ProcessGroupOptions& options,
                    const std::string& master_addr = "127.0.0.1");
   // Fails the collectives still queued (after the running one finished) and joins the thread.

@@ -5,7 +5,8 @@
 
 namespace ddp::dist {
 
-DistContext init_distributed(const DistEnv& env, const std::string& backend, const ProcessGroupOptions& options) {
+DistContext init_distributed(const DistEnv& env, const std::string& backend,
+                             const ProcessGroupOptions& options) {
   DistContext ctx;
   ctx.env = env;
   const bool loopback = env.master_addr == "localhost" || env.master_addr.rfind("127.", 0) == 0;

@@ -1,5 +1,6 @@
 // init.h - one call from launcher environment to a working process group: rank 0 hosts the store on
-// MASTER_ADDR:MASTER_PORT (as ddprun/torchrun expect), every rank connects with DDP_RUN_TOKEN and builds the group.
+// MASTER_ADDR:MASTER_PORT (as ddprun/torchrun expect), every rank connects with DDP_RUN_TOKEN and builds the
+// group.
 #pragma once
 #include <memory>
 #include <string>

@@ -39,7 +39,8 @@ void run_threads(int world_size, const std::function<void(int, ProcessGroup&, St
 
 void run_threads(int world_size, const std::function<void(int, ProcessGroup&)>& fn,
                  const ProcessGroupOptions& options) {
-  run_threads(world_size, [&fn](int r, ProcessGroup& pg, Store&) { fn(r, pg); }, options);
+  run_threads(
+      world_size, [&fn](int r, ProcessGroup& pg, Store&) { fn(r, pg); }, options);
 }
 
 void run_threads(int world_size, const std::function<void(int, ProcessGroup&)>& fn) {

@@ -1,5 +1,6 @@
-// local_world.h - a whole world of ranks inside one process, for tests and tools: run_threads() starts a store
-// on 127.0.0.1 (free port) and one thread per rank, each with its own Gloo group, and runs fn on every rank.
+// local_world.h - a whole world of ranks inside one process, for tests and tools: run_threads() starts a
+// store on 127.0.0.1 (free port) and one thread per rank, each with its own Gloo group, and runs fn on every
+// rank.
 #pragma once
 #include <functional>
 
@@ -8,9 +9,9 @@
 
 namespace ddp::dist {
 
-// Runs fn(rank, group) on world_size threads and joins them. If any rank throws, the first exception (by rank) is
-// rethrown after all threads finished. The default options use a 60 s collective timeout (so a failing test does
-// not hang for 10 minutes) unless DDP_COLLECTIVE_TIMEOUT_S is set.
+// Runs fn(rank, group) on world_size threads and joins them. If any rank throws, the first exception (by
+// rank) is rethrown after all threads finished. The default options use a 60 s collective timeout (so a
+// failing test does not hang for 10 minutes) unless DDP_COLLECTIVE_TIMEOUT_S is set.
 void run_threads(int world_size, const std::function<void(int rank, ProcessGroup& pg)>& fn);
 void run_threads(int world_size, const std::function<void(int rank, ProcessGroup& pg)>& fn,
                  const ProcessGroupOptions& options);

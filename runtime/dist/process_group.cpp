@@ -64,7 +64,8 @@ std::chrono::milliseconds ProcessGroupOptions::default_collective_timeout() {
   double seconds = 0;
   auto [p, ec] = std::from_chars(v, v + std::strlen(v), seconds);
   DDP_CHECK(ec == std::errc() && p == v + std::strlen(v) && seconds > 0 && seconds <= 7 * 24 * 3600.0,
-            "DDP_COLLECTIVE_TIMEOUT_S='", v, "' is not valid: expected a positive number of seconds (at most a week)");
+            "DDP_COLLECTIVE_TIMEOUT_S='", v,
+            "' is not valid: expected a positive number of seconds (at most a week)");
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
 }
 

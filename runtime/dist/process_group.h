@@ -1,8 +1,9 @@
-// process_group.h - the collective interface every backend implements (shaped like c10d's Backend in miniature):
-// a ProcessGroup issues collectives on CommBuffers and returns at once with a Work to wait on. Collectives run in
-// issue order, carry a sequence number, and end by their timeout with an error naming the ranks that did not
-// arrive - never a silent hang. Backends: gloo_group.h (CPU, and CUDA buffers staged through host memory),
-// cuda/nccl_group.h (CUDA). Create them with new_process_group() (process_group_factory.h).
+// process_group.h - the collective interface every backend implements (shaped like c10d's Backend in
+// miniature): a ProcessGroup issues collectives on CommBuffers and returns at once with a Work to wait on.
+// Collectives run in issue order, carry a sequence number, and end by their timeout with an error naming the
+// ranks that did not arrive - never a silent hang. Backends: gloo_group.h (CPU, and CUDA buffers staged
+// through host memory), cuda/nccl_group.h (CUDA). Create them with new_process_group()
+// (process_group_factory.h).
 #pragma once
 #include <chrono>
 #include <condition_variable>
@@ -64,8 +65,8 @@ struct ProcessGroupOptions {
   // DDP_DEBUG_COLLECTIVES=1: before each collective all ranks compare (through the store) what they call and
   // report the first mismatch. Costs a store round trip per rank and collective.
   bool debug_collectives = debug_collectives_from_env();
-  // Gloo: address (hostname) or network interface this rank listens on. Both empty: GLOO_SOCKET_IFNAME when set,
-  // else the local address that routes to MASTER_ADDR (127.0.0.1 for a local master).
+  // Gloo: address (hostname) or network interface this rank listens on. Both empty: GLOO_SOCKET_IFNAME when
+  // set, else the local address that routes to MASTER_ADDR (127.0.0.1 for a local master).
   std::string gloo_hostname;
   std::string gloo_interface;
   // NCCL: GPU to use; -1 -> local_rank % device_count.
@@ -85,14 +86,16 @@ class ProcessGroup {
   int rank() const { return rank_; }
   int size() const { return size_; }
 
-  // In place: every rank ends with the reduction of all ranks' buffers (Avg = Sum / size; integer Avg truncates).
+  // In place: every rank ends with the reduction of all ranks' buffers (Avg = Sum / size; integer Avg
+  // truncates).
   virtual std::shared_ptr<Work> allreduce(CommBuffer buf, ReduceOp op = ReduceOp::Sum) = 0;
   // In place: every rank ends with root's buffer.
   virtual std::shared_ptr<Work> broadcast(CommBuffer buf, int root) = 0;
   // out (size * in.numel elements) = concatenation of every rank's `in`, in rank order.
   virtual std::shared_ptr<Work> allgather(CommBuffer in, CommBuffer out) = 0;
   // in has size * out.numel elements; rank r gets the reduction of chunk r of every rank's `in`.
-  virtual std::shared_ptr<Work> reduce_scatter(CommBuffer in, CommBuffer out, ReduceOp op = ReduceOp::Sum) = 0;
+  virtual std::shared_ptr<Work> reduce_scatter(CommBuffer in, CommBuffer out,
+                                               ReduceOp op = ReduceOp::Sum) = 0;
   // Completes once every rank has issued it (and all earlier collectives of this group finished).
   virtual std::shared_ptr<Work> barrier() = 0;
   // The sequence number the next collective issued here will carry (0 for the first).

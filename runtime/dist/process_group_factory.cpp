@@ -16,8 +16,8 @@ std::string resolve_backend(const std::string& backend) {
   DDP_CHECK(backend == "gloo" || backend == "nccl", "process group backend '", backend,
             "' is unknown: expected gloo, nccl or auto");
   if (backend == "nccl")
-    DDP_CHECK(cuda_compiled(), "backend nccl needs a CUDA build; this one has none (", cuda_unavailable_reason(),
-              "); use gloo");
+    DDP_CHECK(cuda_compiled(), "backend nccl needs a CUDA build; this one has none (",
+              cuda_unavailable_reason(), "); use gloo");
   return backend;
 }
 
@@ -37,7 +37,8 @@ std::shared_ptr<ProcessGroup> new_process_group(const DistEnv& env, Store& store
 }
 
 std::shared_ptr<ProcessGroup> new_process_group(const DistEnv& env, const std::shared_ptr<Store>& store,
-                                                const std::string& backend, const ProcessGroupOptions& options) {
+                                                const std::string& backend,
+                                                const ProcessGroupOptions& options) {
   DDP_CHECK(store != nullptr, "new_process_group: the store is null");
   return new_process_group(env, *store, backend, options);
 }

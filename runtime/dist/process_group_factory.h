@@ -1,6 +1,6 @@
 // process_group_factory.h - picks and builds a backend: new_process_group(env, store, "gloo"|"nccl"|"auto").
-// "auto" is NCCL when this build has CUDA and a GPU is visible, else Gloo. The group talks to the store over its
-// own connection (a clone of the given client), so the caller may keep using the store meanwhile.
+// "auto" is NCCL when this build has CUDA and a GPU is visible, else Gloo. The group talks to the store over
+// its own connection (a clone of the given client), so the caller may keep using the store meanwhile.
 #pragma once
 #include <memory>
 #include <string>

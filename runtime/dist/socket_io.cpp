@@ -145,15 +145,16 @@ Socket listen_on(const std::string& host, int port, int backlog) {
     if (::bind(s.fd(), p->ai_addr, p->ai_addrlen) == 0 && ::listen(s.fd(), backlog) == 0) return s;
     last_err = errno;
   }
-  DDP_FAIL("store server cannot listen on ", host.empty() ? "*" : host, ":", port, ": ", std::strerror(last_err),
+  DDP_FAIL("store server cannot listen on ", host.empty() ? "*" : host, ":", port, ": ",
+           std::strerror(last_err),
            port != 0 ? " (is the port in use? pick another MASTER_PORT or 0 for a free one)" : "");
 }
 
 int local_port(const Socket& s) {
   sockaddr_storage addr{};
   socklen_t len = sizeof(addr);
-  DDP_CHECK(getsockname(s.fd(), reinterpret_cast<sockaddr*>(&addr), &len) == 0, "getsockname failed: ",
-            std::strerror(errno));
+  DDP_CHECK(getsockname(s.fd(), reinterpret_cast<sockaddr*>(&addr), &len) == 0,
+            "getsockname failed: ", std::strerror(errno));
   if (addr.ss_family == AF_INET) return ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
   return ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
 }

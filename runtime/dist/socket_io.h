@@ -1,5 +1,6 @@
-// socket_io.h - blocking TCP helpers with deadlines for the store: connect with retry, send all, receive exactly
-// n bytes. Errors are ddp::Error naming the peer; a clean close by the peer is reported as such, not thrown.
+// socket_io.h - blocking TCP helpers with deadlines for the store: connect with retry, send all, receive
+// exactly n bytes. Errors are ddp::Error naming the peer; a clean close by the peer is reported as such, not
+// thrown.
 #pragma once
 #include <chrono>
 #include <cstddef>
@@ -30,8 +31,8 @@ class Socket {
   int fd_ = -1;
 };
 
-// Connects to host:port, retrying refused/unreachable attempts until the deadline (the server may start later).
-// Throws ddp::Error naming host:port and the last error when the deadline passes.
+// Connects to host:port, retrying refused/unreachable attempts until the deadline (the server may start
+// later). Throws ddp::Error naming host:port and the last error when the deadline passes.
 Socket connect_with_retry(const std::string& host, int port, Clock::time_point deadline);
 
 // Listens on host:port (port 0 picks a free port; host "" or "0.0.0.0" listens on all interfaces).

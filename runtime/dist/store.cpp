@@ -30,7 +30,8 @@ std::string join_keys(const std::vector<std::string>& keys) {
 
 Store::Store(std::string host, int port, std::string token, std::chrono::milliseconds timeout)
     : host_(std::move(host)), port_(port), token_(std::move(token)), timeout_(timeout) {
-  DDP_CHECK(port_ > 0 && port_ <= 65535, "store port ", port_, " is out of range: expected 1..65535 (MASTER_PORT)");
+  DDP_CHECK(port_ > 0 && port_ <= 65535, "store port ", port_,
+            " is out of range: expected 1..65535 (MASTER_PORT)");
   DDP_CHECK(timeout_.count() > 0, "store timeout must be positive, got ", timeout_.count(), " ms");
   socket_ = net::connect_with_retry(host_, port_, net::deadline_after(timeout_));
   proto::Writer w;
@@ -43,13 +44,17 @@ Store::Store(std::string host, int port, std::string token, std::chrono::millise
 
 Store::~Store() = default;
 
-std::shared_ptr<Store> Store::clone() const { return std::make_shared<Store>(host_, port_, token_, timeout_); }
+std::shared_ptr<Store> Store::clone() const {
+  return std::make_shared<Store>(host_, port_, token_, timeout_);
+}
 
 std::string Store::where() const { return host_ + ":" + std::to_string(port_); }
 
-std::string Store::roundtrip(const std::string& frame, const std::string& what, std::chrono::milliseconds wait_ms) {
+std::string Store::roundtrip(const std::string& frame, const std::string& what,
+                             std::chrono::milliseconds wait_ms) {
   std::lock_guard<std::mutex> g(mu_);
-  DDP_CHECK(socket_.valid(), "store ", what, ": the connection to ", where(), " was lost by an earlier failure");
+  DDP_CHECK(socket_.valid(), "store ", what, ": the connection to ", where(),
+            " was lost by an earlier failure");
   try {
     net::send_all(socket_.fd(), frame.data(), frame.size(), "store " + where());
   } catch (const Error&) {
@@ -57,7 +62,8 @@ std::string Store::roundtrip(const std::string& frame, const std::string& what, 
     throw;
   }
   std::string body;
-  auto r = proto::read_frame(socket_.fd(), body, net::deadline_after(std::chrono::milliseconds(wire_ms(wait_ms)) + kReplyGrace));
+  auto r = proto::read_frame(socket_.fd(), body,
+                             net::deadline_after(std::chrono::milliseconds(wire_ms(wait_ms)) + kReplyGrace));
   if (r != proto::FrameResult::Ok) {
     socket_.close();  // the stream is out of step now: never reuse it
     if (r == proto::FrameResult::Closed)
@@ -122,11 +128,12 @@ void Store::wait(const std::vector<std::string>& keys, std::chrono::milliseconds
   if (static_cast<Status>(in.u8()) == Status::Ok) return;
   std::vector<std::string> missing(in.u32());
   for (auto& k : missing) k = in.str();
-  DDP_FAIL("store wait: key(s) ", join_keys(missing), " did not appear within ", timeout.count(), " ms (store ",
-           where(), "); did every rank reach this point?");
+  DDP_FAIL("store wait: key(s) ", join_keys(missing), " did not appear within ", timeout.count(),
+           " ms (store ", where(), "); did every rank reach this point?");
 }
 
-std::string Store::compare_set(const std::string& key, const std::string& expected, const std::string& desired) {
+std::string Store::compare_set(const std::string& key, const std::string& expected,
+                               const std::string& desired) {
   proto::Writer w;
   w.u8(static_cast<uint8_t>(Op::CompareSet)).str(key).str(expected).str(desired);
   std::string body = roundtrip(w.frame(), "compare_set '" + key + "'", std::chrono::milliseconds(0));

@@ -21,7 +21,8 @@ class Store {
  public:
   // Connects to the server at host:port, retrying until `timeout` (the server may start later), then sends
   // the run token. A wrong token gives a ddp::Error at once.
-  Store(std::string host, int port, std::string token, std::chrono::milliseconds timeout = kDefaultStoreTimeout);
+  Store(std::string host, int port, std::string token,
+        std::chrono::milliseconds timeout = kDefaultStoreTimeout);
   ~Store();
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;

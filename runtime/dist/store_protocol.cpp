@@ -59,18 +59,24 @@ std::string Reader::str() {
 FrameResult read_frame(int fd, std::string& body, net::Clock::time_point deadline) {
   unsigned char len_bytes[4];
   switch (net::recv_exact(fd, len_bytes, 4, deadline)) {
-    case net::RecvResult::Closed: return FrameResult::Closed;
-    case net::RecvResult::TimedOut: return FrameResult::TimedOut;
-    case net::RecvResult::Ok: break;
+    case net::RecvResult::Closed:
+      return FrameResult::Closed;
+    case net::RecvResult::TimedOut:
+      return FrameResult::TimedOut;
+    case net::RecvResult::Ok:
+      break;
   }
   uint32_t n = 0;
   for (int i = 0; i < 4; ++i) n |= static_cast<uint32_t>(len_bytes[i]) << (8 * i);
   if (n > kMaxMessageBytes) return FrameResult::TooLarge;
   body.resize(n);
   switch (net::recv_exact(fd, body.data(), n, deadline)) {
-    case net::RecvResult::Closed: return FrameResult::Closed;
-    case net::RecvResult::TimedOut: return FrameResult::TimedOut;
-    case net::RecvResult::Ok: break;
+    case net::RecvResult::Closed:
+      return FrameResult::Closed;
+    case net::RecvResult::TimedOut:
+      return FrameResult::TimedOut;
+    case net::RecvResult::Ok:
+      break;
   }
   return FrameResult::Ok;
 }

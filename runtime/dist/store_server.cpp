@@ -65,9 +65,13 @@ struct StoreServer::State {
   void serve(Connection& c);
   // Handles one request; returns the reply frame. Throws proto::ProtocolError on malformed input.
   std::string handle(const std::string& body);
-  void drop(Connection& c, const std::string& why) {
+  // Counts and logs a dropped connection (before anything is sent back, so a refused client sees it counted).
+  void note_drop(const std::string& why) {
     dropped++;
     if (!stopping) DDP_LOG(Warn, "store server: dropping a client connection: ", why);
+  }
+  void drop(Connection& c, const std::string& why) {
+    note_drop(why);
     c.socket.shutdown();
   }
 };
@@ -138,20 +142,24 @@ void StoreServer::State::serve(Connection& c) {
   std::string body;
   // Hello: the first frame must arrive soon and carry the magic and the run token.
   auto r = proto::read_frame(fd, body, net::Clock::now() + kHelloTimeout);
-  if (r == proto::FrameResult::TooLarge) return drop(c, "first message is not a hello (declared length too large)");
+  if (r == proto::FrameResult::TooLarge)
+    return drop(c, "first message is not a hello (declared length too large)");
   if (r != proto::FrameResult::Ok) return drop(c, "no complete hello within 10 s");
   try {
     proto::Reader in(body);
-    if (static_cast<Op>(in.u8()) != Op::Hello || in.str() != proto::kMagic) return drop(c, "not a ddp store client");
+    if (static_cast<Op>(in.u8()) != Op::Hello || in.str() != proto::kMagic)
+      return drop(c, "not a ddp store client");
     std::string token = in.str();
     if (!equal_constant_time(token, this->token)) {
+      note_drop("wrong run token");
       proto::Writer w;
       w.u8(static_cast<uint8_t>(Status::Refused)).str("wrong run token");
       try {
         net::send_all(fd, w.frame().data(), w.frame().size(), "store client");
       } catch (const Error&) {
       }
-      return drop(c, "wrong run token");
+      c.socket.shutdown();
+      return;
     }
   } catch (const proto::ProtocolError& e) {
     return drop(c, "malformed hello: " + e.what);
@@ -223,7 +231,8 @@ std::string StoreServer::State::handle(const std::string& body) {
       int64_t current = 0;
       auto it = data.find(key);
       if (it != data.end() && !parse_int(it->second, current)) {
-        out.u8(static_cast<uint8_t>(Status::Error)).str("key '" + key + "' holds a value that is not an integer");
+        out.u8(static_cast<uint8_t>(Status::Error))
+            .str("key '" + key + "' holds a value that is not an integer");
         break;
       }
       int64_t next = 0;
@@ -282,7 +291,8 @@ std::string StoreServer::State::handle(const std::string& body) {
       ok().i64(static_cast<int64_t>(data.size()));
       break;
     }
-    default: throw proto::ProtocolError{"unknown op " + std::to_string(static_cast<int>(op))};
+    default:
+      throw proto::ProtocolError{"unknown op " + std::to_string(static_cast<int>(op))};
   }
   if (!in.at_end()) throw proto::ProtocolError{"trailing bytes after the request"};
   return out.frame();

@@ -1,6 +1,7 @@
 // store_server.h - the key-value server behind Store (like c10d's TCPStore master), hosted by rank 0 or a
 // launcher. One thread per connection; a client must present the run token first or it is dropped, and so is
-// any client that sends malformed or oversized frames or closes mid-message - the server keeps serving others.
+// any client that sends malformed or oversized frames or closes mid-message - the server keeps serving
+// others.
 #pragma once
 #include <cstdint>
 #include <memory>

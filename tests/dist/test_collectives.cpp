@@ -1,6 +1,7 @@
-// test_collectives.cpp - Gloo collectives on thread-ranks (run_threads) for world sizes 1-4: every CPU dtype and
-// reduce op, sizes 0, 1, odd and > 1M elements, many collectives outstanding at once. Integers are checked
-// exactly, floats to the rounding of their dtype, against references computed here from the same inputs.
+// test_collectives.cpp - Gloo collectives on thread-ranks (run_threads) for world sizes 1-4: every CPU dtype
+// and reduce op, sizes 0, 1, odd and > 1M elements, many collectives outstanding at once. Integers are
+// checked exactly, floats to the rounding of their dtype, against references computed here from the same
+// inputs.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -54,7 +55,8 @@ double reference(ReduceOp op, int world, int64_t i) {
     if (op == ReduceOp::Min) acc = std::min(acc, v);
   }
   if (op == ReduceOp::Avg) {
-    if constexpr (std::is_integral_v<T>) return static_cast<double>(static_cast<T>(acc) / static_cast<T>(world));
+    if constexpr (std::is_integral_v<T>)
+      return static_cast<double>(static_cast<T>(acc) / static_cast<T>(world));
     return acc / world;
   }
   return acc;
@@ -283,7 +285,8 @@ TEST(Collectives, BadArgumentsAreRejectedAtIssue) {
           pg.allgather(comm_buffer(in.data(), 4), comm_buffer(out.data(), 7));
           ADD_FAILURE() << "allgather with a wrong output size was accepted";
         } catch (const Error& e) {
-          EXPECT_NE(std::string(e.what()).find("expected world size 2 x input 4 = 8"), std::string::npos) << e.what();
+          EXPECT_NE(std::string(e.what()).find("expected world size 2 x input 4 = 8"), std::string::npos)
+              << e.what();
         }
         EXPECT_THROW(pg.broadcast(comm_buffer(in.data(), 4), 2), Error);
         EXPECT_THROW(pg.reduce_scatter(comm_buffer(in.data(), 4), comm_buffer(out.data(), 3)), Error);

@@ -1,5 +1,5 @@
-// test_env.cpp - rank/world/master from torchrun, Slurm and Open MPI variables, and the error texts for missing
-// or inconsistent ones.
+// test_env.cpp - rank/world/master from torchrun, Slurm and Open MPI variables, and the error texts for
+// missing or inconsistent ones.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -39,8 +39,13 @@ TEST(DistEnv, NoVariablesMeansAWorldOfOne) {
 }
 
 TEST(DistEnv, Torchrun) {
-  DistEnv e = parse({{"RANK", "5"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "4"},
-                     {"MASTER_ADDR", "10.0.0.7"}, {"MASTER_PORT", "29600"}, {"DDP_RUN_TOKEN", "tok"}});
+  DistEnv e = parse({{"RANK", "5"},
+                     {"WORLD_SIZE", "8"},
+                     {"LOCAL_RANK", "1"},
+                     {"LOCAL_WORLD_SIZE", "4"},
+                     {"MASTER_ADDR", "10.0.0.7"},
+                     {"MASTER_PORT", "29600"},
+                     {"DDP_RUN_TOKEN", "tok"}});
   EXPECT_EQ(e.launcher, "torchrun/ddprun");
   EXPECT_EQ(e.rank, 5);
   EXPECT_EQ(e.world_size, 8);
@@ -74,7 +79,10 @@ TEST(DistEnv, TorchrunErrorsNameTheVariable) {
   EXPECT_NE(err.find("MASTER_PORT='70000'"), std::string::npos) << err;
   err = error_of({{"RANK", "0"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "0"}, {"LOCAL_WORLD_SIZE", "2"}});
   EXPECT_NE(err.find("MASTER_ADDR is not set"), std::string::npos) << err;
-  err = error_of({{"RANK", "0"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "2"}, {"LOCAL_WORLD_SIZE", "2"},
+  err = error_of({{"RANK", "0"},
+                  {"WORLD_SIZE", "4"},
+                  {"LOCAL_RANK", "2"},
+                  {"LOCAL_WORLD_SIZE", "2"},
                   {"MASTER_ADDR", "h"}});
   EXPECT_NE(err.find("LOCAL_RANK=2 is not smaller than LOCAL_WORLD_SIZE=2"), std::string::npos) << err;
   err = error_of({{"LOCAL_RANK", "0"}});
@@ -82,8 +90,11 @@ TEST(DistEnv, TorchrunErrorsNameTheVariable) {
 }
 
 TEST(DistEnv, Slurm) {
-  DistEnv e = parse({{"SLURM_PROCID", "6"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "2"},
-                     {"SLURM_NTASKS_PER_NODE", "4"}, {"SLURM_JOB_NODELIST", "gpu[07-08],login1"}});
+  DistEnv e = parse({{"SLURM_PROCID", "6"},
+                     {"SLURM_NTASKS", "8"},
+                     {"SLURM_LOCALID", "2"},
+                     {"SLURM_NTASKS_PER_NODE", "4"},
+                     {"SLURM_JOB_NODELIST", "gpu[07-08],login1"}});
   EXPECT_EQ(e.launcher, "slurm");
   EXPECT_EQ(e.rank, 6);
   EXPECT_EQ(e.world_size, 8);
@@ -94,18 +105,29 @@ TEST(DistEnv, Slurm) {
 }
 
 TEST(DistEnv, SlurmDerivesTasksPerNode) {
-  DistEnv e = parse({{"SLURM_PROCID", "6"}, {"SLURM_NTASKS", "7"}, {"SLURM_LOCALID", "0"},
-                     {"SLURM_TASKS_PER_NODE", "2(x3),1"}, {"SLURM_NODEID", "3"}, {"SLURM_JOB_NODELIST", "n[1-4]"},
+  DistEnv e = parse({{"SLURM_PROCID", "6"},
+                     {"SLURM_NTASKS", "7"},
+                     {"SLURM_LOCALID", "0"},
+                     {"SLURM_TASKS_PER_NODE", "2(x3),1"},
+                     {"SLURM_NODEID", "3"},
+                     {"SLURM_JOB_NODELIST", "n[1-4]"},
                      {"MASTER_PORT", "1234"}});
   EXPECT_EQ(e.local_world_size, 1);
   EXPECT_EQ(e.master_addr, "n1");
   EXPECT_EQ(e.master_port, 1234);
-  e = parse({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "0"}, {"SLURM_NNODES", "2"},
+  e = parse({{"SLURM_PROCID", "0"},
+             {"SLURM_NTASKS", "8"},
+             {"SLURM_LOCALID", "0"},
+             {"SLURM_NNODES", "2"},
              {"SLURM_JOB_NODELIST", "a"}});
   EXPECT_EQ(e.local_world_size, 4);
   EXPECT_EQ(e.master_addr, "a");
-  e = parse({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_LOCALID", "0"}, {"SLURM_NNODES", "2"},
-             {"SLURM_JOB_NODELIST", "a"}, {"MASTER_ADDR", "override"}});
+  e = parse({{"SLURM_PROCID", "0"},
+             {"SLURM_NTASKS", "2"},
+             {"SLURM_LOCALID", "0"},
+             {"SLURM_NNODES", "2"},
+             {"SLURM_JOB_NODELIST", "a"},
+             {"MASTER_ADDR", "override"}});
   EXPECT_EQ(e.master_addr, "override");
 }
 
@@ -114,10 +136,14 @@ TEST(DistEnv, SlurmErrors) {
   EXPECT_NE(err.find("SLURM_NPROCS is not set"), std::string::npos) << err;  // neither NTASKS nor NPROCS
   err = error_of({{"SLURM_PROCID", "4"}, {"SLURM_NTASKS", "4"}, {"SLURM_LOCALID", "0"}});
   EXPECT_NE(err.find("SLURM_PROCID=4 is not smaller than SLURM_NTASKS=4"), std::string::npos) << err;
-  err = error_of({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"}, {"SLURM_LOCALID", "0"}, {"SLURM_NNODES", "2"},
+  err = error_of({{"SLURM_PROCID", "0"},
+                  {"SLURM_NTASKS", "4"},
+                  {"SLURM_LOCALID", "0"},
+                  {"SLURM_NNODES", "2"},
                   {"SLURM_JOB_NODELIST", "node[01-04"}});
   EXPECT_NE(err.find("SLURM_JOB_NODELIST='node[01-04'"), std::string::npos) << err;
-  err = error_of({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"}, {"SLURM_LOCALID", "0"}, {"SLURM_NNODES", "2"}});
+  err =
+      error_of({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"}, {"SLURM_LOCALID", "0"}, {"SLURM_NNODES", "2"}});
   EXPECT_NE(err.find("neither MASTER_ADDR nor SLURM_JOB_NODELIST"), std::string::npos) << err;
 }
 
@@ -133,15 +159,19 @@ TEST(DistEnv, SlurmFirstHost) {
 }
 
 TEST(DistEnv, OpenMpi) {
-  DistEnv e = parse({{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "4"},
-                     {"OMPI_COMM_WORLD_LOCAL_RANK", "3"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"}});
+  DistEnv e = parse({{"OMPI_COMM_WORLD_RANK", "3"},
+                     {"OMPI_COMM_WORLD_SIZE", "4"},
+                     {"OMPI_COMM_WORLD_LOCAL_RANK", "3"},
+                     {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"}});
   EXPECT_EQ(e.launcher, "mpirun");
   EXPECT_EQ(e.rank, 3);
   EXPECT_EQ(e.world_size, 4);
   EXPECT_EQ(e.local_rank, 3);
   EXPECT_EQ(e.master_addr, "127.0.0.1");  // single node: local default
-  auto err = error_of({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "4"},
-                       {"OMPI_COMM_WORLD_LOCAL_RANK", "0"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}});
+  auto err = error_of({{"OMPI_COMM_WORLD_RANK", "0"},
+                       {"OMPI_COMM_WORLD_SIZE", "4"},
+                       {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
+                       {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}});
   EXPECT_NE(err.find("MASTER_ADDR is not set"), std::string::npos) << err;
   EXPECT_NE(err.find("mpirun"), std::string::npos) << err;
   err = error_of({{"OMPI_COMM_WORLD_RANK", "0"}});

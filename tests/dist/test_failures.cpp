@@ -1,6 +1,6 @@
-// test_failures.cpp - what a user sees when ranks disagree: a rank that skips a collective makes the others fail
-// within the timeout with an error naming the collective, its sequence number and the missing rank; the debug
-// mode reports a mismatched call with both ranks' descriptions; the factory refuses unknown backends.
+// test_failures.cpp - what a user sees when ranks disagree: a rank that skips a collective makes the others
+// fail within the timeout with an error naming the collective, its sequence number and the missing rank; the
+// debug mode reports a mismatched call with both ranks' descriptions; the factory refuses unknown backends.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -68,10 +68,12 @@ TEST(CollectiveFailures, DebugModeReportsMismatchedCallsOfBothRanks) {
         const int64_t n = rank == 0 ? 16 : 8;
         std::string err = error_of(pg.allreduce(comm_buffer(buf.data(), n)));
         const std::string mine = "allreduce (" + std::to_string(n) + " x float32 on cpu, sum)";
-        const std::string theirs = "allreduce (" + std::to_string(rank == 0 ? 8 : 16) + " x float32 on cpu, sum)";
+        const std::string theirs =
+            "allreduce (" + std::to_string(rank == 0 ? 8 : 16) + " x float32 on cpu, sum)";
         EXPECT_NE(err.find("collective mismatch at sequence number 2"), std::string::npos) << err;
         EXPECT_NE(err.find("rank " + std::to_string(rank) + " calls " + mine), std::string::npos) << err;
-        EXPECT_NE(err.find("rank " + std::to_string(1 - rank) + " calls " + theirs), std::string::npos) << err;
+        EXPECT_NE(err.find("rank " + std::to_string(1 - rank) + " calls " + theirs), std::string::npos)
+            << err;
       },
       options);
 }
@@ -84,7 +86,8 @@ TEST(CollectiveFailures, DebugModeReportsDifferentOps) {
       3,
       [&](int rank, ProcessGroup& pg) {
         std::vector<int32_t> buf(4, rank);
-        auto w = rank == 2 ? pg.broadcast(comm_buffer(buf.data(), 4), 0) : pg.allreduce(comm_buffer(buf.data(), 4));
+        auto w = rank == 2 ? pg.broadcast(comm_buffer(buf.data(), 4), 0)
+                           : pg.allreduce(comm_buffer(buf.data(), 4));
         std::string err = error_of(w);
         EXPECT_NE(err.find("collective mismatch at sequence number 0"), std::string::npos) << err;
         if (rank == 2) {

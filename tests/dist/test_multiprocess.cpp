@@ -1,5 +1,6 @@
-// test_multiprocess.cpp - real processes as ranks: testprog_dist_worker started three times with the variables
-// torchrun/ddprun, Slurm or Open MPI would set, on loopback; and a rank with the wrong run token is refused.
+// test_multiprocess.cpp - real processes as ranks: testprog_dist_worker started three times with the
+// variables torchrun/ddprun, Slurm or Open MPI would set, on loopback; and a rank with the wrong run token is
+// refused.
 #include <gtest/gtest.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -52,7 +53,8 @@ std::vector<Result> run_workers(const std::vector<Env>& envs) {
     std::vector<char*> envp;
     for (auto& s : strings) envp.push_back(s.data());
     envp.push_back(nullptr);
-    logs.push_back(::testing::TempDir() + "dist_worker_" + std::to_string(getpid()) + "_" + std::to_string(i));
+    logs.push_back(::testing::TempDir() + "dist_worker_" + std::to_string(getpid()) + "_" +
+                   std::to_string(i));
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 1, logs.back().c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -94,9 +96,14 @@ TEST(MultiProcess, TorchrunVariables) {
   const std::string port = std::to_string(free_port());
   std::vector<Env> envs;
   for (int r = 0; r < 3; ++r)
-    envs.push_back({{"RANK", std::to_string(r)}, {"WORLD_SIZE", "3"}, {"LOCAL_RANK", std::to_string(r)},
-                    {"LOCAL_WORLD_SIZE", "3"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port},
-                    {"DDP_RUN_TOKEN", "t0k3n"}, {"DDP_COLLECTIVE_TIMEOUT_S", "30"}});
+    envs.push_back({{"RANK", std::to_string(r)},
+                    {"WORLD_SIZE", "3"},
+                    {"LOCAL_RANK", std::to_string(r)},
+                    {"LOCAL_WORLD_SIZE", "3"},
+                    {"MASTER_ADDR", "127.0.0.1"},
+                    {"MASTER_PORT", port},
+                    {"DDP_RUN_TOKEN", "t0k3n"},
+                    {"DDP_COLLECTIVE_TIMEOUT_S", "30"}});
   auto results = run_workers(envs);
   for (int r = 0; r < 3; ++r) {
     EXPECT_EQ(results[r].exit_code, 0) << results[r].output;
@@ -110,28 +117,40 @@ TEST(MultiProcess, SlurmAndOpenMpiVariables) {
   const std::string port = std::to_string(free_port());
   std::vector<Env> slurm;
   for (int r = 0; r < 2; ++r)
-    slurm.push_back({{"SLURM_PROCID", std::to_string(r)}, {"SLURM_NTASKS", "2"}, {"SLURM_LOCALID", std::to_string(r)},
-                     {"SLURM_NTASKS_PER_NODE", "2"}, {"SLURM_JOB_NODELIST", "localhost"}, {"MASTER_PORT", port},
+    slurm.push_back({{"SLURM_PROCID", std::to_string(r)},
+                     {"SLURM_NTASKS", "2"},
+                     {"SLURM_LOCALID", std::to_string(r)},
+                     {"SLURM_NTASKS_PER_NODE", "2"},
+                     {"SLURM_JOB_NODELIST", "localhost"},
+                     {"MASTER_PORT", port},
                      {"DDP_COLLECTIVE_TIMEOUT_S", "30"}});
   auto results = run_workers(slurm);
-  for (int r = 0; r < 2; ++r) EXPECT_NE(results[r].output.find("(slurm): sum 3 ok"), std::string::npos) << results[r].output;
+  for (int r = 0; r < 2; ++r)
+    EXPECT_NE(results[r].output.find("(slurm): sum 3 ok"), std::string::npos) << results[r].output;
 
   const std::string port2 = std::to_string(free_port());
   std::vector<Env> mpi;
   for (int r = 0; r < 2; ++r)
-    mpi.push_back({{"OMPI_COMM_WORLD_RANK", std::to_string(r)}, {"OMPI_COMM_WORLD_SIZE", "2"},
-                   {"OMPI_COMM_WORLD_LOCAL_RANK", std::to_string(r)}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
-                   {"MASTER_PORT", port2}, {"DDP_COLLECTIVE_TIMEOUT_S", "30"}});
+    mpi.push_back({{"OMPI_COMM_WORLD_RANK", std::to_string(r)},
+                   {"OMPI_COMM_WORLD_SIZE", "2"},
+                   {"OMPI_COMM_WORLD_LOCAL_RANK", std::to_string(r)},
+                   {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+                   {"MASTER_PORT", port2},
+                   {"DDP_COLLECTIVE_TIMEOUT_S", "30"}});
   results = run_workers(mpi);
-  for (int r = 0; r < 2; ++r) EXPECT_NE(results[r].output.find("(mpirun): sum 3 ok"), std::string::npos) << results[r].output;
+  for (int r = 0; r < 2; ++r)
+    EXPECT_NE(results[r].output.find("(mpirun): sum 3 ok"), std::string::npos) << results[r].output;
 }
 
 TEST(MultiProcess, WrongRunTokenIsRefusedAndNobodyHangs) {
   const std::string port = std::to_string(free_port());
   std::vector<Env> envs;
   for (int r = 0; r < 2; ++r)
-    envs.push_back({{"RANK", std::to_string(r)}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"},
-                    {"MASTER_PORT", port}, {"DDP_RUN_TOKEN", r == 1 ? "forged" : "right"},
+    envs.push_back({{"RANK", std::to_string(r)},
+                    {"WORLD_SIZE", "2"},
+                    {"MASTER_ADDR", "127.0.0.1"},
+                    {"MASTER_PORT", port},
+                    {"DDP_RUN_TOKEN", r == 1 ? "forged" : "right"},
                     {"DDP_COLLECTIVE_TIMEOUT_S", "2"}});
   auto results = run_workers(envs);
   EXPECT_NE(results[1].exit_code, 0);

@@ -93,8 +93,8 @@ struct HostStaging::Events {
 
 HostStaging::HostStaging(const CommBuffer& in, const CommBuffer& out)
     : in_(in), out_(out), events_(std::make_unique<Events>()) {
-  DDP_CHECK(in.device.is_cuda() && in.device == out.device, "gloo staging: buffers on ", in.device.str(), " and ",
-            out.device.str(), ": expected both on the same CUDA device");
+  DDP_CHECK(in.device.is_cuda() && in.device == out.device, "gloo staging: buffers on ", in.device.str(),
+            " and ", out.device.str(), ": expected both on the same CUDA device");
   events_->device = in.device.index;
   DeviceGuard dg(events_->device);
   DDP_CUDA_CHECK(cudaEventCreateWithFlags(&events_->issued, cudaEventDisableTiming));
@@ -109,7 +109,8 @@ HostStaging::~HostStaging() {
     DeviceGuard dg(events_->device);
     if (events_->done_recorded) {
       cudaError_t err = cudaEventSynchronize(events_->done);
-      if (err != cudaSuccess) DDP_LOG(Error, "gloo staging: waiting for the H2D copy failed: ", cudaGetErrorString(err));
+      if (err != cudaSuccess)
+        DDP_LOG(Error, "gloo staging: waiting for the H2D copy failed: ", cudaGetErrorString(err));
     }
     if (events_->issued) cudaEventDestroy(events_->issued);
     if (events_->done) cudaEventDestroy(events_->done);
@@ -122,7 +123,8 @@ void HostStaging::copy_in() {
   DeviceGuard dg(events_->device);
   cudaStream_t s = side_stream(events_->device);
   DDP_CUDA_CHECK(cudaStreamWaitEvent(s, events_->issued, 0));
-  if (in_.nbytes() > 0) DDP_CUDA_CHECK(cudaMemcpyAsync(host_in_, in_.data, in_.nbytes(), cudaMemcpyDeviceToHost, s));
+  if (in_.nbytes() > 0)
+    DDP_CUDA_CHECK(cudaMemcpyAsync(host_in_, in_.data, in_.nbytes(), cudaMemcpyDeviceToHost, s));
   DDP_CUDA_CHECK(cudaStreamSynchronize(s));
 }
 

@@ -40,22 +40,32 @@ class DeviceGuard {
 
 ncclDataType_t nccl_dtype(DType t) {
   switch (t) {
-    case DType::F32: return ncclFloat32;
-    case DType::F64: return ncclFloat64;
-    case DType::BF16: return ncclBfloat16;
-    case DType::I32: return ncclInt32;
-    case DType::I64: return ncclInt64;
-    case DType::U8: return ncclUint8;
+    case DType::F32:
+      return ncclFloat32;
+    case DType::F64:
+      return ncclFloat64;
+    case DType::BF16:
+      return ncclBfloat16;
+    case DType::I32:
+      return ncclInt32;
+    case DType::I64:
+      return ncclInt64;
+    case DType::U8:
+      return ncclUint8;
   }
   DDP_FAIL("nccl: unsupported dtype");
 }
 
 ncclRedOp_t nccl_op(ReduceOp op) {
   switch (op) {
-    case ReduceOp::Sum: return ncclSum;
-    case ReduceOp::Avg: return ncclAvg;
-    case ReduceOp::Max: return ncclMax;
-    case ReduceOp::Min: return ncclMin;
+    case ReduceOp::Sum:
+      return ncclSum;
+    case ReduceOp::Avg:
+      return ncclAvg;
+    case ReduceOp::Max:
+      return ncclMax;
+    case ReduceOp::Min:
+      return ncclMin;
   }
   DDP_FAIL("nccl: unsupported reduce op");
 }
@@ -151,12 +161,13 @@ NcclProcessGroup::NcclProcessGroup(std::shared_ptr<Store> store, int rank, int s
     DDP_CUDA_CHECK(cudaSetDevice(s.device));
   } else {
     s.device = select_cuda_device(local_rank);
-    DDP_CHECK(s.device >= 0, "nccl: no GPU is visible (", cuda_unavailable_reason(), "); use the gloo backend");
+    DDP_CHECK(s.device >= 0, "nccl: no GPU is visible (", cuda_unavailable_reason(),
+              "); use the gloo backend");
   }
   DeviceGuard dg(s.device);
 
-  // Every rank checks in; then rank 0's unique id goes through the store. A missing rank is named here instead
-  // of hanging inside ncclCommInitRank.
+  // Every rank checks in; then rank 0's unique id goes through the store. A missing rank is named here
+  // instead of hanging inside ncclCommInitRank.
   std::vector<std::string> joined;
   for (int r = 0; r < size; ++r) joined.push_back(s.prefix + "/nccl/joined/" + std::to_string(r));
   s.store->set(joined[rank], "1");
@@ -260,8 +271,9 @@ void NcclProcessGroup::Impl::fail_all(const std::string& first_error) {
   }
   bool first = true;
   for (auto& w : pending) {
-    std::string msg = first ? first_error
-                            : "nccl " + w->desc.str() + " aborted: an earlier collective failed: " + first_error;
+    std::string msg =
+        first ? first_error
+              : "nccl " + w->desc.str() + " aborted: an earlier collective failed: " + first_error;
     w->in = {};
     w->out = {};
     w->finish(std::make_exception_ptr(Error(msg)));
@@ -279,7 +291,8 @@ void NcclProcessGroup::Impl::watchdog_loop() {
   std::unique_lock<std::mutex> g(mu);
   while (true) {
     cv.wait_for(g, kWatchdogPeriod);
-    // Publish this rank's progress for the stragglers report of the other ranks (store call without the lock).
+    // Publish this rank's progress for the stragglers report of the other ranks (store call without the
+    // lock).
     if (last_issued > last_published) {
       int64_t seq = last_issued;
       g.unlock();
@@ -302,7 +315,8 @@ void NcclProcessGroup::Impl::watchdog_loop() {
       if (q == cudaSuccess) {
         w->finish();
       } else {
-        w->finish(std::make_exception_ptr(Error("nccl " + w->desc.str() + ": CUDA error " + cudaGetErrorString(q))));
+        w->finish(std::make_exception_ptr(
+            Error("nccl " + w->desc.str() + ": CUDA error " + cudaGetErrorString(q))));
       }
     }
     if (!pending.empty() && comm && !aborted) {
@@ -312,13 +326,15 @@ void NcclProcessGroup::Impl::watchdog_loop() {
         const auto& d = pending.front()->desc;
         g.unlock();
         std::string msg = tracker->failure_message(
-            d, "nccl", std::string("asynchronous NCCL error: ") + ncclGetErrorString(r != ncclSuccess ? r : async));
+            d, "nccl",
+            std::string("asynchronous NCCL error: ") + ncclGetErrorString(r != ncclSuccess ? r : async));
         g.lock();
         fail_all(msg);
       } else if (std::chrono::steady_clock::now() > pending.front()->deadline) {
         const auto d = pending.front()->desc;
         g.unlock();
-        std::string msg = tracker->failure_message(d, "nccl", "the collective did not finish on the GPU in time");
+        std::string msg =
+            tracker->failure_message(d, "nccl", "the collective did not finish on the GPU in time");
         g.lock();
         fail_all(msg);
       }
@@ -361,9 +377,8 @@ std::shared_ptr<Work> NcclProcessGroup::allgather(CommBuffer in, CommBuffer out)
   void* src = in.data;
   void* dst = out.data;
   size_t n = static_cast<size_t>(in.numel);
-  return s.issue(d, std::move(in), std::move(out), false, [&] {
-    DDP_NCCL_CHECK(ncclAllGather(src, dst, n, nccl_dtype(d.dtype), s.comm, s.stream));
-  });
+  return s.issue(d, std::move(in), std::move(out), false,
+                 [&] { DDP_NCCL_CHECK(ncclAllGather(src, dst, n, nccl_dtype(d.dtype), s.comm, s.stream)); });
 }
 
 std::shared_ptr<Work> NcclProcessGroup::reduce_scatter(CommBuffer in, CommBuffer out, ReduceOp op) {
@@ -385,7 +400,8 @@ std::shared_ptr<Work> NcclProcessGroup::barrier() {
   CollectiveDesc d{CollectiveKind::Barrier, 0, 0, DType::F32, ReduceOp::Sum, -1, Device::cuda(s.device)};
   CommBuffer none{nullptr, 0, DType::F32, Device::cuda(s.device), nullptr};
   return s.issue(d, none, none, true, [&] {
-    DDP_NCCL_CHECK(ncclAllReduce(s.barrier_scratch, s.barrier_scratch, 1, ncclFloat32, ncclSum, s.comm, s.stream));
+    DDP_NCCL_CHECK(
+        ncclAllReduce(s.barrier_scratch, s.barrier_scratch, 1, ncclFloat32, ncclSum, s.comm, s.stream));
   });
 }
 

@@ -3,9 +3,9 @@
 // makes the comm stream wait on it, enqueues the NCCL call on the comm stream and records an end event there;
 // the host never blocks. Work::wait() makes the caller's current stream wait on the end event (the host only
 // blocks for barrier() and wait_for()). The Work keeps the buffers alive until the GPU finished with them.
-// A watchdog thread marks completions, polls ncclCommGetAsyncError, publishes this rank's progress to the store,
-// and aborts the communicator (ncclCommAbort) when a collective passes its timeout, failing it with an error
-// naming the collective, its sequence number, count, dtype and the ranks that did not arrive.
+// A watchdog thread marks completions, polls ncclCommGetAsyncError, publishes this rank's progress to the
+// store, and aborts the communicator (ncclCommAbort) when a collective passes its timeout, failing it with an
+// error naming the collective, its sequence number, count, dtype and the ranks that did not arrive.
 #pragma once
 #include <memory>
 
