@@ -14,13 +14,13 @@ namespace {
 // Row-major C (M, N) = alpha * op(A) op(B) + beta * C.
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
           const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(M), int(N), int(K),
-              alpha, A, int(lda), B, int(ldb), beta, C, int(ldc));
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(M), int(N),
+              int(K), alpha, A, int(lda), B, int(ldb), beta, C, int(ldc));
 }
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const double* A, int64_t lda,
           const double* B, int64_t ldb, double beta, double* C, int64_t ldc) {
-  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(M), int(N), int(K),
-              alpha, A, int(lda), B, int(ldb), beta, C, int(ldc));
+  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(M), int(N),
+              int(K), alpha, A, int(lda), B, int(ldb), beta, C, int(ldc));
 }
 }  // namespace
 
@@ -35,7 +35,7 @@ void attention_forward(const S* qkv, S* y, S* att, int64_t B, int64_t T, int64_t
       const S* v = q + 2 * C;
       S* a = att + (b * n_head + h) * T * T;
       gemm(false, true, T, T, hs, scale, q, ld, k, ld, S(0), a, T);  // scores = q k^T / sqrt(hs)
-      for (int64_t i = 0; i < T; ++i) {                               // causal softmax of row i over j <= i
+      for (int64_t i = 0; i < T; ++i) {                              // causal softmax of row i over j <= i
         S* row = a + i * T;
         const S m = row_max(row, i + 1);
         S sum = 0;
@@ -69,8 +69,8 @@ void attention_backward(const S* dy, const S* qkv, const S* att, S* dqkv, int64_
       S* dq = dqkv + b * T * ld + h * hs;
       S* dk = dq + C;
       S* dv = dq + 2 * C;
-      gemm(false, true, T, T, hs, S(1), dyh, C, v, ld, S(0), ds, T);   // datt = dy v^T
-      gemm(true, false, T, hs, T, S(1), a, T, dyh, C, S(0), dv, ld);   // dv = att^T dy
+      gemm(false, true, T, T, hs, S(1), dyh, C, v, ld, S(0), ds, T);  // datt = dy v^T
+      gemm(true, false, T, hs, T, S(1), a, T, dyh, C, S(0), dv, ld);  // dv = att^T dy
       for (int64_t i = 0; i < T; ++i) {  // softmax backward; masked entries have att = 0 and get 0
         const S* ar = a + i * T;
         S* dr = ds + i * T;
@@ -86,9 +86,9 @@ void attention_backward(const S* dy, const S* qkv, const S* att, S* dqkv, int64_
 
 template void attention_forward<float>(const float*, float*, float*, int64_t, int64_t, int64_t, int64_t);
 template void attention_forward<double>(const double*, double*, double*, int64_t, int64_t, int64_t, int64_t);
-template void attention_backward<float>(const float*, const float*, const float*, float*, int64_t, int64_t, int64_t,
-                                        int64_t);
-template void attention_backward<double>(const double*, const double*, const double*, double*, int64_t, int64_t,
-                                         int64_t, int64_t);
+template void attention_backward<float>(const float*, const float*, const float*, float*, int64_t, int64_t,
+                                        int64_t, int64_t);
+template void attention_backward<double>(const double*, const double*, const double*, double*, int64_t,
+                                         int64_t, int64_t, int64_t);
 
 }  // namespace ddp::kernels::cpu

@@ -1,9 +1,9 @@
 // dropout.h - the counter-based dropout mask shared by the CPU and CUDA kernels, and the CPU kernel.
 //
-// Element i of a call with (seed, offset) is kept when  mix64(key(seed) + (offset + i + 1) * kGolden) >= threshold,
-// where mix64 is the splitmix64 output function and threshold = p * 2^64. The mask is a pure function of
-// (seed, offset + i): no generator state, so the CPU, every CUDA grid shape and the backward pass (which
-// recomputes the mask instead of saving it) all see the same mask. Only 64-bit integer arithmetic is
+// Element i of a call with (seed, offset) is kept when  mix64(key(seed) + (offset + i + 1) * kGolden) >=
+// threshold, where mix64 is the splitmix64 output function and threshold = p * 2^64. The mask is a pure
+// function of (seed, offset + i): no generator state, so the CPU, every CUDA grid shape and the backward pass
+// (which recomputes the mask instead of saving it) all see the same mask. Only 64-bit integer arithmetic is
 // involved, so the CPU and GPU agree bit for bit.
 #pragma once
 #include <cstdint>
@@ -24,7 +24,9 @@ DDP_DROPOUT_HOST_DEVICE inline uint64_t dropout_mix64(uint64_t z) {
   return z ^ (z >> 31);
 }
 // The per-call key derived from the user's seed (one mixing round, so nearby seeds give unrelated masks).
-DDP_DROPOUT_HOST_DEVICE inline uint64_t dropout_key(uint64_t seed) { return dropout_mix64(seed + kDropoutGolden); }
+DDP_DROPOUT_HOST_DEVICE inline uint64_t dropout_key(uint64_t seed) {
+  return dropout_mix64(seed + kDropoutGolden);
+}
 // True when the element with global counter `counter` is kept.
 DDP_DROPOUT_HOST_DEVICE inline bool dropout_keep(uint64_t key, uint64_t counter, uint64_t threshold) {
   return dropout_mix64(key + (counter + 1) * kDropoutGolden) >= threshold;

@@ -18,7 +18,8 @@ void embedding_forward(const T* weight, const int64_t* indices, T* out, int64_t 
 }
 
 template <class T>
-void embedding_backward(const T* dout, const int64_t* indices, T* dweight, int64_t n, int64_t vocab, int64_t cols) {
+void embedding_backward(const T* dout, const int64_t* indices, T* dweight, int64_t n, int64_t vocab,
+                        int64_t cols) {
   std::memset(dweight, 0, static_cast<size_t>(vocab * cols) * sizeof(T));
   for (int64_t i = 0; i < n; ++i) {
     T* dst = dweight + indices[i] * cols;

@@ -12,6 +12,7 @@ template <class T>
 void embedding_forward(const T* weight, const int64_t* indices, T* out, int64_t n, int64_t cols);
 // dweight = 0, then dweight[indices[i], :] += dout[i, :] (repeated indices sum).  dweight: (vocab, cols).
 template <class T>
-void embedding_backward(const T* dout, const int64_t* indices, T* dweight, int64_t n, int64_t vocab, int64_t cols);
+void embedding_backward(const T* dout, const int64_t* indices, T* dweight, int64_t n, int64_t vocab,
+                        int64_t cols);
 
 }  // namespace ddp::kernels::cpu

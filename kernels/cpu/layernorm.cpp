@@ -26,8 +26,8 @@ void layernorm_forward(const T* x, const T* weight, const T* bias, T* y, T* mean
 }
 
 template <class T>
-void layernorm_backward(const T* dy, const T* x, const T* weight, const T* mean, const T* rstd, T* dx, T* dweight,
-                        T* dbias, int64_t rows, int64_t cols) {
+void layernorm_backward(const T* dy, const T* x, const T* weight, const T* mean, const T* rstd, T* dx,
+                        T* dweight, T* dbias, int64_t rows, int64_t cols) {
   if (dweight)
     for (int64_t c = 0; c < cols; ++c) dweight[c] = T(0);
   if (dbias)
@@ -52,13 +52,13 @@ void layernorm_backward(const T* dy, const T* x, const T* weight, const T* mean,
   }
 }
 
-template void layernorm_forward<float>(const float*, const float*, const float*, float*, float*, float*, int64_t,
-                                       int64_t, double);
-template void layernorm_forward<double>(const double*, const double*, const double*, double*, double*, double*,
-                                        int64_t, int64_t, double);
-template void layernorm_backward<float>(const float*, const float*, const float*, const float*, const float*, float*,
-                                        float*, float*, int64_t, int64_t);
-template void layernorm_backward<double>(const double*, const double*, const double*, const double*, const double*,
-                                         double*, double*, double*, int64_t, int64_t);
+template void layernorm_forward<float>(const float*, const float*, const float*, float*, float*, float*,
+                                       int64_t, int64_t, double);
+template void layernorm_forward<double>(const double*, const double*, const double*, double*, double*,
+                                        double*, int64_t, int64_t, double);
+template void layernorm_backward<float>(const float*, const float*, const float*, const float*, const float*,
+                                        float*, float*, float*, int64_t, int64_t);
+template void layernorm_backward<double>(const double*, const double*, const double*, const double*,
+                                         const double*, double*, double*, double*, int64_t, int64_t);
 
 }  // namespace ddp::kernels::cpu

@@ -13,7 +13,7 @@ void layernorm_forward(const T* x, const T* weight, const T* bias, T* y, T* mean
 //   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)),  dweight = sum_rows(dy * xhat),  dbias = sum_rows(dy).
 // dy, x, dx: (rows, cols); weight, dweight, dbias: (cols); any of dx, dweight, dbias may be null.
 template <class T>
-void layernorm_backward(const T* dy, const T* x, const T* weight, const T* mean, const T* rstd, T* dx, T* dweight,
-                        T* dbias, int64_t rows, int64_t cols);
+void layernorm_backward(const T* dy, const T* x, const T* weight, const T* mean, const T* rstd, T* dx,
+                        T* dweight, T* dbias, int64_t rows, int64_t cols);
 
 }  // namespace ddp::kernels::cpu

@@ -7,7 +7,8 @@
 
 namespace ddp::kernels::cpu {
 
-int64_t first_bad_target(const int64_t* targets, int64_t rows, int64_t cols, bool has_ignore, int64_t ignore_index) {
+int64_t first_bad_target(const int64_t* targets, int64_t rows, int64_t cols, bool has_ignore,
+                         int64_t ignore_index) {
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t t = targets[r];
     if ((t < 0 || t >= cols) && !(has_ignore && t == ignore_index)) return r;
@@ -16,8 +17,8 @@ int64_t first_bad_target(const int64_t* targets, int64_t rows, int64_t cols, boo
 }
 
 template <class T>
-double cross_entropy_forward(const T* logits, const int64_t* targets, int64_t rows, int64_t cols, bool has_ignore,
-                             int64_t ignore_index, T* lse, int64_t* count) {
+double cross_entropy_forward(const T* logits, const int64_t* targets, int64_t rows, int64_t cols,
+                             bool has_ignore, int64_t ignore_index, T* lse, int64_t* count) {
   double total = 0;
   int64_t n = 0;
   for (int64_t r = 0; r < rows; ++r) {
@@ -36,8 +37,9 @@ double cross_entropy_forward(const T* logits, const int64_t* targets, int64_t ro
 }
 
 template <class T>
-void cross_entropy_backward(const T* logits, const int64_t* targets, const T* lse, const T* dloss, double divisor,
-                            int64_t rows, int64_t cols, bool has_ignore, int64_t ignore_index, T* dlogits) {
+void cross_entropy_backward(const T* logits, const int64_t* targets, const T* lse, const T* dloss,
+                            double divisor, int64_t rows, int64_t cols, bool has_ignore, int64_t ignore_index,
+                            T* dlogits) {
   const T scale = static_cast<T>(static_cast<double>(dloss[0]) / divisor);
   for (int64_t r = 0; r < rows; ++r) {
     const T* xr = logits + r * cols;
@@ -72,12 +74,12 @@ void mse_backward(const T* pred, const T* target, const T* dloss, int64_t n, T* 
     for (int64_t i = 0; i < n; ++i) dtarget[i] = scale * (target[i] - pred[i]);
 }
 
-#define DDP_INSTANTIATE(T)                                                                                     \
-  template double cross_entropy_forward<T>(const T*, const int64_t*, int64_t, int64_t, bool, int64_t, T*,      \
-                                           int64_t*);                                                          \
-  template void cross_entropy_backward<T>(const T*, const int64_t*, const T*, const T*, double, int64_t, int64_t, \
-                                          bool, int64_t, T*);                                                  \
-  template double mse_forward<T>(const T*, const T*, int64_t);                                                 \
+#define DDP_INSTANTIATE(T)                                                                                \
+  template double cross_entropy_forward<T>(const T*, const int64_t*, int64_t, int64_t, bool, int64_t, T*, \
+                                           int64_t*);                                                     \
+  template void cross_entropy_backward<T>(const T*, const int64_t*, const T*, const T*, double, int64_t,  \
+                                          int64_t, bool, int64_t, T*);                                    \
+  template double mse_forward<T>(const T*, const T*, int64_t);                                            \
   template void mse_backward<T>(const T*, const T*, const T*, int64_t, T*, T*);
 DDP_INSTANTIATE(float)
 DDP_INSTANTIATE(double)

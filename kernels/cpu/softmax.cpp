@@ -52,10 +52,10 @@ void log_softmax_backward(const T* y, const T* dy, T* dx, int64_t rows, int64_t 
   }
 }
 
-#define DDP_INSTANTIATE(T)                                                        \
-  template void softmax_forward<T>(const T*, T*, int64_t, int64_t);               \
-  template void log_softmax_forward<T>(const T*, T*, int64_t, int64_t);           \
-  template void softmax_backward<T>(const T*, const T*, T*, int64_t, int64_t);    \
+#define DDP_INSTANTIATE(T)                                                     \
+  template void softmax_forward<T>(const T*, T*, int64_t, int64_t);            \
+  template void log_softmax_forward<T>(const T*, T*, int64_t, int64_t);        \
+  template void softmax_backward<T>(const T*, const T*, T*, int64_t, int64_t); \
   template void log_softmax_backward<T>(const T*, const T*, T*, int64_t, int64_t);
 DDP_INSTANTIATE(float)
 DDP_INSTANTIATE(double)

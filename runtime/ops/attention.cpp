@@ -23,8 +23,8 @@ struct AttentionBackward final : autograd::Node {
     DDP_DISPATCH_FLOATING(qkv.dtype(), "causal_self_attention backward", [&] {
 #ifdef DDP_WITH_CUDA
       if (qkv.device().is_cuda()) {
-        Tensor scratch = Tensor::empty({kernels::cuda::attention_backward_scratch_elems(B, T, C, n_head)}, qkv.dtype(),
-                                       qkv.device());
+        Tensor scratch = Tensor::empty({kernels::cuda::attention_backward_scratch_elems(B, T, C, n_head)},
+                                       qkv.dtype(), qkv.device());
         kernels::cuda::attention_backward(dy.data<scalar_t>(), qkv.data<scalar_t>(), att.data<scalar_t>(),
                                           dqkv.data<scalar_t>(), scratch.data<scalar_t>(), B, T, C, n_head,
                                           cuda::current_stream());
@@ -43,8 +43,8 @@ struct AttentionBackward final : autograd::Node {
 
 Tensor causal_self_attention(const Tensor& qkv, int64_t n_head) {
   DDP_CHECK(qkv.defined(), "causal_self_attention: qkv is undefined");
-  DDP_CHECK(qkv.dim() == 3 && qkv.size(2) % 3 == 0, "causal_self_attention: qkv must be (B, T, 3C); got shape ",
-            shape_str(qkv.shape()));
+  DDP_CHECK(qkv.dim() == 3 && qkv.size(2) % 3 == 0,
+            "causal_self_attention: qkv must be (B, T, 3C); got shape ", shape_str(qkv.shape()));
   const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3;
   DDP_CHECK(n_head > 0 && C % n_head == 0, "causal_self_attention: n_head = ", n_head,
             " must be positive and divide C = ", C, " (qkv of shape ", shape_str(qkv.shape()), ")");
@@ -54,8 +54,8 @@ Tensor causal_self_attention(const Tensor& qkv, int64_t n_head) {
     DDP_DISPATCH_FLOATING(qkv.dtype(), "causal_self_attention", [&] {
 #ifdef DDP_WITH_CUDA
       if (qkv.device().is_cuda()) {
-        Tensor scratch =
-            Tensor::empty({kernels::cuda::attention_forward_scratch_elems(B, T, C)}, qkv.dtype(), qkv.device());
+        Tensor scratch = Tensor::empty({kernels::cuda::attention_forward_scratch_elems(B, T, C)}, qkv.dtype(),
+                                       qkv.device());
         kernels::cuda::attention_forward(qkv.data<scalar_t>(), y.data<scalar_t>(), att.data<scalar_t>(),
                                          scratch.data<scalar_t>(), B, T, C, n_head, cuda::current_stream());
         return;
@@ -63,7 +63,8 @@ Tensor causal_self_attention(const Tensor& qkv, int64_t n_head) {
 #endif
       DDP_CHECK(qkv.device().is_cpu(), "causal_self_attention on ", qkv.device().str(),
                 " is not available in this build");
-      kernels::cpu::attention_forward(qkv.data<scalar_t>(), y.data<scalar_t>(), att.data<scalar_t>(), B, T, C, n_head);
+      kernels::cpu::attention_forward(qkv.data<scalar_t>(), y.data<scalar_t>(), att.data<scalar_t>(), B, T, C,
+                                      n_head);
     });
   }
   if (autograd::needs_grad({&qkv})) {

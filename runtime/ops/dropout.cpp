@@ -22,14 +22,14 @@ void apply_mask(const Tensor& x, Tensor& y, const MaskParams& m) {
     const scalar_t scale = static_cast<scalar_t>(m.scale);
 #ifdef DDP_WITH_CUDA
     if (x.device().is_cuda()) {
-      kernels::cuda::dropout_apply(x.data<scalar_t>(), y.data<scalar_t>(), x.numel(), m.key, m.offset, m.threshold,
-                                   scale, cuda::current_stream());
+      kernels::cuda::dropout_apply(x.data<scalar_t>(), y.data<scalar_t>(), x.numel(), m.key, m.offset,
+                                   m.threshold, scale, cuda::current_stream());
       return;
     }
 #endif
     DDP_CHECK(x.device().is_cpu(), "dropout on ", x.device().str(), " is not available in this build");
-    kernels::cpu::dropout_apply(x.data<scalar_t>(), y.data<scalar_t>(), x.numel(), m.key, m.offset, m.threshold,
-                                scale);
+    kernels::cpu::dropout_apply(x.data<scalar_t>(), y.data<scalar_t>(), x.numel(), m.key, m.offset,
+                                m.threshold, scale);
   });
 }
 
@@ -65,7 +65,8 @@ Tensor dropout(const Tensor& x, double p, bool training, uint64_t seed, uint64_t
 }
 
 Tensor dropout(const Tensor& x, double p, bool training, DropoutGenerator& gen) {
-  if (!training || p == 0.0) return dropout(x, p, training, gen.seed, gen.offset);  // checks p, uses no counters
+  if (!training || p == 0.0)
+    return dropout(x, p, training, gen.seed, gen.offset);  // checks p, uses no counters
   return dropout(x, p, training, gen.seed, gen.take(x.numel()));
 }
 

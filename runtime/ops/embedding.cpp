@@ -23,13 +23,13 @@ struct EmbeddingBackward final : autograd::Node {
     DDP_DISPATCH_FLOATING(dtype, "embedding backward", [&] {
 #ifdef DDP_WITH_CUDA
       if (g.device().is_cuda()) {
-        kernels::cuda::embedding_backward(g.data<scalar_t>(), indices.data<int64_t>(), dweight.data<scalar_t>(), n,
-                                          vocab, cols, cuda::current_stream());
+        kernels::cuda::embedding_backward(g.data<scalar_t>(), indices.data<int64_t>(),
+                                          dweight.data<scalar_t>(), n, vocab, cols, cuda::current_stream());
         return;
       }
 #endif
-      kernels::cpu::embedding_backward(g.data<scalar_t>(), indices.data<int64_t>(), dweight.data<scalar_t>(), n, vocab,
-                                       cols);
+      kernels::cpu::embedding_backward(g.data<scalar_t>(), indices.data<int64_t>(), dweight.data<scalar_t>(),
+                                       n, vocab, cols);
     });
     return {dweight};
   }
@@ -48,10 +48,10 @@ struct EmbeddingBackward final : autograd::Node {
 Tensor embedding(const Tensor& weight, const Tensor& indices) {
   DDP_CHECK(weight.defined() && indices.defined(), "embedding: weight or indices is undefined");
   DDP_CHECK(weight.dim() == 2, "embedding: weight must be (V, C); got shape ", shape_str(weight.shape()));
-  DDP_CHECK(indices.dtype() == DType::I64, "embedding: indices must be int64; got ", dtype_name(indices.dtype()),
-            " (convert with .to(DType::I64))");
-  DDP_CHECK(weight.device() == indices.device(), "embedding: weight on ", weight.device().str(), " but indices on ",
-            indices.device().str(), "; move both to one device");
+  DDP_CHECK(indices.dtype() == DType::I64, "embedding: indices must be int64; got ",
+            dtype_name(indices.dtype()), " (convert with .to(DType::I64))");
+  DDP_CHECK(weight.device() == indices.device(), "embedding: weight on ", weight.device().str(),
+            " but indices on ", indices.device().str(), "; move both to one device");
   const int64_t vocab = weight.size(0), cols = weight.size(1), n = indices.numel();
   Shape out_shape = indices.shape();
   out_shape.push_back(cols);
@@ -59,24 +59,27 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
   if (n > 0) {
 #ifdef DDP_WITH_CUDA
     if (weight.device().is_cuda()) {
-      Tensor first_bad = Tensor::empty({}, DType::I64, weight.device());  // -1 (all bits set) when all are valid
+      Tensor first_bad =
+          Tensor::empty({}, DType::I64, weight.device());  // -1 (all bits set) when all are valid
       kernels::cuda::first_bad_index(indices.data<int64_t>(), n, vocab,
                                      reinterpret_cast<unsigned long long*>(first_bad.data<int64_t>()),
                                      cuda::current_stream());
       DDP_DISPATCH_FLOATING(weight.dtype(), "embedding", [&] {
-        kernels::cuda::embedding_forward(weight.data<scalar_t>(), indices.data<int64_t>(), vocab, out.data<scalar_t>(),
-                                         n, cols, cuda::current_stream());
+        kernels::cuda::embedding_forward(weight.data<scalar_t>(), indices.data<int64_t>(), vocab,
+                                         out.data<scalar_t>(), n, cols, cuda::current_stream());
       });
       const int64_t bad = first_bad.to(Device::cpu()).data<int64_t>()[0];  // waits for the kernels
       if (bad >= 0) fail_bad_index(indices, bad, vocab);
     } else
 #endif
     {
-      DDP_CHECK(weight.device().is_cpu(), "embedding on ", weight.device().str(), " is not available in this build");
+      DDP_CHECK(weight.device().is_cpu(), "embedding on ", weight.device().str(),
+                " is not available in this build");
       const int64_t bad = kernels::cpu::first_bad_index(indices.data<int64_t>(), n, vocab);
       if (bad >= 0) fail_bad_index(indices, bad, vocab);
       DDP_DISPATCH_FLOATING(weight.dtype(), "embedding", [&] {
-        kernels::cpu::embedding_forward(weight.data<scalar_t>(), indices.data<int64_t>(), out.data<scalar_t>(), n, cols);
+        kernels::cpu::embedding_forward(weight.data<scalar_t>(), indices.data<int64_t>(),
+                                        out.data<scalar_t>(), n, cols);
       });
     }
   }

@@ -25,14 +25,15 @@ struct LayerNormBackward final : autograd::Node {
       scalar_t* pdb = dbias.defined() ? dbias.data<scalar_t>() : nullptr;
 #ifdef DDP_WITH_CUDA
       if (x.device().is_cuda()) {
-        kernels::cuda::layernorm_backward(grads[0].data<scalar_t>(), x.data<scalar_t>(), weight.data<scalar_t>(),
-                                          mean.data<scalar_t>(), rstd.data<scalar_t>(), pdx, pdw, pdb, rows, cols,
-                                          cuda::current_stream());
+        kernels::cuda::layernorm_backward(
+            grads[0].data<scalar_t>(), x.data<scalar_t>(), weight.data<scalar_t>(), mean.data<scalar_t>(),
+            rstd.data<scalar_t>(), pdx, pdw, pdb, rows, cols, cuda::current_stream());
         return;
       }
 #endif
       kernels::cpu::layernorm_backward(grads[0].data<scalar_t>(), x.data<scalar_t>(), weight.data<scalar_t>(),
-                                       mean.data<scalar_t>(), rstd.data<scalar_t>(), pdx, pdw, pdb, rows, cols);
+                                       mean.data<scalar_t>(), rstd.data<scalar_t>(), pdx, pdw, pdb, rows,
+                                       cols);
     });
     return {dx, dweight, dbias};
   }
@@ -43,11 +44,12 @@ struct LayerNormBackward final : autograd::Node {
 void check_param(const char* what, const Tensor& p, const Tensor& x) {
   const int64_t cols = x.size(-1);
   DDP_CHECK(p.defined(), "layer_norm: ", what, " is undefined; pass a (", cols, ") tensor");
-  DDP_CHECK(p.shape() == Shape{cols}, "layer_norm: ", what, " has shape ", shape_str(p.shape()), " but x of shape ",
-            shape_str(x.shape()), " needs (", cols, ")");
+  DDP_CHECK(p.shape() == Shape{cols}, "layer_norm: ", what, " has shape ", shape_str(p.shape()),
+            " but x of shape ", shape_str(x.shape()), " needs (", cols, ")");
   DDP_CHECK(p.dtype() == x.dtype(), "layer_norm: ", what, " is ", dtype_name(p.dtype()), " but x is ",
             dtype_name(x.dtype()));
-  DDP_CHECK(p.device() == x.device(), "layer_norm: ", what, " on ", p.device().str(), " but x on ", x.device().str());
+  DDP_CHECK(p.device() == x.device(), "layer_norm: ", what, " on ", p.device().str(), " but x on ",
+            x.device().str());
 }
 }  // namespace
 
@@ -67,15 +69,15 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
 #ifdef DDP_WITH_CUDA
       if (x.device().is_cuda()) {
         kernels::cuda::layernorm_forward(x.data<scalar_t>(), weight.data<scalar_t>(), bias.data<scalar_t>(),
-                                         y.data<scalar_t>(), mean.data<scalar_t>(), rstd.data<scalar_t>(), rows, cols,
-                                         eps, cuda::current_stream());
+                                         y.data<scalar_t>(), mean.data<scalar_t>(), rstd.data<scalar_t>(),
+                                         rows, cols, eps, cuda::current_stream());
         return;
       }
 #endif
       DDP_CHECK(x.device().is_cpu(), "layer_norm on ", x.device().str(), " is not available in this build");
       kernels::cpu::layernorm_forward(x.data<scalar_t>(), weight.data<scalar_t>(), bias.data<scalar_t>(),
-                                      y.data<scalar_t>(), mean.data<scalar_t>(), rstd.data<scalar_t>(), rows, cols,
-                                      eps);
+                                      y.data<scalar_t>(), mean.data<scalar_t>(), rstd.data<scalar_t>(), rows,
+                                      cols, eps);
     });
   }
   if (autograd::needs_grad({&x, &weight, &bias})) {

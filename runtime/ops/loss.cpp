@@ -14,7 +14,8 @@
 namespace ddp::ops {
 namespace {
 
-[[noreturn]] void fail_bad_target(const Tensor& targets, int64_t pos, int64_t cols, const CrossEntropyOptions& o) {
+[[noreturn]] void fail_bad_target(const Tensor& targets, int64_t pos, int64_t cols,
+                                  const CrossEntropyOptions& o) {
   Tensor host = targets.to(Device::cpu());
   const int64_t value = host.data<int64_t>()[pos];
   DDP_FAIL("cross_entropy: target ", value, " at position ", pos, " (flat index into targets of shape ",
@@ -25,8 +26,8 @@ namespace {
 
 struct CrossEntropyBackward final : autograd::Node {
   Tensor logits, targets, lse;  // lse: (rows) log-sum-exp of each row
-  Tensor count_device;           // CUDA only: the number of non-ignored rows, a device int64 scalar
-  int64_t count = 0;             // CPU: the number of non-ignored rows
+  Tensor count_device;          // CUDA only: the number of non-ignored rows, a device int64 scalar
+  int64_t count = 0;            // CPU: the number of non-ignored rows
   int64_t rows = 0, cols = 0;
   CrossEntropyOptions options;
 
@@ -39,17 +40,17 @@ struct CrossEntropyBackward final : autograd::Node {
     DDP_DISPATCH_FLOATING(logits.dtype(), "cross_entropy backward", [&] {
 #ifdef DDP_WITH_CUDA
       if (logits.device().is_cuda()) {
-        kernels::cuda::cross_entropy_backward(logits.data<scalar_t>(), targets.data<int64_t>(), lse.data<scalar_t>(),
-                                              grads[0].data<scalar_t>(), mean ? count_device.data<int64_t>() : nullptr,
-                                              rows, cols, has_ignore, ignore, dlogits.data<scalar_t>(),
-                                              cuda::current_stream());
+        kernels::cuda::cross_entropy_backward(
+            logits.data<scalar_t>(), targets.data<int64_t>(), lse.data<scalar_t>(), grads[0].data<scalar_t>(),
+            mean ? count_device.data<int64_t>() : nullptr, rows, cols, has_ignore, ignore,
+            dlogits.data<scalar_t>(), cuda::current_stream());
         return;
       }
 #endif
       const double divisor = mean ? static_cast<double>(count) : 1.0;
-      kernels::cpu::cross_entropy_backward(logits.data<scalar_t>(), targets.data<int64_t>(), lse.data<scalar_t>(),
-                                           grads[0].data<scalar_t>(), divisor, rows, cols, has_ignore, ignore,
-                                           dlogits.data<scalar_t>());
+      kernels::cpu::cross_entropy_backward(logits.data<scalar_t>(), targets.data<int64_t>(),
+                                           lse.data<scalar_t>(), grads[0].data<scalar_t>(), divisor, rows,
+                                           cols, has_ignore, ignore, dlogits.data<scalar_t>());
     });
     return {dlogits};
   }
@@ -108,13 +109,13 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEnt
   if (logits.device().is_cuda()) {
     Tensor row_loss = Tensor::empty({rows}, logits.dtype(), logits.device());
     Tensor count = Tensor::empty({}, DType::I64, logits.device());
-    Tensor first_bad = Tensor::empty({}, DType::I64, logits.device());  // -1 (all bits set) when every target is valid
+    Tensor first_bad =
+        Tensor::empty({}, DType::I64, logits.device());  // -1 (all bits set) when every target is valid
     DDP_DISPATCH_FLOATING(logits.dtype(), "cross_entropy", [&] {
-      kernels::cuda::cross_entropy_forward(logits.data<scalar_t>(), targets.data<int64_t>(), rows, cols, has_ignore,
-                                           ignore, mean, lse.data<scalar_t>(), row_loss.data<scalar_t>(),
-                                           loss.data<scalar_t>(), count.data<int64_t>(),
-                                           reinterpret_cast<unsigned long long*>(first_bad.data<int64_t>()),
-                                           cuda::current_stream());
+      kernels::cuda::cross_entropy_forward(
+          logits.data<scalar_t>(), targets.data<int64_t>(), rows, cols, has_ignore, ignore, mean,
+          lse.data<scalar_t>(), row_loss.data<scalar_t>(), loss.data<scalar_t>(), count.data<int64_t>(),
+          reinterpret_cast<unsigned long long*>(first_bad.data<int64_t>()), cuda::current_stream());
     });
     const int64_t bad = first_bad.to(Device::cpu()).data<int64_t>()[0];  // waits for the kernels
     if (bad >= 0) fail_bad_target(targets, bad, cols, options);
@@ -122,16 +123,18 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEnt
   } else
 #endif
   {
-    DDP_CHECK(logits.device().is_cpu(), "cross_entropy on ", logits.device().str(), " is not available in this build");
+    DDP_CHECK(logits.device().is_cpu(), "cross_entropy on ", logits.device().str(),
+              " is not available in this build");
     const int64_t* pt = targets.data<int64_t>();
     const int64_t bad = kernels::cpu::first_bad_target(pt, rows, cols, has_ignore, ignore);
     if (bad >= 0) fail_bad_target(targets, bad, cols, options);
     DDP_DISPATCH_FLOATING(logits.dtype(), "cross_entropy", [&] {
       int64_t count = 0;
-      const double total = kernels::cpu::cross_entropy_forward(logits.data<scalar_t>(), pt, rows, cols, has_ignore,
-                                                               ignore, lse.data<scalar_t>(), &count);
-      const double value = !mean ? total : count > 0 ? total / static_cast<double>(count)
-                                                     : std::numeric_limits<double>::quiet_NaN();
+      const double total = kernels::cpu::cross_entropy_forward(
+          logits.data<scalar_t>(), pt, rows, cols, has_ignore, ignore, lse.data<scalar_t>(), &count);
+      const double value = !mean       ? total
+                           : count > 0 ? total / static_cast<double>(count)
+                                       : std::numeric_limits<double>::quiet_NaN();
       loss.data<scalar_t>()[0] = static_cast<scalar_t>(value);
       node->count = count;
     });
@@ -161,13 +164,14 @@ Tensor mse_loss(const Tensor& pred, const Tensor& target) {
   DDP_DISPATCH_FLOATING(pred.dtype(), "mse_loss", [&] {
 #ifdef DDP_WITH_CUDA
     if (pred.device().is_cuda()) {
-      kernels::cuda::mse_forward(pred.data<scalar_t>(), target.data<scalar_t>(), pred.numel(), loss.data<scalar_t>(),
-                                 cuda::current_stream());
+      kernels::cuda::mse_forward(pred.data<scalar_t>(), target.data<scalar_t>(), pred.numel(),
+                                 loss.data<scalar_t>(), cuda::current_stream());
       return;
     }
 #endif
     DDP_CHECK(pred.device().is_cpu(), "mse_loss on ", pred.device().str(), " is not available in this build");
-    const double total = kernels::cpu::mse_forward(pred.data<scalar_t>(), target.data<scalar_t>(), pred.numel());
+    const double total =
+        kernels::cpu::mse_forward(pred.data<scalar_t>(), target.data<scalar_t>(), pred.numel());
     loss.data<scalar_t>()[0] = static_cast<scalar_t>(total / static_cast<double>(pred.numel()));
   });
   if (autograd::needs_grad({&pred, &target})) {

@@ -20,8 +20,9 @@ struct CrossEntropyOptions {
 
 // logits: (..., C) float, targets: (...) int64 with values in [0, C) (or the ignore index) -> ().
 // Fused log-softmax + negative log-likelihood; stable for any logit magnitude. The backward is
-// (softmax - onehot) * dloss / count, recomputed from a saved per-row log-sum-exp (no (N, C) probabilities kept).
-// A target outside [0, C) is a ddp::Error naming its value and position.
+// (softmax - onehot) * dloss / count, recomputed from a saved per-row log-sum-exp (no (N, C) probabilities
+// kept). A target outside [0, C) is a ddp::Error naming its value and position (on CUDA this check copies one
+// int64 back to the host, a sync of the current stream per call).
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEntropyOptions& options = {});
 
 // pred, target: same shape and dtype -> (), mean((pred - target)^2). Both inputs are differentiable.

@@ -18,9 +18,11 @@ void forward_kernel(bool log, const Tensor& x, Tensor& y, int64_t rows, int64_t 
   if (x.device().is_cuda()) {
     DDP_DISPATCH_FLOATING(x.dtype(), op_name(log), [&] {
       if (log)
-        kernels::cuda::log_softmax_forward(x.data<scalar_t>(), y.data<scalar_t>(), rows, cols, cuda::current_stream());
+        kernels::cuda::log_softmax_forward(x.data<scalar_t>(), y.data<scalar_t>(), rows, cols,
+                                           cuda::current_stream());
       else
-        kernels::cuda::softmax_forward(x.data<scalar_t>(), y.data<scalar_t>(), rows, cols, cuda::current_stream());
+        kernels::cuda::softmax_forward(x.data<scalar_t>(), y.data<scalar_t>(), rows, cols,
+                                       cuda::current_stream());
     });
     return;
   }
@@ -51,9 +53,11 @@ void backward_kernel(bool log, const Tensor& y, const Tensor& dy, Tensor& dx, in
 #endif
   DDP_DISPATCH_FLOATING(y.dtype(), op_name(log), [&] {
     if (log)
-      kernels::cpu::log_softmax_backward(y.data<scalar_t>(), dy.data<scalar_t>(), dx.data<scalar_t>(), rows, cols);
+      kernels::cpu::log_softmax_backward(y.data<scalar_t>(), dy.data<scalar_t>(), dx.data<scalar_t>(), rows,
+                                         cols);
     else
-      kernels::cpu::softmax_backward(y.data<scalar_t>(), dy.data<scalar_t>(), dx.data<scalar_t>(), rows, cols);
+      kernels::cpu::softmax_backward(y.data<scalar_t>(), dy.data<scalar_t>(), dx.data<scalar_t>(), rows,
+                                     cols);
   });
 }
 
@@ -73,7 +77,8 @@ struct SoftmaxBackward final : autograd::Node {
 
 Tensor softmax_impl(const Tensor& x, bool log) {
   DDP_CHECK(x.defined(), op_name(log), ": the input tensor is undefined");
-  DDP_CHECK(x.dim() >= 1, op_name(log), ": input of shape () has no last dimension to normalise over; reshape it to (1)");
+  DDP_CHECK(x.dim() >= 1, op_name(log),
+            ": input of shape () has no last dimension to normalise over; reshape it to (1)");
   const int64_t cols = x.size(-1);
   Tensor y = Tensor::empty_like(x);
   if (x.numel() > 0) forward_kernel(log, x, y, x.numel() / cols, cols);

@@ -19,8 +19,8 @@ namespace ddp::testing {
 
 using NnOp = std::function<Tensor(const std::vector<Tensor>&)>;
 
-// Fresh leaf copies of inputs on `device` and converted to `dtype` (integer inputs keep their dtype), requiring
-// grad where the source does.
+// Fresh leaf copies of inputs on `device` and converted to `dtype` (integer inputs keep their dtype),
+// requiring grad where the source does.
 inline std::vector<Tensor> leaves_on(const std::vector<Tensor>& inputs, Device device, DType dtype) {
   std::vector<Tensor> out;
   for (const Tensor& t : inputs) {
@@ -33,7 +33,8 @@ inline std::vector<Tensor> leaves_on(const std::vector<Tensor>& inputs, Device d
 
 // Runs op on `inputs` (float32 after conversion) on the CPU and on CUDA with the same upstream gradient and
 // checks that outputs and every input gradient agree within atol + rtol * |cpu|.
-inline void expect_cuda_matches_cpu(const NnOp& op, const std::vector<Tensor>& inputs, double atol, double rtol) {
+inline void expect_cuda_matches_cpu(const NnOp& op, const std::vector<Tensor>& inputs, double atol,
+                                    double rtol) {
   std::vector<Tensor> cpu_in = leaves_on(inputs, Device::cpu(), DType::F32);
   std::vector<Tensor> gpu_in = leaves_on(inputs, Device::cuda(0), DType::F32);
   Tensor y_cpu = op(cpu_in);
@@ -45,9 +46,10 @@ inline void expect_cuda_matches_cpu(const NnOp& op, const std::vector<Tensor>& i
   autograd::backward({y_gpu}, {upstream.to(Device::cuda(0))});
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (!inputs[i].requires_grad()) continue;
-    ASSERT_TRUE(cpu_in[i].grad().defined() && gpu_in[i].grad().defined()) << "input " << i << " has no gradient";
-    EXPECT_TRUE(all_close(gpu_in[i].grad().to(Device::cpu()), cpu_in[i].grad(), atol, rtol)) << "gradient of input "
-                                                                                             << i;
+    ASSERT_TRUE(cpu_in[i].grad().defined() && gpu_in[i].grad().defined())
+        << "input " << i << " has no gradient";
+    EXPECT_TRUE(all_close(gpu_in[i].grad().to(Device::cpu()), cpu_in[i].grad(), atol, rtol))
+        << "gradient of input " << i;
   }
 }
 
@@ -57,7 +59,8 @@ inline ::testing::AssertionResult float32_matches_float64(const NnOp& op, const 
   autograd::NoGradGuard no_grad;
   Tensor y64 = op(leaves_on(inputs, Device::cpu(), DType::F64));
   Tensor y32 = op(leaves_on(inputs, Device::cpu(), DType::F32));
-  if (y32.dtype() != DType::F32) return ::testing::AssertionFailure() << "float32 op gave " << dtype_name(y32.dtype());
+  if (y32.dtype() != DType::F32)
+    return ::testing::AssertionFailure() << "float32 op gave " << dtype_name(y32.dtype());
   return all_close(y32, y64, atol, rtol);
 }
 

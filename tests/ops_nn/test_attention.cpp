@@ -1,5 +1,6 @@
 // test_attention.cpp - causal_self_attention against a plain float64 reference (explicit loops over
-// batch, head, query, key), causality, gradcheck (GPT-2 shapes in miniature), float32 vs float64, CUDA parity.
+// batch, head, query, key), causality, gradcheck (GPT-2 shapes in miniature), float32 vs float64, CUDA
+// parity.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -70,8 +71,9 @@ TEST(Attention, FutureTokensDoNotAffectThePast) {
 TEST(Attention, Gradcheck) {
   for (const Case& c : kCases) {
     const int64_t nh = c.nh;
-    EXPECT_TRUE(gradcheck([nh](const std::vector<Tensor>& in) { return ops::causal_self_attention(in[0], nh); },
-                          {random_f64({c.B, c.T, 3 * c.C}, 3)}, 1e-6, 1e-6, 1e-4))
+    EXPECT_TRUE(
+        gradcheck([nh](const std::vector<Tensor>& in) { return ops::causal_self_attention(in[0], nh); },
+                  {random_f64({c.B, c.T, 3 * c.C}, 3)}, 1e-6, 1e-6, 1e-4))
         << c.B << "," << c.T << "," << c.C << "," << c.nh;
   }
 }
@@ -93,7 +95,8 @@ TEST(Attention, CudaMatchesCpu) {
   // float32 both sides (cuBLAS vs OpenBLAS summation order): bound 1e-5 absolute + 1e-4 relative.
   for (const Case& c : std::vector<Case>{{2, 5, 8, 2}, {2, 64, 96, 4}, {1, 33, 12, 3}}) {
     const int64_t nh = c.nh;
-    expect_cuda_matches_cpu([nh](const std::vector<Tensor>& in) { return ops::causal_self_attention(in[0], nh); },
-                            {random_f64({c.B, c.T, 3 * c.C}, 7)}, 1e-5, 1e-4);
+    expect_cuda_matches_cpu(
+        [nh](const std::vector<Tensor>& in) { return ops::causal_self_attention(in[0], nh); },
+        {random_f64({c.B, c.T, 3 * c.C}, 7)}, 1e-5, 1e-4);
   }
 }

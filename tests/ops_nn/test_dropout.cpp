@@ -44,7 +44,8 @@ TEST(Dropout, MaskIsTheDocumentedHash) {
 
 TEST(Dropout, SameSeedSameMaskOtherSeedOtherMask) {
   Tensor x = random_f64({64, 33}, 1, false);
-  Tensor a = ops::dropout(x, 0.3, true, 123), b = ops::dropout(x, 0.3, true, 123), c = ops::dropout(x, 0.3, true, 124);
+  Tensor a = ops::dropout(x, 0.3, true, 123), b = ops::dropout(x, 0.3, true, 123),
+         c = ops::dropout(x, 0.3, true, 124);
   EXPECT_TRUE(all_close(a, b, 0));
   EXPECT_NE(kept(a), kept(c));
 }
@@ -116,6 +117,6 @@ TEST(Dropout, CudaMaskIsIdentical) {
     EXPECT_EQ(kept(gpu), kept(cpu));
     EXPECT_TRUE(all_close(gpu, cpu, 0, 1e-6));
   }
-  expect_cuda_matches_cpu([](const std::vector<Tensor>& in) { return ops::dropout(in[0], 0.3, true, 5); }, {x}, 0,
-                          1e-6);
+  expect_cuda_matches_cpu([](const std::vector<Tensor>& in) { return ops::dropout(in[0], 0.3, true, 5); },
+                          {x}, 0, 1e-6);
 }

@@ -11,8 +11,8 @@ using namespace ddp;
 using namespace ddp::testing;
 
 namespace {
-std::vector<double> reference(const std::vector<double>& x, const std::vector<double>& w, const std::vector<double>& b,
-                              double eps) {
+std::vector<double> reference(const std::vector<double>& x, const std::vector<double>& w,
+                              const std::vector<double>& b, double eps) {
   const size_t cols = w.size();
   std::vector<double> y(x.size());
   for (size_t r = 0; r * cols < x.size(); ++r) {
@@ -21,7 +21,8 @@ std::vector<double> reference(const std::vector<double>& x, const std::vector<do
     mean /= cols;
     for (size_t c = 0; c < cols; ++c) var += (x[r * cols + c] - mean) * (x[r * cols + c] - mean);
     var /= cols;
-    for (size_t c = 0; c < cols; ++c) y[r * cols + c] = (x[r * cols + c] - mean) / std::sqrt(var + eps) * w[c] + b[c];
+    for (size_t c = 0; c < cols; ++c)
+      y[r * cols + c] = (x[r * cols + c] - mean) / std::sqrt(var + eps) * w[c] + b[c];
   }
   return y;
 }
@@ -31,10 +32,11 @@ const std::vector<Shape> kShapes = {{1, 1}, {3, 5}, {2, 3, 8}, {4, 1, 7}, {9}};
 TEST(LayerNorm, MatchesReference) {
   for (const Shape& s : kShapes) {
     const int64_t c = s.back();
-    Tensor x = random_f64(s, 1, false) * 2.0 + 0.5, w = random_f64({c}, 2, false), b = random_f64({c}, 3, false);
+    Tensor x = random_f64(s, 1, false) * 2.0 + 0.5, w = random_f64({c}, 2, false),
+           b = random_f64({c}, 3, false);
     for (double eps : {1e-5, 0.1}) {
-      EXPECT_TRUE(all_close(ops::layer_norm(x, w, b, eps), reference(values(x), values(w), values(b), eps), 1e-12,
-                            1e-12))
+      EXPECT_TRUE(all_close(ops::layer_norm(x, w, b, eps), reference(values(x), values(w), values(b), eps),
+                            1e-12, 1e-12))
           << shape_str(s) << " eps " << eps;
     }
   }
@@ -51,14 +53,16 @@ TEST(LayerNorm, Gradcheck) {
 
 TEST(LayerNorm, GradOnlyForInputsThatNeedIt) {
   Tensor x = random_f64({3, 4}, 1), w = random_f64({4}, 2, false), b = random_f64({4}, 3);
-  EXPECT_TRUE(gradcheck([](const std::vector<Tensor>& in) { return ops::layer_norm(in[0], in[1], in[2]); }, {x, w, b}));
+  EXPECT_TRUE(gradcheck([](const std::vector<Tensor>& in) { return ops::layer_norm(in[0], in[1], in[2]); },
+                        {x, w, b}));
   EXPECT_FALSE(w.grad().defined());
 }
 
 TEST(LayerNorm, Float32MatchesFloat64) {
   EXPECT_TRUE(float32_matches_float64(
       [](const std::vector<Tensor>& in) { return ops::layer_norm(in[0], in[1], in[2]); },
-      {random_f64({6, 96}, 1, false) * 3.0 + 2.0, random_f64({96}, 2, false), random_f64({96}, 3, false)}, 1e-5, 1e-5));
+      {random_f64({6, 96}, 1, false) * 3.0 + 2.0, random_f64({96}, 2, false), random_f64({96}, 3, false)},
+      1e-5, 1e-5));
 }
 
 TEST(LayerNorm, RejectsBadParameters) {
@@ -73,7 +77,8 @@ TEST(LayerNorm, CudaMatchesCpu) {
   // float32 on both sides: bound 1e-5 relative + 1e-5 absolute (dweight sums over rows in a different order).
   for (const Shape& s : std::vector<Shape>{{3, 5}, {4, 16, 768}, {2, 1000}}) {
     const int64_t c = s.back();
-    expect_cuda_matches_cpu([](const std::vector<Tensor>& in) { return ops::layer_norm(in[0], in[1], in[2]); },
-                            {random_f64(s, 1), random_f64({c}, 2), random_f64({c}, 3)}, 1e-5, 1e-5);
+    expect_cuda_matches_cpu(
+        [](const std::vector<Tensor>& in) { return ops::layer_norm(in[0], in[1], in[2]); },
+        {random_f64(s, 1), random_f64({c}, 2), random_f64({c}, 3)}, 1e-5, 1e-5);
   }
 }

@@ -12,8 +12,8 @@ using namespace ddp::testing;
 
 namespace {
 // Mean (or sum) over non-ignored rows of -log softmax(x)[target], plainly in double.
-double reference_ce(const std::vector<double>& x, const std::vector<int64_t>& t, int64_t cols, bool mean = true,
-                    int64_t ignore = -12345) {
+double reference_ce(const std::vector<double>& x, const std::vector<int64_t>& t, int64_t cols,
+                    bool mean = true, int64_t ignore = -12345) {
   double total = 0;
   int64_t n = 0;
   for (size_t r = 0; r < t.size(); ++r) {
@@ -31,7 +31,9 @@ std::vector<int64_t> random_targets(int64_t n, int64_t cols, uint64_t seed) {
   for (int64_t i = 0; i < n; ++i) t[i] = static_cast<int64_t>((seed * 2654435761u + 97 * i) % cols);
   return t;
 }
-Tensor targets_tensor(const std::vector<int64_t>& t, const Shape& shape) { return Tensor::from_data(t, shape); }
+Tensor targets_tensor(const std::vector<int64_t>& t, const Shape& shape) {
+  return Tensor::from_data(t, shape);
+}
 }  // namespace
 
 TEST(CrossEntropy, MatchesReference) {
@@ -57,22 +59,23 @@ TEST(CrossEntropy, SumAndIgnoreIndex) {
   std::vector<int64_t> t = {1, -1, 3, 0, -1, 2};
   ops::CrossEntropyOptions opt;
   opt.ignore_index = -1;
-  EXPECT_NEAR(ops::cross_entropy(x, targets_tensor(t, {6}), opt).item(), reference_ce(values(x), t, 4, true, -1),
-              1e-12);
+  EXPECT_NEAR(ops::cross_entropy(x, targets_tensor(t, {6}), opt).item(),
+              reference_ce(values(x), t, 4, true, -1), 1e-12);
   opt.reduction = ops::LossReduction::Sum;
-  EXPECT_NEAR(ops::cross_entropy(x, targets_tensor(t, {6}), opt).item(), reference_ce(values(x), t, 4, false, -1),
-              1e-12);
+  EXPECT_NEAR(ops::cross_entropy(x, targets_tensor(t, {6}), opt).item(),
+              reference_ce(values(x), t, 4, false, -1), 1e-12);
   // An ignore index inside [0, C) ignores that class.
   opt.ignore_index = 3;
   std::vector<int64_t> t2 = {1, 3, 3, 0, 2, 2};
-  EXPECT_NEAR(ops::cross_entropy(x, targets_tensor(t2, {6}), opt).item(), reference_ce(values(x), t2, 4, false, 3),
-              1e-12);
+  EXPECT_NEAR(ops::cross_entropy(x, targets_tensor(t2, {6}), opt).item(),
+              reference_ce(values(x), t2, 4, false, 3), 1e-12);
 }
 
 TEST(CrossEntropy, AllIgnoredMeanIsNan) {
   ops::CrossEntropyOptions opt;
   opt.ignore_index = 0;
-  EXPECT_TRUE(std::isnan(ops::cross_entropy(random_f64({2, 3}, 1, false), targets_tensor({0, 0}, {2}), opt).item()));
+  EXPECT_TRUE(
+      std::isnan(ops::cross_entropy(random_f64({2, 3}, 1, false), targets_tensor({0, 0}, {2}), opt).item()));
 }
 
 TEST(CrossEntropy, LargeLogitsAreStable) {
@@ -108,7 +111,8 @@ TEST(CrossEntropy, BackwardIsSoftmaxMinusOnehotOverN) {
   for (int r = 0; r < 3; ++r) {
     double s = 0;
     for (int c = 0; c < 4; ++c) s += std::exp(xv[r * 4 + c]);
-    for (int c = 0; c < 4; ++c) expected[r * 4 + c] = (std::exp(xv[r * 4 + c]) / s - (c == t[r] ? 1 : 0)) / 3.0;
+    for (int c = 0; c < 4; ++c)
+      expected[r * 4 + c] = (std::exp(xv[r * 4 + c]) / s - (c == t[r] ? 1 : 0)) / 3.0;
   }
   EXPECT_TRUE(all_close(x.grad(), expected, 1e-14));
 }
@@ -124,8 +128,9 @@ TEST(CrossEntropy, Gradcheck) {
     ops::CrossEntropyOptions opt;
     opt.reduction = ops::LossReduction::Sum;
     opt.ignore_index = 0;
-    EXPECT_TRUE(gradcheck([&](const std::vector<Tensor>& in) { return ops::cross_entropy(in[0], in[1], opt); },
-                          {random_f64(s, 4), t}))
+    EXPECT_TRUE(
+        gradcheck([&](const std::vector<Tensor>& in) { return ops::cross_entropy(in[0], in[1], opt); },
+                  {random_f64(s, 4), t}))
         << shape_str(s);
   }
 }
@@ -133,8 +138,8 @@ TEST(CrossEntropy, Gradcheck) {
 TEST(CrossEntropy, Float32MatchesFloat64) {
   Tensor x = random_f64({8, 101}, 9, false) * 5.0;
   Tensor t = targets_tensor(random_targets(8, 101, 3), {8});
-  EXPECT_TRUE(float32_matches_float64([&](const std::vector<Tensor>& in) { return ops::cross_entropy(in[0], t); },
-                                      {x}, 1e-5, 1e-5));
+  EXPECT_TRUE(float32_matches_float64(
+      [&](const std::vector<Tensor>& in) { return ops::cross_entropy(in[0], t); }, {x}, 1e-5, 1e-5));
 }
 
 TEST(CrossEntropy, BadTargetNamesValueAndPosition) {
@@ -180,17 +185,19 @@ TEST(CrossEntropy, CudaMatchesCpu) {
   // float32 on both sides: relative error bound 1e-5.
   Tensor x = random_f64({2, 7, 1001}, 5) * 4.0;
   Tensor t = targets_tensor(random_targets(14, 1001, 8), {2, 7});
-  expect_cuda_matches_cpu([](const std::vector<Tensor>& in) { return ops::cross_entropy(in[0], in[1]); }, {x, t},
-                          1e-6, 1e-5);
+  expect_cuda_matches_cpu([](const std::vector<Tensor>& in) { return ops::cross_entropy(in[0], in[1]); },
+                          {x, t}, 1e-6, 1e-5);
   std::vector<int64_t> tv = random_targets(14, 1001, 8);
   tv[3] = -100;
   ops::CrossEntropyOptions opt;
   opt.ignore_index = -100;
-  expect_cuda_matches_cpu([&](const std::vector<Tensor>& in) { return ops::cross_entropy(in[0], in[1], opt); },
-                          {x, targets_tensor(tv, {2, 7})}, 1e-6, 1e-5);
+  expect_cuda_matches_cpu(
+      [&](const std::vector<Tensor>& in) { return ops::cross_entropy(in[0], in[1], opt); },
+      {x, targets_tensor(tv, {2, 7})}, 1e-6, 1e-5);
   tv[5] = 1001;
   try {
-    ops::cross_entropy(x.to(DType::F32).to(Device::cuda(0)), targets_tensor(tv, {2, 7}).to(Device::cuda(0)), opt);
+    ops::cross_entropy(x.to(DType::F32).to(Device::cuda(0)), targets_tensor(tv, {2, 7}).to(Device::cuda(0)),
+                       opt);
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("target 1001 at position 5"), std::string::npos) << e.what();

@@ -31,8 +31,10 @@ const std::vector<Shape> kShapes = {{7}, {3, 5}, {2, 3, 4}, {1, 1}, {4, 1}, {2, 
 TEST(Softmax, MatchesReference) {
   for (const Shape& s : kShapes) {
     Tensor x = random_f64(s, 11, false);
-    EXPECT_TRUE(all_close(ops::softmax(x), reference(values(x), s.back(), false), 1e-14, 1e-12)) << shape_str(s);
-    EXPECT_TRUE(all_close(ops::log_softmax(x), reference(values(x), s.back(), true), 1e-14, 1e-12)) << shape_str(s);
+    EXPECT_TRUE(all_close(ops::softmax(x), reference(values(x), s.back(), false), 1e-14, 1e-12))
+        << shape_str(s);
+    EXPECT_TRUE(all_close(ops::log_softmax(x), reference(values(x), s.back(), true), 1e-14, 1e-12))
+        << shape_str(s);
   }
 }
 
@@ -60,30 +62,33 @@ TEST(Softmax, LargeInputsStayFinite) {
 
 TEST(Softmax, Gradcheck) {
   for (const Shape& s : kShapes) {
-    EXPECT_TRUE(gradcheck([](const std::vector<Tensor>& in) { return ops::softmax(in[0]); }, {random_f64(s, 5)}))
+    EXPECT_TRUE(
+        gradcheck([](const std::vector<Tensor>& in) { return ops::softmax(in[0]); }, {random_f64(s, 5)}))
         << shape_str(s);
-    EXPECT_TRUE(gradcheck([](const std::vector<Tensor>& in) { return ops::log_softmax(in[0]); }, {random_f64(s, 6)}))
+    EXPECT_TRUE(
+        gradcheck([](const std::vector<Tensor>& in) { return ops::log_softmax(in[0]); }, {random_f64(s, 6)}))
         << shape_str(s);
   }
 }
 
 TEST(Softmax, Float32MatchesFloat64) {
   Tensor x = random_f64({5, 37}, 8, false) * 4.0;
-  EXPECT_TRUE(float32_matches_float64([](const std::vector<Tensor>& in) { return ops::softmax(in[0]); }, {x}, 1e-6, 1e-5));
-  EXPECT_TRUE(
-      float32_matches_float64([](const std::vector<Tensor>& in) { return ops::log_softmax(in[0]); }, {x}, 1e-5, 1e-5));
+  EXPECT_TRUE(float32_matches_float64([](const std::vector<Tensor>& in) { return ops::softmax(in[0]); }, {x},
+                                      1e-6, 1e-5));
+  EXPECT_TRUE(float32_matches_float64([](const std::vector<Tensor>& in) { return ops::log_softmax(in[0]); },
+                                      {x}, 1e-5, 1e-5));
 }
 
-TEST(Softmax, RejectsScalar) {
-  EXPECT_THROW(ops::softmax(Tensor::zeros({})), Error);
-}
+TEST(Softmax, RejectsScalar) { EXPECT_THROW(ops::softmax(Tensor::zeros({})), Error); }
 
 TEST(Softmax, CudaMatchesCpu) {
   DDP_SKIP_WITHOUT_GPU();
   // float32 on both sides: relative error bound 1e-5 (different summation orders).
   for (const Shape& s : std::vector<Shape>{{3, 5}, {4, 1000}, {2, 3, 33}}) {
     Tensor x = random_f64(s, 21) * 3.0;
-    expect_cuda_matches_cpu([](const std::vector<Tensor>& in) { return ops::softmax(in[0]); }, {x}, 1e-6, 1e-5);
-    expect_cuda_matches_cpu([](const std::vector<Tensor>& in) { return ops::log_softmax(in[0]); }, {x}, 1e-5, 1e-5);
+    expect_cuda_matches_cpu([](const std::vector<Tensor>& in) { return ops::softmax(in[0]); }, {x}, 1e-6,
+                            1e-5);
+    expect_cuda_matches_cpu([](const std::vector<Tensor>& in) { return ops::log_softmax(in[0]); }, {x}, 1e-5,
+                            1e-5);
   }
 }

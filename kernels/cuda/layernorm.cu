@@ -1,0 +1,119 @@
+// layernorm.cu - CUDA layer norm: forward and dx with one block per row (two-pass mean/variance);
+// dweight/dbias with one block per 32 columns summing over rows in a fixed order (deterministic, no atomics).
+#include "kernels/cuda/layernorm.h"
+#include "kernels/cuda/softmax.cuh"
+#include "runtime/core/cuda_check.h"
+
+namespace ddp::kernels::cuda {
+namespace {
+template <class T>
+__global__ void layernorm_forward_kernel(const T* x, const T* weight, const T* bias, T* y, T* mean, T* rstd,
+                                         int64_t rows, int64_t cols, double eps) {
+  __shared__ T smem[32];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T* xr = x + r * cols;
+    T* yr = y + r * cols;
+    T s = 0;
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) s += xr[c];
+    const T m = block_allreduce(s, SumOp(), smem) / static_cast<T>(cols);
+    T v = 0;
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) v += (xr[c] - m) * (xr[c] - m);
+    const T var = block_allreduce(v, SumOp(), smem) / static_cast<T>(cols);
+    const T rs = T(1) / dev_sqrt(var + static_cast<T>(eps));
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) yr[c] = (xr[c] - m) * rs * weight[c] + bias[c];
+    if (threadIdx.x == 0) {
+      mean[r] = m;
+      rstd[r] = rs;
+    }
+  }
+}
+
+template <class T>
+__global__ void layernorm_dx_kernel(const T* dy, const T* x, const T* weight, const T* mean, const T* rstd,
+                                    T* dx, int64_t rows, int64_t cols) {
+  __shared__ T smem[32];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T* xr = x + r * cols;
+    const T* dyr = dy + r * cols;
+    const T m = mean[r], rs = rstd[r];
+    T sg = 0, sgx = 0;
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+      const T g = dyr[c] * weight[c];
+      sg += g;
+      sgx += g * (xr[c] - m) * rs;
+    }
+    const T mean_g = block_allreduce(sg, SumOp(), smem) / static_cast<T>(cols);
+    const T mean_gx = block_allreduce(sgx, SumOp(), smem) / static_cast<T>(cols);
+    T* dxr = dx + r * cols;
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
+      dxr[c] = rs * (dyr[c] * weight[c] - mean_g - (xr[c] - m) * rs * mean_gx);
+  }
+}
+
+constexpr int kColTile = 32, kRowLanes = 8;
+// block (32, 8): threadIdx.x picks a column of the tile, threadIdx.y strides over rows.
+template <class T>
+__global__ void layernorm_dparams_kernel(const T* dy, const T* x, const T* mean, const T* rstd, T* dweight,
+                                         T* dbias, int64_t rows, int64_t cols) {
+  __shared__ T sw[kRowLanes][kColTile];
+  __shared__ T sb[kRowLanes][kColTile];
+  const int64_t c = blockIdx.x * int64_t(kColTile) + threadIdx.x;
+  T aw = 0, ab = 0;
+  if (c < cols) {
+    for (int64_t r = threadIdx.y; r < rows; r += kRowLanes) {
+      const T g = dy[r * cols + c];
+      aw += g * (x[r * cols + c] - mean[r]) * rstd[r];
+      ab += g;
+    }
+  }
+  sw[threadIdx.y][threadIdx.x] = aw;
+  sb[threadIdx.y][threadIdx.x] = ab;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < cols) {
+    for (int k = 1; k < kRowLanes; ++k) {
+      aw += sw[k][threadIdx.x];
+      ab += sb[k][threadIdx.x];
+    }
+    if (dweight) dweight[c] = aw;
+    if (dbias) dbias[c] = ab;
+  }
+}
+}  // namespace
+
+template <class T>
+void layernorm_forward(const T* x, const T* weight, const T* bias, T* y, T* mean, T* rstd, int64_t rows,
+                       int64_t cols, double eps, cudaStream_t stream) {
+  if (rows == 0 || cols == 0) return;
+  layernorm_forward_kernel<T>
+      <<<row_grid(rows), row_block(cols), 0, stream>>>(x, weight, bias, y, mean, rstd, rows, cols, eps);
+  DDP_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void layernorm_backward(const T* dy, const T* x, const T* weight, const T* mean, const T* rstd, T* dx,
+                        T* dweight, T* dbias, int64_t rows, int64_t cols, cudaStream_t stream) {
+  if (cols == 0) return;
+  if (dx && rows > 0) {
+    layernorm_dx_kernel<T>
+        <<<row_grid(rows), row_block(cols), 0, stream>>>(dy, x, weight, mean, rstd, dx, rows, cols);
+    DDP_CUDA_CHECK_LAUNCH();
+  }
+  if (dweight || dbias) {
+    const int grid = static_cast<int>((cols + kColTile - 1) / kColTile);
+    layernorm_dparams_kernel<T>
+        <<<grid, dim3(kColTile, kRowLanes), 0, stream>>>(dy, x, mean, rstd, dweight, dbias, rows, cols);
+    DDP_CUDA_CHECK_LAUNCH();
+  }
+}
+
+template void layernorm_forward<float>(const float*, const float*, const float*, float*, float*, float*,
+                                       int64_t, int64_t, double, cudaStream_t);
+template void layernorm_forward<double>(const double*, const double*, const double*, double*, double*,
+                                        double*, int64_t, int64_t, double, cudaStream_t);
+template void layernorm_backward<float>(const float*, const float*, const float*, const float*, const float*,
+                                        float*, float*, float*, int64_t, int64_t, cudaStream_t);
+template void layernorm_backward<double>(const double*, const double*, const double*, const double*,
+                                         const double*, double*, double*, double*, int64_t, int64_t,
+                                         cudaStream_t);
+
+}  // namespace ddp::kernels::cuda

@@ -1,0 +1,150 @@
+// loss.cu - CUDA cross-entropy (one block per row: max, log-sum-exp, loss; then one block sums the rows in a
+// fixed order, so the loss is deterministic) and MSE (one-block reduction, elementwise backward).
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/loss.h"
+#include "kernels/cuda/softmax.cuh"
+#include "runtime/core/cuda_check.h"
+
+namespace ddp::kernels::cuda {
+namespace {
+constexpr int kReduceBlock = 1024;
+
+__device__ inline bool counts(int64_t t, int64_t cols, bool has_ignore, int64_t ignore_index) {
+  return !(has_ignore && t == ignore_index) && t >= 0 && t < cols;
+}
+
+template <class T>
+__global__ void cross_entropy_rows_kernel(const T* logits, const int64_t* targets, int64_t rows, int64_t cols,
+                                          bool has_ignore, int64_t ignore_index, T* lse, T* row_loss,
+                                          unsigned long long* first_bad) {
+  __shared__ T smem[32];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T* xr = logits + r * cols;
+    T m = xr[0];
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) m = xr[c] > m ? xr[c] : m;
+    m = block_allreduce(m, MaxOp(), smem);
+    T s = 0;
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) s += dev_exp(xr[c] - m);
+    s = block_allreduce(s, SumOp(), smem);
+    if (threadIdx.x == 0) {
+      const T l = m + dev_log(s);
+      const int64_t t = targets[r];
+      const bool valid = counts(t, cols, has_ignore, ignore_index);
+      if (!valid && !(has_ignore && t == ignore_index))
+        atomicMin(first_bad, static_cast<unsigned long long>(r));
+      lse[r] = l;
+      row_loss[r] = valid ? l - xr[t] : T(0);
+    }
+  }
+}
+
+template <class T>
+__global__ void cross_entropy_reduce_kernel(const T* row_loss, const int64_t* targets, int64_t rows,
+                                            int64_t cols, bool has_ignore, int64_t ignore_index, bool mean,
+                                            T* loss, int64_t* count) {
+  __shared__ double smem[32];
+  double s = 0, n = 0;
+  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
+    if (!counts(targets[r], cols, has_ignore, ignore_index)) continue;
+    s += static_cast<double>(row_loss[r]);
+    n += 1;
+  }
+  s = block_allreduce(s, SumOp(), smem);
+  n = block_allreduce(n, SumOp(), smem);
+  if (threadIdx.x == 0) {
+    count[0] = static_cast<int64_t>(n);
+    loss[0] = static_cast<T>(mean ? s / n : s);  // 0 / 0 = NaN when every row is ignored
+  }
+}
+
+template <class T>
+__global__ void cross_entropy_backward_kernel(const T* logits, const int64_t* targets, const T* lse,
+                                              const T* dloss, const int64_t* count, int64_t rows,
+                                              int64_t cols, bool has_ignore, int64_t ignore_index,
+                                              T* dlogits) {
+  const T scale = dloss[0] / (count ? static_cast<T>(count[0]) : T(1));
+  DDP_CUDA_KERNEL_LOOP(i, rows * cols) {
+    const int64_t r = i / cols, c = i - r * cols, t = targets[r];
+    if (has_ignore && t == ignore_index) {
+      dlogits[i] = T(0);
+    } else {
+      dlogits[i] = scale * (dev_exp(logits[i] - lse[r]) - (c == t ? T(1) : T(0)));
+    }
+  }
+}
+
+template <class T>
+__global__ void mse_forward_kernel(const T* pred, const T* target, int64_t n, T* loss) {
+  __shared__ double smem[32];
+  double s = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const double d = static_cast<double>(pred[i]) - static_cast<double>(target[i]);
+    s += d * d;
+  }
+  s = block_allreduce(s, SumOp(), smem);
+  if (threadIdx.x == 0) loss[0] = static_cast<T>(s / static_cast<double>(n));
+}
+
+template <class T>
+__global__ void mse_backward_kernel(const T* pred, const T* target, const T* dloss, int64_t n, T* dpred,
+                                    T* dtarget) {
+  const T scale = T(2) * dloss[0] / static_cast<T>(n);
+  DDP_CUDA_KERNEL_LOOP(i, n) {
+    const T g = scale * (pred[i] - target[i]);
+    if (dpred) dpred[i] = g;
+    if (dtarget) dtarget[i] = -g;
+  }
+}
+}  // namespace
+
+template <class T>
+void cross_entropy_forward(const T* logits, const int64_t* targets, int64_t rows, int64_t cols,
+                           bool has_ignore, int64_t ignore_index, bool mean, T* lse, T* row_loss, T* loss,
+                           int64_t* count, unsigned long long* first_bad, cudaStream_t stream) {
+  DDP_CUDA_CHECK(cudaMemsetAsync(first_bad, 0xFF, sizeof(unsigned long long), stream));
+  if (rows > 0) {
+    cross_entropy_rows_kernel<T><<<row_grid(rows), row_block(cols), 0, stream>>>(
+        logits, targets, rows, cols, has_ignore, ignore_index, lse, row_loss, first_bad);
+    DDP_CUDA_CHECK_LAUNCH();
+  }
+  cross_entropy_reduce_kernel<T><<<1, kReduceBlock, 0, stream>>>(row_loss, targets, rows, cols, has_ignore,
+                                                                 ignore_index, mean, loss, count);
+  DDP_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void cross_entropy_backward(const T* logits, const int64_t* targets, const T* lse, const T* dloss,
+                            const int64_t* count, int64_t rows, int64_t cols, bool has_ignore,
+                            int64_t ignore_index, T* dlogits, cudaStream_t stream) {
+  if (rows * cols == 0) return;
+  cross_entropy_backward_kernel<T><<<grid_for(rows * cols), kBlock, 0, stream>>>(
+      logits, targets, lse, dloss, count, rows, cols, has_ignore, ignore_index, dlogits);
+  DDP_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void mse_forward(const T* pred, const T* target, int64_t n, T* loss, cudaStream_t stream) {
+  mse_forward_kernel<T><<<1, kReduceBlock, 0, stream>>>(pred, target, n, loss);
+  DDP_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void mse_backward(const T* pred, const T* target, const T* dloss, int64_t n, T* dpred, T* dtarget,
+                  cudaStream_t stream) {
+  if (n == 0) return;
+  mse_backward_kernel<T><<<grid_for(n), kBlock, 0, stream>>>(pred, target, dloss, n, dpred, dtarget);
+  DDP_CUDA_CHECK_LAUNCH();
+}
+
+#define DDP_INSTANTIATE(T)                                                                                \
+  template void cross_entropy_forward<T>(const T*, const int64_t*, int64_t, int64_t, bool, int64_t, bool, \
+                                         T*, T*, T*, int64_t*, unsigned long long*, cudaStream_t);        \
+  template void cross_entropy_backward<T>(const T*, const int64_t*, const T*, const T*, const int64_t*,   \
+                                          int64_t, int64_t, bool, int64_t, T*, cudaStream_t);             \
+  template void mse_forward<T>(const T*, const T*, int64_t, T*, cudaStream_t);                            \
+  template void mse_backward<T>(const T*, const T*, const T*, int64_t, T*, T*, cudaStream_t);
+DDP_INSTANTIATE(float)
+DDP_INSTANTIATE(double)
+#undef DDP_INSTANTIATE
+
+}  // namespace ddp::kernels::cuda

@@ -1,0 +1,32 @@
+// loss.h - CUDA fused cross-entropy and MSE (float32, float64). Same math as kernels/cpu/loss.h; the loss,
+// the count of non-ignored rows and the first bad target stay on the device (no host sync inside).
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace ddp::kernels::cuda {
+
+// logits: (rows, cols), targets: (rows). Writes lse: (rows), row_loss: (rows) scratch, loss: (1) the mean
+// (NaN when no row counts) or the sum, count: (1) the number of non-ignored rows, and first_bad: (1) the
+// smallest row whose target is outside [0, cols) and not the ignore index (all bits set when none; such rows
+// are left out of the loss).
+template <class T>
+void cross_entropy_forward(const T* logits, const int64_t* targets, int64_t rows, int64_t cols,
+                           bool has_ignore, int64_t ignore_index, bool mean, T* lse, T* row_loss, T* loss,
+                           int64_t* count, unsigned long long* first_bad, cudaStream_t stream);
+// dlogits = dloss[0] / (count ? count[0] : 1) * (exp(logits - lse) - onehot); ignored rows get 0.
+template <class T>
+void cross_entropy_backward(const T* logits, const int64_t* targets, const T* lse, const T* dloss,
+                            const int64_t* count, int64_t rows, int64_t cols, bool has_ignore,
+                            int64_t ignore_index, T* dlogits, cudaStream_t stream);
+
+// loss[0] = mean((pred - target)^2) over n elements.
+template <class T>
+void mse_forward(const T* pred, const T* target, int64_t n, T* loss, cudaStream_t stream);
+// dpred = 2 (pred - target) dloss[0] / n; dtarget = -dpred; either may be null.
+template <class T>
+void mse_backward(const T* pred, const T* target, const T* dloss, int64_t n, T* dpred, T* dtarget,
+                  cudaStream_t stream);
+
+}  // namespace ddp::kernels::cuda
