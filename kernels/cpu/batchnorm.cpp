@@ -96,12 +96,12 @@ void batch_norm_backward(const T* dy, const T* x, const T* mean, const T* invstd
   }
 }
 
-#define DDP_INSTANTIATE_BATCHNORM(T)                                                                      \
-  template void batch_norm_stats<T>(const T*, const BatchNormGeometry&, double, double, T*, T*, T*, T*);  \
-  template void batch_norm_running_invstd<T>(const T*, int64_t, double, T*);                              \
-  template void batch_norm_apply<T>(const T*, const T*, const T*, const T*, const T*, T*,                 \
-                                    const BatchNormGeometry&);                                            \
-  template void batch_norm_backward<T>(const T*, const T*, const T*, const T*, const T*, T*, T*, T*,      \
+#define DDP_INSTANTIATE_BATCHNORM(T)                                                                     \
+  template void batch_norm_stats<T>(const T*, const BatchNormGeometry&, double, double, T*, T*, T*, T*); \
+  template void batch_norm_running_invstd<T>(const T*, int64_t, double, T*);                             \
+  template void batch_norm_apply<T>(const T*, const T*, const T*, const T*, const T*, T*,                \
+                                    const BatchNormGeometry&);                                           \
+  template void batch_norm_backward<T>(const T*, const T*, const T*, const T*, const T*, T*, T*, T*,     \
                                        const BatchNormGeometry&, bool);
 DDP_INSTANTIATE_BATCHNORM(float)
 DDP_INSTANTIATE_BATCHNORM(double)

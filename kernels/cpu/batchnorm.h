@@ -1,8 +1,8 @@
 // batchnorm.h - 2-D batch normalization on the CPU over raw NCHW pointers, per channel c:
 //   y = (x - mean[c]) * invstd[c] * weight[c] + bias[c],  invstd = 1 / sqrt(var + eps).
 // Training takes mean and the biased variance of the batch (count = N*H*W values per channel) and moves the
-// running stats toward them: running = (1 - momentum) * running + momentum * batch, with the unbiased variance
-// (PyTorch's convention). Evaluation uses the running stats. Weight and bias may be null (1 and 0).
+// running stats toward them: running = (1 - momentum) * running + momentum * batch, with the unbiased
+// variance (PyTorch's convention). Evaluation uses the running stats. Weight and bias may be null (1 and 0).
 // BatchNormGeometry is shared with kernels/cuda/batchnorm.h.
 #pragma once
 #include <cstdint>
@@ -10,7 +10,7 @@
 namespace ddp::kernels::cpu {
 
 struct BatchNormGeometry {
-  int64_t batch = 0, channels = 0, spatial = 0;  // N, C, H*W
+  int64_t batch = 0, channels = 0, spatial = 0;                // N, C, H*W
   constexpr int64_t count() const { return batch * spatial; }  // values per channel (usable on the GPU)
 };
 

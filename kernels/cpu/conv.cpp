@@ -12,8 +12,8 @@ namespace ddp::kernels::cpu {
 namespace {
 
 // Row-major C (m, n) = alpha * op(A) * op(B) + beta * C.
-void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
-          const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, int(m),
               int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
 }
@@ -154,10 +154,10 @@ void conv2d_backward(const T* x, const T* w, const T* dy, T* dx, T* dw, T* db, c
     for (int64_t c = 0; c < Cout; ++c) db[c] = static_cast<T>(bias_sum[c]);
 }
 
-#define DDP_INSTANTIATE_CONV(T)                                                                   \
-  template void im2col<T>(const T*, const ConvGeometry&, T*);                                     \
-  template void col2im_add<T>(const T*, const ConvGeometry&, T*);                                 \
-  template void conv2d_forward<T>(const T*, const T*, const T*, T*, const ConvGeometry&);         \
+#define DDP_INSTANTIATE_CONV(T)                                                           \
+  template void im2col<T>(const T*, const ConvGeometry&, T*);                             \
+  template void col2im_add<T>(const T*, const ConvGeometry&, T*);                         \
+  template void conv2d_forward<T>(const T*, const T*, const T*, T*, const ConvGeometry&); \
   template void conv2d_backward<T>(const T*, const T*, const T*, T*, T*, T*, const ConvGeometry&);
 DDP_INSTANTIATE_CONV(float)
 DDP_INSTANTIATE_CONV(double)

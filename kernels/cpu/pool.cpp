@@ -1,4 +1,5 @@
-// pool.cpp - CPU max/avg pooling: one pass over the output windows for the forward, a scatter for the backward.
+// pool.cpp - CPU max/avg pooling: one pass over the output windows for the forward, a scatter for the
+// backward.
 #include "kernels/cpu/pool.h"
 
 #include <algorithm>
@@ -98,10 +99,10 @@ void avg_pool2d_backward(const T* dy, T* dx, const PoolGeometry& g) {
   }
 }
 
-#define DDP_INSTANTIATE_POOL(T)                                                                  \
-  template void max_pool2d_forward<T>(const T*, T*, int32_t*, const PoolGeometry&);              \
-  template void max_pool2d_backward<T>(const T*, const int32_t*, T*, const PoolGeometry&);       \
-  template void avg_pool2d_forward<T>(const T*, T*, const PoolGeometry&);                        \
+#define DDP_INSTANTIATE_POOL(T)                                                            \
+  template void max_pool2d_forward<T>(const T*, T*, int32_t*, const PoolGeometry&);        \
+  template void max_pool2d_backward<T>(const T*, const int32_t*, T*, const PoolGeometry&); \
+  template void avg_pool2d_forward<T>(const T*, T*, const PoolGeometry&);                  \
   template void avg_pool2d_backward<T>(const T*, T*, const PoolGeometry&);
 DDP_INSTANTIATE_POOL(float)
 DDP_INSTANTIATE_POOL(double)

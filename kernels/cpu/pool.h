@@ -1,7 +1,8 @@
-// pool.h - 2-D max and average pooling on the CPU over raw NCHW pointers (square window, stride, zero padding).
-// Max pooling saves the argmax of each window as an int32 index into its (H, W) plane; ties go to the first
-// maximum in row-major window order (a NaN wins over numbers). Average pooling divides by kernel*kernel
-// (padding counts, like PyTorch's count_include_pad=True). PoolGeometry is shared with kernels/cuda/pool.h.
+// pool.h - 2-D max and average pooling on the CPU over raw NCHW pointers (square window, stride, zero
+// padding). Max pooling saves the argmax of each window as an int32 index into its (H, W) plane; ties go to
+// the first maximum in row-major window order (a NaN wins over numbers). Average pooling divides by
+// kernel*kernel (padding counts, like PyTorch's count_include_pad=True). PoolGeometry is shared with
+// kernels/cuda/pool.h.
 #pragma once
 #include <cstdint>
 

@@ -1,5 +1,6 @@
 // batchnorm.cu - batch normalization kernels. Statistics and backward sums: one block per channel walking its
-// N planes of H*W values (fixed reduction order, so results repeat bit for bit); apply: one thread per element.
+// N planes of H*W values (fixed reduction order, so results repeat bit for bit); apply: one thread per
+// element.
 #include "kernels/cuda/batchnorm.h"
 #include "kernels/cuda/common.cuh"
 #include "runtime/core/cuda_check.h"
@@ -72,8 +73,8 @@ __global__ void apply_kernel(const T* x, const T* mean, const T* invstd, const T
 }
 
 template <class T>
-__global__ void backward_kernel(const T* dy, const T* x, const T* mean, const T* invstd, const T* weight, T* dx,
-                                T* dweight, T* dbias, BatchNormGeometry g, bool training) {
+__global__ void backward_kernel(const T* dy, const T* x, const T* mean, const T* invstd, const T* weight,
+                                T* dx, T* dweight, T* dbias, BatchNormGeometry g, bool training) {
   __shared__ T scratch[kReduceBlock / 32];
   const int64_t c = blockIdx.x;
   const T m = mean[c], istd = invstd[c], count = static_cast<T>(g.count());
@@ -101,13 +102,14 @@ template <class T>
 void batch_norm_stats(const T* x, const BatchNormGeometry& g, double eps, double momentum, T* mean, T* invstd,
                       T* running_mean, T* running_var, cudaStream_t stream) {
   if (g.channels == 0) return;
-  stats_kernel<T><<<static_cast<unsigned>(g.channels), kReduceBlock, 0, stream>>>(x, g, eps, momentum, mean, invstd,
-                                                                                 running_mean, running_var);
+  stats_kernel<T><<<static_cast<unsigned>(g.channels), kReduceBlock, 0, stream>>>(
+      x, g, eps, momentum, mean, invstd, running_mean, running_var);
   DDP_CUDA_CHECK_LAUNCH();
 }
 
 template <class T>
-void batch_norm_running_invstd(const T* running_var, int64_t channels, double eps, T* invstd, cudaStream_t stream) {
+void batch_norm_running_invstd(const T* running_var, int64_t channels, double eps, T* invstd,
+                               cudaStream_t stream) {
   if (channels == 0) return;
   running_invstd_kernel<T><<<grid_for(channels), kBlock, 0, stream>>>(running_var, channels, eps, invstd);
   DDP_CUDA_CHECK_LAUNCH();
@@ -124,20 +126,21 @@ void batch_norm_apply(const T* x, const T* mean, const T* invstd, const T* weigh
 
 template <class T>
 void batch_norm_backward(const T* dy, const T* x, const T* mean, const T* invstd, const T* weight, T* dx,
-                         T* dweight, T* dbias, const BatchNormGeometry& g, bool training, cudaStream_t stream) {
+                         T* dweight, T* dbias, const BatchNormGeometry& g, bool training,
+                         cudaStream_t stream) {
   if (g.channels == 0) return;
   backward_kernel<T><<<static_cast<unsigned>(g.channels), kReduceBlock, 0, stream>>>(
       dy, x, mean, invstd, weight, dx, dweight, dbias, g, training);
   DDP_CUDA_CHECK_LAUNCH();
 }
 
-#define DDP_INSTANTIATE_BATCHNORM(T)                                                                             \
-  template void batch_norm_stats<T>(const T*, const BatchNormGeometry&, double, double, T*, T*, T*, T*,          \
-                                    cudaStream_t);                                                               \
-  template void batch_norm_running_invstd<T>(const T*, int64_t, double, T*, cudaStream_t);                       \
-  template void batch_norm_apply<T>(const T*, const T*, const T*, const T*, const T*, T*,                        \
-                                    const BatchNormGeometry&, cudaStream_t);                                     \
-  template void batch_norm_backward<T>(const T*, const T*, const T*, const T*, const T*, T*, T*, T*,             \
+#define DDP_INSTANTIATE_BATCHNORM(T)                                                                    \
+  template void batch_norm_stats<T>(const T*, const BatchNormGeometry&, double, double, T*, T*, T*, T*, \
+                                    cudaStream_t);                                                      \
+  template void batch_norm_running_invstd<T>(const T*, int64_t, double, T*, cudaStream_t);              \
+  template void batch_norm_apply<T>(const T*, const T*, const T*, const T*, const T*, T*,               \
+                                    const BatchNormGeometry&, cudaStream_t);                            \
+  template void batch_norm_backward<T>(const T*, const T*, const T*, const T*, const T*, T*, T*, T*,    \
                                        const BatchNormGeometry&, bool, cudaStream_t);
 DDP_INSTANTIATE_BATCHNORM(float)
 DDP_INSTANTIATE_BATCHNORM(double)

@@ -12,12 +12,14 @@ template <class T>
 void batch_norm_stats(const T* x, const BatchNormGeometry& g, double eps, double momentum, T* mean, T* invstd,
                       T* running_mean, T* running_var, cudaStream_t stream);
 template <class T>
-void batch_norm_running_invstd(const T* running_var, int64_t channels, double eps, T* invstd, cudaStream_t stream);
+void batch_norm_running_invstd(const T* running_var, int64_t channels, double eps, T* invstd,
+                               cudaStream_t stream);
 template <class T>
 void batch_norm_apply(const T* x, const T* mean, const T* invstd, const T* weight, const T* bias, T* y,
                       const BatchNormGeometry& g, cudaStream_t stream);
 template <class T>
 void batch_norm_backward(const T* dy, const T* x, const T* mean, const T* invstd, const T* weight, T* dx,
-                         T* dweight, T* dbias, const BatchNormGeometry& g, bool training, cudaStream_t stream);
+                         T* dweight, T* dbias, const BatchNormGeometry& g, bool training,
+                         cudaStream_t stream);
 
 }  // namespace ddp::kernels::cuda

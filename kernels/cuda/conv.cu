@@ -1,6 +1,8 @@
 // conv.cu - cuDNN convolution: descriptors built per call (cheap), algorithm choice from the v7 heuristics
 // cached per (device, dtype, geometry) on each thread, workspace from the caller's allocator.
+#include <algorithm>
 #include <array>
+#include <iterator>
 #include <map>
 
 #include "kernels/cuda/conv.h"
@@ -23,18 +25,27 @@ struct ConvDescriptors {
   cudnnConvolutionDescriptor_t conv = nullptr;
 
   ConvDescriptors() {
-    DDP_CUDNN_CHECK(cudnnCreateTensorDescriptor(&x));
-    DDP_CUDNN_CHECK(cudnnCreateTensorDescriptor(&y));
-    DDP_CUDNN_CHECK(cudnnCreateTensorDescriptor(&bias));
-    DDP_CUDNN_CHECK(cudnnCreateFilterDescriptor(&w));
-    DDP_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&conv));
+    try {
+      DDP_CUDNN_CHECK(cudnnCreateTensorDescriptor(&x));
+      DDP_CUDNN_CHECK(cudnnCreateTensorDescriptor(&y));
+      DDP_CUDNN_CHECK(cudnnCreateTensorDescriptor(&bias));
+      DDP_CUDNN_CHECK(cudnnCreateFilterDescriptor(&w));
+      DDP_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&conv));
+    } catch (...) {
+      destroy();  // the destructor does not run for a throwing constructor
+      throw;
+    }
   }
-  ~ConvDescriptors() {
+  ~ConvDescriptors() { destroy(); }
+  void destroy() {
     if (conv) cudnnDestroyConvolutionDescriptor(conv);
     if (w) cudnnDestroyFilterDescriptor(w);
     if (bias) cudnnDestroyTensorDescriptor(bias);
     if (y) cudnnDestroyTensorDescriptor(y);
     if (x) cudnnDestroyTensorDescriptor(x);
+    conv = nullptr;
+    w = nullptr;
+    bias = y = x = nullptr;
   }
   ConvDescriptors(const ConvDescriptors&) = delete;
   ConvDescriptors& operator=(const ConvDescriptors&) = delete;
@@ -70,11 +81,14 @@ const Perf& first_usable(const Perf* perf, int count, const char* direction) {
   DDP_FAIL("conv2d: cuDNN offers no ", direction, " algorithm for this geometry");
 }
 
-ConvAlgos choose_algos(cudnnHandle_t handle, const ConvDescriptors& d, const ConvGeometry& g, cudnnDataType_t type) {
-  using Key = std::array<int64_t, 12>;
+ConvAlgos choose_algos(cudnnHandle_t handle, const ConvDescriptors& d, const ConvGeometry& g,
+                       cudnnDataType_t type) {
+  using Key = std::array<int64_t, 11>;  // device, dtype, then the geometry
   thread_local std::map<Key, ConvAlgos> cache;
-  const Key key{ddp::cuda::current_device(), int64_t(type), g.batch,    g.in_channels, g.in_h,   g.in_w,
-                g.out_channels,               g.kernel_h,  g.kernel_w, g.stride,      g.padding, 0};
+  Key key{ddp::cuda::current_device(), int64_t(type)};
+  const int64_t sizes[] = {g.batch,    g.in_channels, g.in_h,   g.in_w,   g.out_channels,
+                           g.kernel_h, g.kernel_w,    g.stride, g.padding};
+  std::copy(std::begin(sizes), std::end(sizes), key.begin() + 2);
   if (auto it = cache.find(key); it != cache.end()) return it->second;
 
   ConvAlgos a;
@@ -82,23 +96,24 @@ ConvAlgos choose_algos(cudnnHandle_t handle, const ConvDescriptors& d, const Con
   int returned = 0;
   {
     cudnnConvolutionFwdAlgoPerf_t perf[kMaxAlgos];
-    DDP_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(handle, d.x, d.w, d.conv, d.y, kMaxAlgos, &returned, perf));
+    DDP_CUDNN_CHECK(
+        cudnnGetConvolutionForwardAlgorithm_v7(handle, d.x, d.w, d.conv, d.y, kMaxAlgos, &returned, perf));
     const auto& best = first_usable(perf, returned, "forward");
     a.fwd = best.algo;
     a.fwd_math = best.mathType;
   }
   {
     cudnnConvolutionBwdDataAlgoPerf_t perf[kMaxAlgos];
-    DDP_CUDNN_CHECK(
-        cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, d.w, d.y, d.conv, d.x, kMaxAlgos, &returned, perf));
+    DDP_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, d.w, d.y, d.conv, d.x, kMaxAlgos,
+                                                                &returned, perf));
     const auto& best = first_usable(perf, returned, "backward-data");
     a.bwd_data = best.algo;
     a.bwd_data_math = best.mathType;
   }
   {
     cudnnConvolutionBwdFilterAlgoPerf_t perf[kMaxAlgos];
-    DDP_CUDNN_CHECK(
-        cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, d.x, d.y, d.conv, d.w, kMaxAlgos, &returned, perf));
+    DDP_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, d.x, d.y, d.conv, d.w, kMaxAlgos,
+                                                                  &returned, perf));
     const auto& best = first_usable(perf, returned, "backward-filter");
     a.bwd_filter = best.algo;
     a.bwd_filter_math = best.mathType;
@@ -107,12 +122,15 @@ ConvAlgos choose_algos(cudnnHandle_t handle, const ConvDescriptors& d, const Con
   return a;
 }
 
-void* workspace_of(size_t bytes, const WorkspaceFn& workspace) { return bytes == 0 ? nullptr : workspace(bytes); }
+void* workspace_of(size_t bytes, const WorkspaceFn& workspace) {
+  return bytes == 0 ? nullptr : workspace(bytes);
+}
 
 }  // namespace
 
 template <class T>
-void conv2d_forward(const T* x, const T* w, const T* b, T* y, const ConvGeometry& g, const WorkspaceFn& workspace) {
+void conv2d_forward(const T* x, const T* w, const T* b, T* y, const ConvGeometry& g,
+                    const WorkspaceFn& workspace) {
   if (g.batch * g.out_channels * g.out_h * g.out_w == 0) return;
   cudnnHandle_t handle = ddp::cuda::cudnn_handle();
   ConvDescriptors d;
@@ -142,24 +160,25 @@ void conv2d_backward(const T* x, const T* w, const T* dy, T* dx, T* dw, T* db, c
     DDP_CUDNN_CHECK(
         cudnnGetConvolutionBackwardDataWorkspaceSize(handle, d.w, d.y, d.conv, d.x, algos.bwd_data, &bytes));
     void* ws = workspace_of(bytes, workspace);
-    DDP_CUDNN_CHECK(cudnnConvolutionBackwardData(handle, &one, d.w, w, d.y, dy, d.conv, algos.bwd_data, ws, bytes,
-                                                 &zero, d.x, dx));
+    DDP_CUDNN_CHECK(cudnnConvolutionBackwardData(handle, &one, d.w, w, d.y, dy, d.conv, algos.bwd_data, ws,
+                                                 bytes, &zero, d.x, dx));
   }
   if (dw) {
     DDP_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, algos.bwd_filter_math));
     size_t bytes = 0;
-    DDP_CUDNN_CHECK(
-        cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, d.x, d.y, d.conv, d.w, algos.bwd_filter, &bytes));
+    DDP_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, d.x, d.y, d.conv, d.w,
+                                                                   algos.bwd_filter, &bytes));
     void* ws = workspace_of(bytes, workspace);
-    DDP_CUDNN_CHECK(cudnnConvolutionBackwardFilter(handle, &one, d.x, x, d.y, dy, d.conv, algos.bwd_filter, ws,
-                                                   bytes, &zero, d.w, dw));
+    DDP_CUDNN_CHECK(cudnnConvolutionBackwardFilter(handle, &one, d.x, x, d.y, dy, d.conv, algos.bwd_filter,
+                                                   ws, bytes, &zero, d.w, dw));
   }
   if (db) DDP_CUDNN_CHECK(cudnnConvolutionBackwardBias(handle, &one, d.y, dy, &zero, d.bias, db));
 }
 
-#define DDP_INSTANTIATE_CONV(T)                                                                             \
-  template void conv2d_forward<T>(const T*, const T*, const T*, T*, const ConvGeometry&, const WorkspaceFn&); \
-  template void conv2d_backward<T>(const T*, const T*, const T*, T*, T*, T*, const ConvGeometry&,             \
+#define DDP_INSTANTIATE_CONV(T)                                                                   \
+  template void conv2d_forward<T>(const T*, const T*, const T*, T*, const ConvGeometry&,          \
+                                  const WorkspaceFn&);                                            \
+  template void conv2d_backward<T>(const T*, const T*, const T*, T*, T*, T*, const ConvGeometry&, \
                                    const WorkspaceFn&);
 DDP_INSTANTIATE_CONV(float)
 DDP_INSTANTIATE_CONV(double)

@@ -18,7 +18,8 @@ using WorkspaceFn = std::function<void*(size_t bytes)>;
 
 // Runs on ddp::cuda::current_stream() (the cuDNN handle is bound to it). b may be null.
 template <class T>
-void conv2d_forward(const T* x, const T* w, const T* b, T* y, const ConvGeometry& g, const WorkspaceFn& workspace);
+void conv2d_forward(const T* x, const T* w, const T* b, T* y, const ConvGeometry& g,
+                    const WorkspaceFn& workspace);
 // Outputs may be null (not needed); the ones given are overwritten.
 template <class T>
 void conv2d_backward(const T* x, const T* w, const T* dy, T* dx, T* dw, T* db, const ConvGeometry& g,

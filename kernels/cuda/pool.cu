@@ -103,7 +103,8 @@ void max_pool2d_forward(const T* x, T* y, int32_t* argmax, const PoolGeometry& g
 }
 
 template <class T>
-void max_pool2d_backward(const T* dy, const int32_t* argmax, T* dx, const PoolGeometry& g, cudaStream_t stream) {
+void max_pool2d_backward(const T* dy, const int32_t* argmax, T* dx, const PoolGeometry& g,
+                         cudaStream_t stream) {
   const int64_t n = g.planes * g.in_h * g.in_w;
   if (n == 0) return;
   max_pool_backward_kernel<T><<<grid_for(n), kBlock, 0, stream>>>(dy, argmax, dx, g);
@@ -126,10 +127,10 @@ void avg_pool2d_backward(const T* dy, T* dx, const PoolGeometry& g, cudaStream_t
   DDP_CUDA_CHECK_LAUNCH();
 }
 
-#define DDP_INSTANTIATE_POOL(T)                                                                             \
-  template void max_pool2d_forward<T>(const T*, T*, int32_t*, const PoolGeometry&, cudaStream_t);           \
-  template void max_pool2d_backward<T>(const T*, const int32_t*, T*, const PoolGeometry&, cudaStream_t);    \
-  template void avg_pool2d_forward<T>(const T*, T*, const PoolGeometry&, cudaStream_t);                     \
+#define DDP_INSTANTIATE_POOL(T)                                                                          \
+  template void max_pool2d_forward<T>(const T*, T*, int32_t*, const PoolGeometry&, cudaStream_t);        \
+  template void max_pool2d_backward<T>(const T*, const int32_t*, T*, const PoolGeometry&, cudaStream_t); \
+  template void avg_pool2d_forward<T>(const T*, T*, const PoolGeometry&, cudaStream_t);                  \
   template void avg_pool2d_backward<T>(const T*, T*, const PoolGeometry&, cudaStream_t);
 DDP_INSTANTIATE_POOL(float)
 DDP_INSTANTIATE_POOL(double)

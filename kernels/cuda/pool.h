@@ -11,7 +11,8 @@ using cpu::PoolGeometry;
 template <class T>
 void max_pool2d_forward(const T* x, T* y, int32_t* argmax, const PoolGeometry& g, cudaStream_t stream);
 template <class T>
-void max_pool2d_backward(const T* dy, const int32_t* argmax, T* dx, const PoolGeometry& g, cudaStream_t stream);
+void max_pool2d_backward(const T* dy, const int32_t* argmax, T* dx, const PoolGeometry& g,
+                         cudaStream_t stream);
 template <class T>
 void avg_pool2d_forward(const T* x, T* y, const PoolGeometry& g, cudaStream_t stream);
 template <class T>

@@ -49,8 +49,9 @@ struct BatchNorm2dBackward final : autograd::Node {
 #ifdef DDP_WITH_CUDA
       if (x.device().is_cuda()) {
         kernels::cuda::batch_norm_backward(dy.data<T>(), x.data<T>(), mean.data<T>(), invstd.data<T>(),
-                                           ptr_or_null<T>(weight), ptr_or_null<T>(dx), ptr_or_null<T>(dweight),
-                                           ptr_or_null<T>(dbias), geometry, training, ddp::cuda::current_stream());
+                                           ptr_or_null<T>(weight), ptr_or_null<T>(dx),
+                                           ptr_or_null<T>(dweight), ptr_or_null<T>(dbias), geometry, training,
+                                           ddp::cuda::current_stream());
         return;
       }
 #endif
@@ -102,7 +103,8 @@ Tensor batch_norm2d(const Tensor& x, const Tensor& weight, const Tensor& bias, c
                                         ptr_or_null<T>(running_mean), ptr_or_null<T>(running_var), stream);
       } else {
         mean.copy_from(running_mean);  // a snapshot: later training steps may move the buffer before backward
-        kernels::cuda::batch_norm_running_invstd(running_var.data<T>(), g.channels, eps, invstd.data<T>(), stream);
+        kernels::cuda::batch_norm_running_invstd(running_var.data<T>(), g.channels, eps, invstd.data<T>(),
+                                                 stream);
       }
       kernels::cuda::batch_norm_apply(x.data<T>(), mean.data<T>(), invstd.data<T>(), ptr_or_null<T>(weight),
                                       ptr_or_null<T>(bias), y.data<T>(), g, stream);

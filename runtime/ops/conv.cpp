@@ -17,9 +17,10 @@ ConvGeometry conv_geometry(const Tensor& x, const Tensor& weight, const Tensor& 
                            int64_t padding) {
   DDP_CHECK(x.defined() && weight.defined(), "conv2d: x and weight must be defined tensors");
   DDP_CHECK(x.dim() == 4, "conv2d: x must be (N, Cin, H, W), got shape ", shape_str(x.shape()));
-  DDP_CHECK(weight.dim() == 4, "conv2d: weight must be (Cout, Cin, kH, kW), got shape ", shape_str(weight.shape()));
-  DDP_CHECK(weight.size(1) == x.size(1), "conv2d: weight ", shape_str(weight.shape()), " expects ", weight.size(1),
-            " input channels but x ", shape_str(x.shape()), " has ", x.size(1));
+  DDP_CHECK(weight.dim() == 4, "conv2d: weight must be (Cout, Cin, kH, kW), got shape ",
+            shape_str(weight.shape()));
+  DDP_CHECK(weight.size(1) == x.size(1), "conv2d: weight ", shape_str(weight.shape()), " expects ",
+            weight.size(1), " input channels but x ", shape_str(x.shape()), " has ", x.size(1));
   DDP_CHECK(stride >= 1, "conv2d: stride must be >= 1, got ", stride);
   DDP_CHECK(padding >= 0, "conv2d: padding must be >= 0, got ", padding);
   DDP_CHECK(x.dtype() == weight.dtype(), "conv2d: x is ", dtype_name(x.dtype()), " but weight is ",
@@ -27,11 +28,11 @@ ConvGeometry conv_geometry(const Tensor& x, const Tensor& weight, const Tensor& 
   DDP_CHECK(x.device() == weight.device(), "conv2d: x is on ", x.device().str(), " but weight is on ",
             weight.device().str());
   if (bias.defined()) {
-    DDP_CHECK(bias.dim() == 1 && bias.size(0) == weight.size(0), "conv2d: bias must be (Cout) = (", weight.size(0),
-              "), got shape ", shape_str(bias.shape()));
+    DDP_CHECK(bias.dim() == 1 && bias.size(0) == weight.size(0), "conv2d: bias must be (Cout) = (",
+              weight.size(0), "), got shape ", shape_str(bias.shape()));
     DDP_CHECK(bias.dtype() == x.dtype() && bias.device() == x.device(), "conv2d: bias must be ",
-              dtype_name(x.dtype()), " on ", x.device().str(), " like x (got ", dtype_name(bias.dtype()), " on ",
-              bias.device().str(), ")");
+              dtype_name(x.dtype()), " on ", x.device().str(), " like x (got ", dtype_name(bias.dtype()),
+              " on ", bias.device().str(), ")");
   }
   ConvGeometry g;
   g.batch = x.size(0);
@@ -109,8 +110,8 @@ struct Conv2dBackward final : autograd::Node {
 #ifdef DDP_WITH_CUDA
       if (x.device().is_cuda()) {
         CudaWorkspace ws{x.device(), {}};
-        kernels::cuda::conv2d_backward(x.data<scalar_t>(), weight.data<scalar_t>(), dy.data<scalar_t>(), ptr(dx),
-                                       ptr(dw), ptr(db), geometry, ws.fn());
+        kernels::cuda::conv2d_backward(x.data<scalar_t>(), weight.data<scalar_t>(), dy.data<scalar_t>(),
+                                       ptr(dx), ptr(dw), ptr(db), geometry, ws.fn());
         return;
       }
 #endif

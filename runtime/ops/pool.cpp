@@ -20,8 +20,8 @@ PoolGeometry pool_geometry(const char* op, const Tensor& x, int64_t kernel, int6
   DDP_CHECK(kernel >= 1, op, ": kernel must be >= 1, got ", kernel);
   if (stride == 0) stride = kernel;
   DDP_CHECK(stride >= 1, op, ": stride must be >= 1 (or 0 for stride = kernel), got ", stride);
-  DDP_CHECK(padding >= 0 && padding <= kernel / 2, op, ": padding must be in [0, kernel/2] = [0, ", kernel / 2,
-            "], got ", padding);
+  DDP_CHECK(padding >= 0 && padding <= kernel / 2, op, ": padding must be in [0, kernel/2] = [0, ",
+            kernel / 2, "], got ", padding);
   DDP_CHECK(x.size(2) * x.size(3) < INT_MAX, op, ": plane ", x.size(2), "x", x.size(3),
             " too large for int32 argmax indices");
   PoolGeometry g;
@@ -102,7 +102,8 @@ Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t paddi
   DDP_DISPATCH_FLOATING(x.dtype(), "max_pool2d", [&] {
 #ifdef DDP_WITH_CUDA
     if (x.device().is_cuda()) {
-      kernels::cuda::max_pool2d_forward(x.data<scalar_t>(), y.data<scalar_t>(), idx, g, ddp::cuda::current_stream());
+      kernels::cuda::max_pool2d_forward(x.data<scalar_t>(), y.data<scalar_t>(), idx, g,
+                                        ddp::cuda::current_stream());
       return;
     }
 #endif
@@ -124,7 +125,8 @@ Tensor avg_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t paddi
   DDP_DISPATCH_FLOATING(x.dtype(), "avg_pool2d", [&] {
 #ifdef DDP_WITH_CUDA
     if (x.device().is_cuda()) {
-      kernels::cuda::avg_pool2d_forward(x.data<scalar_t>(), y.data<scalar_t>(), g, ddp::cuda::current_stream());
+      kernels::cuda::avg_pool2d_forward(x.data<scalar_t>(), y.data<scalar_t>(), g,
+                                        ddp::cuda::current_stream());
       return;
     }
 #endif

@@ -44,9 +44,10 @@ void reference_stats(const BnCase& b, const std::vector<double>& x, std::vector<
 }
 
 // y = (x - mean) / sqrt(var + eps) * weight + bias, per channel.
-std::vector<double> reference_normalize(const BnCase& b, const std::vector<double>& x, const std::vector<double>& mean,
-                                        const std::vector<double>& var, const std::vector<double>& weight,
-                                        const std::vector<double>& bias, double eps) {
+std::vector<double> reference_normalize(const BnCase& b, const std::vector<double>& x,
+                                        const std::vector<double>& mean, const std::vector<double>& var,
+                                        const std::vector<double>& weight, const std::vector<double>& bias,
+                                        double eps) {
   const int64_t s = b.h * b.w;
   std::vector<double> y(x.size());
   for (int64_t n = 0; n < b.n; ++n)
@@ -58,7 +59,9 @@ std::vector<double> reference_normalize(const BnCase& b, const std::vector<doubl
   return y;
 }
 
-Tensor positive(const Shape& shape, uint64_t seed) { return Tensor::uniform(shape, seed, 0.5, 2.0, DType::F64); }
+Tensor positive(const Shape& shape, uint64_t seed) {
+  return Tensor::uniform(shape, seed, 0.5, 2.0, DType::F64);
+}
 
 }  // namespace
 
@@ -78,8 +81,9 @@ TEST(BatchNorm2d, TrainingForwardAndRunningStatsMatchFormula) {
 
     std::vector<double> mean, var;
     reference_stats(b, x.to_double_vector(), mean, var);
-    EXPECT_TRUE(all_close(y, reference_normalize(b, x.to_double_vector(), mean, var, weight.to_double_vector(),
-                                                 bias.to_double_vector(), eps),
+    EXPECT_TRUE(all_close(y,
+                          reference_normalize(b, x.to_double_vector(), mean, var, weight.to_double_vector(),
+                                              bias.to_double_vector(), eps),
                           1e-12, 1e-12));
     const double m = double(b.n * b.h * b.w);
     std::vector<double> rm(b.c), rv(b.c);
@@ -101,8 +105,8 @@ TEST(BatchNorm2d, DefaultMomentumAndEpsAreTorchs) {
   EXPECT_TRUE(all_close(rm, {0.1 * mean[0], 0.1 * mean[1]}, 1e-14));
   EXPECT_TRUE(all_close(rv, {0.9 + 0.1 * var[0] * 18 / 17, 0.9 + 0.1 * var[1] * 18 / 17}, 1e-14));
   // eval with running stats mean 0, var 1: y = x / sqrt(1 + 1e-5)
-  Tensor y = ops::batch_norm2d(x, Tensor(), Tensor(), Tensor::zeros({2}, DType::F64), Tensor::ones({2}, DType::F64),
-                               false);
+  Tensor y = ops::batch_norm2d(x, Tensor(), Tensor(), Tensor::zeros({2}, DType::F64),
+                               Tensor::ones({2}, DType::F64), false);
   std::vector<double> expected = x.to_double_vector();
   for (double& v : expected) v /= std::sqrt(1 + 1e-5);
   EXPECT_TRUE(all_close(y, expected, 1e-14));
@@ -132,8 +136,9 @@ TEST(BatchNorm2d, EvalUsesRunningStatsAndLeavesThemAlone) {
     Tensor rv = positive({b.c}, seed++);
     const std::vector<double> rm0 = rm.to_double_vector(), rv0 = rv.to_double_vector();
     Tensor y = ops::batch_norm2d(x, weight, bias, rm, rv, false, 0.1, 1e-5);
-    EXPECT_TRUE(all_close(y, reference_normalize(b, x.to_double_vector(), rm0, rv0, weight.to_double_vector(),
-                                                 bias.to_double_vector(), 1e-5),
+    EXPECT_TRUE(all_close(y,
+                          reference_normalize(b, x.to_double_vector(), rm0, rv0, weight.to_double_vector(),
+                                              bias.to_double_vector(), 1e-5),
                           1e-12, 1e-12));
     EXPECT_TRUE(all_close(rm, rm0, 0.0));
     EXPECT_TRUE(all_close(rv, rv0, 0.0));
@@ -155,7 +160,9 @@ TEST(BatchNorm2d, GradcheckTraining) {
   // without affine parameters and without running buffers
   Tensor x = ddp::testing::random_f64({2, 3, 2, 3}, 99);
   EXPECT_TRUE(gradcheck(
-      [&](const std::vector<Tensor>& in) { return ops::batch_norm2d(in[0], Tensor(), Tensor(), Tensor(), Tensor(), true); },
+      [&](const std::vector<Tensor>& in) {
+        return ops::batch_norm2d(in[0], Tensor(), Tensor(), Tensor(), Tensor(), true);
+      },
       {x}));
 }
 
@@ -220,15 +227,16 @@ TEST(BatchNorm2d, BackwardLeavesRunningStatsAndGivesThemNoGradient) {
 TEST(BatchNorm2d, BadInputsRaiseErrors) {
   Tensor x = Tensor::zeros({2, 3, 2, 2}, DType::F64);
   Tensor v3 = Tensor::ones({3}, DType::F64), v2 = Tensor::ones({2}, DType::F64);
-  EXPECT_THROW(ops::batch_norm2d(x, v2, v3, v3, v3, true), Error);                           // weight size
-  EXPECT_THROW(ops::batch_norm2d(x, v3, v3, Tensor(), Tensor(), false), Error);              // eval needs buffers
-  EXPECT_THROW(ops::batch_norm2d(x, v3, v3, v3, Tensor(), true), Error);                     // one buffer only
-  EXPECT_THROW(ops::batch_norm2d(x, v3.to(DType::F32), v3, v3, v3, true), Error);            // dtype
-  EXPECT_THROW(ops::batch_norm2d(Tensor::zeros({1, 3, 1, 1}, DType::F64), v3, v3, v3, v3, true), Error);  // 1 value
-  EXPECT_THROW(ops::batch_norm2d(Tensor::zeros({2, 3, 4}, DType::F64), v3, v3, v3, v3, true), Error);     // 3-D
+  EXPECT_THROW(ops::batch_norm2d(x, v2, v3, v3, v3, true), Error);                 // weight size
+  EXPECT_THROW(ops::batch_norm2d(x, v3, v3, Tensor(), Tensor(), false), Error);    // eval needs buffers
+  EXPECT_THROW(ops::batch_norm2d(x, v3, v3, v3, Tensor(), true), Error);           // one buffer only
+  EXPECT_THROW(ops::batch_norm2d(x, v3.to(DType::F32), v3, v3, v3, true), Error);  // dtype
+  EXPECT_THROW(ops::batch_norm2d(Tensor::zeros({1, 3, 1, 1}, DType::F64), v3, v3, v3, v3, true),
+               Error);  // 1 value
+  EXPECT_THROW(ops::batch_norm2d(Tensor::zeros({2, 3, 4}, DType::F64), v3, v3, v3, v3, true), Error);  // 3-D
   Tensor rm_grad = Tensor::zeros({3}, DType::F64).set_requires_grad(true);
-  EXPECT_THROW(ops::batch_norm2d(x, v3, v3, rm_grad, v3, true), Error);                      // buffer needs grad
-  EXPECT_THROW(ops::batch_norm2d(x, v3, v3, v3, v3, true, 0.1, 0.0), Error);                 // eps 0
+  EXPECT_THROW(ops::batch_norm2d(x, v3, v3, rm_grad, v3, true), Error);       // buffer needs grad
+  EXPECT_THROW(ops::batch_norm2d(x, v3, v3, v3, v3, true, 0.1, 0.0), Error);  // eps 0
   // eval mode with a single value per channel is fine
   EXPECT_NO_THROW(ops::batch_norm2d(Tensor::zeros({1, 3, 1, 1}, DType::F64), v3, v3, v3, v3, false));
 }

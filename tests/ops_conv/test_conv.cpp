@@ -24,8 +24,8 @@ struct ConvCase {
 int64_t out_size(int64_t in, int64_t k, int64_t s, int64_t p) { return (in + 2 * p - k) / s + 1; }
 
 // The definition: y[n,co,oh,ow] = b[co] + sum_{ci,ki,kj} x[n,ci,oh*s-p+ki,ow*s-p+kj] * w[co,ci,ki,kj].
-std::vector<double> reference_conv(const ConvCase& c, const std::vector<double>& x, const std::vector<double>& w,
-                                   const std::vector<double>& b) {
+std::vector<double> reference_conv(const ConvCase& c, const std::vector<double>& x,
+                                   const std::vector<double>& w, const std::vector<double>& b) {
   const int64_t ho = out_size(c.h, c.kh, c.stride, c.padding), wo = out_size(c.w, c.kw, c.stride, c.padding);
   std::vector<double> y(c.n * c.cout * ho * wo, 0.0);
   for (int64_t n = 0; n < c.n; ++n)
@@ -38,7 +38,8 @@ std::vector<double> reference_conv(const ConvCase& c, const std::vector<double>&
               for (int64_t kj = 0; kj < c.kw; ++kj) {
                 const int64_t ih = oh * c.stride - c.padding + ki, iw = ow * c.stride - c.padding + kj;
                 if (ih < 0 || ih >= c.h || iw < 0 || iw >= c.w) continue;
-                acc += x[((n * c.cin + ci) * c.h + ih) * c.w + iw] * w[((co * c.cin + ci) * c.kh + ki) * c.kw + kj];
+                acc += x[((n * c.cin + ci) * c.h + ih) * c.w + iw] *
+                       w[((co * c.cin + ci) * c.kh + ki) * c.kw + kj];
               }
           y[((n * c.cout + co) * ho + oh) * wo + ow] = acc;
         }
@@ -46,17 +47,17 @@ std::vector<double> reference_conv(const ConvCase& c, const std::vector<double>&
 }
 
 const std::vector<ConvCase> kCases = {
-    {2, 3, 5, 7, 4, 3, 3, 1, 0, true},  {2, 3, 5, 7, 4, 3, 3, 1, 1, true},  {2, 3, 5, 7, 4, 3, 3, 2, 0, false},
-    {2, 3, 5, 7, 4, 3, 3, 2, 1, true},  {1, 1, 1, 1, 1, 1, 1, 1, 0, true},  {3, 2, 4, 5, 3, 1, 1, 1, 0, true},
-    {1, 2, 6, 5, 2, 2, 3, 2, 1, true},  {2, 1, 3, 3, 2, 5, 5, 1, 2, false}, {1, 3, 7, 4, 1, 3, 2, 3, 1, true},
+    {2, 3, 5, 7, 4, 3, 3, 1, 0, true}, {2, 3, 5, 7, 4, 3, 3, 1, 1, true},  {2, 3, 5, 7, 4, 3, 3, 2, 0, false},
+    {2, 3, 5, 7, 4, 3, 3, 2, 1, true}, {1, 1, 1, 1, 1, 1, 1, 1, 0, true},  {3, 2, 4, 5, 3, 1, 1, 1, 0, true},
+    {1, 2, 6, 5, 2, 2, 3, 2, 1, true}, {2, 1, 3, 3, 2, 5, 5, 1, 2, false}, {1, 3, 7, 4, 1, 3, 2, 3, 1, true},
     {2, 2, 4, 4, 3, 1, 1, 2, 1, true},
 };
 
 std::string describe(const ConvCase& c) {
   return "x (" + std::to_string(c.n) + "," + std::to_string(c.cin) + "," + std::to_string(c.h) + "," +
          std::to_string(c.w) + ") w (" + std::to_string(c.cout) + "," + std::to_string(c.cin) + "," +
-         std::to_string(c.kh) + "," + std::to_string(c.kw) + ") stride " + std::to_string(c.stride) + " padding " +
-         std::to_string(c.padding) + (c.bias ? " bias" : " no bias");
+         std::to_string(c.kh) + "," + std::to_string(c.kw) + ") stride " + std::to_string(c.stride) +
+         " padding " + std::to_string(c.padding) + (c.bias ? " bias" : " no bias");
 }
 
 }  // namespace
@@ -69,10 +70,11 @@ TEST(Conv2d, ForwardMatchesDirectLoopsFloat64) {
     Tensor w = Tensor::randn({c.cout, c.cin, c.kh, c.kw}, seed++, DType::F64);
     Tensor b = c.bias ? Tensor::randn({c.cout}, seed++, DType::F64) : Tensor();
     Tensor y = ops::conv2d(x, w, b, c.stride, c.padding);
-    const int64_t ho = out_size(c.h, c.kh, c.stride, c.padding), wo = out_size(c.w, c.kw, c.stride, c.padding);
+    const int64_t ho = out_size(c.h, c.kh, c.stride, c.padding),
+                  wo = out_size(c.w, c.kw, c.stride, c.padding);
     ASSERT_EQ(y.shape(), Shape({c.n, c.cout, ho, wo}));
-    const std::vector<double> ref =
-        reference_conv(c, x.to_double_vector(), w.to_double_vector(), c.bias ? b.to_double_vector() : std::vector<double>{});
+    const std::vector<double> ref = reference_conv(c, x.to_double_vector(), w.to_double_vector(),
+                                                   c.bias ? b.to_double_vector() : std::vector<double>{});
     EXPECT_TRUE(all_close(y, ref, 1e-12, 1e-12));
   }
 }
@@ -85,11 +87,11 @@ TEST(Conv2d, Float32MatchesFloat64Reference) {
     Tensor x = Tensor::randn({c.n, c.cin, c.h, c.w}, seed++, DType::F64);
     Tensor w = Tensor::randn({c.cout, c.cin, c.kh, c.kw}, seed++, DType::F64);
     Tensor b = c.bias ? Tensor::randn({c.cout}, seed++, DType::F64) : Tensor();
-    Tensor y32 = ops::conv2d(x.to(DType::F32), w.to(DType::F32), c.bias ? b.to(DType::F32) : Tensor(), c.stride,
-                             c.padding);
+    Tensor y32 = ops::conv2d(x.to(DType::F32), w.to(DType::F32), c.bias ? b.to(DType::F32) : Tensor(),
+                             c.stride, c.padding);
     EXPECT_EQ(y32.dtype(), DType::F32);
-    const std::vector<double> ref =
-        reference_conv(c, x.to_double_vector(), w.to_double_vector(), c.bias ? b.to_double_vector() : std::vector<double>{});
+    const std::vector<double> ref = reference_conv(c, x.to_double_vector(), w.to_double_vector(),
+                                                   c.bias ? b.to_double_vector() : std::vector<double>{});
     EXPECT_TRUE(all_close(y32, ref, 1e-5, 1e-5));
   }
 }
@@ -129,7 +131,8 @@ TEST(Conv2d, WeightOnlyGradientMatchesFormula) {
             for (int64_t oh = 0; oh < ho; ++oh)
               for (int64_t ow = 0; ow < wo; ++ow) {
                 const int64_t ih = oh * c.stride - c.padding + ki, iw = ow * c.stride - c.padding + kj;
-                if (ih >= 0 && ih < c.h && iw >= 0 && iw < c.w) acc += xv[((n * c.cin + ci) * c.h + ih) * c.w + iw];
+                if (ih >= 0 && ih < c.h && iw >= 0 && iw < c.w)
+                  acc += xv[((n * c.cin + ci) * c.h + ih) * c.w + iw];
               }
           expected[((co * c.cin + ci) * c.kh + ki) * c.kw + kj] = acc;
         }
@@ -156,13 +159,13 @@ TEST(Conv2d, Float32BackwardMatchesFloat64) {
 
 TEST(Conv2d, BadInputsRaiseErrors) {
   Tensor x = Tensor::zeros({1, 3, 5, 5}, DType::F32);
-  EXPECT_THROW(ops::conv2d(x, Tensor::zeros({2, 4, 3, 3}, DType::F32)), Error);             // channels differ
-  EXPECT_THROW(ops::conv2d(x, Tensor::zeros({2, 3, 7, 7}, DType::F32)), Error);             // kernel too big
-  EXPECT_THROW(ops::conv2d(x, Tensor::zeros({2, 3, 3, 3}, DType::F64)), Error);             // dtypes differ
-  EXPECT_THROW(ops::conv2d(x, Tensor::zeros({2, 3, 3}, DType::F32)), Error);                // weight not 4-D
-  EXPECT_THROW(ops::conv2d(x, Tensor::zeros({2, 3, 3, 3}), Tensor::zeros({3})), Error);     // bias size
-  EXPECT_THROW(ops::conv2d(x, Tensor::zeros({2, 3, 3, 3}), Tensor(), 0), Error);            // stride 0
-  EXPECT_THROW(ops::conv2d(x, Tensor::zeros({2, 3, 3, 3}), Tensor(), 1, -1), Error);        // negative padding
+  EXPECT_THROW(ops::conv2d(x, Tensor::zeros({2, 4, 3, 3}, DType::F32)), Error);          // channels differ
+  EXPECT_THROW(ops::conv2d(x, Tensor::zeros({2, 3, 7, 7}, DType::F32)), Error);          // kernel too big
+  EXPECT_THROW(ops::conv2d(x, Tensor::zeros({2, 3, 3, 3}, DType::F64)), Error);          // dtypes differ
+  EXPECT_THROW(ops::conv2d(x, Tensor::zeros({2, 3, 3}, DType::F32)), Error);             // weight not 4-D
+  EXPECT_THROW(ops::conv2d(x, Tensor::zeros({2, 3, 3, 3}), Tensor::zeros({3})), Error);  // bias size
+  EXPECT_THROW(ops::conv2d(x, Tensor::zeros({2, 3, 3, 3}), Tensor(), 0), Error);         // stride 0
+  EXPECT_THROW(ops::conv2d(x, Tensor::zeros({2, 3, 3, 3}), Tensor(), 1, -1), Error);     // negative padding
   EXPECT_THROW(ops::conv2d(x.to(DType::I32), Tensor::zeros({2, 3, 3, 3}, DType::I32)), Error);  // int dtype
   try {
     ops::conv2d(x, Tensor::zeros({2, 4, 3, 3}, DType::F32));

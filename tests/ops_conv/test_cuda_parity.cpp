@@ -18,11 +18,11 @@ using ddp::testing::all_close;
 
 namespace {
 
-#define DDP_SKIP_WITHOUT_GPU()                       \
-  do {                                               \
-    if (cuda_device_count() == 0) {                  \
-      GTEST_SKIP() << "skipped: no GPU";             \
-    }                                                \
+#define DDP_SKIP_WITHOUT_GPU()           \
+  do {                                   \
+    if (cuda_device_count() == 0) {      \
+      GTEST_SKIP() << "skipped: no GPU"; \
+    }                                    \
   } while (0)
 
 // A leaf on `device` holding the values of `cpu_values` (converted to dtype), requiring grad.
@@ -46,9 +46,10 @@ TEST(CudaParity, Conv2d) {
     int64_t stride, padding;
     bool bias;
   };
-  const std::vector<Case> cases = {{{2, 3, 5, 7}, {4, 3, 3, 3}, 1, 0, true},  {{2, 3, 5, 7}, {4, 3, 3, 3}, 2, 1, true},
-                                   {{2, 3, 5, 7}, {4, 3, 3, 3}, 1, 1, false}, {{3, 8, 9, 9}, {16, 8, 1, 1}, 1, 0, true},
-                                   {{1, 2, 6, 5}, {2, 2, 2, 3}, 2, 1, true},  {{4, 16, 12, 12}, {8, 16, 3, 3}, 1, 1, true}};
+  const std::vector<Case> cases = {
+      {{2, 3, 5, 7}, {4, 3, 3, 3}, 1, 0, true},  {{2, 3, 5, 7}, {4, 3, 3, 3}, 2, 1, true},
+      {{2, 3, 5, 7}, {4, 3, 3, 3}, 1, 1, false}, {{3, 8, 9, 9}, {16, 8, 1, 1}, 1, 0, true},
+      {{1, 2, 6, 5}, {2, 2, 2, 3}, 2, 1, true},  {{4, 16, 12, 12}, {8, 16, 3, 3}, 1, 1, true}};
   uint64_t seed = 1;
   for (DType dtype : {DType::F32, DType::F64}) {
     const double tol = dtype == DType::F32 ? 1e-2 : 1e-10;
@@ -81,8 +82,8 @@ TEST(CudaParity, Pooling) {
     Shape x;
     int64_t kernel, stride, padding;
   };
-  const std::vector<Case> cases = {{{2, 3, 5, 7}, 3, 1, 0}, {{2, 3, 5, 7}, 3, 2, 1}, {{1, 2, 8, 8}, 2, 0, 0},
-                                   {{2, 4, 9, 6}, 3, 2, 1}};
+  const std::vector<Case> cases = {
+      {{2, 3, 5, 7}, 3, 1, 0}, {{2, 3, 5, 7}, 3, 2, 1}, {{1, 2, 8, 8}, 2, 0, 0}, {{2, 4, 9, 6}, 3, 2, 1}};
   uint64_t seed = 100;
   for (DType dtype : {DType::F32, DType::F64}) {
     const double tol = dtype == DType::F32 ? 1e-5 : 1e-10;
@@ -118,11 +119,13 @@ TEST(CudaParity, BatchNorm2d) {
     const double tol = dtype == DType::F32 ? 1e-5 : 1e-10;
     for (const Shape& s : shapes) {
       for (bool training : {true, false}) {
-        SCOPED_TRACE("x " + shape_str(s) + (training ? " training " : " eval ") + std::string(dtype_name(dtype)));
+        SCOPED_TRACE("x " + shape_str(s) + (training ? " training " : " eval ") +
+                     std::string(dtype_name(dtype)));
         const int64_t c = s[1];
         Tensor xv = Tensor::randn(s, seed++, DType::F64, 3.0);
         Tensor wv = Tensor::randn({c}, seed++, DType::F64), bv = Tensor::randn({c}, seed++, DType::F64);
-        Tensor rmv = Tensor::randn({c}, seed++, DType::F64), rvv = Tensor::uniform({c}, seed++, 0.5, 2, DType::F64);
+        Tensor rmv = Tensor::randn({c}, seed++, DType::F64),
+               rvv = Tensor::uniform({c}, seed++, 0.5, 2, DType::F64);
         Tensor xc = leaf(xv, dtype, Device::cpu()), wc = leaf(wv, dtype, Device::cpu()),
                bc = leaf(bv, dtype, Device::cpu());
         Tensor xg = leaf(xv, dtype, Device::cuda(0)), wg = leaf(wv, dtype, Device::cuda(0)),

@@ -28,8 +28,8 @@ const std::vector<PoolCase> kCases = {
 
 std::string describe(const PoolCase& c) {
   return "x (" + std::to_string(c.n) + "," + std::to_string(c.c) + "," + std::to_string(c.h) + "," +
-         std::to_string(c.w) + ") kernel " + std::to_string(c.kernel) + " stride " + std::to_string(c.stride) +
-         " padding " + std::to_string(c.padding);
+         std::to_string(c.w) + ") kernel " + std::to_string(c.kernel) + " stride " +
+         std::to_string(c.stride) + " padding " + std::to_string(c.padding);
 }
 
 // The reference pooling of one case: outputs and, for max, the flat input index each gradient goes to.
@@ -130,7 +130,8 @@ TEST(MaxPool2d, Gradcheck) {
     SCOPED_TRACE(describe(c));
     Tensor x = ddp::testing::random_f64({c.n, c.c, c.h, c.w}, seed++);  // continuous values: no ties
     EXPECT_TRUE(gradcheck(
-        [&](const std::vector<Tensor>& in) { return ops::max_pool2d(in[0], c.kernel, c.stride, c.padding); }, {x}));
+        [&](const std::vector<Tensor>& in) { return ops::max_pool2d(in[0], c.kernel, c.stride, c.padding); },
+        {x}));
   }
 }
 
@@ -157,16 +158,17 @@ TEST(AvgPool2d, Gradcheck) {
     SCOPED_TRACE(describe(c));
     Tensor x = ddp::testing::random_f64({c.n, c.c, c.h, c.w}, seed++);
     EXPECT_TRUE(gradcheck(
-        [&](const std::vector<Tensor>& in) { return ops::avg_pool2d(in[0], c.kernel, c.stride, c.padding); }, {x}));
+        [&](const std::vector<Tensor>& in) { return ops::avg_pool2d(in[0], c.kernel, c.stride, c.padding); },
+        {x}));
   }
 }
 
 TEST(Pool2d, BadInputsRaiseErrors) {
   Tensor x = Tensor::zeros({1, 1, 4, 4});
-  EXPECT_THROW(ops::max_pool2d(x, 0), Error);                       // kernel 0
-  EXPECT_THROW(ops::max_pool2d(x, 3, 1, 2), Error);                 // padding > kernel/2
-  EXPECT_THROW(ops::avg_pool2d(x, 6), Error);                       // kernel larger than input
-  EXPECT_THROW(ops::avg_pool2d(x, 2, -1), Error);                   // negative stride
-  EXPECT_THROW(ops::max_pool2d(Tensor::zeros({4, 4}), 2), Error);   // not 4-D
+  EXPECT_THROW(ops::max_pool2d(x, 0), Error);                      // kernel 0
+  EXPECT_THROW(ops::max_pool2d(x, 3, 1, 2), Error);                // padding > kernel/2
+  EXPECT_THROW(ops::avg_pool2d(x, 6), Error);                      // kernel larger than input
+  EXPECT_THROW(ops::avg_pool2d(x, 2, -1), Error);                  // negative stride
+  EXPECT_THROW(ops::max_pool2d(Tensor::zeros({4, 4}), 2), Error);  // not 4-D
   EXPECT_THROW(ops::max_pool2d(Tensor::zeros({1, 1, 4, 4}, DType::I64), 2), Error);  // int dtype
 }
