@@ -188,7 +188,8 @@ void Parser::add_positionals(const std::string& metavar, std::vector<std::string
 }
 
 void Parser::fail_unknown(const std::string& flag) const {
-  std::string name = flag.substr(flag.find_first_not_of('-'));
+  size_t start = flag.find_first_not_of('-');
+  std::string name = start == std::string::npos ? "" : flag.substr(start);
   name = dash_spelling(name.substr(0, name.find('=')));
   std::string best;
   int best_d = std::numeric_limits<int>::max();
@@ -200,7 +201,7 @@ void Parser::fail_unknown(const std::string& flag) const {
   for (auto& o : options_) consider(o.name);
   std::string shown = flag.substr(0, flag.find('='));
   int limit = std::max<int>(2, static_cast<int>(name.size()) / 3);
-  if (best_d <= limit) fail("unknown flag " + shown + "; did you mean --" + best + "?");
+  if (!name.empty() && best_d <= limit) fail("unknown flag " + shown + "; did you mean --" + best + "?");
   fail("unknown flag " + shown + "; run '" + program_ + " --help' to list the flags");
 }
 

@@ -49,9 +49,10 @@ void declare(cli::Parser& p, LaunchFlags& f) {
   p.add("local-ranks-filter", &f.local_ranks_filter,
         "comma-separated local ranks whose output is shown on the console (default: all)");
   p.add("grace-period", &f.grace_period, "seconds between SIGTERM and SIGKILL when stopping workers");
-  p.add_choice_optional_value("local-rank-arg", &f.local_rank_arg, {"none", "dash", "underscore"}, "dash",
-                              "legacy: append --local-rank=N (dash) or --local_rank=N (underscore) to each "
-                              "worker's arguments");
+  p.add_choice_optional_value(
+      "local-rank-arg", &f.local_rank_arg, {"none", "dash", "underscore"}, "dash",
+      "legacy: also pass --local-rank=N (dash) or --local_rank=N (underscore) right after PROGRAM in each "
+      "worker's arguments");
   p.add("run-id", &f.run_id,
         "TORCHELASTIC_RUN_ID for the workers (default: random with --standalone, else none)");
 }

@@ -94,6 +94,10 @@ TEST(CliParser, UnknownFlagNamesTheClosest) {
             "train: unknown flag --completely-different; run 'train --help' to list the flags");
   Program e;
   EXPECT_EQ(error_of(e, {"-batch-size"}), "train: unknown flag -batch-size; did you mean --batch-size?");
+  Program f;
+  EXPECT_EQ(error_of(f, {"---"}), "train: unknown flag ---; run 'train --help' to list the flags");
+  Program g;
+  EXPECT_EQ(error_of(g, {"--=3"}), "train: unknown flag --; run 'train --help' to list the flags");
 }
 
 TEST(CliParser, BadValuesNameTheFlag) {
