@@ -1,8 +1,8 @@
 // activation.cpp - the CPU activation kernels. GELU and sigmoid in float32 use a branch-free exp written so
 // that the compiler vectorises the loops (glibc's expf/tanhf are scalar calls); float64 uses <cmath>.
 //
-// GELU is computed in its sigmoid form: 0.5 x (1 + tanh(u)) = x * sigmoid(2u), u = sqrt(2/pi)(x + 0.044715 x^3),
-// which needs one exp and has no cancellation for large negative x.
+// GELU is computed in its sigmoid form: 0.5 x (1 + tanh(u)) = x * sigmoid(2u), u = sqrt(2/pi)(x + 0.044715
+// x^3), which needs one exp and has no cancellation for large negative x.
 //
 // GCC keeps the clamps in exp_vec below as branches (and so does not vectorise) unless it may assume that FP
 // comparisons do not trap; nothing here reads FP exception flags, so that is safe.
@@ -114,18 +114,18 @@ void log_backward(const T* g, const T* x, T* dx, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dx[i] = g[i] / x[i];
 }
 
-#define DDP_INSTANTIATE_ACTIVATION(T)                               \
-  template void relu_forward<T>(const T*, T*, int64_t);             \
-  template void relu_backward<T>(const T*, const T*, T*, int64_t);  \
-  template void gelu_forward<T>(const T*, T*, int64_t);             \
-  template void gelu_backward<T>(const T*, const T*, T*, int64_t);  \
-  template void tanh_forward<T>(const T*, T*, int64_t);             \
-  template void tanh_backward<T>(const T*, const T*, T*, int64_t);  \
-  template void sigmoid_forward<T>(const T*, T*, int64_t);          \
+#define DDP_INSTANTIATE_ACTIVATION(T)                                 \
+  template void relu_forward<T>(const T*, T*, int64_t);               \
+  template void relu_backward<T>(const T*, const T*, T*, int64_t);    \
+  template void gelu_forward<T>(const T*, T*, int64_t);               \
+  template void gelu_backward<T>(const T*, const T*, T*, int64_t);    \
+  template void tanh_forward<T>(const T*, T*, int64_t);               \
+  template void tanh_backward<T>(const T*, const T*, T*, int64_t);    \
+  template void sigmoid_forward<T>(const T*, T*, int64_t);            \
   template void sigmoid_backward<T>(const T*, const T*, T*, int64_t); \
-  template void exp_forward<T>(const T*, T*, int64_t);              \
-  template void exp_backward<T>(const T*, const T*, T*, int64_t);   \
-  template void log_forward<T>(const T*, T*, int64_t);              \
+  template void exp_forward<T>(const T*, T*, int64_t);                \
+  template void exp_backward<T>(const T*, const T*, T*, int64_t);     \
+  template void log_forward<T>(const T*, T*, int64_t);                \
   template void log_backward<T>(const T*, const T*, T*, int64_t);
 DDP_INSTANTIATE_ACTIVATION(float)
 DDP_INSTANTIATE_ACTIVATION(double)

@@ -33,8 +33,8 @@ void call_blas(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T al
 }  // namespace
 
 template <class T>
-void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A, const T* B, T beta,
-          T* C) {
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A, const T* B,
+          T beta, T* C) {
   if (M == 0 || N == 0) return;
   if (K == 0) {  // an empty sum: C = beta * C (BLAS may not touch C at all here)
     for (int64_t i = 0; i < M * N; ++i) C[i] = beta == T(0) ? T(0) : beta * C[i];
@@ -44,8 +44,9 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, 
 }
 
 template <class T>
-void gemm_batched(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
-                  int64_t stride_a, const T* B, int64_t stride_b, T beta, T* C, int64_t stride_c) {
+void gemm_batched(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K, T alpha,
+                  const T* A, int64_t stride_a, const T* B, int64_t stride_b, T beta, T* C,
+                  int64_t stride_c) {
   for (int64_t i = 0; i < batch; ++i)
     gemm(trans_a, trans_b, M, N, K, alpha, A + i * stride_a, B + i * stride_b, beta, C + i * stride_c);
 }
@@ -61,10 +62,10 @@ void set_blas_threads(int n) {
 }
 int blas_threads() { return openblas_get_num_threads(); }
 
-#define DDP_INSTANTIATE_GEMM(T)                                                                            \
-  template void gemm<T>(bool, bool, int64_t, int64_t, int64_t, T, const T*, const T*, T, T*);            \
+#define DDP_INSTANTIATE_GEMM(T)                                                                       \
+  template void gemm<T>(bool, bool, int64_t, int64_t, int64_t, T, const T*, const T*, T, T*);         \
   template void gemm_batched<T>(bool, bool, int64_t, int64_t, int64_t, int64_t, T, const T*, int64_t, \
-                                const T*, int64_t, T, T*, int64_t);                                      \
+                                const T*, int64_t, T, T*, int64_t);                                   \
   template void fill_rows<T>(const T*, int64_t, int64_t, T*);
 DDP_INSTANTIATE_GEMM(float)
 DDP_INSTANTIATE_GEMM(double)

@@ -11,14 +11,14 @@ namespace ddp::kernels::cpu {
 // C (M, N) = alpha * op(A) (M, K) * op(B) (K, N) + beta * C.
 // A is stored (M, K), or (K, M) when trans_a; B is stored (K, N), or (N, K) when trans_b.
 template <class T>
-void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A, const T* B, T beta,
-          T* C);
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A, const T* B,
+          T beta, T* C);
 
 // `batch` independent products; matrix i of A/B/C starts at i * stride_a / stride_b / stride_c elements
 // (a stride of 0 reuses the same matrix for every batch entry).
 template <class T>
-void gemm_batched(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
-                  int64_t stride_a, const T* B, int64_t stride_b, T beta, T* C, int64_t stride_c);
+void gemm_batched(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K, T alpha,
+                  const T* A, int64_t stride_a, const T* B, int64_t stride_b, T beta, T* C, int64_t stride_c);
 
 // out (rows, n): every row = bias (n).
 template <class T>

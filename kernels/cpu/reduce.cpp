@@ -82,13 +82,17 @@ void sum_dims(const T* x, const Dims& shape, const std::vector<bool>& reduced, T
     --num_reduced;
     const bool final_pass = num_reduced == 0;
     if (final_pass) {
-      if (from_input) sum_middle(x, outer, r, inner, out, scale);
-      else sum_middle(cur.data(), outer, r, inner, out, scale);
+      if (from_input)
+        sum_middle(x, outer, r, inner, out, scale);
+      else
+        sum_middle(cur.data(), outer, r, inner, out, scale);
       return;
     }
     next.assign(static_cast<size_t>(outer * inner), 0.0);
-    if (from_input) sum_middle(x, outer, r, inner, next.data(), 1.0);
-    else sum_middle(cur.data(), outer, r, inner, next.data(), 1.0);
+    if (from_input)
+      sum_middle(x, outer, r, inner, next.data(), 1.0);
+    else
+      sum_middle(cur.data(), outer, r, inner, next.data(), 1.0);
     cur.swap(next);
     from_input = false;
   }

@@ -22,7 +22,8 @@ std::vector<DimGroup> group_dims(const Dims& shape, const std::vector<bool>& red
 template <class In, class Out>
 void sum_middle(const In* x, int64_t outer, int64_t r, int64_t inner, Out* out, double scale);
 
-// out (shape with the reduced dimensions removed or kept as 1) = scale * sum of x over the reduced dimensions.
+// out (shape with the reduced dimensions removed or kept as 1) = scale * sum of x over the reduced
+// dimensions.
 template <class T>
 void sum_dims(const T* x, const Dims& shape, const std::vector<bool>& reduced, T* out, double scale);
 

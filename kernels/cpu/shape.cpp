@@ -1,5 +1,5 @@
-// shape.cpp - permutation by coalesced odometer walks (with 32x32 tiles when the innermost output dimension is
-// strided in the input, i.e. a true transpose) and row-by-row memcpy for block copies.
+// shape.cpp - permutation by coalesced odometer walks (with 32x32 tiles when the innermost output dimension
+// is strided in the input, i.e. a true transpose) and row-by-row memcpy for block copies.
 #include "kernels/cpu/shape.h"
 
 #include <algorithm>
@@ -95,15 +95,25 @@ void permute(const void* x, const Dims& shape, const Dims& perm, void* out, size
   if (numel == 0) return;
   const PermutePlan p = plan_permute(shape, perm);
   switch (elem_size) {
-    case 1: permute_typed(static_cast<const uint8_t*>(x), p, static_cast<uint8_t*>(out)); break;
-    case 2: permute_typed(static_cast<const uint16_t*>(x), p, static_cast<uint16_t*>(out)); break;
-    case 4: permute_typed(static_cast<const uint32_t*>(x), p, static_cast<uint32_t*>(out)); break;
-    case 8: permute_typed(static_cast<const uint64_t*>(x), p, static_cast<uint64_t*>(out)); break;
-    default: DDP_FAIL("permute: element size ", elem_size, " bytes is not supported (1, 2, 4 or 8)");
+    case 1:
+      permute_typed(static_cast<const uint8_t*>(x), p, static_cast<uint8_t*>(out));
+      break;
+    case 2:
+      permute_typed(static_cast<const uint16_t*>(x), p, static_cast<uint16_t*>(out));
+      break;
+    case 4:
+      permute_typed(static_cast<const uint32_t*>(x), p, static_cast<uint32_t*>(out));
+      break;
+    case 8:
+      permute_typed(static_cast<const uint64_t*>(x), p, static_cast<uint64_t*>(out));
+      break;
+    default:
+      DDP_FAIL("permute: element size ", elem_size, " bytes is not supported (1, 2, 4 or 8)");
   }
 }
 
-void copy_blocks(const void* src, int64_t src_pitch, void* dst, int64_t dst_pitch, int64_t rows, int64_t width_bytes) {
+void copy_blocks(const void* src, int64_t src_pitch, void* dst, int64_t dst_pitch, int64_t rows,
+                 int64_t width_bytes) {
   if (width_bytes == 0) return;
   const char* s = static_cast<const char*>(src);
   char* d = static_cast<char*>(dst);

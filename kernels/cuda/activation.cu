@@ -104,18 +104,54 @@ struct LogGrad {
 };
 }  // namespace
 
-template <class T> void relu_forward(const T* x, T* y, int64_t n) { launch_unary(x, y, n, Relu<T>{}); }
-template <class T> void relu_backward(const T* g, const T* x, T* dx, int64_t n) { launch_grad(g, x, dx, n, ReluGrad<T>{}); }
-template <class T> void gelu_forward(const T* x, T* y, int64_t n) { launch_unary(x, y, n, Gelu<T>{}); }
-template <class T> void gelu_backward(const T* g, const T* x, T* dx, int64_t n) { launch_grad(g, x, dx, n, GeluGrad<T>{}); }
-template <class T> void tanh_forward(const T* x, T* y, int64_t n) { launch_unary(x, y, n, Tanh<T>{}); }
-template <class T> void tanh_backward(const T* g, const T* y, T* dx, int64_t n) { launch_grad(g, y, dx, n, TanhGrad<T>{}); }
-template <class T> void sigmoid_forward(const T* x, T* y, int64_t n) { launch_unary(x, y, n, Sigmoid<T>{}); }
-template <class T> void sigmoid_backward(const T* g, const T* y, T* dx, int64_t n) { launch_grad(g, y, dx, n, SigmoidGrad<T>{}); }
-template <class T> void exp_forward(const T* x, T* y, int64_t n) { launch_unary(x, y, n, Exp<T>{}); }
-template <class T> void exp_backward(const T* g, const T* y, T* dx, int64_t n) { launch_grad(g, y, dx, n, ExpGrad<T>{}); }
-template <class T> void log_forward(const T* x, T* y, int64_t n) { launch_unary(x, y, n, Log<T>{}); }
-template <class T> void log_backward(const T* g, const T* x, T* dx, int64_t n) { launch_grad(g, x, dx, n, LogGrad<T>{}); }
+template <class T>
+void relu_forward(const T* x, T* y, int64_t n) {
+  launch_unary(x, y, n, Relu<T>{});
+}
+template <class T>
+void relu_backward(const T* g, const T* x, T* dx, int64_t n) {
+  launch_grad(g, x, dx, n, ReluGrad<T>{});
+}
+template <class T>
+void gelu_forward(const T* x, T* y, int64_t n) {
+  launch_unary(x, y, n, Gelu<T>{});
+}
+template <class T>
+void gelu_backward(const T* g, const T* x, T* dx, int64_t n) {
+  launch_grad(g, x, dx, n, GeluGrad<T>{});
+}
+template <class T>
+void tanh_forward(const T* x, T* y, int64_t n) {
+  launch_unary(x, y, n, Tanh<T>{});
+}
+template <class T>
+void tanh_backward(const T* g, const T* y, T* dx, int64_t n) {
+  launch_grad(g, y, dx, n, TanhGrad<T>{});
+}
+template <class T>
+void sigmoid_forward(const T* x, T* y, int64_t n) {
+  launch_unary(x, y, n, Sigmoid<T>{});
+}
+template <class T>
+void sigmoid_backward(const T* g, const T* y, T* dx, int64_t n) {
+  launch_grad(g, y, dx, n, SigmoidGrad<T>{});
+}
+template <class T>
+void exp_forward(const T* x, T* y, int64_t n) {
+  launch_unary(x, y, n, Exp<T>{});
+}
+template <class T>
+void exp_backward(const T* g, const T* y, T* dx, int64_t n) {
+  launch_grad(g, y, dx, n, ExpGrad<T>{});
+}
+template <class T>
+void log_forward(const T* x, T* y, int64_t n) {
+  launch_unary(x, y, n, Log<T>{});
+}
+template <class T>
+void log_backward(const T* g, const T* x, T* dx, int64_t n) {
+  launch_grad(g, x, dx, n, LogGrad<T>{});
+}
 
 #define DDP_INSTANTIATE_CUDA_ACTIVATION(T)                            \
   template void relu_forward<T>(const T*, T*, int64_t);               \

@@ -24,10 +24,14 @@ struct Apply {
   BinaryOp op;
   __device__ T operator()(T x, T y) const {
     switch (op) {
-      case BinaryOp::Add: return x + y;
-      case BinaryOp::Sub: return x - y;
-      case BinaryOp::Mul: return x * y;
-      case BinaryOp::Div: return x / y;
+      case BinaryOp::Add:
+        return x + y;
+      case BinaryOp::Sub:
+        return x - y;
+      case BinaryOp::Mul:
+        return x * y;
+      case BinaryOp::Div:
+        return x / y;
     }
     return T(0);
   }
@@ -60,7 +64,8 @@ __global__ void affine_kernel(const T* x, T* y, int64_t n, T alpha, T beta) {
 }
 
 template <class T, BinaryOp OP>
-void launch_binary(const T* a, const Dims& ash, const T* b, const Dims& bsh, T* out, const Dims& osh, int64_t n) {
+void launch_binary(const T* a, const Dims& ash, const T* b, const Dims& bsh, T* out, const Dims& osh,
+                   int64_t n) {
   cudaStream_t stream = ddp::cuda::current_stream();
   if (ash == osh && bsh == osh) {
     same_shape_kernel<T, OP><<<grid_for(n), kBlock, 0, stream>>>(a, b, out, n);
@@ -89,10 +94,14 @@ void binary_broadcast(BinaryOp op, const T* a, const Dims& ash, const T* b, cons
   for (int64_t d : osh) n *= d;
   if (n == 0) return;
   switch (op) {
-    case BinaryOp::Add: return launch_binary<T, BinaryOp::Add>(a, ash, b, bsh, out, osh, n);
-    case BinaryOp::Sub: return launch_binary<T, BinaryOp::Sub>(a, ash, b, bsh, out, osh, n);
-    case BinaryOp::Mul: return launch_binary<T, BinaryOp::Mul>(a, ash, b, bsh, out, osh, n);
-    case BinaryOp::Div: return launch_binary<T, BinaryOp::Div>(a, ash, b, bsh, out, osh, n);
+    case BinaryOp::Add:
+      return launch_binary<T, BinaryOp::Add>(a, ash, b, bsh, out, osh, n);
+    case BinaryOp::Sub:
+      return launch_binary<T, BinaryOp::Sub>(a, ash, b, bsh, out, osh, n);
+    case BinaryOp::Mul:
+      return launch_binary<T, BinaryOp::Mul>(a, ash, b, bsh, out, osh, n);
+    case BinaryOp::Div:
+      return launch_binary<T, BinaryOp::Div>(a, ash, b, bsh, out, osh, n);
   }
 }
 
@@ -100,7 +109,7 @@ template <class T>
 void affine(const T* x, T* y, int64_t n, double alpha, double beta) {
   if (n == 0) return;
   affine_kernel<<<grid_for(n), kBlock, 0, ddp::cuda::current_stream()>>>(x, y, n, static_cast<T>(alpha),
-                                                                          static_cast<T>(beta));
+                                                                         static_cast<T>(beta));
   DDP_CUDA_CHECK_LAUNCH();
 }
 
@@ -116,9 +125,10 @@ void sum_to_shape(const T* g, const Dims& gsh, T* out, const Dims& osh) {
   sum_dims(g, gsh, reduced, out, 1.0);
 }
 
-#define DDP_INSTANTIATE_CUDA_ELEMENTWISE(T)                                                               \
-  template void binary_broadcast<T>(BinaryOp, const T*, const Dims&, const T*, const Dims&, T*, const Dims&); \
-  template void affine<T>(const T*, T*, int64_t, double, double);                                           \
+#define DDP_INSTANTIATE_CUDA_ELEMENTWISE(T)                                                     \
+  template void binary_broadcast<T>(BinaryOp, const T*, const Dims&, const T*, const Dims&, T*, \
+                                    const Dims&);                                               \
+  template void affine<T>(const T*, T*, int64_t, double, double);                               \
   template void sum_to_shape<T>(const T*, const Dims&, T*, const Dims&);
 DDP_INSTANTIATE_CUDA_ELEMENTWISE(float)
 DDP_INSTANTIATE_CUDA_ELEMENTWISE(double)

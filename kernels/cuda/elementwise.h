@@ -14,7 +14,8 @@ enum class BinaryOp { Add, Sub, Mul, Div };
 
 // out (osh) = op(a (ash), b (bsh)) with NumPy broadcasting (osh is the broadcast shape).
 template <class T>
-void binary_broadcast(BinaryOp op, const T* a, const Dims& ash, const T* b, const Dims& bsh, T* out, const Dims& osh);
+void binary_broadcast(BinaryOp op, const T* a, const Dims& ash, const T* b, const Dims& bsh, T* out,
+                      const Dims& osh);
 // y = alpha * x + beta over n elements.
 template <class T>
 void affine(const T* x, T* y, int64_t n, double alpha, double beta);

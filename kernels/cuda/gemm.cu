@@ -1,4 +1,5 @@
-// gemm.cu - cuBLAS calls behind the row-major gemm wrappers (operand swap, see gemm.h) and the bias fill kernel.
+// gemm.cu - cuBLAS calls behind the row-major gemm wrappers (operand swap, see gemm.h) and the bias fill
+// kernel.
 #include <climits>
 
 #include "kernels/cuda/common.cuh"
@@ -26,8 +27,9 @@ __global__ void scale_kernel(T* c, T beta, int64_t n) {
 }  // namespace
 
 template <class T>
-void gemm_batched(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
-                  int64_t stride_a, const T* B, int64_t stride_b, T beta, T* C, int64_t stride_c) {
+void gemm_batched(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K, T alpha,
+                  const T* A, int64_t stride_a, const T* B, int64_t stride_b, T beta, T* C,
+                  int64_t stride_c) {
   if (M == 0 || N == 0 || batch == 0) return;
   if (K == 0) {  // an empty sum: C = beta * C, for every batch entry (stride_c >= M * N when batch > 1)
     const int64_t n = (batch - 1) * stride_c + M * N;
@@ -44,22 +46,22 @@ void gemm_batched(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t 
     if (batch == 1) {
       DDP_CUBLAS_CHECK(cublasSgemm(h, tb, ta, n, m, k, &alpha, B, ldb, A, lda, &beta, C, ldc));
     } else {
-      DDP_CUBLAS_CHECK(cublasSgemmStridedBatched(h, tb, ta, n, m, k, &alpha, B, ldb, stride_b, A, lda, stride_a,
-                                                 &beta, C, ldc, stride_c, b));
+      DDP_CUBLAS_CHECK(cublasSgemmStridedBatched(h, tb, ta, n, m, k, &alpha, B, ldb, stride_b, A, lda,
+                                                 stride_a, &beta, C, ldc, stride_c, b));
     }
   } else {
     if (batch == 1) {
       DDP_CUBLAS_CHECK(cublasDgemm(h, tb, ta, n, m, k, &alpha, B, ldb, A, lda, &beta, C, ldc));
     } else {
-      DDP_CUBLAS_CHECK(cublasDgemmStridedBatched(h, tb, ta, n, m, k, &alpha, B, ldb, stride_b, A, lda, stride_a,
-                                                 &beta, C, ldc, stride_c, b));
+      DDP_CUBLAS_CHECK(cublasDgemmStridedBatched(h, tb, ta, n, m, k, &alpha, B, ldb, stride_b, A, lda,
+                                                 stride_a, &beta, C, ldc, stride_c, b));
     }
   }
 }
 
 template <class T>
-void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A, const T* B, T beta,
-          T* C) {
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A, const T* B,
+          T beta, T* C) {
   gemm_batched(trans_a, trans_b, 1, M, N, K, alpha, A, 0, B, 0, beta, C, 0);
 }
 
@@ -70,10 +72,10 @@ void fill_rows(const T* bias, int64_t rows, int64_t n, T* out) {
   DDP_CUDA_CHECK_LAUNCH();
 }
 
-#define DDP_INSTANTIATE_CUDA_GEMM(T)                                                                       \
-  template void gemm<T>(bool, bool, int64_t, int64_t, int64_t, T, const T*, const T*, T, T*);            \
+#define DDP_INSTANTIATE_CUDA_GEMM(T)                                                                  \
+  template void gemm<T>(bool, bool, int64_t, int64_t, int64_t, T, const T*, const T*, T, T*);         \
   template void gemm_batched<T>(bool, bool, int64_t, int64_t, int64_t, int64_t, T, const T*, int64_t, \
-                                const T*, int64_t, T, T*, int64_t);                                      \
+                                const T*, int64_t, T, T*, int64_t);                                   \
   template void fill_rows<T>(const T*, int64_t, int64_t, T*);
 DDP_INSTANTIATE_CUDA_GEMM(float)
 DDP_INSTANTIATE_CUDA_GEMM(double)

@@ -43,7 +43,8 @@ __global__ void row_sum_kernel(const In* x, int64_t outer, int64_t r, int parts,
 
 // out[o, j] = scale * sum_k x[o, k, j]: block (32, 8) covers 32 columns, its 8 rows of threads split k.
 template <class In, class Out>
-__global__ void column_sum_kernel(const In* x, int64_t outer, int64_t r, int64_t inner, Out* out, double scale) {
+__global__ void column_sum_kernel(const In* x, int64_t outer, int64_t r, int64_t inner, Out* out,
+                                  double scale) {
   __shared__ double shared[8][33];
   const int64_t j = blockIdx.x * 32 + threadIdx.x;
   for (int64_t o = blockIdx.y; o < outer; o += gridDim.y) {
@@ -97,9 +98,9 @@ void sum_middle(const In* x, int64_t outer, int64_t r, int64_t inner, Out* out, 
   cudaStream_t stream = ddp::cuda::current_stream();
   if (inner == 1) {
     // Few long rows: split each row over several blocks, then sum the partial sums.
-    const int parts = (outer < 64 && r >= 16 * kBlock) ? static_cast<int>(std::min<int64_t>(
-                                                             256, (r + 8 * kBlock - 1) / (8 * kBlock)))
-                                                       : 1;
+    const int parts = (outer < 64 && r >= 16 * kBlock)
+                          ? static_cast<int>(std::min<int64_t>(256, (r + 8 * kBlock - 1) / (8 * kBlock)))
+                          : 1;
     const int grid = static_cast<int>(std::min<int64_t>(outer * parts, 65535));
     if (parts == 1) {
       row_sum_kernel<In, Out><<<grid, kBlock, 0, stream>>>(x, outer, r, 1, out, scale);
@@ -110,12 +111,14 @@ void sum_middle(const In* x, int64_t outer, int64_t r, int64_t inner, Out* out, 
     double* pp = static_cast<double*>(partial.ptr);
     row_sum_kernel<In, double><<<grid, kBlock, 0, stream>>>(x, outer, r, parts, pp, 1.0);
     DDP_CUDA_CHECK_LAUNCH();
-    row_sum_kernel<double, Out><<<static_cast<int>(outer), kBlock, 0, stream>>>(pp, outer, parts, 1, out, scale);
+    row_sum_kernel<double, Out>
+        <<<static_cast<int>(outer), kBlock, 0, stream>>>(pp, outer, parts, 1, out, scale);
     DDP_CUDA_CHECK_LAUNCH();
     return;
   }
   const dim3 block(32, 8);
-  const dim3 grid(static_cast<unsigned>((inner + 31) / 32), static_cast<unsigned>(std::min<int64_t>(outer, 65535)));
+  const dim3 grid(static_cast<unsigned>((inner + 31) / 32),
+                  static_cast<unsigned>(std::min<int64_t>(outer, 65535)));
   DDP_CHECK(grid.x <= 2147483647u, "cuda sum: inner size ", inner, " too large");
   column_sum_kernel<In, Out><<<grid, block, 0, stream>>>(x, outer, r, inner, out, scale);
   DDP_CUDA_CHECK_LAUNCH();
@@ -145,13 +148,17 @@ void sum_dims(const T* x, const Dims& shape, const std::vector<bool>& reduced, T
     const int64_t r = groups[last].size;
     groups.erase(groups.begin() + last);
     if (--num_reduced == 0) {
-      if (!cur) sum_middle(x, outer, r, inner, out, scale);
-      else sum_middle(static_cast<const double*>(cur->ptr), outer, r, inner, out, scale);
+      if (!cur)
+        sum_middle(x, outer, r, inner, out, scale);
+      else
+        sum_middle(static_cast<const double*>(cur->ptr), outer, r, inner, out, scale);
       return;
     }
     auto next = std::make_unique<Scratch>(static_cast<size_t>(outer * inner) * sizeof(double));
-    if (!cur) sum_middle(x, outer, r, inner, static_cast<double*>(next->ptr), 1.0);
-    else sum_middle(static_cast<const double*>(cur->ptr), outer, r, inner, static_cast<double*>(next->ptr), 1.0);
+    if (!cur)
+      sum_middle(x, outer, r, inner, static_cast<double*>(next->ptr), 1.0);
+    else
+      sum_middle(static_cast<const double*>(cur->ptr), outer, r, inner, static_cast<double*>(next->ptr), 1.0);
     cur = std::move(next);
   }
 }
@@ -171,7 +178,8 @@ void expand_dims(const T* g, const Dims& shape, const std::vector<bool>& reduced
     total *= groups[i].size;
   }
   if (total == 0) return;
-  expand_kernel<<<grid_for(total), kBlock, 0, ddp::cuda::current_stream()>>>(g, p, total, out, static_cast<T>(scale));
+  expand_kernel<<<grid_for(total), kBlock, 0, ddp::cuda::current_stream()>>>(g, p, total, out,
+                                                                             static_cast<T>(scale));
   DDP_CUDA_CHECK_LAUNCH();
 }
 

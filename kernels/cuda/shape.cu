@@ -30,8 +30,8 @@ __global__ void permute_kernel(const E* x, E* out, int64_t total, PermuteArgs p)
 
 template <class E>
 void launch_permute(const void* x, void* out, int64_t total, const PermuteArgs& p) {
-  permute_kernel<E><<<grid_for(total), kBlock, 0, ddp::cuda::current_stream()>>>(static_cast<const E*>(x),
-                                                                                  static_cast<E*>(out), total, p);
+  permute_kernel<E><<<grid_for(total), kBlock, 0, ddp::cuda::current_stream()>>>(
+      static_cast<const E*>(x), static_cast<E*>(out), total, p);
   DDP_CUDA_CHECK_LAUNCH();
 }
 }  // namespace
@@ -50,15 +50,21 @@ void permute(const void* x, const Dims& shape, const Dims& perm, void* out, size
     p.in_stride[d] = plan.in_stride[d];
   }
   switch (elem_size) {
-    case 1: return launch_permute<uint8_t>(x, out, total, p);
-    case 2: return launch_permute<uint16_t>(x, out, total, p);
-    case 4: return launch_permute<uint32_t>(x, out, total, p);
-    case 8: return launch_permute<uint64_t>(x, out, total, p);
-    default: DDP_FAIL("permute: element size ", elem_size, " bytes is not supported (1, 2, 4 or 8)");
+    case 1:
+      return launch_permute<uint8_t>(x, out, total, p);
+    case 2:
+      return launch_permute<uint16_t>(x, out, total, p);
+    case 4:
+      return launch_permute<uint32_t>(x, out, total, p);
+    case 8:
+      return launch_permute<uint64_t>(x, out, total, p);
+    default:
+      DDP_FAIL("permute: element size ", elem_size, " bytes is not supported (1, 2, 4 or 8)");
   }
 }
 
-void copy_blocks(const void* src, int64_t src_pitch, void* dst, int64_t dst_pitch, int64_t rows, int64_t width_bytes) {
+void copy_blocks(const void* src, int64_t src_pitch, void* dst, int64_t dst_pitch, int64_t rows,
+                 int64_t width_bytes) {
   if (rows == 0 || width_bytes == 0) return;
   DDP_CUDA_CHECK(cudaMemcpy2DAsync(dst, static_cast<size_t>(dst_pitch), src, static_cast<size_t>(src_pitch),
                                    static_cast<size_t>(width_bytes), static_cast<size_t>(rows),

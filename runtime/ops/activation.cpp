@@ -15,12 +15,18 @@ enum class Act { Relu, Gelu, Tanh, Sigmoid, Exp, Log };
 
 const char* act_name(Act a) {
   switch (a) {
-    case Act::Relu: return "relu";
-    case Act::Gelu: return "gelu";
-    case Act::Tanh: return "tanh";
-    case Act::Sigmoid: return "sigmoid";
-    case Act::Exp: return "exp";
-    case Act::Log: return "log";
+    case Act::Relu:
+      return "relu";
+    case Act::Gelu:
+      return "gelu";
+    case Act::Tanh:
+      return "tanh";
+    case Act::Sigmoid:
+      return "sigmoid";
+    case Act::Exp:
+      return "exp";
+    case Act::Log:
+      return "log";
   }
   return "?";
 }
@@ -28,23 +34,47 @@ const char* act_name(Act a) {
 bool backward_uses_output(Act a) { return a == Act::Tanh || a == Act::Sigmoid || a == Act::Exp; }
 
 // The CPU and CUDA kernels share their names, so one switch per direction serves both namespaces.
-#define DDP_ACT_FORWARD(NS)                                      \
-  switch (a) {                                                   \
-    case Act::Relu: NS::relu_forward(x, y, n); break;            \
-    case Act::Gelu: NS::gelu_forward(x, y, n); break;            \
-    case Act::Tanh: NS::tanh_forward(x, y, n); break;            \
-    case Act::Sigmoid: NS::sigmoid_forward(x, y, n); break;      \
-    case Act::Exp: NS::exp_forward(x, y, n); break;              \
-    case Act::Log: NS::log_forward(x, y, n); break;              \
+#define DDP_ACT_FORWARD(NS)         \
+  switch (a) {                      \
+    case Act::Relu:                 \
+      NS::relu_forward(x, y, n);    \
+      break;                        \
+    case Act::Gelu:                 \
+      NS::gelu_forward(x, y, n);    \
+      break;                        \
+    case Act::Tanh:                 \
+      NS::tanh_forward(x, y, n);    \
+      break;                        \
+    case Act::Sigmoid:              \
+      NS::sigmoid_forward(x, y, n); \
+      break;                        \
+    case Act::Exp:                  \
+      NS::exp_forward(x, y, n);     \
+      break;                        \
+    case Act::Log:                  \
+      NS::log_forward(x, y, n);     \
+      break;                        \
   }
-#define DDP_ACT_BACKWARD(NS)                                     \
-  switch (a) {                                                   \
-    case Act::Relu: NS::relu_backward(g, saved, dx, n); break;   \
-    case Act::Gelu: NS::gelu_backward(g, saved, dx, n); break;   \
-    case Act::Tanh: NS::tanh_backward(g, saved, dx, n); break;   \
-    case Act::Sigmoid: NS::sigmoid_backward(g, saved, dx, n); break; \
-    case Act::Exp: NS::exp_backward(g, saved, dx, n); break;     \
-    case Act::Log: NS::log_backward(g, saved, dx, n); break;     \
+#define DDP_ACT_BACKWARD(NS)                 \
+  switch (a) {                               \
+    case Act::Relu:                          \
+      NS::relu_backward(g, saved, dx, n);    \
+      break;                                 \
+    case Act::Gelu:                          \
+      NS::gelu_backward(g, saved, dx, n);    \
+      break;                                 \
+    case Act::Tanh:                          \
+      NS::tanh_backward(g, saved, dx, n);    \
+      break;                                 \
+    case Act::Sigmoid:                       \
+      NS::sigmoid_backward(g, saved, dx, n); \
+      break;                                 \
+    case Act::Exp:                           \
+      NS::exp_backward(g, saved, dx, n);     \
+      break;                                 \
+    case Act::Log:                           \
+      NS::log_backward(g, saved, dx, n);     \
+      break;                                 \
   }
 
 template <class T>

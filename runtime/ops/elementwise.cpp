@@ -16,10 +16,14 @@ using autograd::Node;
 enum class BinOp { Add, Sub, Mul, Div };
 const char* bin_name(BinOp op) {
   switch (op) {
-    case BinOp::Add: return "add";
-    case BinOp::Sub: return "sub";
-    case BinOp::Mul: return "mul";
-    case BinOp::Div: return "div";
+    case BinOp::Add:
+      return "add";
+    case BinOp::Sub:
+      return "sub";
+    case BinOp::Mul:
+      return "mul";
+    case BinOp::Div:
+      return "div";
   }
   return "?";
 }
@@ -27,7 +31,8 @@ const char* bin_name(BinOp op) {
 Shape broadcast_or_fail(const char* what, const Tensor& a, const Tensor& b) {
   DDP_CHECK(a.dtype() == b.dtype(), what, ": dtypes differ (", dtype_name(a.dtype()), " vs ",
             dtype_name(b.dtype()), "); convert one with .to(dtype)");
-  DDP_CHECK(a.device() == b.device(), what, ": devices differ (", a.device().str(), " vs ", b.device().str(), ")");
+  DDP_CHECK(a.device() == b.device(), what, ": devices differ (", a.device().str(), " vs ", b.device().str(),
+            ")");
 #ifndef DDP_WITH_CUDA
   DDP_CHECK(a.device().is_cpu(), what, " on ", a.device().str(), " needs a CUDA build");
 #endif
@@ -58,10 +63,22 @@ Tensor binary_forward(BinOp op, const Tensor& a, const Tensor& b, const Shape& o
     scalar_t* po = out.data<scalar_t>();
     using kernels::cpu::binary_broadcast;
     switch (op) {
-      case BinOp::Add: binary_broadcast(pa, a.shape(), pb, b.shape(), po, out_shape, [](scalar_t x, scalar_t y) { return x + y; }); break;
-      case BinOp::Sub: binary_broadcast(pa, a.shape(), pb, b.shape(), po, out_shape, [](scalar_t x, scalar_t y) { return x - y; }); break;
-      case BinOp::Mul: binary_broadcast(pa, a.shape(), pb, b.shape(), po, out_shape, [](scalar_t x, scalar_t y) { return x * y; }); break;
-      case BinOp::Div: binary_broadcast(pa, a.shape(), pb, b.shape(), po, out_shape, [](scalar_t x, scalar_t y) { return x / y; }); break;
+      case BinOp::Add:
+        binary_broadcast(pa, a.shape(), pb, b.shape(), po, out_shape,
+                         [](scalar_t x, scalar_t y) { return x + y; });
+        break;
+      case BinOp::Sub:
+        binary_broadcast(pa, a.shape(), pb, b.shape(), po, out_shape,
+                         [](scalar_t x, scalar_t y) { return x - y; });
+        break;
+      case BinOp::Mul:
+        binary_broadcast(pa, a.shape(), pb, b.shape(), po, out_shape,
+                         [](scalar_t x, scalar_t y) { return x * y; });
+        break;
+      case BinOp::Div:
+        binary_broadcast(pa, a.shape(), pb, b.shape(), po, out_shape,
+                         [](scalar_t x, scalar_t y) { return x / y; });
+        break;
     }
   });
   return out;

@@ -35,7 +35,8 @@ template <class T>
 void gemm_batched_on(Device dev, bool ta, bool tb, int64_t batch, int64_t M, int64_t N, int64_t K, const T* A,
                      int64_t sa, const T* B, int64_t sb, T* C, int64_t sc) {
 #ifdef DDP_WITH_CUDA
-  if (dev.is_cuda()) return kernels::cuda::gemm_batched(ta, tb, batch, M, N, K, T(1), A, sa, B, sb, T(0), C, sc);
+  if (dev.is_cuda())
+    return kernels::cuda::gemm_batched(ta, tb, batch, M, N, K, T(1), A, sa, B, sb, T(0), C, sc);
 #endif
   (void)dev;
   kernels::cpu::gemm_batched(ta, tb, batch, M, N, K, T(1), A, sa, B, sb, T(0), C, sc);
@@ -94,7 +95,8 @@ struct MatmulBackward final : autograd::Node {
       if (next_edges[0].valid()) {  // dA = g B^T
         ga = Tensor::empty(a_shape, g.dtype(), dev);
         if (shared_b) {
-          gemm_on<scalar_t>(dev, false, true, batch * M, K, N, 1, pg, b.data<scalar_t>(), 0, ga.data<scalar_t>());
+          gemm_on<scalar_t>(dev, false, true, batch * M, K, N, 1, pg, b.data<scalar_t>(), 0,
+                            ga.data<scalar_t>());
         } else {
           gemm_batched_on<scalar_t>(dev, false, true, batch, M, K, N, pg, M * N, b.data<scalar_t>(), K * N,
                                     ga.data<scalar_t>(), M * K);
@@ -103,7 +105,8 @@ struct MatmulBackward final : autograd::Node {
       if (next_edges[1].valid()) {  // dB = A^T g
         gb = Tensor::empty(b_shape, g.dtype(), dev);
         if (shared_b) {
-          gemm_on<scalar_t>(dev, true, false, K, N, batch * M, 1, a.data<scalar_t>(), pg, 0, gb.data<scalar_t>());
+          gemm_on<scalar_t>(dev, true, false, K, N, batch * M, 1, a.data<scalar_t>(), pg, 0,
+                            gb.data<scalar_t>());
         } else {
           gemm_batched_on<scalar_t>(dev, true, false, batch, K, N, M, a.data<scalar_t>(), M * K, pg, M * N,
                                     gb.data<scalar_t>(), K * N);
@@ -176,7 +179,8 @@ struct LinearBackward final : autograd::Node {
       const scalar_t* pg = g.data<scalar_t>();
       if (next_edges[0].valid()) {  // dx (rows, in) = g (rows, out) W (out, in)
         gx = Tensor::empty(x_shape, g.dtype(), dev);
-        gemm_on<scalar_t>(dev, false, false, rows, in, out, 1, pg, weight.data<scalar_t>(), 0, gx.data<scalar_t>());
+        gemm_on<scalar_t>(dev, false, false, rows, in, out, 1, pg, weight.data<scalar_t>(), 0,
+                          gx.data<scalar_t>());
       }
       if (next_edges[1].valid()) {  // dW (out, in) = g^T (out, rows) x (rows, in)
         gw = Tensor::empty({out, in}, g.dtype(), dev);
@@ -199,14 +203,15 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   DDP_CHECK(weight.dim() == 2, "linear: weight has shape ", shape_str(weight.shape()),
             "; expected (out_features, in_features)");
   const int64_t out_f = weight.shape()[0], in_f = weight.shape()[1];
-  DDP_CHECK(x.dim() >= 1 && x.size(-1) == in_f, "linear: x has shape ", shape_str(x.shape()),
-            " but weight ", shape_str(weight.shape()), " expects a last dimension of ", in_f);
+  DDP_CHECK(x.dim() >= 1 && x.size(-1) == in_f, "linear: x has shape ", shape_str(x.shape()), " but weight ",
+            shape_str(weight.shape()), " expects a last dimension of ", in_f);
   if (bias.defined()) {
     check_pair("linear", "x", x, "bias", bias);
     DDP_CHECK(bias.dim() == 1 && bias.shape()[0] == out_f, "linear: bias has shape ", shape_str(bias.shape()),
               "; expected (", out_f, ",) to match weight ", shape_str(weight.shape()));
   }
-  const int64_t rows = in_f > 0 ? x.numel() / in_f : shape_numel(Shape(x.shape().begin(), x.shape().end() - 1));
+  const int64_t rows =
+      in_f > 0 ? x.numel() / in_f : shape_numel(Shape(x.shape().begin(), x.shape().end() - 1));
   Tensor y = Tensor::empty(with_last(x.shape(), out_f), x.dtype(), x.device());
   const Device dev = x.device();
   DDP_DISPATCH_FLOATING(x.dtype(), "linear", [&] {

@@ -12,7 +12,8 @@
 namespace ddp::ops {
 namespace {
 template <class T>
-void sum_dims_on(Device dev, const T* x, const Shape& shape, const std::vector<bool>& mask, T* out, double scale) {
+void sum_dims_on(Device dev, const T* x, const Shape& shape, const std::vector<bool>& mask, T* out,
+                 double scale) {
 #ifdef DDP_WITH_CUDA
   if (dev.is_cuda()) return kernels::cuda::sum_dims(x, shape, mask, out, scale);
 #endif
@@ -48,7 +49,8 @@ struct SumBackward final : autograd::Node {
 };
 
 // The shared forward: out_shape is the result shape, mask the reduced dimensions of x.
-Tensor reduce(const char* op, const Tensor& x, const std::vector<bool>& mask, const Shape& out_shape, double scale) {
+Tensor reduce(const char* op, const Tensor& x, const std::vector<bool>& mask, const Shape& out_shape,
+              double scale) {
 #ifndef DDP_WITH_CUDA
   DDP_CHECK(x.device().is_cpu(), op, " on ", x.device().str(), " needs a CUDA build");
 #endif
@@ -68,7 +70,8 @@ Tensor reduce(const char* op, const Tensor& x, const std::vector<bool>& mask, co
 }
 
 // Validates dims and returns the reduced-dimension mask; count = number of elements summed per output.
-std::vector<bool> reduce_mask(const char* op, const Tensor& x, const std::vector<int64_t>& dims, int64_t* count) {
+std::vector<bool> reduce_mask(const char* op, const Tensor& x, const std::vector<int64_t>& dims,
+                              int64_t* count) {
   const int64_t nd = x.dim();
   std::vector<bool> mask(static_cast<size_t>(nd), dims.empty());
   for (int64_t d : dims) {
@@ -87,8 +90,10 @@ std::vector<bool> reduce_mask(const char* op, const Tensor& x, const std::vector
 Shape reduced_shape(const Tensor& x, const std::vector<bool>& mask, bool keepdim) {
   Shape s;
   for (int64_t d = 0; d < x.dim(); ++d) {
-    if (!mask[d]) s.push_back(x.shape()[d]);
-    else if (keepdim) s.push_back(1);
+    if (!mask[d])
+      s.push_back(x.shape()[d]);
+    else if (keepdim)
+      s.push_back(1);
   }
   return s;
 }
@@ -100,7 +105,8 @@ Tensor sum(const Tensor& x) {
 }
 Tensor mean(const Tensor& x) {
   DDP_CHECK(x.defined() && x.numel() > 0, "mean of an empty or undefined tensor");
-  return reduce("mean", x, std::vector<bool>(x.shape().size(), true), {}, 1.0 / static_cast<double>(x.numel()));
+  return reduce("mean", x, std::vector<bool>(x.shape().size(), true), {},
+                1.0 / static_cast<double>(x.numel()));
 }
 
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {

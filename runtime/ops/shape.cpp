@@ -33,8 +33,8 @@ void check_device(const char* op, const Tensor& x) {
 #endif
 }
 
-void copy_blocks_on(Device dev, const void* src, int64_t src_pitch, void* dst, int64_t dst_pitch, int64_t rows,
-                    int64_t width) {
+void copy_blocks_on(Device dev, const void* src, int64_t src_pitch, void* dst, int64_t dst_pitch,
+                    int64_t rows, int64_t width) {
   if (rows == 0 || width == 0) return;
 #ifdef DDP_WITH_CUDA
   if (dev.is_cuda()) return kernels::cuda::copy_blocks(src, src_pitch, dst, dst_pitch, rows, width);
@@ -66,13 +66,16 @@ Blocks blocks_of(const Shape& s, int64_t dim) {
 
 // Copies piece [begin, begin + len) along the block dimension between a tensor laid out as (outer, n_full,
 // inner) and a compact piece (outer, len, inner). to_piece: full -> piece, else piece -> full.
-void copy_piece(const Tensor& full, const Tensor& piece, const Blocks& b, int64_t begin, int64_t len, bool to_piece) {
+void copy_piece(const Tensor& full, const Tensor& piece, const Blocks& b, int64_t begin, int64_t len,
+                bool to_piece) {
   const int64_t es = static_cast<int64_t>(dtype_size(full.dtype()));
   char* f = static_cast<char*>(full.raw_data()) + begin * b.inner * es;
   char* p = static_cast<char*>(piece.raw_data());
   const int64_t full_pitch = b.n * b.inner * es, piece_pitch = len * b.inner * es, width = len * b.inner * es;
-  if (to_piece) copy_blocks_on(full.device(), f, full_pitch, p, piece_pitch, b.outer, width);
-  else copy_blocks_on(full.device(), p, piece_pitch, f, full_pitch, b.outer, width);
+  if (to_piece)
+    copy_blocks_on(full.device(), f, full_pitch, p, piece_pitch, b.outer, width);
+  else
+    copy_blocks_on(full.device(), p, piece_pitch, f, full_pitch, b.outer, width);
 }
 
 // ---- views: reshape, flatten, unsqueeze, squeeze ----
@@ -138,7 +141,8 @@ struct SplitBackward final : autograd::Node {
       all = all && g.defined();
     }
     if (!any) return {};
-    const Tensor& first = *std::find_if(grads.begin(), grads.end(), [](const Tensor& t) { return t.defined(); });
+    const Tensor& first =
+        *std::find_if(grads.begin(), grads.end(), [](const Tensor& t) { return t.defined(); });
     // Unused outputs contribute zeros.
     Tensor dx = all ? Tensor::empty(in_shape, first.dtype(), first.device())
                     : Tensor::zeros(in_shape, first.dtype(), first.device());
@@ -194,7 +198,8 @@ Tensor reshape(const Tensor& x, const Shape& shape) {
 Tensor flatten(const Tensor& x, int64_t start_dim, int64_t end_dim) {
   DDP_CHECK(x.defined(), "flatten: input is undefined");
   if (x.dim() == 0) return view_op(x, {1});
-  const int64_t s = normalize_dim("flatten", start_dim, x.dim()), e = normalize_dim("flatten", end_dim, x.dim());
+  const int64_t s = normalize_dim("flatten", start_dim, x.dim()),
+                e = normalize_dim("flatten", end_dim, x.dim());
   DDP_CHECK(s <= e, "flatten: start_dim ", start_dim, " comes after end_dim ", end_dim, " for shape ",
             shape_str(x.shape()));
   Shape out(x.shape().begin(), x.shape().begin() + s);
@@ -216,8 +221,8 @@ Tensor unsqueeze(const Tensor& x, int64_t dim) {
 Tensor squeeze(const Tensor& x, int64_t dim) {
   DDP_CHECK(x.defined(), "squeeze: input is undefined");
   const int64_t d = normalize_dim("squeeze", dim, x.dim());
-  DDP_CHECK(x.shape()[d] == 1, "squeeze: dimension ", dim, " of shape ", shape_str(x.shape()),
-            " has size ", x.shape()[d], ", not 1");
+  DDP_CHECK(x.shape()[d] == 1, "squeeze: dimension ", dim, " of shape ", shape_str(x.shape()), " has size ",
+            x.shape()[d], ", not 1");
   Shape s = x.shape();
   s.erase(s.begin() + d);
   return view_op(x, s);
@@ -226,8 +231,9 @@ Tensor squeeze(const Tensor& x, int64_t dim) {
 Tensor permute(const Tensor& x, const std::vector<int64_t>& dims) {
   check_device("permute", x);
   const int64_t nd = x.dim();
-  DDP_CHECK(static_cast<int64_t>(dims.size()) == nd, "permute: ", dims.size(), " dimensions given for a tensor of shape ",
-            shape_str(x.shape()), "; give a full ordering of its ", nd, " dimensions");
+  DDP_CHECK(static_cast<int64_t>(dims.size()) == nd, "permute: ", dims.size(),
+            " dimensions given for a tensor of shape ", shape_str(x.shape()),
+            "; give a full ordering of its ", nd, " dimensions");
   std::vector<int64_t> perm(dims.size()), inverse(dims.size(), -1);
   for (int64_t i = 0; i < nd; ++i) {
     perm[i] = normalize_dim("permute", dims[i], nd);
@@ -259,8 +265,8 @@ Tensor slice(const Tensor& x, int64_t dim, int64_t begin, int64_t end) {
   const int64_t d = normalize_dim("slice", dim, x.dim());
   const int64_t n = x.shape()[d];
   const int64_t b = begin < 0 ? begin + n : begin, e = end < 0 ? end + n : end;
-  DDP_CHECK(0 <= b && b <= e && e <= n, "slice: range [", begin, ", ", end, ") is out of bounds for dimension ",
-            dim, " of size ", n, " (shape ", shape_str(x.shape()), ")");
+  DDP_CHECK(0 <= b && b <= e && e <= n, "slice: range [", begin, ", ", end,
+            ") is out of bounds for dimension ", dim, " of size ", n, " (shape ", shape_str(x.shape()), ")");
   const Blocks blocks = blocks_of(x.shape(), d);
   Tensor y = take_piece(x, d, blocks, b, e - b);
   if (autograd::needs_grad({&x})) {
@@ -281,8 +287,8 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
     DDP_CHECK(s >= 0, "split: negative piece size ", s);
     total += s;
   }
-  DDP_CHECK(!sizes.empty() && total == x.shape()[d], "split: piece sizes add up to ", total, " but dimension ",
-            dim, " of shape ", shape_str(x.shape()), " has size ", x.shape()[d]);
+  DDP_CHECK(!sizes.empty() && total == x.shape()[d], "split: piece sizes add up to ", total,
+            " but dimension ", dim, " of shape ", shape_str(x.shape()), " has size ", x.shape()[d]);
   const Blocks blocks = blocks_of(x.shape(), d);
   std::vector<Tensor> outs;
   outs.reserve(sizes.size());
@@ -314,8 +320,8 @@ Tensor concat(const std::vector<Tensor>& tensors, int64_t dim) {
     const Tensor& t = tensors[i];
     DDP_CHECK(t.defined(), "concat: tensor ", i, " is undefined");
     DDP_CHECK(t.dtype() == t0.dtype() && t.device() == t0.device(), "concat: tensor ", i, " is ",
-              dtype_name(t.dtype()), " on ", t.device().str(), " but tensor 0 is ", dtype_name(t0.dtype()), " on ",
-              t0.device().str());
+              dtype_name(t.dtype()), " on ", t.device().str(), " but tensor 0 is ", dtype_name(t0.dtype()),
+              " on ", t0.device().str());
     bool same = t.dim() == t0.dim();
     for (int64_t k = 0; same && k < t.dim(); ++k) same = k == d || t.shape()[k] == t0.shape()[k];
     DDP_CHECK(same, "concat: tensor ", i, " has shape ", shape_str(t.shape()), " but tensor 0 has ",

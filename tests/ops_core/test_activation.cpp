@@ -37,7 +37,8 @@ std::vector<ActCase> all_cases() {
 }
 
 Tensor inputs_for(const ActCase& c, const Shape& shape, uint64_t seed, bool requires_grad) {
-  Tensor x = c.positive_inputs ? Tensor::uniform(shape, seed, 0.1, 3.0, DType::F64) : random_f64(shape, seed, false);
+  Tensor x =
+      c.positive_inputs ? Tensor::uniform(shape, seed, 0.1, 3.0, DType::F64) : random_f64(shape, seed, false);
   x.set_requires_grad(requires_grad);
   return x;
 }

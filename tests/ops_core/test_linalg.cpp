@@ -14,8 +14,8 @@ using ddp::testing::random_f64;
 
 namespace {
 // C[b] = A[b] B[b] (or B shared) with plain loops; shapes (batch, M, K) x (batch or 1, K, N).
-std::vector<double> reference_matmul(const std::vector<double>& a, const std::vector<double>& b, int64_t batch,
-                                     int64_t M, int64_t K, int64_t N, bool shared_b) {
+std::vector<double> reference_matmul(const std::vector<double>& a, const std::vector<double>& b,
+                                     int64_t batch, int64_t M, int64_t K, int64_t N, bool shared_b) {
   std::vector<double> c(static_cast<size_t>(batch * M * N), 0.0);
   for (int64_t i = 0; i < batch; ++i)
     for (int64_t m = 0; m < M; ++m)
@@ -46,9 +46,14 @@ struct MatmulCase {
 }  // namespace
 
 TEST(Matmul, ForwardMatchesLoops) {
-  const std::vector<MatmulCase> cases = {
-      {{3, 5}, {5, 4}},       {{1, 1}, {1, 1}},       {{7, 1}, {1, 3}},          {{2, 3, 4}, {2, 4, 5}},
-      {{2, 1, 3, 2}, {2, 1, 2, 3}}, {{4, 3, 2}, {2, 6}}, {{2, 2, 3, 5}, {5, 1}}, {{1, 17, 9}, {1, 9, 13}}};
+  const std::vector<MatmulCase> cases = {{{3, 5}, {5, 4}},
+                                         {{1, 1}, {1, 1}},
+                                         {{7, 1}, {1, 3}},
+                                         {{2, 3, 4}, {2, 4, 5}},
+                                         {{2, 1, 3, 2}, {2, 1, 2, 3}},
+                                         {{4, 3, 2}, {2, 6}},
+                                         {{2, 2, 3, 5}, {5, 1}},
+                                         {{1, 17, 9}, {1, 9, 13}}};
   uint64_t seed = 1;
   for (const auto& c : cases) {
     Tensor a = random_f64(c.a, seed++, false), b = random_f64(c.b, seed++, false);
@@ -59,8 +64,9 @@ TEST(Matmul, ForwardMatchesLoops) {
     Shape expect_shape = c.a;
     expect_shape.back() = N;
     EXPECT_EQ(y.shape(), expect_shape);
-    EXPECT_TRUE(all_close(y, reference_matmul(a.to_double_vector(), b.to_double_vector(), batch, M, K, N, shared),
-                          1e-12, 1e-12))
+    EXPECT_TRUE(
+        all_close(y, reference_matmul(a.to_double_vector(), b.to_double_vector(), batch, M, K, N, shared),
+                  1e-12, 1e-12))
         << shape_str(c.a) << " x " << shape_str(c.b);
   }
 }
@@ -74,8 +80,11 @@ TEST(Matmul, Float32MatchesFloat64) {
 }
 
 TEST(Matmul, Gradients) {
-  const std::vector<MatmulCase> cases = {{{3, 5}, {5, 4}}, {{1, 1}, {1, 1}}, {{2, 3, 4}, {2, 4, 1}},
-                                         {{2, 1, 3, 2}, {2, 1, 2, 3}}, {{2, 3, 2}, {2, 5}}};
+  const std::vector<MatmulCase> cases = {{{3, 5}, {5, 4}},
+                                         {{1, 1}, {1, 1}},
+                                         {{2, 3, 4}, {2, 4, 1}},
+                                         {{2, 1, 3, 2}, {2, 1, 2, 3}},
+                                         {{2, 3, 2}, {2, 5}}};
   uint64_t seed = 100;
   for (const auto& c : cases) {
     Tensor a = random_f64(c.a, seed++), b = random_f64(c.b, seed++);
@@ -106,7 +115,8 @@ TEST(Matmul, BadShapesNameTheProblem) {
   }
   EXPECT_THROW(ops::matmul(Tensor::zeros({2, 2, 3}), Tensor::zeros({3, 3, 4})), Error);  // batch dims differ
   EXPECT_THROW(ops::matmul(Tensor::zeros({3}), Tensor::zeros({3, 4})), Error);           // 1-D a
-  EXPECT_THROW(ops::matmul(Tensor::zeros({2, 3}), Tensor::zeros({3, 4}, DType::F64)), Error);  // dtypes differ
+  EXPECT_THROW(ops::matmul(Tensor::zeros({2, 3}), Tensor::zeros({3, 4}, DType::F64)),
+               Error);  // dtypes differ
 }
 
 TEST(Linear, ForwardMatchesLoops) {
@@ -115,8 +125,8 @@ TEST(Linear, ForwardMatchesLoops) {
     int64_t out;
     bool bias;
   };
-  const std::vector<Case> cases = {{{4, 3}, 5, true},  {{1, 1}, 1, true},     {{2, 3, 7}, 2, false},
-                                   {{5}, 3, true},     {{2, 1, 4, 3}, 6, true}, {{9, 13}, 1, false}};
+  const std::vector<Case> cases = {{{4, 3}, 5, true}, {{1, 1}, 1, true},       {{2, 3, 7}, 2, false},
+                                   {{5}, 3, true},    {{2, 1, 4, 3}, 6, true}, {{9, 13}, 1, false}};
   uint64_t seed = 10;
   for (const auto& c : cases) {
     const int64_t in = c.x.back();
@@ -127,8 +137,9 @@ TEST(Linear, ForwardMatchesLoops) {
     expect_shape.back() = c.out;
     EXPECT_EQ(y.shape(), expect_shape);
     std::vector<double> bv = c.bias ? b.to_double_vector() : std::vector<double>();
-    EXPECT_TRUE(all_close(y, reference_linear(x.to_double_vector(), w.to_double_vector(), c.bias ? &bv : nullptr,
-                                              x.numel() / in, in, c.out),
+    EXPECT_TRUE(all_close(y,
+                          reference_linear(x.to_double_vector(), w.to_double_vector(), c.bias ? &bv : nullptr,
+                                           x.numel() / in, in, c.out),
                           1e-12, 1e-12))
         << shape_str(c.x);
   }
@@ -148,8 +159,8 @@ TEST(Linear, Gradients) {
     int64_t out;
     bool bias;
   };
-  const std::vector<Case> cases = {{{4, 3}, 5, true}, {{1, 1}, 1, true}, {{2, 3, 2}, 3, false}, {{3}, 2, true},
-                                   {{2, 1, 2, 3}, 1, true}};
+  const std::vector<Case> cases = {
+      {{4, 3}, 5, true}, {{1, 1}, 1, true}, {{2, 3, 2}, 3, false}, {{3}, 2, true}, {{2, 1, 2, 3}, 1, true}};
   uint64_t seed = 200;
   for (const auto& c : cases) {
     Tensor x = random_f64(c.x, seed++), w = random_f64({c.out, c.x.back()}, seed++);

@@ -48,17 +48,27 @@ struct ReduceCase {
   std::vector<int64_t> dims_pos;  // normalised, for the reference
 };
 std::vector<ReduceCase> cases() {
-  return {{{4, 5}, {1}, {1}},          {{4, 5}, {0}, {0}},          {{4, 5}, {-1}, {1}},
-          {{2, 3, 4}, {0, 2}, {0, 2}}, {{2, 3, 4}, {1}, {1}},        {{2, 3, 4}, {-3, -2}, {0, 1}},
-          {{3, 1, 4}, {1}, {1}},       {{3, 1, 4}, {0, 1}, {0, 1}},  {{1, 1}, {0}, {0}},
-          {{2, 3, 1, 5}, {}, {}},      {{5, 2, 3, 2}, {0, 2}, {0, 2}}, {{7}, {0}, {0}}};
+  return {{{4, 5}, {1}, {1}},
+          {{4, 5}, {0}, {0}},
+          {{4, 5}, {-1}, {1}},
+          {{2, 3, 4}, {0, 2}, {0, 2}},
+          {{2, 3, 4}, {1}, {1}},
+          {{2, 3, 4}, {-3, -2}, {0, 1}},
+          {{3, 1, 4}, {1}, {1}},
+          {{3, 1, 4}, {0, 1}, {0, 1}},
+          {{1, 1}, {0}, {0}},
+          {{2, 3, 1, 5}, {}, {}},
+          {{5, 2, 3, 2}, {0, 2}, {0, 2}},
+          {{7}, {0}, {0}}};
 }
 Shape expected_shape(const Shape& s, const std::vector<int64_t>& dims_pos, bool keepdim) {
   Shape out;
   for (size_t d = 0; d < s.size(); ++d) {
     const bool red = dims_pos.empty() || std::find(dims_pos.begin(), dims_pos.end(), d) != dims_pos.end();
-    if (!red) out.push_back(s[d]);
-    else if (keepdim) out.push_back(1);
+    if (!red)
+      out.push_back(s[d]);
+    else if (keepdim)
+      out.push_back(1);
   }
   return out;
 }
@@ -77,7 +87,8 @@ TEST(Reduce, SumAndMeanOverDimsMatchLoops) {
       EXPECT_EQ(s.shape(), expected_shape(c.shape, c.dims_pos, keepdim)) << shape_str(c.shape);
       EXPECT_EQ(m.shape(), s.shape());
       EXPECT_TRUE(all_close(s, reference_sum(x, c.dims_pos, 1.0), 1e-12, 1e-12)) << shape_str(c.shape);
-      EXPECT_TRUE(all_close(m, reference_sum(x, c.dims_pos, 1.0 / count), 1e-12, 1e-12)) << shape_str(c.shape);
+      EXPECT_TRUE(all_close(m, reference_sum(x, c.dims_pos, 1.0 / count), 1e-12, 1e-12))
+          << shape_str(c.shape);
     }
   }
 }
@@ -98,7 +109,8 @@ TEST(Reduce, LongFloat32SumsAreAccurate) {
   const double exact = static_cast<double>(0.1f) * n;
   EXPECT_NEAR(ops::sum(x).item(), exact, exact * 1e-7);
   Tensor x2 = Tensor::full({1000, 1000}, 0.1, DType::F32);
-  EXPECT_TRUE(all_close(ops::sum(x2, {0}), std::vector<double>(1000, static_cast<double>(0.1f) * 1000), 0, 1e-7));
+  EXPECT_TRUE(
+      all_close(ops::sum(x2, {0}), std::vector<double>(1000, static_cast<double>(0.1f) * 1000), 0, 1e-7));
   EXPECT_TRUE(all_close(ops::mean(x2, {1}), std::vector<double>(1000, static_cast<double>(0.1f)), 0, 1e-7));
 }
 
@@ -115,8 +127,8 @@ TEST(Reduce, Gradients) {
     for (bool keepdim : {false, true}) {
       Tensor x = random_f64(c.shape, seed++);
       auto dims = c.dims;
-      EXPECT_TRUE(gradcheck([dims, keepdim](const std::vector<Tensor>& in) { return ops::sum(in[0], dims, keepdim); },
-                            {x}))
+      EXPECT_TRUE(gradcheck(
+          [dims, keepdim](const std::vector<Tensor>& in) { return ops::sum(in[0], dims, keepdim); }, {x}))
           << "sum " << shape_str(c.shape);
       EXPECT_TRUE(gradcheck(
           [dims, keepdim](const std::vector<Tensor>& in) { return ops::mean(in[0], dims, keepdim); }, {x}))

@@ -75,9 +75,11 @@ TEST(Shape, PermuteMatchesIndexArithmetic) {
     Shape s;
     std::vector<int64_t> perm;
   };
-  const std::vector<Case> cases = {{{3, 5}, {1, 0}},          {{2, 3, 4}, {2, 0, 1}},   {{2, 3, 4}, {0, 2, 1}},
-                                   {{2, 3, 4}, {1, 0, 2}},    {{1, 4, 1, 3}, {3, 2, 1, 0}}, {{2, 3, 4, 5}, {0, 2, 1, 3}},
-                                   {{37, 41}, {1, 0}},        {{2, 33, 35}, {0, 2, 1}}, {{5}, {0}}, {{2, 1, 3}, {1, 0, 2}}};
+  const std::vector<Case> cases = {
+      {{3, 5}, {1, 0}},       {{2, 3, 4}, {2, 0, 1}},       {{2, 3, 4}, {0, 2, 1}},
+      {{2, 3, 4}, {1, 0, 2}}, {{1, 4, 1, 3}, {3, 2, 1, 0}}, {{2, 3, 4, 5}, {0, 2, 1, 3}},
+      {{37, 41}, {1, 0}},     {{2, 33, 35}, {0, 2, 1}},     {{5}, {0}},
+      {{2, 1, 3}, {1, 0, 2}}};
   uint64_t seed = 1;
   for (const auto& c : cases) {
     for (DType dt : {DType::F64, DType::F32}) {
@@ -122,7 +124,8 @@ TEST(Shape, ConcatMatchesIndexArithmetic) {
     Shape so = sa;
     so[d] = 2 * sa[d] + 1;
     ASSERT_EQ(y.shape(), so);
-    std::vector<double> av = a.to_double_vector(), bv = b.to_double_vector(), cv = c.to_double_vector(), expect;
+    std::vector<double> av = a.to_double_vector(), bv = b.to_double_vector(), cv = c.to_double_vector(),
+                        expect;
     for (int64_t i = 0; i < y.numel(); ++i) {
       std::vector<int64_t> idx = unflat(so, i);
       int64_t k = idx[d];
@@ -144,11 +147,17 @@ TEST(Shape, ConcatMatchesIndexArithmetic) {
 
 TEST(Shape, ConcatGradients) {
   Tensor a = random_f64({2, 3}, 1), b = random_f64({2, 1}, 2), c = random_f64({2, 2}, 3, false);
-  EXPECT_TRUE(
-      gradcheck([](const std::vector<Tensor>& in) { return ops::concat({in[0], in[1], in[2]}, 1); }, {a, b, c}));
+  EXPECT_TRUE(gradcheck(
+      [](const std::vector<Tensor>& in) {
+        return ops::concat({in[0], in[1], in[2]}, 1);
+      },
+      {a, b, c}));
   Tensor d = random_f64({1, 3}, 4);
-  EXPECT_TRUE(gradcheck([](const std::vector<Tensor>& in) { return ops::concat({in[0], in[1]}, 0); },
-                        {d, random_f64({2, 3}, 5)}));
+  EXPECT_TRUE(gradcheck(
+      [](const std::vector<Tensor>& in) {
+        return ops::concat({in[0], in[1]}, 0);
+      },
+      {d, random_f64({2, 3}, 5)}));
 }
 
 TEST(Shape, SplitAndSliceMatchConcatInverse) {
@@ -164,7 +173,8 @@ TEST(Shape, SplitAndSliceMatchConcatInverse) {
     EXPECT_TRUE(all_close(ops::slice(x, dim, -2, n), parts[2], 0)) << "dim " << dim;
   }
   Tensor x = random_f64({4, 5}, 1, false);
-  EXPECT_EQ(ops::slice(x, 0, 1, 3).raw_data(), static_cast<char*>(x.raw_data()) + 5 * sizeof(double));  // a view
+  EXPECT_EQ(ops::slice(x, 0, 1, 3).raw_data(),
+            static_cast<char*>(x.raw_data()) + 5 * sizeof(double));  // a view
   EXPECT_EQ(ops::split(x, {2, 2}, 0).size(), 2u);
   EXPECT_THROW(ops::split(x, {2, 2}, 1), Error);  // 4 of the 5 columns
   EXPECT_THROW(ops::slice(x, 1, 3, 2), Error);

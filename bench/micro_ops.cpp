@@ -1,0 +1,162 @@
+// micro_ops.cpp - micro-benchmarks of the core ops:
+//  (a) a linear layer's forward + backward through the engine (ops::linear + autograd::backward: 3 GEMMs plus
+//      the bias fill and bias-gradient column sums, node bookkeeping, allocations) against the same 3 raw
+//      cblas_sgemm calls on preallocated buffers, at MLP shapes (64 rows) and GPT shapes (B*T = 1024 tokens).
+//      FLOPs per iteration = 3 * 2 * rows * in * out; the table after the run gives engine/raw (target
+//      <= 1.10).
+//  (b) per-op dispatch overhead: a 1-element add, without and with autograd recording (target < 1 us).
+// OpenBLAS threads: --blas_threads=N or DDP_BLAS_THREADS=N (default: OpenBLAS's own choice).
+// Run: bench_micro_ops --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
+#include <benchmark/benchmark.h>
+#include <cblas.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/gemm.h"
+#include "runtime/autograd/engine.h"
+#include "runtime/autograd/node.h"
+#include "runtime/ops/elementwise.h"
+#include "runtime/ops/linalg.h"
+
+using namespace ddp;
+
+namespace {
+double linear_flops(int64_t rows, int64_t in, int64_t out) { return 3.0 * 2.0 * rows * in * out; }
+
+void set_flop_counters(benchmark::State& state, double flops_per_iter) {
+  state.counters["FLOP/iter"] = flops_per_iter;
+  state.counters["FLOP/s"] = benchmark::Counter(flops_per_iter * static_cast<double>(state.iterations()),
+                                                benchmark::Counter::kIsRate);
+}
+
+// Args: rows, in, out.
+void Linear_Engine(benchmark::State& state) {
+  const int64_t rows = state.range(0), in = state.range(1), out = state.range(2);
+  Tensor x = Tensor::randn({rows, in}, 1, DType::F32).set_requires_grad(true);
+  Tensor w = Tensor::randn({out, in}, 2, DType::F32, 0.05).set_requires_grad(true);
+  Tensor b = Tensor::randn({out}, 3, DType::F32).set_requires_grad(true);
+  Tensor g = Tensor::randn({rows, out}, 4, DType::F32);
+  for (auto _ : state) {
+    x.set_grad(Tensor());  // set_to_none, as an optimizer's zero_grad would
+    w.set_grad(Tensor());
+    b.set_grad(Tensor());
+    Tensor y = ops::linear(x, w, b);
+    autograd::backward({y}, {g});
+    benchmark::DoNotOptimize(w.grad().raw_data());
+  }
+  set_flop_counters(state, linear_flops(rows, in, out));
+}
+
+// The same three products with cblas_sgemm on preallocated buffers: y = x W^T, dx = g W, dW = g^T x.
+void Linear_Raw(benchmark::State& state) {
+  const int64_t rows = state.range(0), in = state.range(1), out = state.range(2);
+  const int r = static_cast<int>(rows), i = static_cast<int>(in), o = static_cast<int>(out);
+  std::vector<float> x(rows * in, 0.5f), w(out * in, 0.25f), g(rows * out, 1.0f), y(rows * out),
+      dx(rows * in), dw(out * in);
+  for (auto _ : state) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r, o, i, 1.0f, x.data(), i, w.data(), i, 0.0f,
+                y.data(), o);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r, i, o, 1.0f, g.data(), o, w.data(), i, 0.0f,
+                dx.data(), i);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, o, i, r, 1.0f, g.data(), o, x.data(), i, 0.0f,
+                dw.data(), i);
+    benchmark::DoNotOptimize(dw.data());
+    benchmark::ClobberMemory();
+  }
+  set_flop_counters(state, linear_flops(rows, in, out));
+}
+
+void linear_shapes(benchmark::internal::Benchmark* b) {
+  // MLP (batch 64): 784 -> 1024 -> 1024 -> 10
+  b->Args({64, 784, 1024})->Args({64, 1024, 1024})->Args({64, 1024, 10});
+  // GPT (B*T = 1024 tokens, C = 128): qkv, proj, mlp up, mlp down, 2C
+  b->Args({1024, 128, 384})->Args({1024, 128, 128})->Args({1024, 128, 512})->Args({1024, 512, 128});
+  b->Args({1024, 128, 256});
+  // Process CPU time counts OpenBLAS's worker threads too, and is steadier than wall time on a busy machine.
+  b->Unit(benchmark::kMicrosecond)->MeasureProcessCPUTime();
+}
+BENCHMARK(Linear_Engine)->Apply(linear_shapes);
+BENCHMARK(Linear_Raw)->Apply(linear_shapes);
+
+// (b) dispatch overhead of one tiny op.
+void TinyAdd_NoGrad(benchmark::State& state) {
+  Tensor a = Tensor::ones({1}), b = Tensor::ones({1});
+  for (auto _ : state) {
+    Tensor c = ops::add(a, b);
+    benchmark::DoNotOptimize(c.raw_data());
+  }
+}
+BENCHMARK(TinyAdd_NoGrad)->Unit(benchmark::kNanosecond);
+
+void TinyAdd_RecordGraph(benchmark::State& state) {
+  Tensor a = Tensor::ones({1}).set_requires_grad(true), b = Tensor::ones({1}).set_requires_grad(true);
+  for (auto _ : state) {
+    Tensor c = ops::add(a, b);  // records an add node with edges to both leaves' accumulators
+    benchmark::DoNotOptimize(c.raw_data());
+  }
+}
+BENCHMARK(TinyAdd_RecordGraph)->Unit(benchmark::kNanosecond);
+
+// Prints the usual console table, then engine/raw per shape from the medians (or the single runs).
+class RatioReporter : public benchmark::ConsoleReporter {
+ public:
+  void ReportRuns(const std::vector<Run>& runs) override {
+    ConsoleReporter::ReportRuns(runs);
+    for (const Run& r : runs) {
+      const bool single = r.run_type == Run::RT_Iteration && r.repetitions <= 1;
+      if (r.error_occurred || !(single || r.aggregate_name == "median")) continue;
+      times_[r.run_name.args][r.run_name.function_name] = {r.GetAdjustedRealTime(), r.GetAdjustedCPUTime()};
+    }
+  }
+  void PrintRatios() const {
+    std::printf("\nlinear forward+backward, engine vs raw cblas, microseconds per iteration\n");
+    std::printf("  %-16s %10s %10s %7s | %10s %10s %7s\n", "rows/in/out", "eng wall", "raw wall", "ratio",
+                "eng cpu", "raw cpu", "ratio");
+    for (const auto& [args, by_fn] : times_) {
+      auto e = by_fn.find("Linear_Engine"), r = by_fn.find("Linear_Raw");
+      if (e == by_fn.end() || r == by_fn.end()) continue;
+      const Times& et = e->second;
+      const Times& rt = r->second;
+      std::printf("  %-16s %10.1f %10.1f %7.3f | %10.1f %10.1f %7.3f\n", args.c_str(), et.wall, rt.wall,
+                  et.wall / rt.wall, et.cpu, rt.cpu, et.cpu / rt.cpu);
+    }
+  }
+
+ private:
+  struct Times {
+    double wall = 0, cpu = 0;
+  };
+  std::map<std::string, std::map<std::string, Times>> times_;
+};
+
+// --blas_threads=N (removed from argv before Google Benchmark parses it) or DDP_BLAS_THREADS.
+void apply_blas_threads(int* argc, char** argv) {
+  int threads = 0;
+  if (const char* env = std::getenv("DDP_BLAS_THREADS")) threads = std::atoi(env);
+  int out = 1;
+  for (int i = 1; i < *argc; ++i) {
+    if (std::strncmp(argv[i], "--blas_threads=", 15) == 0)
+      threads = std::atoi(argv[i] + 15);
+    else
+      argv[out++] = argv[i];
+  }
+  *argc = out;
+  if (threads > 0) kernels::cpu::set_blas_threads(threads);
+  std::printf("OpenBLAS threads: %d\n", kernels::cpu::blas_threads());
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  apply_blas_threads(&argc, argv);
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  RatioReporter reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  reporter.PrintRatios();
+  benchmark::Shutdown();
+  return 0;
+}
