@@ -97,3 +97,17 @@ TEST(Clip, ScalesToMaxNorm) {
   EXPECT_TRUE(all_close(a.tensor.grad(), {0.6, 0.0}, 1e-6));
   EXPECT_TRUE(all_close(b.tensor.grad(), {0.8}, 1e-6));
 }
+
+#include "runtime/optim/lr_schedule.h"
+
+TEST(LrSchedule, WarmupThenCosineToMin) {
+  optim::WarmupCosine s{.max_lr = 1.0, .min_lr = 0.1, .warmup_steps = 4, .total_steps = 14};
+  EXPECT_DOUBLE_EQ(s.at(0), 0.25);
+  EXPECT_DOUBLE_EQ(s.at(3), 1.0);
+  EXPECT_DOUBLE_EQ(s.at(4), 1.0);
+  EXPECT_NEAR(s.at(9), 0.55, 1e-12);  // halfway through the decay
+  EXPECT_DOUBLE_EQ(s.at(14), 0.1);
+  EXPECT_DOUBLE_EQ(s.at(100), 0.1);
+  s.cosine = false;
+  EXPECT_DOUBLE_EQ(s.at(10), 1.0);
+}
