@@ -1,0 +1,420 @@
+// e2e.cpp - bench_e2e: end-to-end DDP training throughput of a named configuration on synthetic data.
+// Per measured step it times forward (+ loss), backward (the whole autograd call, finalize included) and the
+// optimizer, and takes backward compute, communication and exposed communication from the reducer
+// (reducer.last_stats()). Rank 0 prints medians with their spread and appends one JSON record to --json.
+//
+//   bin/bench_e2e --config mlp --steps 20                                       # world 1
+//   bin/ddprun --standalone --nproc-per-node 2 bin/bench_e2e --config gpt --mode nooverlap --json runs/b.json
+//
+// Modes: ddp (overlapped bucket all-reduce), nosync (backward inside ddp.no_sync(): no communication at all,
+// the compute-only reference), nooverlap (DDPOptions.overlap = false: all buckets go after backward), unused
+// (find_unused_parameters = true: graph traversal + used-map all-reduce). See docs/benchmarks.md.
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "models/gpt.h"
+#include "models/mlp.h"
+#include "runtime/autograd/engine.h"
+#include "runtime/core/cli.h"
+#include "runtime/ddp/distributed_data_parallel.h"
+#include "runtime/dist/init.h"
+#include "runtime/ops/loss.h"
+#include "runtime/optim/optimizer.h"
+#include "runtime/sim/sample_stats.h"
+#include "runtime/trace/trace.h"
+
+namespace {
+
+// OpenBLAS comes in through libddp (this program is not linked against it directly), so its thread setter is
+// looked up at run time. Returns false when the BLAS in use is not OpenBLAS.
+bool set_blas_threads(int n) {
+  using Setter = void (*)(int);
+  auto fn = reinterpret_cast<Setter>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+  if (fn) fn(n);
+  return fn != nullptr;
+}
+
+using Clock = std::chrono::steady_clock;
+using ddp::Tensor;
+
+struct Workload {
+  std::string description;
+  std::shared_ptr<ddp::nn::Module> model;
+  Tensor x, y;                      // one synthetic batch, reused every step
+  int64_t samples_per_rank = 0;     // rows of x
+  int64_t tokens_per_sample = 0;    // 0 for non-token models
+  double flops_per_rank_step = 0;   // forward + backward
+  std::string flops_rule;
+  std::unique_ptr<ddp::optim::Optimizer> optimizer;  // built after DDP wraps the model
+  std::string optimizer_name;
+};
+
+// Synthetic data: the same seed on every rank plus the rank, so ranks see different rows.
+Workload make_workload(const std::string& config, int64_t batch, int rank, ddp::DType dtype) {
+  Workload w;
+  ddp::nn::manual_seed(1234);  // identical initial weights everywhere (DDP broadcasts rank 0's anyway)
+  if (config == "mlp") {
+    ddp::models::MLPConfig c;
+    c.dtype = dtype;
+    auto m = std::make_shared<ddp::models::MLP>(c);
+    const double params = static_cast<double>(m->num_parameters());
+    w.model = m;
+    w.samples_per_rank = batch;
+    w.x = Tensor::randn({batch, c.in}, 100 + rank, dtype);
+    std::vector<int64_t> labels(batch);
+    for (int64_t i = 0; i < batch; ++i) labels[i] = (i * 7 + rank) % c.out;
+    w.y = Tensor::from_data<int64_t>(labels, {batch});
+    w.flops_per_rank_step = 6 * params * static_cast<double>(batch);
+    w.flops_rule = "6 * params * batch";
+    w.description = "MLP 784-1024-1024-10";
+  } else {
+    ddp::models::GPTConfig c;
+    if (config == "gpt2s") {
+      c.vocab = 50257;  // GPT-2 small's shape (untied head), on synthetic tokens
+      c.context = 1024;
+      c.d_model = 768;
+      c.n_head = 12;
+      c.n_layer = 12;
+    }
+    c.dtype = dtype;
+    auto m = std::make_shared<ddp::models::GPT>(c);
+    w.model = m;
+    w.samples_per_rank = batch;
+    w.tokens_per_sample = c.context;
+    std::vector<int64_t> tokens(batch * c.context), targets(batch * c.context);
+    uint64_t s = 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(rank + 1);
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      s = s * 6364136223846793005ull + 1442695040888963407ull;
+      tokens[i] = static_cast<int64_t>((s >> 33) % static_cast<uint64_t>(c.vocab));
+    }
+    for (size_t i = 0; i < tokens.size(); ++i) targets[i] = tokens[(i + 1) % tokens.size()];
+    w.x = Tensor::from_data<int64_t>(tokens, {batch, c.context});
+    w.y = Tensor::from_data<int64_t>(targets, {batch, c.context});
+    w.flops_per_rank_step = m->flops_per_token_forward() * 3 * static_cast<double>(batch * c.context);
+    w.flops_rule = "GPT::flops_per_token_forward() * 3 * tokens";
+    char d[160];
+    std::snprintf(d, sizeof d, "GPT vocab %lld, context %lld, d %lld, %lld heads, %lld blocks",
+                  static_cast<long long>(c.vocab), static_cast<long long>(c.context),
+                  static_cast<long long>(c.d_model), static_cast<long long>(c.n_head),
+                  static_cast<long long>(c.n_layer));
+    w.description = d;
+  }
+  return w;
+}
+
+// "trace.json" -> "trace.rank1.json"; no extension -> "trace.rank1".
+std::string rank_path(const std::string& path, int rank) {
+  const std::string tag = ".rank" + std::to_string(rank);
+  const auto slash = path.find_last_of('/');
+  const auto dot = path.find_last_of('.');
+  if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) return path + tag;
+  return path.substr(0, dot) + tag + path.substr(dot);
+}
+
+std::string read_first_line(const std::string& file) {
+  std::ifstream in(file);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0) {
+      auto c = line.find(':');
+      return c == std::string::npos ? line : line.substr(c + 2);
+    }
+  return "unknown";
+}
+
+double load_average() {
+  double l = -1;
+  std::sscanf(read_first_line("/proc/loadavg").c_str(), "%lf", &l);
+  return l;
+}
+
+std::string iso_now() {
+  std::time_t t = std::time(nullptr);
+  char buf[64];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S%z", std::localtime(&t));
+  return buf;
+}
+
+// Blocks the host until the current stream finished (a one-element copy to the host); nothing on CPU.
+void sync_device(const Tensor& probe) {
+  if (probe.device().is_cuda()) (void)probe.slice0(0, 1).to(ddp::Device::cpu());
+}
+
+double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+nlohmann::ordered_json stats_json(const ddp::sim::SampleStats& s) {
+  return {{"median", s.median}, {"p10", s.p10}, {"p90", s.p90}, {"min", s.min}, {"max", s.max}};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    std::string config = "mlp", mode = "ddp", device_s = "auto", backend = "auto", json_path, trace_path,
+                dtype_s = "f32", optimizer_s = "default", label;
+    int warmup = 3, steps = 20, threads = 0;
+    int64_t batch = 0;
+    double cap_mb = 25.0, first_mb = 1.0, peak_tflops = 0, lr = 0;
+    bool force = false;
+    ddp::cli::Parser p("bench_e2e",
+                       "End-to-end DDP training throughput on synthetic data: step, forward, backward compute, "
+                       "communication, exposed communication and optimizer time (median and spread). Run alone "
+                       "for world 1 or under ddprun. See docs/benchmarks.md.");
+    p.add_choice("config", &config, {"mlp", "gpt", "gpt2s"},
+                 "mlp: 784-1024-1024-10, batch 64/rank, SGD; gpt: d 128, 4 heads, 2 blocks, context 64, batch "
+                 "16/rank, AdamW; gpt2s: GPT-2 small shape, context 1024 (GPU only)");
+    p.add_choice("mode", &mode, {"ddp", "nosync", "nooverlap", "unused"},
+                 "ddp: overlapped all-reduce; nosync: no communication; nooverlap: all-reduce after backward; "
+                 "unused: find_unused_parameters");
+    p.add("bucket-cap-mb", &cap_mb, "DDP bucket cap (MiB)");
+    p.add("first-bucket-mb", &first_mb, "cap of the first bucket (MiB)");
+    p.add("warmup", &warmup, "untimed steps first (>= 1: the first step rebuilds the buckets)");
+    p.add("steps", &steps, "measured steps");
+    p.add("batch-size", &batch, "samples per rank (0: the configuration's default)");
+    p.add("threads", &threads, "BLAS threads per rank (0: cores / local ranks, at least 1)");
+    p.add_choice("device", &device_s, {"auto", "cpu", "cuda"}, "auto: cuda when a GPU is visible");
+    p.add_choice("backend", &backend, {"auto", "gloo", "nccl"}, "process group backend");
+    p.add_choice("dtype", &dtype_s, {"f32", "bf16"}, "parameter dtype");
+    p.add_choice("optimizer", &optimizer_s, {"default", "sgd", "adamw"}, "default: sgd for mlp, adamw for gpt");
+    p.add("lr", &lr, "learning rate (0: 0.01 for SGD, 3e-4 for AdamW)");
+    p.add("peak-tflops", &peak_tflops,
+          "peak TFLOP/s per rank for MFU (0: on GPU 67 for f32, 790 for bf16 (H200 measured); none on CPU)");
+    p.add("json", &json_path, "append one JSON record of this run to FILE (rank 0)");
+    p.add("trace", &trace_path, "write a Chrome trace of the measured steps to FILE with .rankN inserted");
+    p.add("label", &label, "free text stored in the JSON record");
+    p.add("force", &force, "run gpt2s on CPU anyway");
+    p.parse(argc, argv);
+    DDP_CHECK(steps >= 1 && warmup >= 0, "bench_e2e: --steps must be >= 1 and --warmup >= 0");
+
+    const ddp::dist::DistEnv env = ddp::dist::init_from_env();
+    const bool gpu = device_s == "cuda" || (device_s == "auto" && ddp::cuda_device_count() > 0);
+    if (device_s == "cuda")
+      DDP_CHECK(ddp::cuda_device_count() > 0, "bench_e2e: --device cuda but no GPU is usable: ",
+                ddp::cuda_unavailable_reason());
+    if (config == "gpt2s" && !gpu && !force)
+      DDP_FAIL("bench_e2e: --config gpt2s (GPT-2 small, ~163M parameters, context 1024) is meant for a GPU; on "
+               "this CPU one step takes minutes. Use --config gpt here, or pass --force to run it anyway.");
+    const ddp::DType dtype = dtype_s == "bf16" ? ddp::DType::BF16 : ddp::DType::F32;
+    DDP_CHECK(dtype == ddp::DType::F32 || gpu, "bench_e2e: --dtype bf16 needs a GPU (the CPU kernels are float32/"
+              "float64); use --dtype f32 on CPU");
+    if (threads <= 0)
+      threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / env.local_world_size);
+    if (!set_blas_threads(threads))
+      std::fprintf(stderr, "bench_e2e: openblas_set_num_threads not found; BLAS threads not set\n");
+
+    ddp::Device dev = ddp::Device::cpu();
+    if (gpu) dev = ddp::Device::cuda(std::max(0, ddp::dist::select_cuda_device(env.local_rank)));
+    auto ctx = ddp::dist::init_distributed(env, backend == "auto" ? (gpu ? "nccl" : "gloo") : backend);
+    const int rank = ctx.group->rank(), world = ctx.group->size();
+
+    if (batch <= 0) batch = config == "mlp" ? 64 : (config == "gpt" ? 16 : 8);
+    Workload w = make_workload(config, batch, rank, dtype);
+    if (gpu) {
+      w.model->to(dev);
+      w.x = w.x.to(dev);
+      w.y = w.y.to(dev);
+    }
+    ddp::DDPOptions opts;
+    opts.bucket_cap_mb = cap_mb;
+    opts.first_bucket_mb = first_mb;
+    opts.overlap = mode != "nooverlap";
+    opts.find_unused_parameters = mode == "unused";
+    ddp::DistributedDataParallel model(w.model, ctx.group, opts);
+    if (optimizer_s == "default") optimizer_s = config == "mlp" ? "sgd" : "adamw";
+    if (optimizer_s == "sgd") {
+      ddp::optim::SGDOptions o;
+      o.lr = lr > 0 ? lr : 0.01;
+      w.optimizer = std::make_unique<ddp::optim::SGD>(w.model->named_parameters(), o);
+      w.optimizer_name = "SGD lr " + std::to_string(o.lr);
+    } else {
+      ddp::optim::AdamWOptions o;
+      o.lr = lr > 0 ? lr : 3e-4;
+      w.optimizer = std::make_unique<ddp::optim::AdamW>(w.model->named_parameters(), o);
+      w.optimizer_name = "AdamW lr " + std::to_string(o.lr) + " wd 0.01";
+    }
+    if (peak_tflops <= 0 && gpu) peak_tflops = dtype == ddp::DType::BF16 ? 790 : 67;
+
+    auto& tracer = ddp::trace::global_tracer();
+    std::vector<double> step_s, fwd_s, bwd_s, bwd_compute_s, comm_s, exposed_s, opt_s;
+    const double load_before = load_average();
+    for (int it = 0; it < warmup + steps; ++it) {
+      const bool measured = it >= warmup;
+      if (measured && it == warmup && !trace_path.empty()) {
+        tracer.set_rank(rank);
+        tracer.set_enabled(true);
+      }
+      if (measured) tracer.begin_iteration(it - warmup);
+      sync_device(w.x);
+      const auto t0 = Clock::now();
+      Tensor loss;
+      std::unique_ptr<ddp::DistributedDataParallel::NoSyncGuard> no_sync;
+      if (mode == "nosync") no_sync = std::make_unique<ddp::DistributedDataParallel::NoSyncGuard>(model.reducer());
+      {
+        ddp::trace::TraceScope scope("forward", "forward");
+        loss = ddp::ops::cross_entropy(model.forward(w.x), w.y);
+        sync_device(loss);
+      }
+      const auto t1 = Clock::now();
+      {
+        ddp::trace::TraceScope scope("backward", "backward");
+        ddp::autograd::backward(loss);
+        sync_device(w.x);
+      }
+      no_sync.reset();
+      const auto t2 = Clock::now();
+      {
+        ddp::trace::TraceScope scope("optimizer", "optimizer");
+        w.optimizer->step();
+        w.optimizer->zero_grad();
+        sync_device(w.x);
+      }
+      const auto t3 = Clock::now();
+      if (measured) tracer.end_iteration(it - warmup);
+      if (!measured) continue;
+      step_s.push_back(seconds(t0, t3));
+      fwd_s.push_back(seconds(t0, t1));
+      bwd_s.push_back(seconds(t1, t2));
+      opt_s.push_back(seconds(t2, t3));
+      if (mode == "nosync") {
+        bwd_compute_s.push_back(seconds(t1, t2));
+        comm_s.push_back(0);
+        exposed_s.push_back(0);
+      } else {
+        const auto& st = model.reducer().last_stats();
+        bwd_compute_s.push_back(st.backward_compute_s);
+        comm_s.push_back(st.communication_s);
+        exposed_s.push_back(st.exposed_communication_s);
+      }
+    }
+    tracer.set_enabled(false);
+    const double load_after = load_average();
+    if (!trace_path.empty()) tracer.write_chrome_trace(rank_path(trace_path, rank));
+
+    // The job's step is its slowest rank's: per step, the maximum over ranks.
+    Tensor job_steps = Tensor::from_data<double>(step_s, {static_cast<int64_t>(step_s.size())});
+    ctx.group
+        ->allreduce({job_steps.raw_data(), job_steps.numel(), job_steps.dtype(), job_steps.device(),
+                     job_steps.storage()},
+                    ddp::dist::ReduceOp::Max)
+        ->wait();
+    const double* js = job_steps.data<double>();
+    step_s.assign(js, js + job_steps.numel());
+
+    if (rank == 0) {
+      using ddp::sim::summarize;
+      const auto step = summarize(step_s), fwd = summarize(fwd_s), bwd = summarize(bwd_s),
+                 bwdc = summarize(bwd_compute_s), comm = summarize(comm_s), exposed = summarize(exposed_s),
+                 opt = summarize(opt_s);
+      const double global_samples = static_cast<double>(w.samples_per_rank) * world;
+      std::vector<double> rate, tflops;
+      for (double s : step_s) {
+        rate.push_back(global_samples * static_cast<double>(std::max<int64_t>(w.tokens_per_sample, 1)) / s);
+        tflops.push_back(w.flops_per_rank_step / s / 1e12);
+      }
+      const auto rate_st = summarize(rate), tf = summarize(tflops);
+      const size_t buckets = model.reducer().bucket_layout().size();
+      char host[256] = "";
+      gethostname(host, sizeof host - 1);
+      const char* rate_unit = w.tokens_per_sample > 0 ? "tokens/s" : "samples/s";
+
+      std::printf("bench_e2e: %s (%lld parameters), mode %s, world %d, backend %s, device %s, %s\n",
+                  w.description.c_str(), static_cast<long long>(w.model->num_parameters()), mode.c_str(), world,
+                  ctx.group->backend_name().c_str(), dev.str().c_str(), dtype_s.c_str());
+      std::printf("  batch %lld per rank%s, %s, bucket cap %.3g MiB (first %.3g MiB, %zu buckets)\n",
+                  static_cast<long long>(w.samples_per_rank),
+                  w.tokens_per_sample > 0
+                      ? (" (" + std::to_string(w.samples_per_rank * w.tokens_per_sample) + " tokens)").c_str()
+                      : "",
+                  w.optimizer_name.c_str(), cap_mb, first_mb, buckets);
+      std::printf("  BLAS threads per rank %d, %u cores, host %s, load %.2f -> %.2f\n", threads,
+                  std::thread::hardware_concurrency(), host, load_before, load_after);
+      std::printf("  FLOPs per rank step %.4g (%s); %d measured steps after %d warmup\n", w.flops_per_rank_step,
+                  w.flops_rule.c_str(), steps, warmup);
+      std::printf("  %-28s %12s %12s %12s %12s %12s\n", "metric", "median", "p10", "p90", "min", "max");
+      auto row = [](const char* name, const ddp::sim::SampleStats& s, double scale) {
+        std::printf("  %-28s %12.3f %12.3f %12.3f %12.3f %12.3f\n", name, s.median * scale, s.p10 * scale,
+                    s.p90 * scale, s.min * scale, s.max * scale);
+      };
+      row("step (ms, slowest rank)", step, 1e3);
+      row("forward + loss (ms)", fwd, 1e3);
+      row("backward call (ms)", bwd, 1e3);
+      row("backward compute (ms)", bwdc, 1e3);
+      row("communication (ms)", comm, 1e3);
+      row("exposed communication (ms)", exposed, 1e3);
+      row("optimizer + zero_grad (ms)", opt, 1e3);
+      row((std::string(rate_unit) + " (all ranks)").c_str(), rate_st, 1);
+      row("GFLOP/s per rank", tf, 1e3);
+      if (peak_tflops > 0) {
+        ddp::sim::SampleStats mfu = tf;
+        for (double* v : {&mfu.median, &mfu.p10, &mfu.p90, &mfu.min, &mfu.max}) *v = *v / peak_tflops * 100;
+        row(("MFU % (peak " + std::to_string(static_cast<int>(peak_tflops)) + " TF/s)").c_str(), mfu, 1);
+      }
+
+      if (!json_path.empty()) {
+        nlohmann::ordered_json rec = {
+            {"kind", "e2e"},
+            {"config", config},
+            {"mode", mode},
+            {"world", world},
+            {"bucket_cap_mb", cap_mb},
+            {"first_bucket_mb", first_mb},
+            {"buckets", buckets},
+            {"threads", threads},
+            {"backend", ctx.group->backend_name()},
+            {"device", dev.str()},
+            {"dtype", dtype_s},
+            {"batch_per_rank", w.samples_per_rank},
+            {"tokens_per_sample", w.tokens_per_sample},
+            {"params", w.model->num_parameters()},
+            {"optimizer", w.optimizer_name},
+            {"flops_per_rank_step", w.flops_per_rank_step},
+            {"steps", steps},
+            {"warmup", warmup},
+            {"machine", {{"host", host}, {"cores", std::thread::hardware_concurrency()}, {"cpu", cpu_model()},
+                         {"load_before", load_before}, {"load_after", load_after}}},
+            {"date", iso_now()},
+            {"label", label},
+            {"step_s", stats_json(step)},
+            {"forward_s", stats_json(fwd)},
+            {"backward_s", stats_json(bwd)},
+            {"backward_compute_s", stats_json(bwdc)},
+            {"communication_s", stats_json(comm)},
+            {"exposed_communication_s", stats_json(exposed)},
+            {"optimizer_s", stats_json(opt)},
+            {w.tokens_per_sample > 0 ? "tokens_per_s" : "samples_per_s", stats_json(rate_st)},
+            {"tflops_per_rank", stats_json(tf)},
+        };
+        if (peak_tflops > 0) rec["peak_tflops"] = peak_tflops, rec["mfu"] = tf.median / peak_tflops;
+        std::ofstream out(json_path, std::ios::app);
+        DDP_CHECK(out.good(), "bench_e2e: cannot open --json file ", json_path, " for appending");
+        out << rec.dump() << "\n";
+      }
+    }
+    ctx.group->barrier()->wait();
+    return 0;
+  } catch (const ddp::cli::UsageError& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_e2e: %s\n", e.what());
+    return 1;
+  }
+}

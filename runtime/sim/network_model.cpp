@@ -1,0 +1,87 @@
+// network_model.cpp - the ring and tree all-reduce formulas and their least-squares fit.
+#include "runtime/sim/network_model.h"
+
+#include <cmath>
+#include <sstream>
+
+#include "runtime/core/error.h"
+
+namespace ddp::sim {
+
+const char* algorithm_name(AllreduceAlgorithm a) { return a == AllreduceAlgorithm::Ring ? "ring" : "tree"; }
+
+AllreduceAlgorithm parse_algorithm(const std::string& s) {
+  if (s == "ring") return AllreduceAlgorithm::Ring;
+  if (s == "tree") return AllreduceAlgorithm::Tree;
+  DDP_FAIL("all-reduce algorithm '", s, "' is unknown; use 'ring' or 'tree'");
+}
+
+namespace {
+// t = steps * alpha + volume * bytes / B: the (steps, volume) multipliers of each algorithm.
+void multipliers(AllreduceAlgorithm a, int world, double* steps, double* volume) {
+  const double n = world;
+  if (a == AllreduceAlgorithm::Ring) {
+    *steps = 2 * (n - 1);
+    *volume = 2 * (n - 1) / n;
+  } else {
+    *steps = 2 * std::log2(n);
+    *volume = 2 * std::log2(n);
+  }
+}
+}  // namespace
+
+double NetworkModel::allreduce_seconds(double bytes, int world) const {
+  DDP_CHECK(world >= 1, "allreduce_seconds: world size ", world, " must be >= 1");
+  DDP_CHECK(bytes >= 0, "allreduce_seconds: bytes ", bytes, " must be >= 0");
+  DDP_CHECK(bandwidth_bytes_per_s > 0, "network model: bandwidth ", bandwidth_bytes_per_s,
+            " bytes/s must be > 0");
+  if (world == 1) return 0;
+  double steps = 0, volume = 0;
+  multipliers(algorithm, world, &steps, &volume);
+  return steps * alpha_s + volume * bytes / bandwidth_bytes_per_s;
+}
+
+std::string NetworkModel::describe() const {
+  std::ostringstream os;
+  os.precision(4);
+  os << algorithm_name(algorithm) << ", alpha " << alpha_s * 1e3 << " ms, B " << bandwidth_bytes_per_s / 1e9
+     << " GB/s";
+  return os.str();
+}
+
+NetworkModel fit_network_model(const std::vector<MeasuredAllreduce>& points, int world,
+                               AllreduceAlgorithm algorithm) {
+  DDP_CHECK(world >= 2, "fit_network_model: world size ", world, " must be >= 2 (one rank moves nothing)");
+  DDP_CHECK(points.size() >= 2, "fit_network_model: ", points.size(),
+            " measured point(s); need at least two message sizes");
+  double steps = 0, volume = 0;
+  multipliers(algorithm, world, &steps, &volume);
+  // Linear regression seconds = a + b * bytes: b = volume / B, a = steps * alpha.
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (auto& p : points) {
+    DDP_CHECK(p.bytes >= 0 && p.seconds >= 0, "fit_network_model: negative measurement (", p.bytes, " bytes, ",
+              p.seconds, " s)");
+    sx += p.bytes;
+    sy += p.seconds;
+    sxx += p.bytes * p.bytes;
+    sxy += p.bytes * p.seconds;
+  }
+  const double n = static_cast<double>(points.size());
+  const double denom = n * sxx - sx * sx;
+  DDP_CHECK(denom > 0, "fit_network_model: all points have the same size; need at least two distinct sizes");
+  double b = (n * sxy - sx * sy) / denom;
+  double a = (sy - b * sx) / n;
+  if (a < 0) {  // latency cannot be negative: fit through the origin instead
+    a = 0;
+    b = sxy / sxx;
+  }
+  DDP_CHECK(b > 0, "fit_network_model: the measured times do not grow with message size (slope ", b,
+            " s/byte); measure larger messages");
+  NetworkModel m;
+  m.algorithm = algorithm;
+  m.alpha_s = a / steps;
+  m.bandwidth_bytes_per_s = volume / b;
+  return m;
+}
+
+}  // namespace ddp::sim

@@ -1,0 +1,45 @@
+// network_model.h - the alpha-beta cost of one all-reduce, for the bucket simulator (bucket_sim.h).
+//
+// A message of `bytes` between two ranks costs alpha + bytes / B (alpha: latency in seconds, B: bandwidth in
+// bytes per second). An all-reduce over n ranks then costs, by algorithm:
+//   ring: 2(n-1) steps (reduce-scatter + all-gather), each moving bytes/n:
+//           t = 2(n-1)/n * bytes / B + 2(n-1) * alpha
+//   tree: reduce up and broadcast down a binary tree of depth log2(n), whole message per level:
+//           t = 2 log2(n) * (alpha + bytes / B)
+// n = 1 costs 0. Both are linear in bytes, so alpha and B can be fitted by least squares from measured
+// (bytes, seconds) points of one world size (fit_network_model).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ddp::sim {
+
+enum class AllreduceAlgorithm { Ring, Tree };
+// "ring" / "tree"; parse throws ddp::Error naming the bad value.
+const char* algorithm_name(AllreduceAlgorithm a);
+AllreduceAlgorithm parse_algorithm(const std::string& s);
+
+struct NetworkModel {
+  double alpha_s = 0;                  // per-message latency, seconds
+  double bandwidth_bytes_per_s = 1e9;  // B
+  AllreduceAlgorithm algorithm = AllreduceAlgorithm::Ring;
+
+  // Seconds for one all-reduce of `bytes` over `world` ranks (world >= 1, bytes >= 0).
+  double allreduce_seconds(double bytes, int world) const;
+  // "ring, alpha 1.23 ms, B 0.77 GB/s".
+  std::string describe() const;
+};
+
+struct MeasuredAllreduce {
+  double bytes = 0;
+  double seconds = 0;
+};
+
+// Least-squares fit of alpha and B (algorithm given) to points measured at one world size (>= 2). Needs at
+// least two distinct sizes; a fit giving a non-positive bandwidth is an error (the points do not grow with
+// size); a negative intercept is clamped to alpha = 0 (and B refitted through the origin).
+NetworkModel fit_network_model(const std::vector<MeasuredAllreduce>& points, int world,
+                               AllreduceAlgorithm algorithm);
+
+}  // namespace ddp::sim
