@@ -1,0 +1,24 @@
+// dataset_files.cpp - presence check for packaged data files.
+#include "runtime/data/dataset_files.h"
+
+#include <filesystem>
+
+#include "runtime/core/error.h"
+
+namespace ddp::data {
+
+void require_data_file(const std::string& path, const std::string& debian_package) {
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  if (std::filesystem::exists(status)) {
+    DDP_CHECK(std::filesystem::is_regular_file(status), "data file '", path,
+              "' exists but is not a regular file; pass the path of the file itself");
+    return;
+  }
+  if (debian_package.empty()) DDP_FAIL("data file '", path, "' does not exist; check the path");
+  DDP_FAIL("data file '", path, "' does not exist. It comes with the Debian package ", debian_package,
+           ": `tools/ddp demo` installs it, or run `apt-get install ", debian_package,
+           "` (as root, after `apt-get update`)");
+}
+
+}  // namespace ddp::data
