@@ -5,7 +5,8 @@
 
 namespace ddp::data {
 
-BatchMemory::BatchMemory(bool pinned, size_t max_cached_blocks) : pinned_(pinned), max_cached_(max_cached_blocks) {}
+BatchMemory::BatchMemory(bool pinned, size_t max_cached_blocks)
+    : pinned_(pinned), max_cached_(max_cached_blocks) {}
 
 Tensor BatchMemory::empty(const Shape& shape, DType dtype) {
   if (!pinned_) return Tensor::empty(shape, dtype, Device::cpu());

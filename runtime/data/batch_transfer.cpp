@@ -36,7 +36,8 @@ Tensor transfer_to_device(const Tensor& host, Device device) {
   DDP_CUDA_CHECK(cudaStreamSynchronize(s));
   return out;
 #else
-  DDP_FAIL("DataLoader: device ", device.str(), " needs CUDA, but ddp.cpp was built without it; use the cpu device");
+  DDP_FAIL("DataLoader: device ", device.str(),
+           " needs CUDA, but ddp.cpp was built without it; use the cpu device");
 #endif
 }
 

@@ -11,7 +11,10 @@ namespace ddp::data {
 namespace {
 
 DistributedSampler::Options sampler_options(const DataLoaderOptions& o) {
-  return {.num_replicas = o.num_replicas, .rank = o.rank, .shuffle = o.shuffle, .seed = o.seed,
+  return {.num_replicas = o.num_replicas,
+          .rank = o.rank,
+          .shuffle = o.shuffle,
+          .seed = o.seed,
           .drop_last = o.drop_last};
 }
 
@@ -32,26 +35,29 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
       sampler_(dataset_ ? dataset_->size() : 0, sampler_options(options)) {
   DDP_CHECK(dataset_ != nullptr, "DataLoader: dataset is null");
   DDP_CHECK(opt_.batch_size >= 1, "DataLoader: batch_size must be >= 1, got ", opt_.batch_size);
-  DDP_CHECK(opt_.prefetch_depth >= 0, "DataLoader: prefetch_depth must be >= 0 (0 = no prefetch thread), got ",
-            opt_.prefetch_depth);
+  DDP_CHECK(opt_.prefetch_depth >= 0,
+            "DataLoader: prefetch_depth must be >= 0 (0 = no prefetch thread), got ", opt_.prefetch_depth);
   if (opt_.device.is_cuda()) {
-    DDP_CHECK(cuda_compiled(), "DataLoader: device ", opt_.device.str(),
-              " needs CUDA, but ddp.cpp was built without it; use the cpu device or rebuild with -DDDP_CUDA=ON");
+    DDP_CHECK(
+        cuda_compiled(), "DataLoader: device ", opt_.device.str(),
+        " needs CUDA, but ddp.cpp was built without it; use the cpu device or rebuild with -DDDP_CUDA=ON");
     DDP_CHECK(opt_.device.index >= 0 && opt_.device.index < cuda_device_count(), "DataLoader: device ",
               opt_.device.str(), " does not exist (", cuda_device_count(), " usable GPUs",
               cuda_device_count() == 0 ? ": " + cuda_unavailable_reason() : std::string(), ")");
   }
   memory_ = std::make_unique<BatchMemory>(/*pinned=*/opt_.device.is_cuda());
-  batches_per_epoch_ = static_cast<int64_t>(plan_epoch(0).size());  // padding sits at the tail: same every epoch
+  batches_per_epoch_ =
+      static_cast<int64_t>(plan_epoch(0).size());  // padding sits at the tail: same every epoch
 }
 
 DataLoader::~DataLoader() { stop_worker(); }
 
 uint64_t DataLoader::order_key() const {
   uint64_t h = 0xCBF29CE484222325ull;
-  for (uint64_t v : {static_cast<uint64_t>(dataset_->size()), static_cast<uint64_t>(opt_.batch_size),
-                     static_cast<uint64_t>(opt_.num_replicas), opt_.seed, uint64_t{opt_.shuffle},
-                     uint64_t{opt_.drop_last}, uint64_t{opt_.drop_incomplete_batch}, uint64_t{opt_.each_sample_once}})
+  for (uint64_t v :
+       {static_cast<uint64_t>(dataset_->size()), static_cast<uint64_t>(opt_.batch_size),
+        static_cast<uint64_t>(opt_.num_replicas), opt_.seed, uint64_t{opt_.shuffle}, uint64_t{opt_.drop_last},
+        uint64_t{opt_.drop_incomplete_batch}, uint64_t{opt_.each_sample_once}})
     h = mix(h, v);
   return h == 0 ? 1 : h;  // 0 means "unchecked" in a LoaderPosition
 }
@@ -78,12 +84,16 @@ std::vector<DataLoader::PlannedBatch> DataLoader::plan_epoch(int64_t epoch) cons
 void DataLoader::start_epoch(int64_t epoch) { begin(epoch, 0); }
 
 void DataLoader::resume(const LoaderPosition& at) {
-  DDP_CHECK(at.order_key == 0 || at.order_key == order_key(), "DataLoader::resume: the position was saved by a loader ",
-            "with a different batch order (dataset size, batch_size, world size, seed, shuffle or drop settings ",
-            "differ), so the remaining batches would not match; resume with the options of the saved run, or start ",
-            "a fresh epoch with start_epoch()");
-  DDP_CHECK(at.batches_consumed >= 0 && at.batches_consumed <= batches_per_epoch_, "DataLoader::resume: position ",
-            at.batches_consumed, " is outside the epoch's [0, ", batches_per_epoch_, "] batches");
+  DDP_CHECK(
+      at.order_key == 0 || at.order_key == order_key(),
+      "DataLoader::resume: the position was saved by a loader ",
+      "with a different batch order (dataset size, batch_size, world size, seed, shuffle or drop settings ",
+      "differ), so the remaining batches would not match; resume with the options of the saved run, or "
+      "start ",
+      "a fresh epoch with start_epoch()");
+  DDP_CHECK(at.batches_consumed >= 0 && at.batches_consumed <= batches_per_epoch_,
+            "DataLoader::resume: position ", at.batches_consumed, " is outside the epoch's [0, ",
+            batches_per_epoch_, "] batches");
   begin(at.epoch, at.batches_consumed);
 }
 
@@ -106,10 +116,12 @@ LoaderPosition DataLoader::position() const {
 Batch DataLoader::make_batch(int64_t b) {
   const PlannedBatch& p = plan_[static_cast<size_t>(b)];
   DatasetBatch host = dataset_->get_batch(p.indices, *memory_);
-  DDP_CHECK(host.x.defined() && host.y.defined() && host.x.size(0) == static_cast<int64_t>(p.indices.size()) &&
+  DDP_CHECK(host.x.defined() && host.y.defined() &&
+                host.x.size(0) == static_cast<int64_t>(p.indices.size()) &&
                 host.y.size(0) == static_cast<int64_t>(p.indices.size()),
-            "DataLoader: the dataset's get_batch returned x ", host.x.defined() ? shape_str(host.x.shape()) : "undefined",
-            " and y ", host.y.defined() ? shape_str(host.y.shape()) : "undefined", " for ", p.indices.size(),
+            "DataLoader: the dataset's get_batch returned x ",
+            host.x.defined() ? shape_str(host.x.shape()) : "undefined", " and y ",
+            host.y.defined() ? shape_str(host.y.shape()) : "undefined", " for ", p.indices.size(),
             " indices; both need the batch as first dimension");
   Batch out;
   out.x = transfer_to_device(host.x, opt_.device);
@@ -159,7 +171,8 @@ void DataLoader::stop_worker() {
 }
 
 std::optional<Batch> DataLoader::next() {
-  DDP_CHECK(epoch_ >= 0, "DataLoader::next() called before start_epoch(): call loader.start_epoch(epoch) at the ",
+  DDP_CHECK(epoch_ >= 0,
+            "DataLoader::next() called before start_epoch(): call loader.start_epoch(epoch) at the ",
             "start of every epoch (or resume(position) after a checkpoint)");
   if (failed_) std::rethrow_exception(failed_);
   if (consumed_ >= static_cast<int64_t>(plan_.size())) return std::nullopt;
@@ -176,7 +189,8 @@ std::optional<Batch> DataLoader::next() {
       ready_.pop_front();
     }
     cv_.notify_all();
-    wait_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+    wait_ns_ +=
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
     if (item.error) {
       failed_ = item.error;
       std::rethrow_exception(failed_);

@@ -1,5 +1,5 @@
-// data_loader.h - the DataLoader: batches of one rank's share of a Dataset, epoch by epoch, prepared ahead by a
-// background thread.
+// data_loader.h - the DataLoader: batches of one rank's share of a Dataset, epoch by epoch, prepared ahead by
+// a background thread.
 //
 //   DataLoader loader(dataset, {.batch_size = 64, .num_replicas = world, .rank = rank, .seed = 42,
 //                               .device = Device::cuda(local_rank)});
@@ -26,8 +26,8 @@
 // Evaluation: each_sample_once leaves the sampler's padding duplicates out, so over all ranks every sample is
 // seen exactly once. Padding only ever sits at the end of a rank's list (at most one sample per rank), so
 // only a rank's last batch can be shorter; a batch left empty is skipped, so in this mode ranks can differ by
-// one batch: sum metrics over the loop and all-reduce the totals after it. Batch::num_real counts real rows in
-// both modes (in training mode the padding rows, if any, are the last rows of the batch).
+// one batch: sum metrics over the loop and all-reduce the totals after it. Batch::num_real counts real rows
+// in both modes (in training mode the padding rows, if any, are the last rows of the batch).
 #pragma once
 #include <condition_variable>
 #include <cstdint>
@@ -52,7 +52,7 @@ struct DataLoaderOptions {
   int64_t num_replicas = 1;
   int64_t rank = 0;
   bool shuffle = true;
-  uint64_t seed = 0;  // the same on every rank
+  uint64_t seed = 0;       // the same on every rank
   bool drop_last = false;  // sampler: cut the dataset tail instead of padding
   // Drop each epoch's last batch when it is shorter than batch_size.
   bool drop_incomplete_batch = false;

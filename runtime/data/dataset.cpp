@@ -15,7 +15,8 @@ void Dataset::check_indices(std::span<const int64_t> indices, const char* what) 
   const int64_t n = size();
   for (size_t i = 0; i < indices.size(); ++i)
     DDP_CHECK(indices[i] >= 0 && indices[i] < n, what, ": sample index ", indices[i], " (position ", i,
-              " of the batch) is outside [0, ", n, "); indices must come from a sampler built for this dataset's size");
+              " of the batch) is outside [0, ", n,
+              "); indices must come from a sampler built for this dataset's size");
 }
 
 }  // namespace ddp::data

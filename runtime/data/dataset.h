@@ -1,6 +1,6 @@
-// dataset.h - what the DataLoader needs from a data set: its size, and one call that gathers a list of samples
-// into one contiguous batch. TensorDataset (tensor_dataset.h) and TokenWindowDataset (text_dataset.h) are the
-// two implementations; FashionMNIST and the synthetic generators produce TensorDatasets.
+// dataset.h - what the DataLoader needs from a data set: its size, and one call that gathers a list of
+// samples into one contiguous batch. TensorDataset (tensor_dataset.h) and TokenWindowDataset (text_dataset.h)
+// are the two implementations; FashionMNIST and the synthetic generators produce TensorDatasets.
 //
 // A dataset never decides the order: which indices form a batch comes from the DistributedSampler inside the
 // DataLoader. get_batch() is called from the loader's prefetch thread, so it must be safe to call from any

@@ -20,22 +20,23 @@ FashionMnist load_fashion_mnist(const std::string& dir, Split split) {
   const std::string labels_path = prefix + "-labels-idx1-ubyte.gz";
   IdxImagesAndLabels raw = read_idx_images_and_labels(images_path, labels_path, kFashionMnistPackage);
   const auto& dims = raw.images.dims;
-  DDP_CHECK(dims[1] == 28 && dims[2] == 28, "Fashion-MNIST file '", images_path, "': images are ", dims[1], " x ",
-            dims[2], ", expected 28 x 28; this is not Fashion-MNIST");
+  DDP_CHECK(dims[1] == 28 && dims[2] == 28, "Fashion-MNIST file '", images_path, "': images are ", dims[1],
+            " x ", dims[2], ", expected 28 x 28; this is not Fashion-MNIST");
 
   const int64_t n = dims[0];
   FashionMnist out;
   out.images = Tensor::empty({n, 1, 28, 28}, DType::F32);
   float* img = out.images.data<float>();
   const float scale = 1.0f / (255.0f * kFashionMnistStd), shift = kFashionMnistMean / kFashionMnistStd;
-  for (size_t i = 0; i < raw.images.data.size(); ++i) img[i] = static_cast<float>(raw.images.data[i]) * scale - shift;
+  for (size_t i = 0; i < raw.images.data.size(); ++i)
+    img[i] = static_cast<float>(raw.images.data[i]) * scale - shift;
 
   out.labels = Tensor::empty({n}, DType::I64);
   int64_t* lab = out.labels.data<int64_t>();
   for (int64_t i = 0; i < n; ++i) {
     const uint8_t v = raw.labels.data[static_cast<size_t>(i)];
-    DDP_CHECK(v < kFashionMnistClasses, "Fashion-MNIST file '", labels_path, "': label ", int{v}, " of sample ", i,
-              " is outside 0..9; the file is corrupt");
+    DDP_CHECK(v < kFashionMnistClasses, "Fashion-MNIST file '", labels_path, "': label ", int{v},
+              " of sample ", i, " is outside 0..9; the file is corrupt");
     lab[i] = v;
   }
   return out;

@@ -1,5 +1,5 @@
-// fashion_mnist.h - Fashion-MNIST (Zalando's 28x28 grey clothing images, 10 classes) as tensors, read from the
-// gzip'd IDX files that the Debian package dataset-fashion-mnist installs.
+// fashion_mnist.h - Fashion-MNIST (Zalando's 28x28 grey clothing images, 10 classes) as tensors, read from
+// the gzip'd IDX files that the Debian package dataset-fashion-mnist installs.
 //
 // Normalisation: pixel bytes p in 0..255 become ((p / 255) - 0.2860) / 0.3530, the mean and standard
 // deviation of the training images after scaling to [0, 1] (the figures torchvision users quote). The same

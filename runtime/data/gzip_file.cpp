@@ -13,7 +13,8 @@ void write_gzip_file(const std::string& path, const std::vector<uint8_t>& bytes,
   DDP_CHECK(level >= 1 && level <= 9, "write_gzip_file: level must be in 1..9, got ", level);
   const std::string mode = "wb" + std::to_string(level);
   gzFile f = gzopen(path.c_str(), mode.c_str());
-  DDP_CHECK(f != nullptr, "write_gzip_file: cannot create '", path, "' (does the directory exist and is it writable?)");
+  DDP_CHECK(f != nullptr, "write_gzip_file: cannot create '", path,
+            "' (does the directory exist and is it writable?)");
   size_t done = 0;
   while (done < bytes.size()) {
     const auto chunk = static_cast<unsigned>(std::min<size_t>(bytes.size() - done, 1u << 30));

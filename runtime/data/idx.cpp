@@ -101,8 +101,9 @@ IdxArray read_idx(const std::string& path, uint32_t expected_magic, const std::s
   const int ndims = head[3];
   uint8_t dim_bytes[4 * 255];
   const size_t got_dims = in.read(dim_bytes, static_cast<size_t>(4 * ndims));
-  DDP_CHECK(got_dims == static_cast<size_t>(4 * ndims), "IDX file '", path, "': truncated inside the header (",
-            ndims, " dims need ", 4 * ndims, " bytes after the magic, the ", what, " has ", got_dims, ")");
+  DDP_CHECK(got_dims == static_cast<size_t>(4 * ndims), "IDX file '", path,
+            "': truncated inside the header (", ndims, " dims need ", 4 * ndims,
+            " bytes after the magic, the ", what, " has ", got_dims, ")");
   uint64_t expected_bytes = 1;
   constexpr uint64_t kMaxBytes = uint64_t{1} << 40;  // far above any real IDX file; stops overflow
   for (int d = 0; d < ndims; ++d) {

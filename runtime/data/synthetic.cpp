@@ -1,5 +1,5 @@
-// synthetic.cpp - the teacher-labelled images and the Markov-chain tokens. Random draws use raw 64-bit outputs
-// of std::mt19937_64 (no std::distribution, whose algorithms differ between standard libraries).
+// synthetic.cpp - the teacher-labelled images and the Markov-chain tokens. Random draws use raw 64-bit
+// outputs of std::mt19937_64 (no std::distribution, whose algorithms differ between standard libraries).
 #include "runtime/data/synthetic.h"
 
 #include <random>
@@ -53,8 +53,8 @@ std::shared_ptr<TensorDataset> synthetic_classification(int64_t n, const Shape& 
 
 std::vector<int32_t> synthetic_tokens(int64_t num_tokens, int64_t vocab_size, uint64_t seed, double noise) {
   DDP_CHECK(num_tokens >= 1, "synthetic_tokens: num_tokens must be >= 1, got ", num_tokens);
-  DDP_CHECK(vocab_size >= 1 && vocab_size <= (int64_t{1} << 31) - 1, "synthetic_tokens: vocab_size must be in [1, 2^31), got ",
-            vocab_size);
+  DDP_CHECK(vocab_size >= 1 && vocab_size <= (int64_t{1} << 31) - 1,
+            "synthetic_tokens: vocab_size must be in [1, 2^31), got ", vocab_size);
   DDP_CHECK(noise >= 0.0 && noise <= 1.0, "synthetic_tokens: noise must be in [0, 1], got ", noise);
   const std::vector<int64_t> next = DistributedSampler::permutation(vocab_size, seed);
   std::mt19937_64 gen(seed ^ 0x9E3779B97F4A7C15ull);
@@ -70,8 +70,8 @@ std::vector<int32_t> synthetic_tokens(int64_t num_tokens, int64_t vocab_size, ui
 
 std::shared_ptr<TokenWindowDataset> synthetic_token_dataset(int64_t num_tokens, int64_t vocab_size,
                                                             int64_t block_size, uint64_t seed, double noise) {
-  return std::make_shared<TokenWindowDataset>(synthetic_tokens(num_tokens, vocab_size, seed, noise), block_size,
-                                              vocab_size);
+  return std::make_shared<TokenWindowDataset>(synthetic_tokens(num_tokens, vocab_size, seed, noise),
+                                              block_size, vocab_size);
 }
 
 }  // namespace ddp::data

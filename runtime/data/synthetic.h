@@ -23,7 +23,8 @@ std::shared_ptr<TensorDataset> synthetic_classification(int64_t n, const Shape& 
                                                         int64_t num_classes, uint64_t seed);
 
 // num_tokens tokens in [0, vocab_size) from the Markov chain above; noise in [0, 1].
-std::vector<int32_t> synthetic_tokens(int64_t num_tokens, int64_t vocab_size, uint64_t seed, double noise = 0.1);
+std::vector<int32_t> synthetic_tokens(int64_t num_tokens, int64_t vocab_size, uint64_t seed,
+                                      double noise = 0.1);
 
 // The same tokens as windows of block_size (see text_dataset.h for the sample definition).
 std::shared_ptr<TokenWindowDataset> synthetic_token_dataset(int64_t num_tokens, int64_t vocab_size,

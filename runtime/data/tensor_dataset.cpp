@@ -29,8 +29,9 @@ TensorDataset::TensorDataset(Tensor x, Tensor y) : x_(std::move(x)), y_(std::mov
             shape_str(y_.shape()), " need a first dimension (the sample index)");
   DDP_CHECK(x_.size(0) == y_.size(0), "TensorDataset: x has ", x_.size(0), " samples but y has ", y_.size(0),
             "; both first dimensions must be the sample count");
-  DDP_CHECK(x_.device().is_cpu() && y_.device().is_cpu(), "TensorDataset: x (", x_.device().str(), ") and y (",
-            y_.device().str(), ") must be CPU tensors; the DataLoader moves batches to the device");
+  DDP_CHECK(x_.device().is_cpu() && y_.device().is_cpu(), "TensorDataset: x (", x_.device().str(),
+            ") and y (", y_.device().str(),
+            ") must be CPU tensors; the DataLoader moves batches to the device");
 }
 
 DatasetBatch TensorDataset::get_batch(std::span<const int64_t> indices, BatchMemory& memory) const {

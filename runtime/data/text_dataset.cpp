@@ -32,8 +32,8 @@ std::string read_text_file(const std::string& path, const std::string& debian_pa
 }
 
 TextSplit split_train_val(const std::string& text, double val_fraction) {
-  DDP_CHECK(val_fraction >= 0.0 && val_fraction < 1.0, "split_train_val: val_fraction must be in [0, 1), got ",
-            val_fraction);
+  DDP_CHECK(val_fraction >= 0.0 && val_fraction < 1.0,
+            "split_train_val: val_fraction must be in [0, 1), got ", val_fraction);
   const auto val_len = static_cast<size_t>(static_cast<double>(text.size()) * val_fraction);
   const size_t train_len = text.size() - val_len;
   return {text.substr(0, train_len), text.substr(train_len)};
@@ -44,15 +44,17 @@ TokenWindowDataset::TokenWindowDataset(std::vector<int32_t> tokens, int64_t bloc
   DDP_CHECK(block_size_ >= 1, "TokenWindowDataset: block_size must be >= 1, got ", block_size_);
   DDP_CHECK(vocab_size_ >= 1, "TokenWindowDataset: vocab_size must be >= 1, got ", vocab_size_);
   const auto len = static_cast<int64_t>(tokens_.size());
-  DDP_CHECK(len >= block_size_ + 1, "TokenWindowDataset: ", len, " tokens are too few for one window of block_size ",
-            block_size_, " (need block_size + 1 = ", block_size_ + 1, "); use a longer text or a smaller block_size");
+  DDP_CHECK(len >= block_size_ + 1, "TokenWindowDataset: ", len,
+            " tokens are too few for one window of block_size ", block_size_,
+            " (need block_size + 1 = ", block_size_ + 1, "); use a longer text or a smaller block_size");
   for (size_t i = 0; i < tokens_.size(); ++i)
-    DDP_CHECK(tokens_[i] >= 0 && tokens_[i] < vocab_size_, "TokenWindowDataset: token ", tokens_[i], " at position ",
-              i, " is outside the vocabulary [0, ", vocab_size_, ")");
+    DDP_CHECK(tokens_[i] >= 0 && tokens_[i] < vocab_size_, "TokenWindowDataset: token ", tokens_[i],
+              " at position ", i, " is outside the vocabulary [0, ", vocab_size_, ")");
   num_samples_ = (len - 1) / block_size_;
 }
 
-std::shared_ptr<TokenWindowDataset> TokenWindowDataset::from_text(const std::string& text, int64_t block_size) {
+std::shared_ptr<TokenWindowDataset> TokenWindowDataset::from_text(const std::string& text,
+                                                                  int64_t block_size) {
   std::vector<int32_t> tokens(text.size());
   for (size_t i = 0; i < text.size(); ++i) tokens[i] = static_cast<uint8_t>(text[i]);
   return std::make_shared<TokenWindowDataset>(std::move(tokens), block_size, kByteVocabSize);

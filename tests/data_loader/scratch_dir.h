@@ -39,7 +39,6 @@ inline void write_bytes(const std::string& path, const std::vector<uint8_t>& byt
   ASSERT_TRUE(out.good()) << path;
 }
 
-
 inline std::vector<uint8_t> read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};

@@ -15,12 +15,13 @@
 namespace ddp::data {
 namespace {
 
-using testing::ScratchDir;
 using testing::read_bytes;
+using testing::ScratchDir;
 using testing::write_bytes;
 
 // An IDX file: magic, dims big-endian, then the payload as given (lets tests make inconsistent files).
-std::vector<uint8_t> make_idx(uint32_t magic, const std::vector<uint32_t>& dims, const std::vector<uint8_t>& payload) {
+std::vector<uint8_t> make_idx(uint32_t magic, const std::vector<uint32_t>& dims,
+                              const std::vector<uint8_t>& payload) {
   std::vector<uint8_t> out;
   auto put32 = [&](uint32_t v) {
     for (int s = 24; s >= 0; s -= 8) out.push_back(static_cast<uint8_t>(v >> s));
@@ -110,7 +111,8 @@ TEST(Idx, RefusesDimsThatDoNotMatchTheFileSize) {
   expect_both_fail(dir, "zero_dim", make_idx(kIdxImagesMagic, {4, 0, 28}, {}), kIdxImagesMagic,
                    "dimension 1 is 0");
   // A header claiming 2^96 bytes must fail on the size, not try to allocate it.
-  expect_both_fail(dir, "huge", make_idx(kIdxImagesMagic, {0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF}, pattern(10, 0)),
+  expect_both_fail(dir, "huge",
+                   make_idx(kIdxImagesMagic, {0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF}, pattern(10, 0)),
                    kIdxImagesMagic, "the header is corrupt");
   // Plausible dims, far more than the file holds.
   expect_both_fail(dir, "lying", make_idx(kIdxImagesMagic, {60000, 28, 28}, pattern(100, 0)), kIdxImagesMagic,
@@ -125,7 +127,8 @@ TEST(Idx, RefusesBrokenGzipStreams) {
   ASSERT_GT(gz.size(), 40u);
 
   // Cut the compressed stream in the middle.
-  write_bytes(dir.file("cut.gz"), std::vector<uint8_t>(gz.begin(), gz.begin() + static_cast<long>(gz.size() / 2)));
+  write_bytes(dir.file("cut.gz"),
+              std::vector<uint8_t>(gz.begin(), gz.begin() + static_cast<long>(gz.size() / 2)));
   std::string msg = idx_error(dir.file("cut.gz"), kIdxImagesMagic);
   EXPECT_NE(msg.find("cut short"), std::string::npos) << msg;
   EXPECT_NE(msg.find(dir.file("cut.gz")), std::string::npos) << msg;
@@ -197,7 +200,8 @@ TEST(FashionMnist, LoadsAndNormalisesAGeneratedDirectory) {
 
 TEST(FashionMnist, RefusesLabelsOutsideTheClassesAndWrongImageSize) {
   ScratchDir dir;
-  write_bytes(dir.file("train-images-idx3-ubyte.gz"), make_idx(kIdxImagesMagic, {2, 28, 28}, pattern(2 * 784, 0)));
+  write_bytes(dir.file("train-images-idx3-ubyte.gz"),
+              make_idx(kIdxImagesMagic, {2, 28, 28}, pattern(2 * 784, 0)));
   write_bytes(dir.file("train-labels-idx1-ubyte.gz"), make_idx(kIdxLabelsMagic, {2}, {3, 10}));
   try {
     load_fashion_mnist(dir.str(), Split::Train);
@@ -205,7 +209,8 @@ TEST(FashionMnist, RefusesLabelsOutsideTheClassesAndWrongImageSize) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("label 10 of sample 1"), std::string::npos) << e.what();
   }
-  write_bytes(dir.file("train-images-idx3-ubyte.gz"), make_idx(kIdxImagesMagic, {2, 27, 28}, pattern(2 * 756, 0)));
+  write_bytes(dir.file("train-images-idx3-ubyte.gz"),
+              make_idx(kIdxImagesMagic, {2, 27, 28}, pattern(2 * 756, 0)));
   write_bytes(dir.file("train-labels-idx1-ubyte.gz"), make_idx(kIdxLabelsMagic, {2}, {3, 1}));
   try {
     load_fashion_mnist(dir.str(), Split::Train);
@@ -231,7 +236,8 @@ TEST(FashionMnist, ReadsTheInstalledTestSplit) {
     ++per_class[l];
   }
   EXPECT_EQ(per_class.size(), 10u);
-  for (auto [label, count] : per_class) EXPECT_EQ(count, 1000) << "class " << label;  // the test set is balanced
+  for (auto [label, count] : per_class)
+    EXPECT_EQ(count, 1000) << "class " << label;  // the test set is balanced
   // The training-set statistics also fit the test split: mean near 0, standard deviation near 1.
   double sum = 0, sum_sq = 0;
   const float* img = d.images.data<float>();

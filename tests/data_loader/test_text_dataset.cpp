@@ -20,14 +20,15 @@ TEST(TextDataset, NormalizeDropsBomAndTurnsCrlfIntoLf) {
   EXPECT_EQ(normalize_text("\xEF\xBB\xBFHello\r\nworld\r\n"), "Hello\nworld\n");
   EXPECT_EQ(normalize_text("a\rb\r\r\nc"), "a\rb\r\nc");  // a lone CR stays; only the CR of CR LF goes
   EXPECT_EQ(normalize_text("x\xEF\xBB\xBFy"), "x\xEF\xBB\xBFy");  // a BOM-like sequence inside is text
-  EXPECT_EQ(normalize_text("\xEF\xBB"), "\xEF\xBB");               // too short to be a BOM
+  EXPECT_EQ(normalize_text("\xEF\xBB"), "\xEF\xBB");              // too short to be a BOM
   EXPECT_EQ(normalize_text(""), "");
   EXPECT_EQ(normalize_text("\r"), "\r");
 }
 
 TEST(TextDataset, ReadsFileAsNormalisedBytes) {
   ScratchDir dir;
-  write_bytes(dir.file("t.txt"), as_bytes("\xEF\xBB\xBF" "Call me Ishmael.\r\nSome years ago\r\n"));
+  write_bytes(dir.file("t.txt"), as_bytes("\xEF\xBB\xBF"
+                                          "Call me Ishmael.\r\nSome years ago\r\n"));
   EXPECT_EQ(read_text_file(dir.file("t.txt")), "Call me Ishmael.\nSome years ago\n");
 }
 
