@@ -1,0 +1,151 @@
+// test_bucket_sim.cpp - the bucket timeline on a toy model with answers worked out by hand, the ready-time
+// estimate, the recommendation, the parameter cost rule and sample statistics.
+#include <gtest/gtest.h>
+
+#include "runtime/core/error.h"
+#include "runtime/sim/bucket_sim.h"
+#include "runtime/sim/param_list.h"
+#include "runtime/sim/sample_stats.h"
+
+namespace ddp::sim {
+namespace {
+
+constexpr int64_t kMiB = 1 << 20;
+
+// Three 1 MiB parameters A, B, C (registration order); gradients arrive C at 1 s, B at 2 s, A at 3 s.
+// Network: 2 ranks, ring, alpha 0, B = 1 MiB/s, so a bucket of k MiB takes k seconds.
+struct Toy {
+  std::vector<SimParam> params{{"A", kMiB, DType::F32, 1}, {"B", kMiB, DType::F32, 1}, {"C", kMiB, DType::F32, 1}};
+  std::vector<double> ready{3, 2, 1};
+  ComputeTimes compute{0.5, 3, 0.25};
+  SimOptions opt;
+  Toy() {
+    opt.world = 2;
+    opt.network.alpha_s = 0;
+    opt.network.bandwidth_bytes_per_s = kMiB;
+  }
+};
+
+TEST(BucketSim, ToyTimelineWithOverlap) {
+  Toy t;
+  // First bucket capped at 1 MiB: {C}; cap 2 MiB: {B, A}.
+  auto r = simulate_step(t.params, t.ready, 2.0, t.compute, t.opt);
+  ASSERT_EQ(r.buckets.size(), 2u);
+  EXPECT_EQ(r.buckets[0].params, (std::vector<size_t>{2}));
+  EXPECT_EQ(r.buckets[1].params, (std::vector<size_t>{1, 0}));
+  EXPECT_DOUBLE_EQ(r.buckets[0].launch_s, 1);
+  EXPECT_DOUBLE_EQ(r.buckets[0].end_s, 2);
+  EXPECT_DOUBLE_EQ(r.buckets[1].launch_s, 3);
+  EXPECT_DOUBLE_EQ(r.buckets[1].end_s, 5);
+  EXPECT_DOUBLE_EQ(r.backward_end_s, 3);
+  EXPECT_DOUBLE_EQ(r.exposed_s, 2);
+  EXPECT_DOUBLE_EQ(r.comm_busy_s, 3);
+  EXPECT_DOUBLE_EQ(r.step_s, 0.5 + 3 + 2 + 0.25);
+}
+
+TEST(BucketSim, ToyTimelineSmallBucketsOverlapMore) {
+  Toy t;
+  // Cap 0.5 MiB: {C}, {B}, {A}; B's bucket runs 2..3, A's 3..4.
+  auto r = simulate_step(t.params, t.ready, 0.5, t.compute, t.opt);
+  ASSERT_EQ(r.buckets.size(), 3u);
+  EXPECT_DOUBLE_EQ(r.buckets[1].start_s, 2);
+  EXPECT_DOUBLE_EQ(r.buckets[2].end_s, 4);
+  EXPECT_DOUBLE_EQ(r.exposed_s, 1);
+  EXPECT_DOUBLE_EQ(r.step_s, 4.75);
+}
+
+TEST(BucketSim, ToyTimelineWithoutOverlapSerializesAfterBackward) {
+  Toy t;
+  t.opt.overlap = false;
+  auto r = simulate_step(t.params, t.ready, 2.0, t.compute, t.opt);
+  EXPECT_DOUBLE_EQ(r.buckets[0].start_s, 3);
+  EXPECT_DOUBLE_EQ(r.buckets[1].start_s, 4);  // the single channel: waits for bucket 0
+  EXPECT_DOUBLE_EQ(r.exposed_s, 3);
+  EXPECT_DOUBLE_EQ(r.step_s, 6.75);
+}
+
+TEST(BucketSim, ChannelSerializesBucketsThatAreReadyTogether) {
+  Toy t;
+  t.ready = {1, 1, 1};  // all ready at once: buckets {C}, {B}, {A} queue on the channel
+  auto r = simulate_step(t.params, t.ready, 0.5, t.compute, t.opt);
+  ASSERT_EQ(r.buckets.size(), 3u);
+  EXPECT_DOUBLE_EQ(r.buckets[0].end_s, 2);
+  EXPECT_DOUBLE_EQ(r.buckets[1].start_s, 2);
+  EXPECT_DOUBLE_EQ(r.buckets[2].start_s, 3);
+  EXPECT_DOUBLE_EQ(r.comm_end_s, 4);
+  EXPECT_DOUBLE_EQ(r.exposed_s, 1);  // backward ends at 3
+}
+
+TEST(BucketSim, GradientCopiesDelayBackwardAndAddWriteBack) {
+  Toy t;
+  t.opt.copy_bytes_per_s = 4.0 * kMiB;  // each 1 MiB copy takes 0.25 s
+  auto r = simulate_step(t.params, t.ready, 2.0, t.compute, t.opt);
+  EXPECT_DOUBLE_EQ(r.buckets[0].ready_s, 1.25);           // C at 1 + its copy
+  EXPECT_DOUBLE_EQ(r.buckets[1].ready_s, 3.75);           // A at 3 + three copies
+  EXPECT_DOUBLE_EQ(r.backward_end_s, 3.75);               // backward + every copy
+  EXPECT_DOUBLE_EQ(r.exposed_s, (5.75 - 3.75) + 0.75);    // comm tail + write-back of 3 MiB
+}
+
+TEST(BucketSim, BadInputsAreErrors) {
+  Toy t;
+  EXPECT_THROW(simulate_step(t.params, {1, 2}, 1, t.compute, t.opt), Error);
+  EXPECT_THROW(simulate_step(t.params, t.ready, 0, t.compute, t.opt), Error);
+  EXPECT_THROW(simulate_step({}, {}, 1, t.compute, t.opt), Error);
+  t.opt.world = 0;
+  EXPECT_THROW(simulate_step(t.params, t.ready, 1, t.compute, t.opt), Error);
+}
+
+TEST(BucketSim, EstimatedReadyTimesFollowCostInReverseOrder) {
+  std::vector<SimParam> p{{"a", 4, DType::F32, 1}, {"b", 4, DType::F32, 1}, {"c", 4, DType::F32, 2}};
+  auto r = estimate_ready_times(p, 4.0);
+  EXPECT_DOUBLE_EQ(r[2], 2.0);
+  EXPECT_DOUBLE_EQ(r[1], 3.0);
+  EXPECT_DOUBLE_EQ(r[0], 4.0);
+  for (auto& q : p) q.backward_cost = 0;  // no costs: evenly spread
+  r = estimate_ready_times(p, 3.0);
+  EXPECT_NEAR(r[2], 1.0, 1e-12);
+  EXPECT_NEAR(r[0], 3.0, 1e-12);
+}
+
+TEST(BucketSim, RecommendationPicksTheLowestPredictedStep) {
+  Toy t;
+  auto results = sweep_caps(t.params, t.ready, {4, 0.5, 2}, t.compute, t.opt);
+  ASSERT_EQ(results.size(), 3u);
+  const size_t best = recommend_cap(results);
+  EXPECT_EQ(best, 1u);
+  for (auto& r : results) EXPECT_LE(results[best].step_s, r.step_s);
+  std::vector<SimResult> fake(3);
+  fake[0].step_s = 3;
+  fake[1].step_s = 1;
+  fake[2].step_s = 1;  // a tie keeps the first
+  EXPECT_EQ(recommend_cap(fake), 1u);
+  EXPECT_THROW(recommend_cap({}), Error);
+  const std::string table = format_sweep(results, best, 128);
+  EXPECT_NE(table.find("recommended"), std::string::npos);
+}
+
+TEST(ParamList, CostRuleAndBytes) {
+  auto p = sim_params_from_shapes({{"wte.weight", {256, 128}, DType::F32},
+                                   {"blocks.0.attn.qkv.weight", {384, 128}, DType::BF16},
+                                   {"blocks.0.ln1.bias", {128}, DType::F32}});
+  EXPECT_EQ(p[0].bytes, 256 * 128 * 4);
+  EXPECT_DOUBLE_EQ(p[0].backward_cost, 128);  // embedding: one row per token
+  EXPECT_EQ(p[1].bytes, 384 * 128 * 2);
+  EXPECT_DOUBLE_EQ(p[1].backward_cost, 384 * 128);
+  EXPECT_DOUBLE_EQ(p[2].backward_cost, 128);
+  EXPECT_THROW(sim_params_from_shapes({{"x", {-1}, DType::F32}}), Error);
+}
+
+TEST(SampleStats, PercentilesInterpolate) {
+  auto s = summarize({4, 1, 3, 2});
+  EXPECT_DOUBLE_EQ(s.median, 2.5);
+  EXPECT_DOUBLE_EQ(s.p10, 1.3);
+  EXPECT_DOUBLE_EQ(s.p90, 3.7);
+  EXPECT_DOUBLE_EQ(s.min, 1);
+  EXPECT_DOUBLE_EQ(s.max, 4);
+  EXPECT_DOUBLE_EQ(s.mean, 2.5);
+  EXPECT_THROW(summarize({}), Error);
+}
+
+}  // namespace
+}  // namespace ddp::sim

@@ -1,0 +1,287 @@
+// bucket_sim.cpp - `bucket_sim`: predicts DDP step time and exposed communication over a range of bucket caps
+// and recommends the cap with the lowest predicted step (the model: runtime/sim/bucket_sim.h, formulas and
+// calibration: docs/simulator.md). With --validate it compares its predictions with bench_e2e records.
+//
+//   bucket_sim --model gpt --world 64 --alpha-us 20 --bandwidth-gbps 10 --backward-ms 40 --forward-ms 20
+//   bucket_sim --checkpoint model.safetensors --world 1024 --algorithm tree ...
+//   bucket_sim --validate runs/bench.json --network-json runs/net.json     # measured vs predicted
+// Exit codes: 2 bad command line, 1 bad input, 3 a validation error above --max-error-pct.
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "models/gpt.h"
+#include "models/mlp.h"
+#include "runtime/checkpoint/safetensors.h"
+#include "runtime/core/cli.h"
+#include "runtime/sim/bucket_sim.h"
+#include "runtime/sim/param_list.h"
+#include "runtime/sim/trace_ready_times.h"
+
+namespace {
+
+using namespace ddp::sim;
+using Json = nlohmann::json;
+
+// The parameter shapes of bench_e2e's named configurations (same constructors, registration order).
+std::vector<ParamShape> model_shapes(const std::string& name) {
+  std::shared_ptr<ddp::nn::Module> m;
+  if (name == "mlp") {
+    m = std::make_shared<ddp::models::MLP>(ddp::models::MLPConfig{});
+  } else {
+    ddp::models::GPTConfig c;
+    if (name == "gpt2s") {
+      c.vocab = 50257;
+      c.context = 1024;
+      c.d_model = 768;
+      c.n_head = 12;
+      c.n_layer = 12;
+    }
+    m = std::make_shared<ddp::models::GPT>(c);
+  }
+  std::vector<ParamShape> out;
+  for (auto& p : m->named_parameters()) out.push_back({p.name, p.tensor.shape(), p.tensor.dtype()});
+  return out;
+}
+
+std::vector<ParamShape> checkpoint_shapes(const std::string& path) {
+  auto content = ddp::checkpoint::read_safetensors(path);
+  std::vector<ParamShape> out;
+  for (auto& t : content.tensors) out.push_back({t.name, t.shape, t.dtype});
+  DDP_CHECK(!out.empty(), "bucket_sim: checkpoint ", path, " holds no tensors");
+  return out;
+}
+
+int64_t default_batch(const std::string& config) { return config == "mlp" ? 64 : (config == "gpt" ? 16 : 8); }
+
+std::vector<double> parse_caps(const std::string& s) {
+  std::vector<double> caps;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    size_t used = 0;
+    double v = 0;
+    try {
+      v = std::stod(item, &used);
+    } catch (...) {
+      used = 0;
+    }
+    if (used != item.size() || !(v > 0))
+      throw ddp::cli::UsageError("bucket_sim: --caps item '" + item +
+                                 "' is not a positive number of MiB (example: --caps 0.25,1,4,25,100)");
+    caps.push_back(v);
+  }
+  if (caps.empty()) throw ddp::cli::UsageError("bucket_sim: --caps is empty");
+  return caps;
+}
+
+std::vector<Json> read_records(const std::string& path, const std::string& kind) {
+  std::ifstream in(path);
+  DDP_CHECK(in.good(), "bucket_sim: cannot read ", path);
+  std::vector<Json> out;
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) {
+    ++n;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    Json j = Json::parse(line, nullptr, false);
+    DDP_CHECK(!j.is_discarded(), "bucket_sim: ", path, " line ", n, " is not JSON (expected one record a line)");
+    if (j.value("kind", "") == kind) out.push_back(std::move(j));
+  }
+  return out;
+}
+
+// The ring fit of the last all-reduce record for this world size (or any world when none matches).
+NetworkModel network_from_json(const std::string& path, int world) {
+  auto recs = read_records(path, "allreduce");
+  const Json* best = nullptr;
+  for (auto& r : recs)
+    if (r.contains("fit") && (!best || r.value("world", 0) == world)) best = &r;
+  DDP_CHECK(best, "bucket_sim: ", path, " has no all-reduce record with a fit; run bench_allreduce with world >= 2 "
+            "and --json");
+  NetworkModel m;
+  m.algorithm = parse_algorithm((*best)["fit"].value("algorithm", "ring"));
+  m.alpha_s = (*best)["fit"]["alpha_s"].get<double>();
+  m.bandwidth_bytes_per_s = (*best)["fit"]["bandwidth_bytes_per_s"].get<double>();
+  return m;
+}
+
+double med(const Json& rec, const char* key) { return rec.at(key).at("median").get<double>(); }
+
+struct ValidationRow {
+  std::string config, mode;
+  int world;
+  double cap, measured, predicted, err_pct, exposed_meas, exposed_pred;
+  size_t buckets_meas, buckets_pred;
+};
+
+int validate(const std::string& bench_json, const SimOptions& base, double max_err_pct, bool have_network) {
+  DDP_CHECK(have_network, "bucket_sim: --validate needs the network model: --network-json FILE (from "
+            "bench_allreduce --json) or --alpha-us and --bandwidth-gbps");
+  auto recs = read_records(bench_json, "e2e");
+  // Compute times per (config, world): the last nosync record.
+  std::map<std::pair<std::string, int>, Json> compute;
+  for (auto& r : recs)
+    if (r["mode"] == "nosync") compute[{r["config"].get<std::string>(), r["world"].get<int>()}] = r;
+  std::vector<ValidationRow> rows;
+  std::map<std::string, std::vector<SimParam>> params_of;
+  for (auto& r : recs) {
+    const std::string mode = r["mode"], config = r["config"];
+    const int world = r["world"];
+    if (world < 2 || (mode != "ddp" && mode != "nooverlap")) continue;
+    auto c = compute.find({config, world});
+    if (c == compute.end()) continue;
+    if (!params_of.count(config)) params_of[config] = sim_params_from_shapes(model_shapes(config));
+    const auto& params = params_of[config];
+    ComputeTimes ct{med(c->second, "forward_s"), med(c->second, "backward_s"), med(c->second, "optimizer_s")};
+    SimOptions o = base;
+    o.world = world;
+    o.overlap = mode == "ddp";
+    o.first_bucket_mb = r.value("first_bucket_mb", 1.0);
+    auto ready = estimate_ready_times(params, ct.backward_s);
+    auto res = simulate_step(params, ready, r["bucket_cap_mb"].get<double>(), ct, o);
+    ValidationRow v;
+    v.config = config;
+    v.mode = mode;
+    v.world = world;
+    v.cap = r["bucket_cap_mb"];
+    v.measured = med(r, "step_s");
+    v.predicted = res.step_s;
+    v.err_pct = (v.predicted - v.measured) / v.measured * 100;
+    v.exposed_meas = med(r, "exposed_communication_s");
+    v.exposed_pred = res.exposed_s;
+    v.buckets_meas = r.value("buckets", 0);
+    v.buckets_pred = res.buckets.size();
+    rows.push_back(v);
+  }
+  DDP_CHECK(!rows.empty(), "bucket_sim: ", bench_json, " has no world >= 2 ddp/nooverlap record with a nosync "
+            "record of the same configuration and world to take compute times from");
+  std::printf("bucket simulator validation: %s; network %s; compute from the nosync run of each config\n",
+              bench_json.c_str(), base.network.describe().c_str());
+  std::printf("%-6s %5s %-10s %8s %8s %12s %12s %8s %12s %12s\n", "config", "world", "mode", "cap_MB", "buckets",
+              "measured_ms", "predicted_ms", "error_%", "exposed_meas", "exposed_pred");
+  double worst = 0;
+  for (auto& v : rows) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%zu/%zu", v.buckets_meas, v.buckets_pred);
+    std::printf("%-6s %5d %-10s %8.3g %8s %12.2f %12.2f %+8.1f %12.2f %12.2f\n", v.config.c_str(), v.world,
+                v.mode.c_str(), v.cap, b, v.measured * 1e3, v.predicted * 1e3, v.err_pct, v.exposed_meas * 1e3,
+                v.exposed_pred * 1e3);
+    worst = std::max(worst, std::fabs(v.err_pct));
+  }
+  std::printf("worst |error| %.1f%% (limit %.0f%%): %s\n", worst, max_err_pct, worst <= max_err_pct ? "PASS" : "FAIL");
+  return worst <= max_err_pct ? 0 : 3;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    std::string model = "mlp", checkpoint, algorithm = "ring", network_json, caps_s = "0.25,0.5,1,2,4,8,16,25,50,100",
+                trace_path, validate_json;
+    int world = 2, trace_rank = 0;
+    // Defaults: Gloo TCP over loopback, 2 ranks, on the 2-core development machine (1 MiB in 4.3 ms, 25 MiB
+    // in 34 ms; docs/simulator.md).
+    double alpha_us = 1531, bandwidth_gbps = 0.847, forward_ms = 0, backward_ms = 0, optimizer_ms = 0,
+           first_mb = 1.0, copy_gbps = 17, samples = 0, max_err = 20;
+    bool overlap = true, verbose = false;
+    ddp::cli::Parser p("bucket_sim",
+                       "Predicts DDP step time and exposed communication for each bucket cap from a parameter "
+                       "list, gradient-ready times and an alpha-beta network model, and recommends a cap. "
+                       "See docs/simulator.md.");
+    p.add_choice("model", &model, {"mlp", "gpt", "gpt2s"}, "built-in parameter list (bench_e2e's configurations)");
+    p.add("checkpoint", &checkpoint, "take names/shapes/dtypes from this safetensors file instead of --model");
+    p.add("world", &world, "number of ranks (1 .. thousands)");
+    p.add_choice("algorithm", &algorithm, {"ring", "tree"}, "all-reduce cost formula");
+    p.add("alpha-us", &alpha_us, "per-message latency alpha (microseconds)");
+    p.add("bandwidth-gbps", &bandwidth_gbps, "link bandwidth B (GB/s, 1e9 bytes)");
+    p.add("network-json", &network_json, "take alpha/B from the fit in a bench_allreduce --json file");
+    p.add("forward-ms", &forward_ms, "forward + loss time per step");
+    p.add("backward-ms", &backward_ms, "backward compute time per step (no communication)");
+    p.add("optimizer-ms", &optimizer_ms, "optimizer time per step");
+    p.add("trace", &trace_path, "take gradient-ready times (and backward time) from a bench_e2e --trace file");
+    p.add("trace-rank", &trace_rank, "rank whose events --trace uses");
+    p.add("caps", &caps_s, "comma-separated bucket caps to simulate (MiB)");
+    p.add("first-bucket-mb", &first_mb, "cap of the first bucket (MiB)");
+    p.add("copy-gbps", &copy_gbps, "gradient copy bandwidth (GB/s) into buckets and back; 0: free");
+    p.add("overlap", &overlap, "launch buckets during backward (--no-overlap: after it)");
+    p.add("samples-per-step", &samples, "global samples per step for the samples/s column (0: config default)");
+    p.add("verbose", &verbose, "print the bucket timeline of the recommended cap");
+    p.add("validate", &validate_json, "compare predictions with the bench_e2e records in FILE (JSON lines)");
+    p.add("max-error-pct", &max_err, "--validate fails (exit 3) when any |error| is above this");
+    p.parse(argc, argv);
+    if (world < 1) throw ddp::cli::UsageError("bucket_sim: --world must be >= 1");
+    if (alpha_us < 0 || bandwidth_gbps <= 0)
+      throw ddp::cli::UsageError("bucket_sim: --alpha-us must be >= 0 and --bandwidth-gbps > 0");
+
+    SimOptions o;
+    o.world = world;
+    o.first_bucket_mb = first_mb;
+    o.overlap = overlap;
+    o.copy_bytes_per_s = copy_gbps * 1e9;
+    o.network.algorithm = parse_algorithm(algorithm);
+    o.network.alpha_s = alpha_us * 1e-6;
+    o.network.bandwidth_bytes_per_s = bandwidth_gbps * 1e9;
+    const bool network_given = p.given("alpha-us") || p.given("bandwidth-gbps");
+    if (!network_json.empty()) o.network = network_from_json(network_json, world);
+    if (p.given("algorithm")) o.network.algorithm = parse_algorithm(algorithm);
+
+    if (!validate_json.empty()) return validate(validate_json, o, max_err, network_given || !network_json.empty());
+
+    auto shapes = checkpoint.empty() ? model_shapes(model) : checkpoint_shapes(checkpoint);
+    auto params = sim_params_from_shapes(shapes);
+    ComputeTimes ct{forward_ms * 1e-3, backward_ms * 1e-3, optimizer_ms * 1e-3};
+    std::vector<double> ready;
+    std::string ready_source;
+    if (!trace_path.empty()) {
+      std::vector<std::string> names;
+      for (auto& s : shapes) names.push_back(s.name);
+      auto m = ready_times_from_trace(ddp::trace::load_chrome_trace(trace_path), names, trace_rank);
+      ready = m.ready_s;
+      if (!p.given("backward-ms")) ct.backward_s = m.backward_s;
+      ready_source = "measured (" + std::to_string(m.iterations) + " iterations of " + trace_path + ")";
+    } else {
+      DDP_CHECK(backward_ms > 0, "bucket_sim: give --backward-ms (backward compute per step, e.g. from bench_e2e "
+                "--mode nosync) or --trace FILE");
+      ready = estimate_ready_times(params, ct.backward_s);
+      ready_source = "estimated (backward time shared by parameter cost, reverse registration order)";
+    }
+    if (samples <= 0 && checkpoint.empty()) samples = static_cast<double>(default_batch(model) * world);
+
+    auto results = sweep_caps(params, ready, parse_caps(caps_s), ct, o);
+    const size_t best = recommend_cap(results);
+    int64_t total = 0;
+    for (auto& q : params) total += q.bytes;
+    std::printf("bucket_sim: %s, %zu parameters, %.2f MiB of gradients, world %d\n",
+                checkpoint.empty() ? model.c_str() : checkpoint.c_str(), params.size(),
+                static_cast<double>(total) / (1 << 20), world);
+    std::printf("  network %s; copies %.3g GB/s; overlap %s; first bucket %.3g MiB\n", o.network.describe().c_str(),
+                copy_gbps, overlap ? "on" : "off", first_mb);
+    std::printf("  compute: forward %.3f ms, backward %.3f ms, optimizer %.3f ms; ready times %s\n",
+                ct.forward_s * 1e3, ct.backward_s * 1e3, ct.optimizer_s * 1e3, ready_source.c_str());
+    std::fputs(format_sweep(results, best, samples).c_str(), stdout);
+    std::printf("recommended bucket cap: %.3g MiB (predicted step %.3f ms, exposed communication %.3f ms)\n",
+                results[best].cap_mb, results[best].step_s * 1e3, results[best].exposed_s * 1e3);
+    if (verbose) {
+      std::printf("timeline at %.3g MiB (ms since backward start; backward ends at %.3f):\n", results[best].cap_mb,
+                  results[best].backward_end_s * 1e3);
+      for (auto& b : results[best].buckets)
+        std::printf("  bucket %zu: %zu params, %.3f MiB, ready %.3f, launch %.3f, start %.3f, end %.3f\n", b.index,
+                    b.params.size(), static_cast<double>(b.bytes) / (1 << 20), b.ready_s * 1e3, b.launch_s * 1e3,
+                    b.start_s * 1e3, b.end_s * 1e3);
+    }
+    return 0;
+  } catch (const ddp::cli::UsageError& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bucket_sim: %s\n", e.what());
+    return 1;
+  }
+}
