@@ -1,0 +1,417 @@
+// train.cpp - the training loop behind `train` (see train.h for what it does and the options).
+#include "models/train.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "models/branchy.h"
+#include "models/cnn.h"
+#include "models/gpt.h"
+#include "models/mlp.h"
+#include "runtime/autograd/engine.h"
+#include "runtime/checkpoint/training_checkpoint.h"
+#include "runtime/core/log.h"
+#include "runtime/data/data_loader.h"
+#include "runtime/data/fashion_mnist.h"
+#include "runtime/data/synthetic.h"
+#include "runtime/data/text_dataset.h"
+#include "runtime/ddp/distributed_data_parallel.h"
+#include "runtime/ops/elementwise.h"
+#include "runtime/ops/loss.h"
+#include "runtime/optim/lr_schedule.h"
+#include "runtime/optim/optimizer.h"
+#include "runtime/trace/trace.h"
+
+namespace ddp::models {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+struct Data {
+  std::shared_ptr<const data::Dataset> train, val;
+  bool tokens = false;  // language model: x, y are (B, T) int64
+  int64_t classes = 10;
+  std::string name;
+};
+
+Data load_data(const TrainOptions& o) {
+  std::string which = o.data;
+  if (which == "auto") which = o.model == "gpt" ? "moby-dick" : (o.model == "branchy" ? "synthetic" : "fashion-mnist");
+  Data d;
+  d.name = which;
+  if (o.model == "gpt") {
+    d.tokens = true;
+    if (which == "moby-dick") {
+      auto t = o.data_path.empty() ? data::load_moby_dick(o.context) : data::load_moby_dick(o.context, o.data_path);
+      d.train = t.train;
+      d.val = t.val;
+    } else if (which == "synthetic") {
+      d.train = data::synthetic_token_dataset(o.synthetic_samples * o.context, 256, o.context, o.seed);
+      d.val = data::synthetic_token_dataset(o.synthetic_samples / 8 * o.context, 256, o.context, o.seed + 99);
+    } else {
+      DDP_FAIL("--data ", which, " does not fit --model gpt: use moby-dick or synthetic");
+    }
+    return d;
+  }
+  if (which == "fashion-mnist") {
+    DDP_CHECK(o.model != "branchy", "--model branchy takes --data synthetic (16 features)");
+    const std::string dir = o.data_path.empty() ? std::string(data::kFashionMnistDir) : o.data_path;
+    d.train = data::fashion_mnist_dataset(dir, data::Split::Train);
+    d.val = data::fashion_mnist_dataset(dir, data::Split::Test);
+  } else if (which == "synthetic") {
+    Shape sample = o.model == "branchy" ? Shape{16} : Shape{1, 28, 28};
+    d.classes = o.model == "branchy" ? 4 : 10;
+    d.train = data::synthetic_classification(o.synthetic_samples, sample, d.classes, o.seed);
+    d.val = data::synthetic_classification(std::max<int64_t>(o.synthetic_samples / 8, 64), sample, d.classes, o.seed);
+  } else {
+    DDP_FAIL("--data ", which, " does not fit --model ", o.model, ": use fashion-mnist or synthetic");
+  }
+  return d;
+}
+
+std::shared_ptr<nn::Module> make_model(const TrainOptions& o, DType dtype) {
+  if (o.model == "mlp") {
+    MLPConfig c;
+    c.hidden.assign(static_cast<size_t>(o.depth), o.hidden);
+    c.dtype = dtype;
+    return std::make_shared<MLP>(c);
+  }
+  if (o.model == "cnn") {
+    CNNConfig c;
+    c.dtype = dtype;
+    return std::make_shared<CNN>(c);
+  }
+  if (o.model == "branchy") {
+    BranchyConfig c;
+    c.dtype = dtype;
+    return std::make_shared<Branchy>(c);
+  }
+  if (o.model == "gpt") {
+    GPTConfig c;
+    c.context = o.context;
+    c.d_model = o.d_model;
+    c.n_head = o.n_head;
+    c.n_layer = o.n_layer;
+    c.dropout = o.dropout;
+    c.dtype = dtype;
+    return std::make_shared<GPT>(c);
+  }
+  DDP_FAIL("--model ", o.model, ": expected mlp, cnn, gpt or branchy");
+}
+
+std::string options_json(const TrainOptions& o) {
+  std::ostringstream os;
+  os << "{\"model\":\"" << o.model << "\",\"data\":\"" << o.data << "\",\"dtype\":\"" << o.dtype
+     << "\",\"batch_size\":" << o.batch_size << ",\"grad_accum\":" << o.grad_accum << ",\"optimizer\":\""
+     << o.optimizer << "\",\"lr\":" << o.lr << ",\"seed\":" << o.seed << ",\"context\":" << o.context
+     << ",\"d_model\":" << o.d_model << ",\"n_layer\":" << o.n_layer << ",\"n_head\":" << o.n_head
+     << ",\"hidden\":" << o.hidden << ",\"depth\":" << o.depth << "}";
+  return os.str();
+}
+
+double allreduce_mean(dist::ProcessGroup& pg, double v) {
+  Tensor t = Tensor::from_data<double>({v}, {1});
+  pg.allreduce(dist::CommBuffer{t.raw_data(), 1, DType::F64, Device::cpu(), t.storage()})->wait();
+  return t.data<double>()[0] / pg.size();
+}
+
+std::string latest_checkpoint(const std::string& dir) {
+  std::ifstream in(dir + "/latest");
+  std::string name;
+  DDP_CHECK(in && std::getline(in, name) && !name.empty(), "--resume auto: no checkpoint in ", dir,
+            " (its file 'latest' is missing); start without --resume or give a checkpoint path");
+  return dir + "/" + name;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+}  // namespace
+
+TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg) {
+  const auto t_start = Clock::now();
+  const int rank = pg->rank(), world = pg->size();
+  const bool talk = rank == 0 && !o.quiet;
+  DDP_CHECK(o.batch_size > 0 && o.grad_accum > 0, "--batch-size and --grad-accum must be positive");
+  DDP_CHECK(o.dtype == "float32" || o.dtype == "float64", "--dtype ", o.dtype, ": expected float32 or float64");
+  const DType dtype = o.dtype == "float64" ? DType::F64 : DType::F32;
+  Device device = Device::parse(o.device);
+  if (device.is_cuda()) device = Device::cuda(rank % cuda_device_count());  // local rank on one node
+
+  Data data = load_data(o);
+  nn::manual_seed(o.seed);
+  auto model = make_model(o, dtype);
+  model->to(device);
+  DDPOptions dopt;
+  dopt.bucket_cap_mb = o.bucket_cap_mb;
+  dopt.first_bucket_mb = o.first_bucket_mb;
+  dopt.find_unused_parameters = o.find_unused_parameters;
+  dopt.gradient_as_bucket_view = o.gradient_as_bucket_view;
+  DistributedDataParallel ddp(model, pg, dopt);
+
+  std::unique_ptr<optim::Optimizer> opt;
+  if (o.optimizer == "sgd")
+    opt = std::make_unique<optim::SGD>(model->named_parameters(),
+                                       optim::SGDOptions{.lr = o.lr, .momentum = o.momentum, .weight_decay = o.weight_decay});
+  else if (o.optimizer == "adamw")
+    opt = std::make_unique<optim::AdamW>(model->named_parameters(),
+                                         optim::AdamWOptions{.lr = o.lr, .weight_decay = o.weight_decay});
+  else
+    DDP_FAIL("--optimizer ", o.optimizer, ": expected sgd or adamw");
+
+  data::DataLoaderOptions lo;
+  lo.batch_size = o.batch_size;
+  lo.num_replicas = world;
+  lo.rank = rank;
+  lo.shuffle = true;
+  lo.seed = o.seed;
+  lo.drop_incomplete_batch = true;
+  lo.device = device;
+  data::DataLoader loader(data.train, lo);
+  data::DataLoaderOptions vo = lo;
+  vo.shuffle = false;
+  vo.each_sample_once = true;
+  vo.drop_incomplete_batch = false;
+  data::DataLoader val_loader(data.val, vo);
+  DDP_CHECK(loader.batches_per_epoch() >= o.grad_accum, "the training split gives ", loader.batches_per_epoch(),
+            " batches per rank per epoch, fewer than --grad-accum ", o.grad_accum, "; lower --batch-size");
+
+  const int64_t steps_per_epoch = loader.batches_per_epoch() / o.grad_accum;
+  const int64_t total_steps = o.steps > 0 ? o.steps : std::max<int64_t>(1, o.epochs) * steps_per_epoch;
+  optim::WarmupCosine schedule{o.lr, o.lr * o.min_lr_ratio, std::min(o.warmup_steps, total_steps), total_steps,
+                               o.schedule != "constant"};
+
+  int64_t step = 0;
+  int64_t epoch = 0;
+  bool resumed = false;
+  if (!o.resume.empty()) {
+    const std::string path = o.resume == "auto" ? latest_checkpoint(o.checkpoint_dir) : o.resume;
+    auto st = checkpoint::load_training_checkpoint(path, *model, opt.get());
+    DDP_CHECK(st.seed == o.seed, "checkpoint ", path, " was written with --seed ", st.seed, ", this run has --seed ",
+              o.seed, "; resume with the same seed");
+    step = st.step;
+    epoch = st.epoch;
+    loader.resume({st.epoch, st.batches_in_epoch, 0});
+    resumed = true;
+    if (talk) std::printf("resumed from %s at step %lld (epoch %lld, batch %lld)\n", path.c_str(),
+                          static_cast<long long>(step), static_cast<long long>(st.epoch),
+                          static_cast<long long>(st.batches_in_epoch));
+  }
+  if (!resumed) loader.start_epoch(epoch);
+
+  auto& tracer = trace::global_tracer();
+  if (!o.trace.empty()) {
+    tracer.set_rank(rank);
+    tracer.set_enabled(true);
+  }
+
+  const int64_t rows_per_step = o.batch_size * o.grad_accum * world;
+  const int64_t tokens_per_row = data.tokens ? o.context : 1;
+  if (talk) {
+    std::printf("train: model %s (%lld parameters, %s) on %s, data %s, world %d, batch %lld x %lld accum per rank, "
+                "%lld steps (%lld per epoch), %s lr %g\n",
+                o.model.c_str(), static_cast<long long>(model->num_parameters()), o.dtype.c_str(),
+                device.str().c_str(), data.name.c_str(), world, static_cast<long long>(o.batch_size),
+                static_cast<long long>(o.grad_accum), static_cast<long long>(total_steps),
+                static_cast<long long>(steps_per_epoch), o.optimizer.c_str(), o.lr);
+    std::fflush(stdout);
+  }
+
+  auto next_batch = [&]() -> data::Batch {
+    for (int tries = 0; tries < 2; ++tries) {
+      if (auto b = loader.next()) return std::move(*b);
+      loader.start_epoch(++epoch);
+    }
+    DDP_FAIL("the data loader gave no batch for a whole epoch");
+  };
+  auto loss_of = [&](const Tensor& out, const Tensor& y) {
+    return ops::cross_entropy(out, y);
+  };
+
+  TrainResult result;
+  std::vector<double> step_times, exposed_shares;
+  double last_loss = 0;
+  const bool tty = talk && isatty(1);
+  int64_t steps_this_run = 0;
+  auto evaluate = [&]() {
+    autograd::NoGradGuard ng;
+    ddp.before_forward();  // rank 0's buffers (BatchNorm statistics) for everyone
+    model->eval();
+    val_loader.start_epoch(0);
+    double loss_sum = 0, rows = 0, correct = 0;
+    int64_t batches = 0;
+    while (auto b = val_loader.next()) {
+      if (o.eval_batches > 0 && batches >= o.eval_batches) break;
+      Tensor out = model->forward(b->x);
+      ops::CrossEntropyOptions sum_rows;
+      sum_rows.reduction = ops::LossReduction::Sum;
+      Tensor l = ops::cross_entropy(out, b->y, sum_rows);
+      loss_sum += l.item();
+      rows += static_cast<double>(b->y.numel());
+      if (!data.tokens) {
+        std::vector<double> logits = out.to_double_vector(), ys = b->y.to_double_vector();
+        const int64_t c = out.size(1);
+        for (size_t i = 0; i < ys.size(); ++i) {
+          auto row = logits.begin() + static_cast<int64_t>(i) * c;
+          if (std::max_element(row, row + c) - row == static_cast<int64_t>(ys[i])) correct += 1;
+        }
+      }
+      ++batches;
+    }
+    model->train();
+    Tensor t = Tensor::from_data<double>({loss_sum, rows, correct}, {3});
+    pg->allreduce(dist::CommBuffer{t.raw_data(), 3, DType::F64, Device::cpu(), t.storage()})->wait();
+    const double* v = t.data<double>();
+    result.val_loss = v[1] > 0 ? v[0] / v[1] : NAN;
+    result.val_accuracy = data.tokens ? -1 : (v[1] > 0 ? v[2] / v[1] : 0);
+    if (talk) {
+      if (data.tokens)
+        std::printf("eval step %lld: val loss %.4f nats/char over %.0f tokens\n", static_cast<long long>(step),
+                    result.val_loss, v[1]);
+      else
+        std::printf("eval step %lld: val loss %.4f, accuracy %.2f%% over %.0f samples\n",
+                    static_cast<long long>(step), result.val_loss, 100 * result.val_accuracy, v[1]);
+      std::fflush(stdout);
+    }
+  };
+  auto save = [&]() {
+    if (o.checkpoint_dir.empty()) return;
+    if (rank == 0) {
+      std::filesystem::create_directories(o.checkpoint_dir);
+      const std::string name = "ckpt-step" + std::to_string(step) + ".safetensors";
+      auto pos = loader.position();
+      checkpoint::TrainingState st{step, pos.epoch, pos.batches_consumed, o.seed, options_json(o), {}};
+      checkpoint::save_training_checkpoint(o.checkpoint_dir + "/" + name, *model, opt.get(), st);
+      const std::string tmp = o.checkpoint_dir + "/latest.tmp";
+      { std::ofstream(tmp) << name << "\n"; }
+      std::filesystem::rename(tmp, o.checkpoint_dir + "/latest");
+      result.checkpoint_path = o.checkpoint_dir + "/" + name;
+      if (talk) std::printf("checkpoint: %s\n", result.checkpoint_path.c_str());
+    }
+    pg->barrier()->wait();
+  };
+
+  while (step < total_steps) {
+    const auto t0 = Clock::now();
+    if (!o.trace.empty()) tracer.begin_iteration(step);
+    const double lr = schedule.at(step);
+    opt->set_lr(lr);
+    double loss_sum = 0;
+    for (int64_t micro = 0; micro < o.grad_accum; ++micro) {
+      data::Batch b = next_batch();
+      Tensor x = b.x;
+      if (!data.tokens && x.dtype() != dtype) x = x.to(dtype);
+      auto run = [&] {
+        Tensor out;
+        {
+          trace::TraceScope ts("forward", "forward");
+          out = ddp.forward(x);
+        }
+        Tensor loss = loss_of(out, b.y);
+        loss_sum += loss.item();
+        if (o.grad_accum > 1) loss = loss * (1.0 / static_cast<double>(o.grad_accum));
+        trace::TraceScope ts("backward", "backward");
+        autograd::backward(loss);
+      };
+      if (micro + 1 < o.grad_accum) {
+        auto guard = ddp.no_sync();
+        run();
+      } else {
+        run();
+      }
+    }
+    if (o.clip_grad > 0) optim::clip_grad_norm_(model->parameters(), o.clip_grad);
+    {
+      trace::TraceScope ts("optimizer", "optimizer");
+      opt->step();
+      opt->zero_grad();
+    }
+    if (!o.trace.empty()) tracer.end_iteration(step);
+    const double dt = seconds_since(t0);
+    last_loss = loss_sum / static_cast<double>(o.grad_accum);
+    if (step == 0 || steps_this_run == 0) result.first_loss = allreduce_mean(*pg, last_loss);
+    ++step;
+    ++steps_this_run;
+    if (steps_this_run > 2) {  // the first steps pay for warm-up (allocation, rebuild)
+      step_times.push_back(dt);
+      exposed_shares.push_back(ddp.reducer().last_stats().exposed_communication_s / dt);
+    }
+    const bool log_now = o.log_interval > 0 && (step % o.log_interval == 0 || step == total_steps);
+    if (log_now) {
+      const double mean_loss = allreduce_mean(*pg, last_loss);
+      const double rows_s = static_cast<double>(rows_per_step) / dt;
+      if (talk) {
+        if (tty) std::printf("\r\033[K");
+        std::printf("step %5lld/%lld  loss %.4f  lr %.2e  %s %.0f/s  step %.1f ms  exposed comm %.1f%%\n",
+                    static_cast<long long>(step), static_cast<long long>(total_steps), mean_loss, lr,
+                    data.tokens ? "tokens" : "samples", rows_s * static_cast<double>(tokens_per_row), dt * 1e3,
+                    100 * ddp.reducer().last_stats().exposed_communication_s / dt);
+        std::fflush(stdout);
+      }
+    } else if (tty) {
+      const int width = 30, filled = static_cast<int>(width * step / total_steps);
+      std::printf("\r[%.*s%*s] step %lld/%lld", filled, "##############################", width - filled, "",
+                  static_cast<long long>(step), static_cast<long long>(total_steps));
+      std::fflush(stdout);
+    }
+    if (o.eval_interval > 0 && step % o.eval_interval == 0 && step < total_steps) evaluate();
+    if (o.checkpoint_interval > 0 && step % o.checkpoint_interval == 0 && step < total_steps) save();
+    if (o.stop_after > 0 && steps_this_run >= o.stop_after) break;
+  }
+  result.steps_done = step;
+  result.final_train_loss = allreduce_mean(*pg, last_loss);
+  const bool finished = step >= total_steps;
+  if (finished) evaluate();
+  save();
+  const double med = median(step_times);
+  result.samples_per_s = med > 0 ? static_cast<double>(rows_per_step) / med : 0;
+  result.tokens_per_s = result.samples_per_s * static_cast<double>(tokens_per_row);
+  result.exposed_comm_share = median(exposed_shares);
+  if (data.tokens && finished && o.sample_tokens > 0) {
+    if (auto* gpt = dynamic_cast<GPT*>(model.get())) result.sample_text = gpt->generate("The whale", o.sample_tokens, 0.8, o.seed);
+  }
+  for (auto& p : model->named_parameters()) result.final_params.push_back(p.tensor.to_double_vector());
+  if (!o.trace.empty()) {
+    const std::string mine = world > 1 ? o.trace + ".rank" + std::to_string(rank) : o.trace;
+    tracer.write_chrome_trace(mine);
+    tracer.set_enabled(false);
+    pg->barrier()->wait();
+    if (world > 1 && rank == 0) {
+      std::vector<std::string> inputs;
+      for (int r = 0; r < world; ++r) inputs.push_back(o.trace + ".rank" + std::to_string(r));
+      trace::merge_chrome_traces(inputs, o.trace);
+    }
+  }
+  result.wall_s = seconds_since(t_start);
+  if (talk) {
+    std::printf("\n== summary: %s, world %d, %lld steps in %.1f s\n", o.model.c_str(), world,
+                static_cast<long long>(step), result.wall_s);
+    std::printf("   train loss %.4f (first %.4f)", result.final_train_loss, result.first_loss);
+    if (finished) {
+      if (data.tokens)
+        std::printf(", val loss %.4f nats/char", result.val_loss);
+      else
+        std::printf(", val loss %.4f, val accuracy %.2f%%", result.val_loss, 100 * result.val_accuracy);
+    }
+    std::printf("\n   throughput %.0f %s/s (median step %.1f ms), exposed communication %.1f%% of a step\n",
+                data.tokens ? result.tokens_per_s : result.samples_per_s, data.tokens ? "tokens" : "samples",
+                med * 1e3, 100 * result.exposed_comm_share);
+    if (!result.checkpoint_path.empty()) std::printf("   checkpoint %s\n", result.checkpoint_path.c_str());
+    if (!o.trace.empty()) std::printf("   trace %s (open in ui.perfetto.dev or chrome://tracing)\n", o.trace.c_str());
+    if (!result.sample_text.empty()) std::printf("   sample: The whale%s\n", result.sample_text.c_str());
+    std::fflush(stdout);
+  }
+  return result;
+}
+
+}  // namespace ddp::models
