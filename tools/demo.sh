@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# tools/demo.sh BUILD_DIR [extra train flags] - the main job: two ranks (CPU processes, or GPUs when present)
+# train the small GPT on Moby Dick with ddprun, then print the validation loss, the throughput, a text sample,
+# and where the checkpoint and the Chrome trace are. Called by `tools/ddp demo` after set-up and build.
+set -euo pipefail
+BUILD="$1"
+shift
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+OUT="${DDP_DEMO_DIR:-$ROOT/runs/demo}"
+mkdir -p "$OUT"
+rm -f "$OUT"/trace.json*
+STEPS="${DDP_DEMO_STEPS:-300}"
+echo "ddp demo: 2-rank GPT on Moby Dick, $STEPS steps; checkpoints and trace in $OUT"
+set -x
+"$BUILD/bin/ddprun" --nproc-per-node 2 --standalone \
+  "$BUILD/bin/train" --model gpt --data moby-dick --batch-size 16 --steps "$STEPS" --lr 3e-3 --warmup-steps 20 \
+  --log-interval 25 --eval-interval 100 --eval-batches 20 --checkpoint-dir "$OUT" --trace "$OUT/trace.json" \
+  --sample-tokens 200 "$@"
+{ set +x; } 2>/dev/null
+if [ -x "$BUILD/bin/trace_summary" ] && [ -f "$OUT/trace.json" ]; then
+  echo
+  echo "ddp demo: where the time went (from the trace):"
+  "$BUILD/bin/trace_summary" "$OUT/trace.json" | tail -n 12
+fi
