@@ -241,6 +241,12 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg)
   TrainResult result;
   std::vector<double> step_times, exposed_shares;
   double last_loss = 0;
+  std::vector<double> first_losses, recent_losses;  // loss of the first / last 3 steps of this run
+  auto mean_of = [](const std::vector<double>& v) {
+    double s = 0;
+    for (double x : v) s += x;
+    return v.empty() ? 0.0 : s / static_cast<double>(v.size());
+  };
   const bool tty = talk && isatty(1);
   int64_t steps_this_run = 0;
   auto evaluate = [&]() {
@@ -339,7 +345,9 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg)
     if (!o.trace.empty()) tracer.end_iteration(step);
     const double dt = seconds_since(t0);
     last_loss = loss_sum / static_cast<double>(o.grad_accum);
-    if (step == 0 || steps_this_run == 0) result.first_loss = allreduce_mean(*pg, last_loss);
+    recent_losses.push_back(last_loss);
+    if (recent_losses.size() > 3) recent_losses.erase(recent_losses.begin());
+    if (steps_this_run < 3) first_losses.push_back(last_loss);
     ++step;
     ++steps_this_run;
     if (steps_this_run > 2) {  // the first steps pay for warm-up (allocation, rebuild)
@@ -369,7 +377,8 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg)
     if (o.stop_after > 0 && steps_this_run >= o.stop_after) break;
   }
   result.steps_done = step;
-  result.final_train_loss = allreduce_mean(*pg, last_loss);
+  result.first_loss = allreduce_mean(*pg, mean_of(first_losses));
+  result.final_train_loss = allreduce_mean(*pg, mean_of(recent_losses));
   const bool finished = step >= total_steps;
   if (finished) evaluate();
   save();
@@ -396,7 +405,8 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg)
   if (talk) {
     std::printf("\n== summary: %s, world %d, %lld steps in %.1f s\n", o.model.c_str(), world,
                 static_cast<long long>(step), result.wall_s);
-    std::printf("   train loss %.4f (first %.4f)", result.final_train_loss, result.first_loss);
+    std::printf("   train loss %.4f (mean of the last 3 steps; first 3 steps: %.4f)", result.final_train_loss,
+                result.first_loss);
     if (finished) {
       if (data.tokens)
         std::printf(", val loss %.4f nats/char", result.val_loss);

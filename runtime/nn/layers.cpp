@@ -61,11 +61,16 @@ Tensor Embedding::forward(const Tensor& indices) { return ops::embedding(weight,
 
 Dropout::Dropout(double p_) : p(p_) {
   DDP_CHECK(p >= 0 && p < 1, "Dropout(p=", p, "): p must be in [0, 1)");
-  generator.seed = next_init_seed();
+  rng = register_buffer("rng", Tensor::from_data<int64_t>({static_cast<int64_t>(next_init_seed() >> 1), 0}, {2}));
 }
 Tensor Dropout::forward(const Tensor& x) {
   if (!is_training() || p == 0) return x;
-  return ops::dropout(x, p, true, generator);
+  DDP_CHECK(rng.device().is_cpu(), "Dropout: the rng buffer must stay on the CPU");
+  int64_t* state = rng.data<int64_t>();
+  ops::DropoutGenerator gen{static_cast<uint64_t>(state[0]), static_cast<uint64_t>(state[1])};
+  Tensor y = ops::dropout(x, p, true, gen);
+  state[1] = static_cast<int64_t>(gen.offset);
+  return y;
 }
 
 Tensor ReLU::forward(const Tensor& x) { return ops::relu(x); }

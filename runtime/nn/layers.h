@@ -54,12 +54,14 @@ class Embedding : public Module {
 };
 
 // Identity in eval or with p = 0; masks come from a counter-based generator seeded from the init generator.
+// The generator's (seed, offset) is the int64 buffer "rng", so checkpoints restore it (exact resume) and DDP
+// broadcasts it from rank 0 like any buffer.
 class Dropout : public Module {
  public:
   explicit Dropout(double p);
   Tensor forward(const Tensor& x) override;
   double p;
-  ops::DropoutGenerator generator;
+  Tensor rng;  // int64 (2): seed, offset
 };
 
 class ReLU : public Module {

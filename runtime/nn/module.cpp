@@ -81,9 +81,10 @@ void replace_in_place(const Tensor& t, const Tensor& converted) {
 }  // namespace
 
 void Module::to(Device device) {
-  for (auto* list : {&params_, &buffers_})
-    for (auto& [n, t] : *list)
-      if (t.device() != device) replace_in_place(t, t.detach().to(device));
+  for (auto& [n, t] : params_)
+    if (t.device() != device) replace_in_place(t, t.detach().to(device));
+  for (auto& [n, t] : buffers_)  // integer buffers (generator states) stay on the host
+    if (dtype_is_floating(t.dtype()) && t.device() != device) replace_in_place(t, t.detach().to(device));
   for (auto& [n, m] : children_) m->to(device);
 }
 
