@@ -91,7 +91,7 @@ SimResult simulate_step(const std::vector<SimParam>& params, const std::vector<d
   }
   r.comm_end_s = channel_free;
   r.exposed_s = std::max(0.0, r.comm_end_s - r.backward_end_s) + copy_s(static_cast<int64_t>(total_bytes));
-  r.step_s = compute.forward_s + r.backward_end_s + r.exposed_s + compute.optimizer_s;
+  r.step_s = compute.forward_s + r.backward_end_s + r.exposed_s + compute.optimizer_s + compute.other_s;
   return r;
 }
 

@@ -3,7 +3,7 @@
 // launched in index order once it and every earlier bucket are full, and a single communication channel runs
 // the all-reduces one after another, each costing NetworkModel::allreduce_seconds.
 //
-//   step = forward + backward_end + exposed + optimizer
+//   step = forward + backward_end + exposed + optimizer + other
 //   backward_end = backward compute + gradient copies into the buckets (all bytes / copy bandwidth)
 //   exposed      = max(0, end of the last all-reduce - backward_end) + write-back copy (all bytes / copy bw)
 //
@@ -33,6 +33,8 @@ struct ComputeTimes {
   double forward_s = 0;
   double backward_s = 0;
   double optimizer_s = 0;
+  // Per-step time outside the three (loop overhead, waiting for a slower rank): measured step minus the sum.
+  double other_s = 0;
 };
 
 struct SimOptions {

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# bench.sh - the CPU benchmark table of ddp.cpp: bench_e2e for the mlp and gpt configurations at world sizes 1
+# and 2 (2 through ddprun) in modes ddp, nosync, nooverlap and unused, a bucket-cap sweep at world 2, the Gloo
+# all-reduce table, then a summary table, the plots (when python3-matplotlib is importable) and the bucket
+# simulator's measured-vs-predicted validation. Everything goes to runs/bench-<date>.json (JSON lines).
+#
+#   tools/bench.sh BUILD_DIR [--quick]      # --quick: few steps (about 3-5 min on 2 cores), else ~10-15 min
+#
+# Environment: BENCH_OUT (output directory, default runs), BENCH_CAPS (sweep caps in MiB, default
+# "0.25 1 4 25 100"). Exit code: that of the simulator validation (3 when an error is above 20%).
+set -euo pipefail
+
+usage() { echo "usage: tools/bench.sh BUILD_DIR [--quick]" >&2; exit 2; }
+[[ $# -ge 1 ]] || usage
+BUILD=$1
+QUICK=0
+[[ ${2:-} == "--quick" ]] && QUICK=1
+[[ $# -le 2 && ( -z ${2:-} || $QUICK == 1 ) ]] || usage
+BIN=$BUILD/bin
+for prog in bench_e2e bench_allreduce bucket_sim ddprun; do
+  if [[ ! -x $BIN/$prog ]]; then
+    echo "bench.sh: $BIN/$prog is missing; build it first: cmake --build $BUILD --target $prog" >&2
+    exit 1
+  fi
+done
+HERE=$(cd "$(dirname "$0")" && pwd)
+OUT_DIR=${BENCH_OUT:-runs}
+CAPS=${BENCH_CAPS:-"0.25 1 4 25 100"}
+mkdir -p "$OUT_DIR"
+STAMP=$(date +%Y-%m-%d-%H%M%S)
+JSON=$OUT_DIR/bench-$STAMP.json
+LOG=$OUT_DIR/bench-$STAMP.log
+: >"$JSON"
+
+if [[ $QUICK == 1 ]]; then
+  MLP_STEPS=8; GPT_STEPS=5; WARMUP=2; AR_ITERS=5
+else
+  MLP_STEPS=30; GPT_STEPS=12; WARMUP=3; AR_ITERS=10
+fi
+steps_of() { [[ $1 == mlp ]] && echo $MLP_STEPS || echo $GPT_STEPS; }
+
+echo "bench.sh: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), output $JSON (log $LOG)"
+LOAD=$(cut -d' ' -f1 /proc/loadavg)
+if awk "BEGIN{exit !($LOAD > 1.0)}"; then
+  echo "bench.sh: warning: load average $LOAD > 1 - other work shares the cores; timings will be noisy" >&2
+fi
+
+# run WORLD ARGS... : one bench_e2e run, its table to the log, its record to $JSON.
+run() {
+  local world=$1; shift
+  local cmd=("$BIN/bench_e2e" --json "$JSON" --warmup "$WARMUP" "$@")
+  if [[ $world -gt 1 ]]; then
+    cmd=("$BIN/ddprun" --standalone --nproc-per-node "$world" --local-ranks-filter 0 "${cmd[@]}")
+  fi
+  echo "+ ${cmd[*]}" >>"$LOG"
+  if ! "${cmd[@]}" >>"$LOG" 2>&1; then
+    echo "bench.sh: failed: ${cmd[*]} (see $LOG)" >&2
+    exit 1
+  fi
+  printf '.'
+}
+
+echo "bench.sh: all-reduce table (Gloo, 2 ranks)"
+"$BIN/ddprun" --standalone --nproc-per-node 2 --local-ranks-filter 0 "$BIN/bench_allreduce" --min-bytes 64K \
+  --max-bytes 32M --factor 2 --iters "$AR_ITERS" --json "$JSON" 2>&1 | tee -a "$LOG" | sed 's/^\[rank 0\] //' |
+  grep -v '^ddprun:'
+
+for config in mlp gpt; do
+  steps=$(steps_of $config)
+  printf 'bench.sh: %s table (worlds 1 and 2; modes ddp nosync nooverlap unused) ' $config
+  for world in 1 2; do
+    for mode in ddp nosync nooverlap unused; do
+      run $world --config $config --mode $mode --steps "$steps" --label table
+    done
+  done
+  echo
+  printf 'bench.sh: %s bucket sweep at world 2 (caps %s MiB) ' $config "$CAPS"
+  for cap in $CAPS; do
+    [[ $cap == 25 ]] && continue  # the table's ddp run is the 25 MiB point
+    run 2 --config $config --mode ddp --bucket-cap-mb "$cap" --steps "$steps" --label sweep
+  done
+  echo
+done
+
+# Debian's python3 (where python3-matplotlib lives) before whatever python3 comes first on PATH (pyenv...).
+PY=""
+for cand in /usr/bin/python3 "$(command -v python3 || true)"; do
+  if [[ -n $cand && -x $cand ]]; then PY=$cand; break; fi
+done
+
+echo "bench.sh: summary (medians; rate = all ranks; GF/s per rank)"
+if [[ -n $PY ]]; then
+  "$PY" "$HERE/plot_bench.py" "$JSON" --table
+else
+  echo "bench.sh: python3 not found; the records are in $JSON"
+fi
+
+echo "bench.sh: bucket simulator validation (2 ranks; network fitted from the all-reduce table above)"
+set +e
+"$BIN/bucket_sim" --validate "$JSON" --network-json "$JSON" --validate-json "$JSON"
+VALID=$?
+set -e
+
+if [[ -n $PY ]] && "$PY" -c 'import matplotlib' 2>/dev/null; then
+  "$PY" "$HERE/plot_bench.py" "$JSON" --plots "$OUT_DIR"
+else
+  echo "bench.sh: python3-matplotlib not importable; no plots (tools/ddp installs it)"
+fi
+echo "bench.sh: done: $JSON"
+exit $VALID
