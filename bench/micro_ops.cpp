@@ -152,7 +152,7 @@ void TinyAdd_RecordGraph(benchmark::State& state) {
 }
 BENCHMARK(TinyAdd_RecordGraph)->Unit(benchmark::kNanosecond);
 
-// Prints the usual console table, then engine/raw per shape from the medians (or the single runs).
+// Prints the usual console table, then the engine/raw table of Linear_Paired (medians when repeated).
 class RatioReporter : public benchmark::ConsoleReporter {
  public:
   void ReportRuns(const std::vector<Run>& runs) override {
@@ -160,28 +160,28 @@ class RatioReporter : public benchmark::ConsoleReporter {
     for (const Run& r : runs) {
       const bool single = r.run_type == Run::RT_Iteration && r.repetitions <= 1;
       if (r.error_occurred || !(single || r.aggregate_name == "median")) continue;
-      times_[r.run_name.args][r.run_name.function_name] = {r.GetAdjustedRealTime(), r.GetAdjustedCPUTime()};
+      if (r.run_name.function_name != "Linear_Paired") continue;
+      auto get = [&](const char* k) {
+        auto it = r.counters.find(k);
+        return it == r.counters.end() ? 0.0 : it->second.value;
+      };
+      rows_[r.run_name.args] = {get("engine_us"), get("raw_us"), get("ratio")};
     }
   }
   void PrintRatios() const {
-    std::printf("\nlinear forward+backward, engine vs raw cblas, microseconds per iteration\n");
-    std::printf("  %-16s %10s %10s %7s | %10s %10s %7s\n", "rows/in/out", "eng wall", "raw wall", "ratio",
-                "eng cpu", "raw cpu", "ratio");
-    for (const auto& [args, by_fn] : times_) {
-      auto e = by_fn.find("Linear_Engine"), r = by_fn.find("Linear_Raw");
-      if (e == by_fn.end() || r == by_fn.end()) continue;
-      const Times& et = e->second;
-      const Times& rt = r->second;
-      std::printf("  %-16s %10.1f %10.1f %7.3f | %10.1f %10.1f %7.3f\n", args.c_str(), et.wall, rt.wall,
-                  et.wall / rt.wall, et.cpu, rt.cpu, et.cpu / rt.cpu);
-    }
+    if (rows_.empty()) return;
+    std::printf(
+        "\nlinear forward+backward (3 GEMMs), engine vs raw cblas, interleaved, median process CPU time\n");
+    std::printf("  %-16s %12s %12s %8s\n", "rows/in/out", "engine us", "raw us", "ratio");
+    for (const auto& [args, row] : rows_)
+      std::printf("  %-16s %12.1f %12.1f %8.3f\n", args.c_str(), row.engine_us, row.raw_us, row.ratio);
   }
 
  private:
-  struct Times {
-    double wall = 0, cpu = 0;
+  struct Row {
+    double engine_us = 0, raw_us = 0, ratio = 0;
   };
-  std::map<std::string, std::map<std::string, Times>> times_;
+  std::map<std::string, Row> rows_;
 };
 
 // --blas_threads=N (removed from argv before Google Benchmark parses it) or DDP_BLAS_THREADS.
