@@ -3,7 +3,7 @@
 #include <cstdio>
 
 #include "models/train.h"
-#include "runtime/core/blas_threads.h"
+#include "kernels/cpu/gemm.h"
 #include "runtime/core/cli.h"
 #include "runtime/core/log.h"
 #include "runtime/dist/env.h"
@@ -63,7 +63,7 @@ int main(int argc, char** argv) {
     o.seed = static_cast<uint64_t>(seed);
     dist::DistEnv env = dist::init_from_env();
     log::set_rank(env.world_size > 1 ? env.rank : -1);
-    if (threads > 0) set_blas_threads(threads);
+    if (threads > 0) kernels::cpu::set_blas_threads(threads);
     auto ctx = dist::init_distributed(env, backend);
     models::train(o, ctx.group);
     return 0;

@@ -21,7 +21,7 @@ NoGradGuard::~NoGradGuard() { t_grad_enabled = prev_; }
 AccumulateGrad::AccumulateGrad(std::shared_ptr<TensorImpl> variable) : variable_(std::move(variable)) {}
 
 std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>& grad_outputs) {
-  Tensor g = grad_outputs[0];
+  Tensor g = std::move(grad_outputs[0]);  // moved, so an unshared gradient can be stolen below
   if (g.defined()) {
     TensorImpl& v = *variable_;
     DDP_CHECK(shape_numel(v.shape) == g.numel(), "gradient of ", (v.name.empty() ? "a parameter" : v.name),
