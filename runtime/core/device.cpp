@@ -47,6 +47,14 @@ bool cuda_compiled() {
 int cuda_device_count() { return probe().count; }
 std::string cuda_unavailable_reason() { return probe().reason; }
 
+void device_synchronize() {
+#ifdef DDP_WITH_CUDA
+  if (cuda_device_count() == 0) return;
+  cudaError_t err = cudaDeviceSynchronize();
+  DDP_CHECK(err == cudaSuccess, "cudaDeviceSynchronize failed: ", cudaGetErrorString(err));
+#endif
+}
+
 Device Device::parse(const std::string& s) {
   if (s == "cpu") return cpu();
   if (s == "auto") return cuda_device_count() > 0 ? cuda(0) : cpu();

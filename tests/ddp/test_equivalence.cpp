@@ -6,7 +6,7 @@
 #include "models/cnn.h"
 #include "models/gpt.h"
 #include "models/mlp.h"
-#include "tests/ddp/ddp_test_util.h"
+#include "tests/support/ddp_test_util.h"
 
 using namespace ddp;
 using namespace ddp::testing;

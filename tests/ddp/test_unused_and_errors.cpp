@@ -15,7 +15,7 @@
 #include "runtime/ops/loss.h"
 #include "runtime/ops/reduce.h"
 #include "runtime/optim/optimizer.h"
-#include "tests/ddp/ddp_test_util.h"
+#include "tests/support/ddp_test_util.h"
 
 using namespace ddp;
 using namespace ddp::testing;

@@ -1,5 +1,5 @@
 // ddp_test_util.cpp - see ddp_test_util.h.
-#include "tests/ddp/ddp_test_util.h"
+#include "tests/support/ddp_test_util.h"
 
 #include <gtest/gtest.h>
 
