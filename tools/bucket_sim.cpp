@@ -9,7 +9,9 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <algorithm>
 #include <map>
+#include <tuple>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -114,6 +116,39 @@ NetworkModel network_from_json(const std::string& path, int world) {
 
 double med(const Json& rec, const char* key) { return rec.at(key).at("median").get<double>(); }
 
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// Repeated runs of one (config, world, mode, cap) - tools/bench.sh makes several passes - become one record
+// whose medians are the medians of the runs' medians.
+std::vector<Json> merge_repeats(const std::vector<Json>& recs) {
+  std::map<std::tuple<std::string, int, std::string, double>, std::vector<const Json*>> groups;
+  std::vector<std::tuple<std::string, int, std::string, double>> order;
+  for (auto& r : recs) {
+    auto key = std::make_tuple(r["config"].get<std::string>(), r["world"].get<int>(), r["mode"].get<std::string>(),
+                               r["bucket_cap_mb"].get<double>());
+    if (!groups.count(key)) order.push_back(key);
+    groups[key].push_back(&r);
+  }
+  std::vector<Json> out;
+  for (auto& key : order) {
+    const auto& runs = groups[key];
+    Json m = *runs.back();
+    m["runs"] = runs.size();
+    for (const char* k : {"step_s", "forward_s", "backward_s", "backward_compute_s", "communication_s",
+                          "exposed_communication_s", "optimizer_s"}) {
+      std::vector<double> v;
+      for (auto* r : runs) v.push_back(med(*r, k));
+      m[k]["median"] = median_of(v);
+    }
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
 struct ValidationRow {
   std::string config, mode;
   int world;
@@ -125,7 +160,7 @@ int validate(const std::string& bench_json, const SimOptions& base, double max_e
              const std::string& out_json) {
   DDP_CHECK(have_network, "bucket_sim: --validate needs the network model: --network-json FILE (from "
             "bench_allreduce --json) or --alpha-us and --bandwidth-gbps");
-  auto recs = read_records(bench_json, "e2e");
+  auto recs = merge_repeats(read_records(bench_json, "e2e"));
   // Compute times per (config, world): the last nosync record.
   std::map<std::pair<std::string, int>, Json> compute;
   for (auto& r : recs)
@@ -147,6 +182,8 @@ int validate(const std::string& bench_json, const SimOptions& base, double max_e
     o.world = world;
     o.overlap = mode == "ddp";
     o.first_bucket_mb = r.value("first_bucket_mb", 1.0);
+    // Gloo on CPU: the all-reduce is CPU work on the cores the ranks compute on (docs/simulator.md).
+    if (o.comm_cpu_share < 0) o.comm_cpu_share = r.value("device", "cpu") == "cpu" ? 1.0 : 0.0;
     auto ready = estimate_ready_times(params, ct.backward_s);
     auto res = simulate_step(params, ready, r["bucket_cap_mb"].get<double>(), ct, o);
     ValidationRow v;
@@ -165,8 +202,9 @@ int validate(const std::string& bench_json, const SimOptions& base, double max_e
   }
   DDP_CHECK(!rows.empty(), "bucket_sim: ", bench_json, " has no world >= 2 ddp/nooverlap record with a nosync "
             "record of the same configuration and world to take compute times from");
-  std::printf("bucket simulator validation: %s; network %s; compute from the nosync run of each config\n",
-              bench_json.c_str(), base.network.describe().c_str());
+  std::printf("bucket simulator validation: %s; network %s; comm CPU share %s; compute from the nosync run of "
+              "each config; medians over repeated runs\n", bench_json.c_str(), base.network.describe().c_str(),
+              base.comm_cpu_share < 0 ? "auto (1 on cpu, 0 on cuda)" : std::to_string(base.comm_cpu_share).c_str());
   std::printf("%-6s %5s %-10s %8s %8s %12s %12s %8s %12s %12s\n", "config", "world", "mode", "cap_MB", "buckets",
               "measured_ms", "predicted_ms", "error_%", "exposed_meas", "exposed_pred");
   double worst = 0;
@@ -203,7 +241,7 @@ int main(int argc, char** argv) {
     // Defaults: Gloo TCP over loopback, 2 ranks, on the 2-core development machine (1 MiB in 4.3 ms, 25 MiB
     // in 34 ms; docs/simulator.md).
     double alpha_us = 1531, bandwidth_gbps = 0.847, forward_ms = 0, backward_ms = 0, optimizer_ms = 0,
-           first_mb = 1.0, copy_gbps = 17, samples = 0, max_err = 20;
+           first_mb = 1.0, copy_gbps = 17, samples = 0, max_err = 20, comm_share = -1;
     bool overlap = true, verbose = false;
     ddp::cli::Parser p("bucket_sim",
                        "Predicts DDP step time and exposed communication for each bucket cap from a parameter "
@@ -224,6 +262,9 @@ int main(int argc, char** argv) {
     p.add("caps", &caps_s, "comma-separated bucket caps to simulate (MiB)");
     p.add("first-bucket-mb", &first_mb, "cap of the first bucket (MiB)");
     p.add("copy-gbps", &copy_gbps, "gradient copy bandwidth (GB/s) into buckets and back; 0: free");
+    p.add("comm-cpu-share", &comm_share,
+          "fraction of a core an all-reduce takes from backward while overlapped (0..1; -1: 0, or with "
+          "--validate 1 for CPU records and 0 for CUDA ones)");
     p.add("overlap", &overlap, "launch buckets during backward (--no-overlap: after it)");
     p.add("samples-per-step", &samples, "global samples per step for the samples/s column (0: config default)");
     p.add("verbose", &verbose, "print the bucket timeline of the recommended cap");
@@ -240,6 +281,8 @@ int main(int argc, char** argv) {
     o.first_bucket_mb = first_mb;
     o.overlap = overlap;
     o.copy_bytes_per_s = copy_gbps * 1e9;
+    if (comm_share > 1) throw ddp::cli::UsageError("bucket_sim: --comm-cpu-share must be in [0, 1] (or -1: auto)");
+    o.comm_cpu_share = comm_share;
     o.network.algorithm = parse_algorithm(algorithm);
     o.network.alpha_s = alpha_us * 1e-6;
     o.network.bandwidth_bytes_per_s = bandwidth_gbps * 1e9;
@@ -249,6 +292,7 @@ int main(int argc, char** argv) {
 
     if (!validate_json.empty()) return validate(validate_json, o, max_err, network_given || !network_json.empty(), validate_out);
 
+    if (o.comm_cpu_share < 0) o.comm_cpu_share = 0;
     auto shapes = checkpoint.empty() ? model_shapes(model) : checkpoint_shapes(checkpoint);
     auto params = sim_params_from_shapes(shapes);
     ComputeTimes ct{forward_ms * 1e-3, backward_ms * 1e-3, optimizer_ms * 1e-3};
@@ -276,8 +320,8 @@ int main(int argc, char** argv) {
     std::printf("bucket_sim: %s, %zu parameters, %.2f MiB of gradients, world %d\n",
                 checkpoint.empty() ? model.c_str() : checkpoint.c_str(), params.size(),
                 static_cast<double>(total) / (1 << 20), world);
-    std::printf("  network %s; copies %.3g GB/s; overlap %s; first bucket %.3g MiB\n", o.network.describe().c_str(),
-                copy_gbps, overlap ? "on" : "off", first_mb);
+    std::printf("  network %s; copies %.3g GB/s; comm CPU share %.2f; overlap %s; first bucket %.3g MiB\n",
+                o.network.describe().c_str(), copy_gbps, o.comm_cpu_share, overlap ? "on" : "off", first_mb);
     std::printf("  compute: forward %.3f ms, backward %.3f ms, optimizer %.3f ms; ready times %s\n",
                 ct.forward_s * 1e3, ct.backward_s * 1e3, ct.optimizer_s * 1e3, ready_source.c_str());
     std::fputs(format_sweep(results, best, samples).c_str(), stdout);

@@ -29,16 +29,48 @@ def load(path):
     return recs
 
 
+METRICS = ("step_s", "forward_s", "backward_s", "backward_compute_s", "communication_s", "exposed_communication_s",
+           "optimizer_s", "samples_per_s", "tokens_per_s", "tflops_per_rank")
+
+
+def median(v):
+    v = sorted(v)
+    n = len(v)
+    return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+
+
+def merge_repeats(e2e):
+    """Runs of the same (config, world, mode, cap) from several passes -> one record of medians of each
+    statistic, in first-seen order; 'runs' counts them."""
+    groups, order = {}, []
+    for r in e2e:
+        key = (r["config"], r["world"], r["mode"], r["bucket_cap_mb"])
+        if key not in groups:
+            groups[key] = []
+            order.append(key)
+        groups[key].append(r)
+    out = []
+    for key in order:
+        runs = groups[key]
+        m = dict(runs[-1])
+        m["runs"] = len(runs)
+        for k in METRICS:
+            if k in m:
+                m[k] = {s: median([r[k][s] for r in runs]) for s in m[k]}
+        out.append(m)
+    return out
+
+
 def rate_key(r):
     return "tokens_per_s" if "tokens_per_s" in r else "samples_per_s"
 
 
 def table(recs):
-    e2e = [r for r in recs if r.get("kind") == "e2e"]
+    e2e = merge_repeats([r for r in recs if r.get("kind") == "e2e"])
     if not e2e:
         print("plot_bench: no bench_e2e records")
         return
-    hdr = (f"{'config':6} {'world':>5} {'mode':10} {'cap_MB':>7} {'bkts':>4} {'step_ms':>9} {'p10':>8} {'p90':>8} "
+    hdr = (f"{'config':6} {'world':>5} {'mode':10} {'cap_MB':>7} {'bkts':>4} {'runs':>4} {'step_ms':>9} {'p10':>8} {'p90':>8} "
            f"{'fwd_ms':>8} {'bwd_ms':>8} {'comm_ms':>8} {'exposed':>8} {'opt_ms':>7} {'rate/s':>10} {'GF/s':>6}")
     print(hdr)
     print("-" * len(hdr))
@@ -46,6 +78,7 @@ def table(recs):
         s = r["step_s"]
         unit = "tok" if rate_key(r) == "tokens_per_s" else "smp"
         print(f"{r['config']:6} {r['world']:5d} {r['mode']:10} {r['bucket_cap_mb']:7.3g} {r.get('buckets', 0):4d} "
+              f"{r['runs']:4d} "
               f"{s['median'] * 1e3:9.2f} {s['p10'] * 1e3:8.2f} {s['p90'] * 1e3:8.2f} "
               f"{r['forward_s']['median'] * 1e3:8.2f} {r['backward_compute_s']['median'] * 1e3:8.2f} "
               f"{r['communication_s']['median'] * 1e3:8.2f} {r['exposed_communication_s']['median'] * 1e3:8.2f} "
@@ -67,7 +100,7 @@ def plots(recs, out_dir, prefix):
     except ImportError:
         print("plot_bench: matplotlib is not importable (apt-get install python3-matplotlib); no plots")
         return []
-    e2e = [r for r in recs if r.get("kind") == "e2e"]
+    e2e = merge_repeats([r for r in recs if r.get("kind") == "e2e"])
     preds = [r for r in recs if r.get("kind") == "sim_validation"]
     configs = sorted({r["config"] for r in e2e})
     written = []

@@ -13,7 +13,29 @@ namespace ddp::sim {
 
 namespace {
 constexpr double kMiB = 1024.0 * 1024.0;
+
+// Wall time at which the backward thread has done `compute` seconds of work when every all-reduce in `busy`
+// (non-overlapping, in start order: one channel) takes `share` of its core while it runs: outside them
+// compute runs at full speed, inside at (1 - share).
+double wall_time(double compute, const std::vector<std::pair<double, double>>& busy, double share) {
+  double t = 0, done = 0;
+  for (const auto& [s, e] : busy) {
+    if (done >= compute) return t;
+    if (s > t) {  // free stretch
+      if (done + (s - t) >= compute) return t + (compute - done);
+      done += s - t;
+      t = s;
+    }
+    const double stretch = e - std::max(s, t);
+    if (stretch <= 0) continue;
+    const double rate = 1 - share;
+    if (rate > 0 && done + stretch * rate >= compute) return t + (compute - done) / rate;
+    done += stretch * rate;
+    t = e;
+  }
+  return t + std::max(0.0, compute - done);
 }
+}  // namespace
 
 std::vector<double> estimate_ready_times(const std::vector<SimParam>& params, double backward_s) {
   DDP_CHECK(backward_s >= 0, "estimate_ready_times: backward time ", backward_s, " s must be >= 0");
@@ -43,6 +65,8 @@ SimResult simulate_step(const std::vector<SimParam>& params, const std::vector<d
             " MB must be > 0");
   DDP_CHECK(options.world >= 1, "bucket simulator: world size ", options.world, " must be >= 1");
   DDP_CHECK(options.copy_bytes_per_s >= 0, "bucket simulator: copy bandwidth must be >= 0");
+  DDP_CHECK(options.comm_cpu_share >= 0 && options.comm_cpu_share <= 1, "bucket simulator: comm_cpu_share ",
+            options.comm_cpu_share, " must be in [0, 1]");
   for (size_t i = 0; i < params.size(); ++i)
     DDP_CHECK(params[i].bytes >= 0 && ready_s[i] >= 0, "bucket simulator: parameter ", params[i].name,
               " has negative bytes or ready time");
@@ -71,24 +95,32 @@ SimResult simulate_step(const std::vector<SimParam>& params, const std::vector<d
 
   SimResult r;
   r.cap_mb = cap_mb;
-  r.backward_end_s = compute.backward_s + copies_so_far;
+  const double share = options.overlap ? options.comm_cpu_share : 0.0;
+  std::vector<std::pair<double, double>> busy;  // all-reduces scheduled so far (wall time)
+  const double backward_compute_end = compute.backward_s + copies_so_far;
   double prev_launch = 0, channel_free = 0;
   for (size_t b = 0; b < groups.size(); ++b) {
     SimBucket sb;
     sb.index = b;
     sb.params = groups[b];
+    double compute_ready = 0;
     for (size_t i : sb.params) {
       sb.bytes += params[i].bytes;
-      sb.ready_s = std::max(sb.ready_s, copied[i]);
+      compute_ready = std::max(compute_ready, copied[i]);
     }
-    sb.launch_s = options.overlap ? std::max(sb.ready_s, prev_launch) : r.backward_end_s;
+    // Only earlier buckets can run before this one is ready: its own all-reduce starts after.
+    sb.ready_s = wall_time(compute_ready, busy, share);
+    if (!options.overlap) sb.launch_s = wall_time(backward_compute_end, busy, share);
+    else sb.launch_s = std::max(sb.ready_s, prev_launch);
     sb.start_s = std::max(sb.launch_s, channel_free);
     sb.end_s = sb.start_s + options.network.allreduce_seconds(static_cast<double>(sb.bytes), options.world);
     prev_launch = sb.launch_s;
     channel_free = sb.end_s;
+    busy.push_back({sb.start_s, sb.end_s});
     r.comm_busy_s += sb.end_s - sb.start_s;
     r.buckets.push_back(std::move(sb));
   }
+  r.backward_end_s = wall_time(backward_compute_end, busy, share);
   r.comm_end_s = channel_free;
   r.exposed_s = std::max(0.0, r.comm_end_s - r.backward_end_s) + copy_s(static_cast<int64_t>(total_bytes));
   r.step_s = compute.forward_s + r.backward_end_s + r.exposed_s + compute.optimizer_s + compute.other_s;

@@ -5,6 +5,7 @@
 //
 //   step = forward + backward_end + exposed + optimizer + other
 //   backward_end = backward compute + gradient copies into the buckets (all bytes / copy bandwidth)
+//                  + comm_cpu_share * (all-reduce time overlapping backward)
 //   exposed      = max(0, end of the last all-reduce - backward_end) + write-back copy (all bytes / copy bw)
 //
 // Inputs: the parameters (name, bytes, dtype, a relative backward cost), when each gradient becomes ready
@@ -44,6 +45,11 @@ struct SimOptions {
   bool overlap = true;  // false: every all-reduce waits for the end of backward (DDPOptions.overlap=false)
   // Bytes per second of the reducer's gradient copies (into the bucket, back to .grad); 0: copies are free.
   double copy_bytes_per_s = 0;
+  // Fraction of a core an all-reduce takes from the backward thread while both run (0..1). 0 on GPUs (NCCL
+  // runs on the GPU's copy engines and SMs the compute does not need); about 1 for Gloo over loopback TCP when
+  // the ranks fill the cores: the "network" is the CPUs copying and summing, so overlapped communication
+  // stretches backward by that much.
+  double comm_cpu_share = 0;
 };
 
 struct SimBucket {

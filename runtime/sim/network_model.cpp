@@ -56,21 +56,24 @@ NetworkModel fit_network_model(const std::vector<MeasuredAllreduce>& points, int
             " measured point(s); need at least two message sizes");
   double steps = 0, volume = 0;
   multipliers(algorithm, world, &steps, &volume);
-  // Linear regression seconds = a + b * bytes: b = volume / B, a = steps * alpha.
-  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  // Linear regression seconds = a + b * bytes (b = volume / B, a = steps * alpha), weighted by 1 / seconds^2:
+  // it minimizes the relative error, so the small messages (which fix alpha) count as much as the large ones.
+  double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
   for (auto& p : points) {
-    DDP_CHECK(p.bytes >= 0 && p.seconds >= 0, "fit_network_model: negative measurement (", p.bytes, " bytes, ",
-              p.seconds, " s)");
-    sx += p.bytes;
-    sy += p.seconds;
-    sxx += p.bytes * p.bytes;
-    sxy += p.bytes * p.seconds;
+    DDP_CHECK(p.bytes >= 0 && p.seconds > 0, "fit_network_model: bad measurement (", p.bytes, " bytes, ",
+              p.seconds, " s); times must be > 0");
+    const double w = 1 / (p.seconds * p.seconds);
+    sw += w;
+    sx += w * p.bytes;
+    sy += w * p.seconds;
+    sxx += w * p.bytes * p.bytes;
+    sxy += w * p.bytes * p.seconds;
   }
-  const double n = static_cast<double>(points.size());
-  const double denom = n * sxx - sx * sx;
-  DDP_CHECK(denom > 0, "fit_network_model: all points have the same size; need at least two distinct sizes");
-  double b = (n * sxy - sx * sy) / denom;
-  double a = (sy - b * sx) / n;
+  const double denom = sw * sxx - sx * sx;
+  DDP_CHECK(denom > 1e-12 * sw * sxx, "fit_network_model: all points have the same size; need at least two "
+            "distinct sizes");
+  double b = (sw * sxy - sx * sy) / denom;
+  double a = (sy - b * sx) / sw;
   if (a < 0) {  // latency cannot be negative: fit through the origin instead
     a = 0;
     b = sxy / sxx;

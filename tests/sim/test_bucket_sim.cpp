@@ -149,3 +149,35 @@ TEST(SampleStats, PercentilesInterpolate) {
 
 }  // namespace
 }  // namespace ddp::sim
+
+namespace ddp::sim {
+namespace {
+
+TEST(BucketSim, CommunicationSharingTheCoreStretchesBackward) {
+  Toy t;
+  t.opt.comm_cpu_share = 0.5;
+  // Bucket {C} runs 1..2 while backward runs: backward loses 0.5 s. A's gradient (compute time 3) is ready at
+  // wall 3.5; bucket {B, A} runs 3.5..5.5; exposed 2; step 0.5 + 3.5 + 2 + 0.25.
+  auto r = simulate_step(t.params, t.ready, 2.0, t.compute, t.opt);
+  EXPECT_DOUBLE_EQ(r.buckets[0].ready_s, 1);
+  EXPECT_DOUBLE_EQ(r.buckets[1].ready_s, 3.5);
+  EXPECT_DOUBLE_EQ(r.backward_end_s, 3.5);
+  EXPECT_DOUBLE_EQ(r.exposed_s, 2);
+  EXPECT_DOUBLE_EQ(r.step_s, 6.25);
+  // A full core: backward stops while {C} runs; B (compute 2) is ready at wall 3, A at 4.
+  t.opt.comm_cpu_share = 1.0;
+  r = simulate_step(t.params, t.ready, 0.5, t.compute, t.opt);
+  ASSERT_EQ(r.buckets.size(), 3u);
+  EXPECT_DOUBLE_EQ(r.buckets[1].ready_s, 3);
+  EXPECT_DOUBLE_EQ(r.buckets[1].end_s, 4);
+  EXPECT_DOUBLE_EQ(r.buckets[2].ready_s, 5);  // compute 3 = 1 (before C) + 1 (2..3) + 1 (after B's 3..4)
+  EXPECT_DOUBLE_EQ(r.backward_end_s, 5);
+  // Without overlap nothing competes: the share does not matter.
+  t.opt.overlap = false;
+  EXPECT_DOUBLE_EQ(simulate_step(t.params, t.ready, 2.0, t.compute, t.opt).step_s, 6.75);
+  t.opt.comm_cpu_share = 1.5;
+  EXPECT_THROW(simulate_step(t.params, t.ready, 2.0, t.compute, t.opt), Error);
+}
+
+}  // namespace
+}  // namespace ddp::sim
