@@ -32,9 +32,9 @@ class NamespacePair {
 
  private:
   NamespacePair() = default;
-  std::string ip_;                     // path of the ip program
-  std::vector<NamespaceNode> nodes_;   // both nodes, filled as they are planned
-  std::vector<std::string> created_;   // namespaces that exist and must be deleted
+  std::string ip_;                    // path of the ip program
+  std::vector<NamespaceNode> nodes_;  // both nodes, filled as they are planned
+  std::vector<std::string> created_;  // namespaces that exist and must be deleted
 };
 
 }  // namespace ddp::testing

@@ -27,8 +27,8 @@ std::string random_token() {
 }
 
 struct NodeRun {
-  std::string token;              // DDP_RUN_TOKEN of this node
-  std::vector<std::string> env;   // more NAME=VALUE for this node's ddprun
+  std::string token;             // DDP_RUN_TOKEN of this node
+  std::vector<std::string> env;  // more NAME=VALUE for this node's ddprun
 };
 
 // Starts both nodes' ddprun at once and waits for both. The environment is given through `env` inside the
@@ -36,20 +36,26 @@ struct NodeRun {
 std::vector<ProcessResult> run_nodes(const NamespacePair& pair, const std::vector<NodeRun>& runs) {
   std::vector<std::future<ProcessResult>> futures;
   for (int node = 0; node < kNodes; ++node) {
-    std::vector<std::string> cmd = {"/usr/bin/env", "-u", "GLOO_SOCKET_IFNAME", "-u", "DDP_DEBUG",
-                                    "DDP_RUN_TOKEN=" + runs[node].token};
+    std::vector<std::string> cmd = {"/usr/bin/env", "-u", "GLOO_SOCKET_IFNAME"};
+    cmd.push_back("DDP_RUN_TOKEN=" + runs[node].token);
     cmd.insert(cmd.end(), runs[node].env.begin(), runs[node].env.end());
-    for (const std::string& a :
-         {ddprun_path(), std::string("--nnodes"), std::to_string(kNodes), std::string("--node-rank"),
-          std::to_string(node), std::string("--nproc-per-node"), std::to_string(kProcsPerNode),
-          std::string("--master-addr"), pair.node(0).address, std::string("--master-port"),
-          std::string("29500"), std::string(DDP_BIN_DIR) + "/testprog_dist_worker"})
-      cmd.push_back(a);
+    const std::vector<std::string> ddprun = {ddprun_path(),
+                                             "--nnodes",
+                                             std::to_string(kNodes),
+                                             "--node-rank",
+                                             std::to_string(node),
+                                             "--nproc-per-node",
+                                             std::to_string(kProcsPerNode),
+                                             "--master-addr",
+                                             pair.node(0).address,
+                                             "--master-port",
+                                             "29500",
+                                             std::string(DDP_BIN_DIR) + "/testprog_dist_worker"};
+    cmd.insert(cmd.end(), ddprun.begin(), ddprun.end());
     ProcessOptions opt;
     opt.timeout_s = kNodeTimeoutS;
-    futures.push_back(std::async(std::launch::async, [argv = pair.exec_in(node, cmd), opt] {
-      return run_process(argv, opt);
-    }));
+    futures.push_back(std::async(std::launch::async,
+                                 [argv = pair.exec_in(node, cmd), opt] { return run_process(argv, opt); }));
   }
   std::vector<ProcessResult> results;
   for (auto& f : futures) results.push_back(f.get());
@@ -107,8 +113,8 @@ void expect_allreduce_over_four_ranks(const std::vector<ProcessResult>& results)
 // Gloo listens on the local address that routes to MASTER_ADDR: the veth address in each namespace.
 TEST_F(MultiNode, AllreduceOverFourRanksOnTwoNodes) {
   const std::string token = random_token();
-  auto results = run_nodes(*pair_, {{token, {"DDP_COLLECTIVE_TIMEOUT_S=20"}},
-                                    {token, {"DDP_COLLECTIVE_TIMEOUT_S=20"}}});
+  auto results =
+      run_nodes(*pair_, {{token, {"DDP_COLLECTIVE_TIMEOUT_S=20"}}, {token, {"DDP_COLLECTIVE_TIMEOUT_S=20"}}});
   expect_allreduce_over_four_ranks(results);
 }
 
