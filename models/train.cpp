@@ -23,6 +23,7 @@
 #include "runtime/data/synthetic.h"
 #include "runtime/data/text_dataset.h"
 #include "runtime/ddp/distributed_data_parallel.h"
+#include "runtime/ddp/host_collectives.h"
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/loss.h"
 #include "runtime/optim/lr_schedule.h"
@@ -119,7 +120,7 @@ std::string options_json(const TrainOptions& o) {
 
 double allreduce_mean(dist::ProcessGroup& pg, double v) {
   Tensor t = Tensor::from_data<double>({v}, {1});
-  pg.allreduce(dist::CommBuffer{t.raw_data(), 1, DType::F64, Device::cpu(), t.storage()})->wait();
+  host_allreduce(pg, t);
   return t.data<double>()[0] / pg.size();
 }
 
@@ -276,7 +277,7 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg)
     }
     model->train();
     Tensor t = Tensor::from_data<double>({loss_sum, rows, correct}, {3});
-    pg->allreduce(dist::CommBuffer{t.raw_data(), 3, DType::F64, Device::cpu(), t.storage()})->wait();
+    host_allreduce(*pg, t);
     const double* v = t.data<double>();
     result.val_loss = v[1] > 0 ? v[0] / v[1] : NAN;
     result.val_accuracy = data.tokens ? -1 : (v[1] > 0 ? v[2] / v[1] : 0);

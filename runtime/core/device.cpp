@@ -47,6 +47,14 @@ bool cuda_compiled() {
 int cuda_device_count() { return probe().count; }
 std::string cuda_unavailable_reason() { return probe().reason; }
 
+int current_cuda_device() {
+#ifdef DDP_WITH_CUDA
+  int d = 0;
+  if (cuda_device_count() > 0 && cudaGetDevice(&d) == cudaSuccess) return d;
+#endif
+  return 0;
+}
+
 void device_synchronize() {
 #ifdef DDP_WITH_CUDA
   if (cuda_device_count() == 0) return;

@@ -29,6 +29,8 @@ int cuda_device_count();
 // Why cuda_device_count() is 0 (empty when GPUs are present): "built without CUDA", or the runtime's message.
 std::string cuda_unavailable_reason();
 
+// The calling thread's current CUDA device (0 without CUDA).
+int current_cuda_device();
 // Waits until all work queued on the current GPU has finished (no-op without CUDA or without a GPU).
 void device_synchronize();
 

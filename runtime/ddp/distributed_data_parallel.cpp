@@ -5,13 +5,11 @@
 #include <sstream>
 
 #include "runtime/autograd/node.h"
+#include "runtime/ddp/host_collectives.h"
 
 namespace ddp {
 
 namespace {
-dist::CommBuffer comm_of(const Tensor& t) {
-  return dist::CommBuffer{t.raw_data(), t.numel(), t.dtype(), t.device(), t.storage()};
-}
 
 // One line per parameter: "name shape dtype".
 std::vector<std::string> describe_params(const nn::Module& m) {
@@ -55,7 +53,7 @@ void DistributedDataParallel::verify_same_model() {
   const int world = pg_->size();
   Tensor len = Tensor::from_data<int64_t>({static_cast<int64_t>(mine.size())}, {1});
   Tensor lens = Tensor::empty({world}, DType::I64);
-  pg_->allgather(comm_of(len), comm_of(lens))->wait();
+  host_allgather(*pg_, len, lens);
   int64_t max_len = 1;
   for (int r = 0; r < world; ++r) max_len = std::max(max_len, lens.data<int64_t>()[r]);
   Tensor bytes = Tensor::zeros({max_len}, DType::U8);
@@ -64,7 +62,7 @@ void DistributedDataParallel::verify_same_model() {
   Tensor words = Tensor::zeros({(max_len + 3) / 4}, DType::I32);
   std::memcpy(words.raw_data(), bytes.raw_data(), static_cast<size_t>(max_len));
   Tensor all = Tensor::empty({world * words.numel()}, DType::I32);
-  pg_->allgather(comm_of(words), comm_of(all))->wait();
+  host_allgather(*pg_, words, all);
   std::vector<std::vector<std::string>> lists(world);
   for (int r = 0; r < world; ++r) {
     const char* p = static_cast<const char*>(all.raw_data()) + r * words.numel() * 4;
@@ -99,8 +97,16 @@ void DistributedDataParallel::verify_same_model() {
 
 void DistributedDataParallel::broadcast_from_rank0(const std::vector<Tensor>& tensors) {
   std::vector<std::shared_ptr<dist::Work>> works;
-  for (const Tensor& t : tensors)
-    if (t.numel() > 0) works.push_back(pg_->broadcast(comm_of(t), 0));
+  const bool nccl = pg_->backend_name() == "nccl";
+  for (const Tensor& t : tensors) {
+    if (t.numel() == 0) continue;
+    if (nccl && t.device().is_cpu()) {  // host buffers (e.g. generator states) go through the GPU
+      Tensor h = t;
+      host_broadcast(*pg_, h, 0);
+    } else {
+      works.push_back(pg_->broadcast(comm_buffer_of(t), 0));
+    }
+  }
   for (auto& w : works) w->wait();
 }
 

@@ -8,6 +8,7 @@
 #include "runtime/autograd/engine.h"
 #include "runtime/core/log.h"
 #include "runtime/ddp/bucket_assignment.h"
+#include "runtime/ddp/host_collectives.h"
 #include "runtime/tensor/tensor_math.h"
 #include "runtime/trace/trace.h"
 
@@ -17,9 +18,6 @@ namespace {
 constexpr double kMiB = 1024.0 * 1024.0;
 using Clock = std::chrono::steady_clock;
 
-dist::CommBuffer comm_buffer_of(const Tensor& t) {
-  return dist::CommBuffer{t.raw_data(), t.numel(), t.dtype(), t.device(), t.storage()};
-}
 }  // namespace
 
 Reducer::Reducer(std::vector<nn::NamedTensor> params, std::shared_ptr<dist::ProcessGroup> pg, ReducerOptions options)
@@ -187,6 +185,7 @@ void Reducer::launch_ready_buckets() {
   if (next_to_launch_ == buckets_.size() && opt_.find_unused_parameters && !used_map_work_) {
     // The used-map travels right after the last bucket: which parameters any rank used.
     used_map_ = Tensor::from_data<int32_t>(locally_used_, {static_cast<int64_t>(locally_used_.size())});
+    if (pg_->backend_name() == "nccl") used_map_ = used_map_.to(params_.front().tensor.device());  // NCCL: device memory
     used_map_work_ = pg_->allreduce(comm_buffer_of(used_map_), dist::ReduceOp::Sum);
   }
 }
@@ -223,7 +222,8 @@ void Reducer::finish_communication() {
 }
 
 void Reducer::write_back() {
-  const int32_t* used = used_map_.defined() ? used_map_.data<int32_t>() : nullptr;
+  Tensor used_host = used_map_.defined() ? used_map_.to(Device::cpu()) : Tensor();  // after the work's wait
+  const int32_t* used = used_host.defined() ? used_host.data<int32_t>() : nullptr;
   for (size_t i = 0; i < params_.size(); ++i) {
     if (used && used[i] == 0) continue;  // no rank used it: grad stays as it was (none), optimizers skip it
     Tensor slot = slot_view(i);
@@ -317,7 +317,7 @@ void Reducer::rebuild_from_ready_order() {
   for (size_t k = n; k-- > 0;)
     if (!seen[k]) order.push_back(static_cast<int64_t>(k));
   Tensor t = Tensor::from_data<int64_t>(order, {static_cast<int64_t>(n)});
-  pg_->broadcast(comm_buffer_of(t), 0)->wait();
+  host_broadcast(*pg_, t, 0);
   const int64_t* o = t.data<int64_t>();
   std::vector<size_t> final_order(o, o + n);
   std::vector<uint8_t> check(n, 0);
