@@ -29,10 +29,23 @@ int64_t parse_size(const std::string& s) {
   int64_t mult = 1;
   std::string digits = s;
   switch (s.back()) {
-    case 'K': case 'k': mult = 1 << 10; digits.pop_back(); break;
-    case 'M': case 'm': mult = 1 << 20; digits.pop_back(); break;
-    case 'G': case 'g': mult = int64_t{1} << 30; digits.pop_back(); break;
-    default: break;
+    case 'K':
+    case 'k':
+      mult = 1 << 10;
+      digits.pop_back();
+      break;
+    case 'M':
+    case 'm':
+      mult = 1 << 20;
+      digits.pop_back();
+      break;
+    case 'G':
+    case 'g':
+      mult = int64_t{1} << 30;
+      digits.pop_back();
+      break;
+    default:
+      break;
   }
   size_t used = 0;
   long long v = 0;
@@ -57,9 +70,10 @@ int main(int argc, char** argv) {
   try {
     std::string min_s = "4K", max_s = "32M", backend = "auto", device_s = "auto", json_path;
     int factor = 4, iters = 10, warmup = 3;
-    ddp::cli::Parser p("bench_allreduce",
-                       "All-reduce (sum, float32) timing table over ddp.cpp's process group: time, algbw, busbw, "
-                       "correctness, and the ring alpha-beta fit for bucket_sim. Run under ddprun for world > 1.");
+    ddp::cli::Parser p(
+        "bench_allreduce",
+        "All-reduce (sum, float32) timing table over ddp.cpp's process group: time, algbw, busbw, "
+        "correctness, and the ring alpha-beta fit for bucket_sim. Run under ddprun for world > 1.");
     p.add("min-bytes", &min_s, "smallest message (bytes; K/M/G suffixes)");
     p.add("max-bytes", &max_s, "largest message");
     p.add("factor", &factor, "size multiplier between rows (>= 2)");
@@ -70,8 +84,8 @@ int main(int argc, char** argv) {
     p.add("json", &json_path, "append one JSON record (points and fit) to this file (rank 0)");
     p.parse(argc, argv);
     const int64_t min_bytes = parse_size(min_s), max_bytes = parse_size(max_s);
-    DDP_CHECK(min_bytes <= max_bytes, "bench_allreduce: --min-bytes (", min_bytes, ") > --max-bytes (", max_bytes,
-              ")");
+    DDP_CHECK(min_bytes <= max_bytes, "bench_allreduce: --min-bytes (", min_bytes, ") > --max-bytes (",
+              max_bytes, ")");
     DDP_CHECK(factor >= 2, "bench_allreduce: --factor ", factor, " must be >= 2");
     DDP_CHECK(iters >= 1 && warmup >= 0, "bench_allreduce: --iters must be >= 1 and --warmup >= 0");
 
@@ -88,7 +102,8 @@ int main(int argc, char** argv) {
                   resolved.c_str(), world, dev.str().c_str(), iters, warmup);
       std::printf("# %12s %12s %12s %12s %12s %10s %10s %7s\n", "size(B)", "count", "time(us)", "p10(us)",
                   "p90(us)", "algbw", "busbw", "#wrong");
-      std::printf("# %12s %12s %12s %12s %12s %10s %10s %7s\n", "", "", "median", "", "", "(GB/s)", "(GB/s)", "");
+      std::printf("# %12s %12s %12s %12s %12s %10s %10s %7s\n", "", "", "median", "", "", "(GB/s)", "(GB/s)",
+                  "");
     }
     std::vector<ddp::sim::MeasuredAllreduce> points;
     nlohmann::ordered_json rows = nlohmann::json::array();
@@ -130,22 +145,28 @@ int main(int argc, char** argv) {
       ++rows_n;
       points.push_back({real_bytes, t});
       if (rank == 0) {
-        std::printf("  %12.0f %12" PRId64 " %12.1f %12.1f %12.1f %10.3f %10.3f %7" PRId64 "\n", real_bytes, count,
-                    t * 1e6, st.p10 * 1e6, st.p90 * 1e6, algbw, busbw, wrong_any);
-        rows.push_back({{"bytes", real_bytes}, {"median_s", t}, {"p10_s", st.p10}, {"p90_s", st.p90},
-                        {"algbw_gbps", algbw}, {"busbw_gbps", busbw}, {"wrong", wrong_any}});
+        std::printf("  %12.0f %12" PRId64 " %12.1f %12.1f %12.1f %10.3f %10.3f %7" PRId64 "\n", real_bytes,
+                    count, t * 1e6, st.p10 * 1e6, st.p90 * 1e6, algbw, busbw, wrong_any);
+        rows.push_back({{"bytes", real_bytes},
+                        {"median_s", t},
+                        {"p10_s", st.p10},
+                        {"p90_s", st.p90},
+                        {"algbw_gbps", algbw},
+                        {"busbw_gbps", busbw},
+                        {"wrong", wrong_any}});
       }
       if (bytes > max_bytes / factor) break;  // next size would overflow the range
     }
     if (rank == 0) {
       std::printf("# Avg bus bandwidth    : %.3f GB/s\n", busbw_sum / std::max(rows_n, 1));
       nlohmann::ordered_json rec = {{"kind", "allreduce"}, {"backend", resolved}, {"world", world},
-                                    {"device", dev.str()},  {"iters", iters},     {"points", rows}};
+                                    {"device", dev.str()}, {"iters", iters},      {"points", rows}};
       if (world > 1 && points.size() >= 2) {
         auto fit = ddp::sim::fit_network_model(points, world, ddp::sim::AllreduceAlgorithm::Ring);
         std::printf("# ring fit: %s\n", fit.describe().c_str());
-        rec["fit"] = {{"algorithm", "ring"}, {"alpha_s", fit.alpha_s}, {"bandwidth_bytes_per_s",
-                                                                         fit.bandwidth_bytes_per_s}};
+        rec["fit"] = {{"algorithm", "ring"},
+                      {"alpha_s", fit.alpha_s},
+                      {"bandwidth_bytes_per_s", fit.bandwidth_bytes_per_s}};
       }
       if (!json_path.empty()) {
         std::ofstream out(json_path, std::ios::app);

@@ -51,10 +51,10 @@ using ddp::Tensor;
 struct Workload {
   std::string description;
   std::shared_ptr<ddp::nn::Module> model;
-  Tensor x, y;                      // one synthetic batch, reused every step
-  int64_t samples_per_rank = 0;     // rows of x
-  int64_t tokens_per_sample = 0;    // 0 for non-token models
-  double flops_per_rank_step = 0;   // forward + backward
+  Tensor x, y;                     // one synthetic batch, reused every step
+  int64_t samples_per_rank = 0;    // rows of x
+  int64_t tokens_per_sample = 0;   // 0 for non-token models
+  double flops_per_rank_step = 0;  // forward + backward
   std::string flops_rule;
   std::unique_ptr<ddp::optim::Optimizer> optimizer;  // built after DDP wraps the model
   std::string optimizer_name;
@@ -158,7 +158,9 @@ void sync_device(const Tensor& probe) {
   if (probe.device().is_cuda()) (void)probe.slice0(0, 1).to(ddp::Device::cpu());
 }
 
-double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+double seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
 
 nlohmann::ordered_json stats_json(const ddp::sim::SampleStats& s) {
   return {{"median", s.median}, {"p10", s.p10}, {"p90", s.p90}, {"min", s.min}, {"max", s.max}};
@@ -174,16 +176,19 @@ int main(int argc, char** argv) {
     int64_t batch = 0;
     double cap_mb = 25.0, first_mb = 1.0, peak_tflops = 0, lr = 0;
     bool force = false;
-    ddp::cli::Parser p("bench_e2e",
-                       "End-to-end DDP training throughput on synthetic data: step, forward, backward compute, "
-                       "communication, exposed communication and optimizer time (median and spread). Run alone "
-                       "for world 1 or under ddprun. See docs/benchmarks.md.");
-    p.add_choice("config", &config, {"mlp", "gpt", "gpt2s"},
-                 "mlp: 784-1024-1024-10, batch 64/rank, SGD; gpt: d 128, 4 heads, 2 blocks, context 64, batch "
-                 "16/rank, AdamW; gpt2s: GPT-2 small shape, context 1024 (GPU only)");
-    p.add_choice("mode", &mode, {"ddp", "nosync", "nooverlap", "unused"},
-                 "ddp: overlapped all-reduce; nosync: no communication; nooverlap: all-reduce after backward; "
-                 "unused: find_unused_parameters");
+    ddp::cli::Parser p(
+        "bench_e2e",
+        "End-to-end DDP training throughput on synthetic data: step, forward, backward compute, "
+        "communication, exposed communication and optimizer time (median and spread). Run alone "
+        "for world 1 or under ddprun. See docs/benchmarks.md.");
+    p.add_choice(
+        "config", &config, {"mlp", "gpt", "gpt2s"},
+        "mlp: 784-1024-1024-10, batch 64/rank, SGD; gpt: d 128, 4 heads, 2 blocks, context 64, batch "
+        "16/rank, AdamW; gpt2s: GPT-2 small shape, context 1024 (GPU only)");
+    p.add_choice(
+        "mode", &mode, {"ddp", "nosync", "nooverlap", "unused"},
+        "ddp: overlapped all-reduce; nosync: no communication; nooverlap: all-reduce after backward; "
+        "unused: find_unused_parameters");
     p.add("bucket-cap-mb", &cap_mb, "DDP bucket cap (MiB)");
     p.add("first-bucket-mb", &first_mb, "cap of the first bucket (MiB)");
     p.add("warmup", &warmup, "untimed steps first (>= 1: the first step rebuilds the buckets)");
@@ -193,7 +198,8 @@ int main(int argc, char** argv) {
     p.add_choice("device", &device_s, {"auto", "cpu", "cuda"}, "auto: cuda when a GPU is visible");
     p.add_choice("backend", &backend, {"auto", "gloo", "nccl"}, "process group backend");
     p.add_choice("dtype", &dtype_s, {"f32", "bf16"}, "parameter dtype");
-    p.add_choice("optimizer", &optimizer_s, {"default", "sgd", "adamw"}, "default: sgd for mlp, adamw for gpt");
+    p.add_choice("optimizer", &optimizer_s, {"default", "sgd", "adamw"},
+                 "default: sgd for mlp, adamw for gpt");
     p.add("lr", &lr, "learning rate (0: 0.01 for SGD, 3e-4 for AdamW)");
     p.add("peak-tflops", &peak_tflops,
           "peak TFLOP/s per rank for MFU (0: on GPU 67 for f32, 790 for bf16 (H200 measured); none on CPU)");
@@ -207,13 +213,15 @@ int main(int argc, char** argv) {
     const ddp::dist::DistEnv env = ddp::dist::init_from_env();
     const bool gpu = device_s == "cuda" || (device_s == "auto" && ddp::cuda_device_count() > 0);
     if (device_s == "cuda")
-      DDP_CHECK(ddp::cuda_device_count() > 0, "bench_e2e: --device cuda but no GPU is usable: ",
-                ddp::cuda_unavailable_reason());
+      DDP_CHECK(ddp::cuda_device_count() > 0,
+                "bench_e2e: --device cuda but no GPU is usable: ", ddp::cuda_unavailable_reason());
     if (config == "gpt2s" && !gpu && !force)
-      DDP_FAIL("bench_e2e: --config gpt2s (GPT-2 small, ~163M parameters, context 1024) is meant for a GPU; on "
-               "this CPU one step takes minutes. Use --config gpt here, or pass --force to run it anyway.");
+      DDP_FAIL(
+          "bench_e2e: --config gpt2s (GPT-2 small, ~163M parameters, context 1024) is meant for a GPU; on "
+          "this CPU one step takes minutes. Use --config gpt here, or pass --force to run it anyway.");
     const ddp::DType dtype = dtype_s == "bf16" ? ddp::DType::BF16 : ddp::DType::F32;
-    DDP_CHECK(dtype == ddp::DType::F32 || gpu, "bench_e2e: --dtype bf16 needs a GPU (the CPU kernels are float32/"
+    DDP_CHECK(dtype == ddp::DType::F32 || gpu,
+              "bench_e2e: --dtype bf16 needs a GPU (the CPU kernels are float32/"
               "float64); use --dtype f32 on CPU");
     if (threads <= 0)
       threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / env.local_world_size);
@@ -266,7 +274,8 @@ int main(int argc, char** argv) {
       const auto t0 = Clock::now();
       Tensor loss;
       std::unique_ptr<ddp::DistributedDataParallel::NoSyncGuard> no_sync;
-      if (mode == "nosync") no_sync = std::make_unique<ddp::DistributedDataParallel::NoSyncGuard>(model.reducer());
+      if (mode == "nosync")
+        no_sync = std::make_unique<ddp::DistributedDataParallel::NoSyncGuard>(model.reducer());
       {
         ddp::trace::TraceScope scope("forward", "forward");
         loss = ddp::ops::cross_entropy(model.forward(w.x), w.y);
@@ -336,8 +345,8 @@ int main(int argc, char** argv) {
       const char* rate_unit = w.tokens_per_sample > 0 ? "tokens/s" : "samples/s";
 
       std::printf("bench_e2e: %s (%lld parameters), mode %s, world %d, backend %s, device %s, %s\n",
-                  w.description.c_str(), static_cast<long long>(w.model->num_parameters()), mode.c_str(), world,
-                  ctx.group->backend_name().c_str(), dev.str().c_str(), dtype_s.c_str());
+                  w.description.c_str(), static_cast<long long>(w.model->num_parameters()), mode.c_str(),
+                  world, ctx.group->backend_name().c_str(), dev.str().c_str(), dtype_s.c_str());
       std::printf("  batch %lld per rank%s, %s, bucket cap %.3g MiB (first %.3g MiB, %zu buckets)\n",
                   static_cast<long long>(w.samples_per_rank),
                   w.tokens_per_sample > 0
@@ -346,8 +355,8 @@ int main(int argc, char** argv) {
                   w.optimizer_name.c_str(), cap_mb, first_mb, buckets);
       std::printf("  BLAS threads per rank %d, %u cores, host %s, load %.2f -> %.2f\n", threads,
                   std::thread::hardware_concurrency(), host, load_before, load_after);
-      std::printf("  FLOPs per rank step %.4g (%s); %d measured steps after %d warmup\n", w.flops_per_rank_step,
-                  w.flops_rule.c_str(), steps, warmup);
+      std::printf("  FLOPs per rank step %.4g (%s); %d measured steps after %d warmup\n",
+                  w.flops_per_rank_step, w.flops_rule.c_str(), steps, warmup);
       std::printf("  %-28s %12s %12s %12s %12s %12s\n", "metric", "median", "p10", "p90", "min", "max");
       auto row = [](const char* name, const ddp::sim::SampleStats& s, double scale) {
         std::printf("  %-28s %12.3f %12.3f %12.3f %12.3f %12.3f\n", name, s.median * scale, s.p10 * scale,
@@ -388,8 +397,12 @@ int main(int argc, char** argv) {
             {"flops_per_rank_step", w.flops_per_rank_step},
             {"steps", steps},
             {"warmup", warmup},
-            {"machine", {{"host", host}, {"cores", std::thread::hardware_concurrency()}, {"cpu", cpu_model()},
-                         {"load_before", load_before}, {"load_after", load_after}}},
+            {"machine",
+             {{"host", host},
+              {"cores", std::thread::hardware_concurrency()},
+              {"cpu", cpu_model()},
+              {"load_before", load_before},
+              {"load_after", load_after}}},
             {"date", iso_now()},
             {"label", label},
             {"step_s", stats_json(step)},

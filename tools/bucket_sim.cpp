@@ -93,7 +93,8 @@ std::vector<Json> read_records(const std::string& path, const std::string& kind)
     ++n;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     Json j = Json::parse(line, nullptr, false);
-    DDP_CHECK(!j.is_discarded(), "bucket_sim: ", path, " line ", n, " is not JSON (expected one record a line)");
+    DDP_CHECK(!j.is_discarded(), "bucket_sim: ", path, " line ", n,
+              " is not JSON (expected one record a line)");
     if (j.value("kind", "") == kind) out.push_back(std::move(j));
   }
   return out;
@@ -105,7 +106,8 @@ NetworkModel network_from_json(const std::string& path, int world) {
   const Json* best = nullptr;
   for (auto& r : recs)
     if (r.contains("fit") && (!best || r.value("world", 0) == world)) best = &r;
-  DDP_CHECK(best, "bucket_sim: ", path, " has no all-reduce record with a fit; run bench_allreduce with world >= 2 "
+  DDP_CHECK(best, "bucket_sim: ", path,
+            " has no all-reduce record with a fit; run bench_allreduce with world >= 2 "
             "and --json");
   NetworkModel m;
   m.algorithm = parse_algorithm((*best)["fit"].value("algorithm", "ring"));
@@ -128,8 +130,8 @@ std::vector<Json> merge_repeats(const std::vector<Json>& recs) {
   std::map<std::tuple<std::string, int, std::string, double>, std::vector<const Json*>> groups;
   std::vector<std::tuple<std::string, int, std::string, double>> order;
   for (auto& r : recs) {
-    auto key = std::make_tuple(r["config"].get<std::string>(), r["world"].get<int>(), r["mode"].get<std::string>(),
-                               r["bucket_cap_mb"].get<double>());
+    auto key = std::make_tuple(r["config"].get<std::string>(), r["world"].get<int>(),
+                               r["mode"].get<std::string>(), r["bucket_cap_mb"].get<double>());
     if (!groups.count(key)) order.push_back(key);
     groups[key].push_back(&r);
   }
@@ -158,7 +160,8 @@ struct ValidationRow {
 
 int validate(const std::string& bench_json, const SimOptions& base, double max_err_pct, bool have_network,
              const std::string& out_json) {
-  DDP_CHECK(have_network, "bucket_sim: --validate needs the network model: --network-json FILE (from "
+  DDP_CHECK(have_network,
+            "bucket_sim: --validate needs the network model: --network-json FILE (from "
             "bench_allreduce --json) or --alpha-us and --bandwidth-gbps");
   auto recs = merge_repeats(read_records(bench_json, "e2e"));
   // Compute times per (config, world): the last nosync record.
@@ -200,31 +203,42 @@ int validate(const std::string& bench_json, const SimOptions& base, double max_e
     v.buckets_pred = res.buckets.size();
     rows.push_back(v);
   }
-  DDP_CHECK(!rows.empty(), "bucket_sim: ", bench_json, " has no world >= 2 ddp/nooverlap record with a nosync "
+  DDP_CHECK(!rows.empty(), "bucket_sim: ", bench_json,
+            " has no world >= 2 ddp/nooverlap record with a nosync "
             "record of the same configuration and world to take compute times from");
-  std::printf("bucket simulator validation: %s; network %s; comm CPU share %s; compute from the nosync run of "
-              "each config; medians over repeated runs\n", bench_json.c_str(), base.network.describe().c_str(),
-              base.comm_cpu_share < 0 ? "auto (1 on cpu, 0 on cuda)" : std::to_string(base.comm_cpu_share).c_str());
-  std::printf("%-6s %5s %-10s %8s %8s %12s %12s %8s %12s %12s\n", "config", "world", "mode", "cap_MB", "buckets",
-              "measured_ms", "predicted_ms", "error_%", "exposed_meas", "exposed_pred");
+  std::printf(
+      "bucket simulator validation: %s; network %s; comm CPU share %s; compute from the nosync run of "
+      "each config; medians over repeated runs\n",
+      bench_json.c_str(), base.network.describe().c_str(),
+      base.comm_cpu_share < 0 ? "auto (1 on cpu, 0 on cuda)" : std::to_string(base.comm_cpu_share).c_str());
+  std::printf("%-6s %5s %-10s %8s %8s %12s %12s %8s %12s %12s\n", "config", "world", "mode", "cap_MB",
+              "buckets", "measured_ms", "predicted_ms", "error_%", "exposed_meas", "exposed_pred");
   double worst = 0;
   for (auto& v : rows) {
     char b[32];
     std::snprintf(b, sizeof b, "%zu/%zu", v.buckets_meas, v.buckets_pred);
     std::printf("%-6s %5d %-10s %8.3g %8s %12.2f %12.2f %+8.1f %12.2f %12.2f\n", v.config.c_str(), v.world,
-                v.mode.c_str(), v.cap, b, v.measured * 1e3, v.predicted * 1e3, v.err_pct, v.exposed_meas * 1e3,
-                v.exposed_pred * 1e3);
+                v.mode.c_str(), v.cap, b, v.measured * 1e3, v.predicted * 1e3, v.err_pct,
+                v.exposed_meas * 1e3, v.exposed_pred * 1e3);
     worst = std::max(worst, std::fabs(v.err_pct));
   }
-  std::printf("worst |error| %.1f%% (limit %.0f%%): %s\n", worst, max_err_pct, worst <= max_err_pct ? "PASS" : "FAIL");
+  std::printf("worst |error| %.1f%% (limit %.0f%%): %s\n", worst, max_err_pct,
+              worst <= max_err_pct ? "PASS" : "FAIL");
   if (!out_json.empty()) {
     std::ofstream out(out_json, std::ios::app);
     DDP_CHECK(out.good(), "bucket_sim: cannot open --validate-json file ", out_json, " for appending");
     for (auto& v : rows)
-      out << Json{{"kind", "sim_validation"}, {"config", v.config}, {"world", v.world}, {"mode", v.mode},
-                  {"bucket_cap_mb", v.cap}, {"measured_s", v.measured}, {"predicted_s", v.predicted},
-                  {"error_pct", v.err_pct}, {"exposed_measured_s", v.exposed_meas},
-                  {"exposed_predicted_s", v.exposed_pred}, {"network", base.network.describe()}}
+      out << Json{{"kind", "sim_validation"},
+                  {"config", v.config},
+                  {"world", v.world},
+                  {"mode", v.mode},
+                  {"bucket_cap_mb", v.cap},
+                  {"measured_s", v.measured},
+                  {"predicted_s", v.predicted},
+                  {"error_pct", v.err_pct},
+                  {"exposed_measured_s", v.exposed_meas},
+                  {"exposed_predicted_s", v.exposed_pred},
+                  {"network", base.network.describe()}}
                  .dump()
           << "\n";
   }
@@ -235,20 +249,23 @@ int validate(const std::string& bench_json, const SimOptions& base, double max_e
 
 int main(int argc, char** argv) {
   try {
-    std::string model = "mlp", checkpoint, algorithm = "ring", network_json, caps_s = "0.25,0.5,1,2,4,8,16,25,50,100",
-                trace_path, validate_json, validate_out;
+    std::string model = "mlp", checkpoint, algorithm = "ring", network_json,
+                caps_s = "0.25,0.5,1,2,4,8,16,25,50,100", trace_path, validate_json, validate_out;
     int world = 2, trace_rank = 0;
     // Defaults: Gloo TCP over loopback, 2 ranks, on the 2-core development machine (1 MiB in 4.3 ms, 25 MiB
     // in 34 ms; docs/simulator.md).
     double alpha_us = 1531, bandwidth_gbps = 0.847, forward_ms = 0, backward_ms = 0, optimizer_ms = 0,
            first_mb = 1.0, copy_gbps = 17, samples = 0, max_err = 20, comm_share = -1;
     bool overlap = true, verbose = false;
-    ddp::cli::Parser p("bucket_sim",
-                       "Predicts DDP step time and exposed communication for each bucket cap from a parameter "
-                       "list, gradient-ready times and an alpha-beta network model, and recommends a cap. "
-                       "See docs/simulator.md.");
-    p.add_choice("model", &model, {"mlp", "gpt", "gpt2s"}, "built-in parameter list (bench_e2e's configurations)");
-    p.add("checkpoint", &checkpoint, "take names/shapes/dtypes from this safetensors file instead of --model");
+    ddp::cli::Parser p(
+        "bucket_sim",
+        "Predicts DDP step time and exposed communication for each bucket cap from a parameter "
+        "list, gradient-ready times and an alpha-beta network model, and recommends a cap. "
+        "See docs/simulator.md.");
+    p.add_choice("model", &model, {"mlp", "gpt", "gpt2s"},
+                 "built-in parameter list (bench_e2e's configurations)");
+    p.add("checkpoint", &checkpoint,
+          "take names/shapes/dtypes from this safetensors file instead of --model");
     p.add("world", &world, "number of ranks (1 .. thousands)");
     p.add_choice("algorithm", &algorithm, {"ring", "tree"}, "all-reduce cost formula");
     p.add("alpha-us", &alpha_us, "per-message latency alpha (microseconds)");
@@ -257,7 +274,8 @@ int main(int argc, char** argv) {
     p.add("forward-ms", &forward_ms, "forward + loss time per step");
     p.add("backward-ms", &backward_ms, "backward compute time per step (no communication)");
     p.add("optimizer-ms", &optimizer_ms, "optimizer time per step");
-    p.add("trace", &trace_path, "take gradient-ready times (and backward time) from a bench_e2e --trace file");
+    p.add("trace", &trace_path,
+          "take gradient-ready times (and backward time) from a bench_e2e --trace file");
     p.add("trace-rank", &trace_rank, "rank whose events --trace uses");
     p.add("caps", &caps_s, "comma-separated bucket caps to simulate (MiB)");
     p.add("first-bucket-mb", &first_mb, "cap of the first bucket (MiB)");
@@ -266,7 +284,8 @@ int main(int argc, char** argv) {
           "fraction of a core an all-reduce takes from backward while overlapped (0..1; -1: 0, or with "
           "--validate 1 for CPU records and 0 for CUDA ones)");
     p.add("overlap", &overlap, "launch buckets during backward (--no-overlap: after it)");
-    p.add("samples-per-step", &samples, "global samples per step for the samples/s column (0: config default)");
+    p.add("samples-per-step", &samples,
+          "global samples per step for the samples/s column (0: config default)");
     p.add("verbose", &verbose, "print the bucket timeline of the recommended cap");
     p.add("validate", &validate_json, "compare predictions with the bench_e2e records in FILE (JSON lines)");
     p.add("validate-json", &validate_out, "--validate also appends its rows to FILE as JSON lines");
@@ -281,7 +300,8 @@ int main(int argc, char** argv) {
     o.first_bucket_mb = first_mb;
     o.overlap = overlap;
     o.copy_bytes_per_s = copy_gbps * 1e9;
-    if (comm_share > 1) throw ddp::cli::UsageError("bucket_sim: --comm-cpu-share must be in [0, 1] (or -1: auto)");
+    if (comm_share > 1)
+      throw ddp::cli::UsageError("bucket_sim: --comm-cpu-share must be in [0, 1] (or -1: auto)");
     o.comm_cpu_share = comm_share;
     o.network.algorithm = parse_algorithm(algorithm);
     o.network.alpha_s = alpha_us * 1e-6;
@@ -290,7 +310,8 @@ int main(int argc, char** argv) {
     if (!network_json.empty()) o.network = network_from_json(network_json, world);
     if (p.given("algorithm")) o.network.algorithm = parse_algorithm(algorithm);
 
-    if (!validate_json.empty()) return validate(validate_json, o, max_err, network_given || !network_json.empty(), validate_out);
+    if (!validate_json.empty())
+      return validate(validate_json, o, max_err, network_given || !network_json.empty(), validate_out);
 
     if (o.comm_cpu_share < 0) o.comm_cpu_share = 0;
     auto shapes = checkpoint.empty() ? model_shapes(model) : checkpoint_shapes(checkpoint);
@@ -306,7 +327,8 @@ int main(int argc, char** argv) {
       if (!p.given("backward-ms")) ct.backward_s = m.backward_s;
       ready_source = "measured (" + std::to_string(m.iterations) + " iterations of " + trace_path + ")";
     } else {
-      DDP_CHECK(backward_ms > 0, "bucket_sim: give --backward-ms (backward compute per step, e.g. from bench_e2e "
+      DDP_CHECK(backward_ms > 0,
+                "bucket_sim: give --backward-ms (backward compute per step, e.g. from bench_e2e "
                 "--mode nosync) or --trace FILE");
       ready = estimate_ready_times(params, ct.backward_s);
       ready_source = "estimated (backward time shared by parameter cost, reverse registration order)";
@@ -328,12 +350,12 @@ int main(int argc, char** argv) {
     std::printf("recommended bucket cap: %.3g MiB (predicted step %.3f ms, exposed communication %.3f ms)\n",
                 results[best].cap_mb, results[best].step_s * 1e3, results[best].exposed_s * 1e3);
     if (verbose) {
-      std::printf("timeline at %.3g MiB (ms since backward start; backward ends at %.3f):\n", results[best].cap_mb,
-                  results[best].backward_end_s * 1e3);
+      std::printf("timeline at %.3g MiB (ms since backward start; backward ends at %.3f):\n",
+                  results[best].cap_mb, results[best].backward_end_s * 1e3);
       for (auto& b : results[best].buckets)
-        std::printf("  bucket %zu: %zu params, %.3f MiB, ready %.3f, launch %.3f, start %.3f, end %.3f\n", b.index,
-                    b.params.size(), static_cast<double>(b.bytes) / (1 << 20), b.ready_s * 1e3, b.launch_s * 1e3,
-                    b.start_s * 1e3, b.end_s * 1e3);
+        std::printf("  bucket %zu: %zu params, %.3f MiB, ready %.3f, launch %.3f, start %.3f, end %.3f\n",
+                    b.index, b.params.size(), static_cast<double>(b.bytes) / (1 << 20), b.ready_s * 1e3,
+                    b.launch_s * 1e3, b.start_s * 1e3, b.end_s * 1e3);
     }
     return 0;
   } catch (const ddp::cli::UsageError& e) {

@@ -18,11 +18,13 @@ constexpr double kMiB = 1024.0 * 1024.0;
 // (non-overlapping, in start order: one channel) takes `share` of its core while it runs: outside them
 // compute runs at full speed, inside at (1 - share).
 double wall_time(double compute, const std::vector<std::pair<double, double>>& busy, double share) {
+  // Rounding must not make an all-reduce that starts exactly when the work ends look like it interrupted it.
+  const double eps = 1e-12 * std::max(1.0, compute);
   double t = 0, done = 0;
   for (const auto& [s, e] : busy) {
-    if (done >= compute) return t;
+    if (done >= compute - eps) return t;
     if (s > t) {  // free stretch
-      if (done + (s - t) >= compute) return t + (compute - done);
+      if (done + (s - t) >= compute - eps) return t + std::max(0.0, compute - done);
       done += s - t;
       t = s;
     }
@@ -41,22 +43,23 @@ std::vector<double> estimate_ready_times(const std::vector<SimParam>& params, do
   DDP_CHECK(backward_s >= 0, "estimate_ready_times: backward time ", backward_s, " s must be >= 0");
   double total = 0;
   for (auto& p : params) {
-    DDP_CHECK(p.backward_cost >= 0, "estimate_ready_times: parameter ", p.name, " has negative backward cost ",
-              p.backward_cost);
+    DDP_CHECK(p.backward_cost >= 0, "estimate_ready_times: parameter ", p.name,
+              " has negative backward cost ", p.backward_cost);
     total += p.backward_cost;
   }
   std::vector<double> ready(params.size(), 0);
   double done = 0;
   for (size_t k = params.size(); k-- > 0;) {
-    const double share = total > 0 ? params[k].backward_cost / total : 1.0 / static_cast<double>(params.size());
+    const double share =
+        total > 0 ? params[k].backward_cost / total : 1.0 / static_cast<double>(params.size());
     done += share * backward_s;
     ready[k] = std::min(done, backward_s);
   }
   return ready;
 }
 
-SimResult simulate_step(const std::vector<SimParam>& params, const std::vector<double>& ready_s, double cap_mb,
-                        const ComputeTimes& compute, const SimOptions& options) {
+SimResult simulate_step(const std::vector<SimParam>& params, const std::vector<double>& ready_s,
+                        double cap_mb, const ComputeTimes& compute, const SimOptions& options) {
   DDP_CHECK(!params.empty(), "bucket simulator: the parameter list is empty");
   DDP_CHECK(ready_s.size() == params.size(), "bucket simulator: ", ready_s.size(), " ready times for ",
             params.size(), " parameters");
@@ -110,8 +113,10 @@ SimResult simulate_step(const std::vector<SimParam>& params, const std::vector<d
     }
     // Only earlier buckets can run before this one is ready: its own all-reduce starts after.
     sb.ready_s = wall_time(compute_ready, busy, share);
-    if (!options.overlap) sb.launch_s = wall_time(backward_compute_end, busy, share);
-    else sb.launch_s = std::max(sb.ready_s, prev_launch);
+    if (!options.overlap)
+      sb.launch_s = wall_time(backward_compute_end, busy, share);
+    else
+      sb.launch_s = std::max(sb.ready_s, prev_launch);
     sb.start_s = std::max(sb.launch_s, channel_free);
     sb.end_s = sb.start_s + options.network.allreduce_seconds(static_cast<double>(sb.bytes), options.world);
     prev_launch = sb.launch_s;

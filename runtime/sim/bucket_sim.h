@@ -46,8 +46,8 @@ struct SimOptions {
   // Bytes per second of the reducer's gradient copies (into the bucket, back to .grad); 0: copies are free.
   double copy_bytes_per_s = 0;
   // Fraction of a core an all-reduce takes from the backward thread while both run (0..1). 0 on GPUs (NCCL
-  // runs on the GPU's copy engines and SMs the compute does not need); about 1 for Gloo over loopback TCP when
-  // the ranks fill the cores: the "network" is the CPUs copying and summing, so overlapped communication
+  // runs on the GPU's copy engines and SMs the compute does not need); about 1 for Gloo over loopback TCP
+  // when the ranks fill the cores: the "network" is the CPUs copying and summing, so overlapped communication
   // stretches backward by that much.
   double comm_cpu_share = 0;
 };
@@ -79,8 +79,8 @@ std::vector<double> estimate_ready_times(const std::vector<SimParam>& params, do
 
 // One step at `cap_mb`. ready_s[i] is parameter i's ready time; the bucket order is the ready order (what the
 // reducer rebuilds its buckets from after the first iteration), ties in reverse registration order.
-SimResult simulate_step(const std::vector<SimParam>& params, const std::vector<double>& ready_s, double cap_mb,
-                        const ComputeTimes& compute, const SimOptions& options);
+SimResult simulate_step(const std::vector<SimParam>& params, const std::vector<double>& ready_s,
+                        double cap_mb, const ComputeTimes& compute, const SimOptions& options);
 
 std::vector<SimResult> sweep_caps(const std::vector<SimParam>& params, const std::vector<double>& ready_s,
                                   const std::vector<double>& caps_mb, const ComputeTimes& compute,

@@ -70,7 +70,8 @@ NetworkModel fit_network_model(const std::vector<MeasuredAllreduce>& points, int
     sxy += w * p.bytes * p.seconds;
   }
   const double denom = sw * sxx - sx * sx;
-  DDP_CHECK(denom > 1e-12 * sw * sxx, "fit_network_model: all points have the same size; need at least two "
+  DDP_CHECK(denom > 1e-12 * sw * sxx,
+            "fit_network_model: all points have the same size; need at least two "
             "distinct sizes");
   double b = (sw * sxy - sx * sy) / denom;
   double a = (sy - b * sx) / sw;

@@ -38,7 +38,8 @@ struct MeasuredAllreduce {
 
 // Least-squares fit (of relative errors) of alpha and B (algorithm given) to points measured at one world
 // size (>= 2). Needs at least two distinct sizes; a fit giving a non-positive bandwidth is an error (the
-// points do not grow with size); a negative intercept is clamped to alpha = 0 (B refitted through the origin).
+// points do not grow with size); a negative intercept is clamped to alpha = 0 (B refitted through the
+// origin).
 NetworkModel fit_network_model(const std::vector<MeasuredAllreduce>& points, int world,
                                AllreduceAlgorithm algorithm);
 

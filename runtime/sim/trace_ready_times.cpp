@@ -8,12 +8,13 @@
 
 namespace ddp::sim {
 
-MeasuredReadyTimes ready_times_from_trace(const trace::LoadedTrace& trace, const std::vector<std::string>& names,
-                                          int rank) {
+MeasuredReadyTimes ready_times_from_trace(const trace::LoadedTrace& trace,
+                                          const std::vector<std::string>& names, int rank) {
   // Iteration windows [begin, end) of this rank.
   std::vector<std::pair<double, double>> windows;
   for (const auto& e : trace.events)
-    if (e.pid == rank && e.phase == 'X' && e.category == "iteration") windows.push_back({e.ts_us, e.ts_us + e.dur_us});
+    if (e.pid == rank && e.phase == 'X' && e.category == "iteration")
+      windows.push_back({e.ts_us, e.ts_us + e.dur_us});
   DDP_CHECK(!windows.empty(), "bucket simulator: the trace has no iteration markers for rank ", rank,
             "; record it with bench_e2e --trace");
   std::map<std::string, size_t> index;
@@ -46,7 +47,8 @@ MeasuredReadyTimes ready_times_from_trace(const trace::LoadedTrace& trace, const
     if (!all) continue;
     ++complete;
     backward_lengths.push_back(bwd_len * 1e-6);
-    for (size_t i = 0; i < names.size(); ++i) per_param[i].push_back(std::max(0.0, (ready[i] - bwd_start) * 1e-6));
+    for (size_t i = 0; i < names.size(); ++i)
+      per_param[i].push_back(std::max(0.0, (ready[i] - bwd_start) * 1e-6));
   }
   DDP_CHECK(complete > 0, "bucket simulator: no iteration of rank ", rank,
             " in the trace has a \"backward\" event and a ready instant for every parameter",

@@ -17,7 +17,7 @@ struct MeasuredReadyTimes {
 
 // Throws ddp::Error when no iteration of `rank` has a backward event and a ready instant for every name
 // (naming the first missing parameter).
-MeasuredReadyTimes ready_times_from_trace(const trace::LoadedTrace& trace, const std::vector<std::string>& names,
-                                          int rank);
+MeasuredReadyTimes ready_times_from_trace(const trace::LoadedTrace& trace,
+                                          const std::vector<std::string>& names, int rank);
 
 }  // namespace ddp::sim

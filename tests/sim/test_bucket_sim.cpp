@@ -15,7 +15,8 @@ constexpr int64_t kMiB = 1 << 20;
 // Three 1 MiB parameters A, B, C (registration order); gradients arrive C at 1 s, B at 2 s, A at 3 s.
 // Network: 2 ranks, ring, alpha 0, B = 1 MiB/s, so a bucket of k MiB takes k seconds.
 struct Toy {
-  std::vector<SimParam> params{{"A", kMiB, DType::F32, 1}, {"B", kMiB, DType::F32, 1}, {"C", kMiB, DType::F32, 1}};
+  std::vector<SimParam> params{
+      {"A", kMiB, DType::F32, 1}, {"B", kMiB, DType::F32, 1}, {"C", kMiB, DType::F32, 1}};
   std::vector<double> ready{3, 2, 1};
   ComputeTimes compute{0.5, 3, 0.25};
   SimOptions opt;
@@ -80,10 +81,10 @@ TEST(BucketSim, GradientCopiesDelayBackwardAndAddWriteBack) {
   Toy t;
   t.opt.copy_bytes_per_s = 4.0 * kMiB;  // each 1 MiB copy takes 0.25 s
   auto r = simulate_step(t.params, t.ready, 2.0, t.compute, t.opt);
-  EXPECT_DOUBLE_EQ(r.buckets[0].ready_s, 1.25);           // C at 1 + its copy
-  EXPECT_DOUBLE_EQ(r.buckets[1].ready_s, 3.75);           // A at 3 + three copies
-  EXPECT_DOUBLE_EQ(r.backward_end_s, 3.75);               // backward + every copy
-  EXPECT_DOUBLE_EQ(r.exposed_s, (5.75 - 3.75) + 0.75);    // comm tail + write-back of 3 MiB
+  EXPECT_DOUBLE_EQ(r.buckets[0].ready_s, 1.25);         // C at 1 + its copy
+  EXPECT_DOUBLE_EQ(r.buckets[1].ready_s, 3.75);         // A at 3 + three copies
+  EXPECT_DOUBLE_EQ(r.backward_end_s, 3.75);             // backward + every copy
+  EXPECT_DOUBLE_EQ(r.exposed_s, (5.75 - 3.75) + 0.75);  // comm tail + write-back of 3 MiB
 }
 
 TEST(BucketSim, BadInputsAreErrors) {
@@ -177,6 +178,31 @@ TEST(BucketSim, CommunicationSharingTheCoreStretchesBackward) {
   EXPECT_DOUBLE_EQ(simulate_step(t.params, t.ready, 2.0, t.compute, t.opt).step_s, 6.75);
   t.opt.comm_cpu_share = 1.5;
   EXPECT_THROW(simulate_step(t.params, t.ready, 2.0, t.compute, t.opt), Error);
+}
+
+}  // namespace
+}  // namespace ddp::sim
+
+namespace ddp::sim {
+namespace {
+
+TEST(BucketSim, LastBucketAfterBackwardIsExposedDespiteRounding) {
+  // Awkward decimal times: the bucket launched at the end of backward must not count as stretching it.
+  std::vector<SimParam> p{{"w0", 3 * kMiB, DType::F32, 0.3}, {"w1", 4 * kMiB, DType::F32, 0.7}};
+  SimOptions o;
+  o.world = 2;
+  o.network.alpha_s = 0.0001708;
+  o.network.bandwidth_bytes_per_s = 1.146e9;
+  o.copy_bytes_per_s = 17e9;
+  o.comm_cpu_share = 1;
+  for (double bwd : {0.014, 0.0140000001, 0.01807, 0.1}) {
+    auto ready = estimate_ready_times(p, bwd);
+    auto r = simulate_step(p, ready, 25, {0.0087, bwd, 0.0018}, o);
+    ASSERT_EQ(r.buckets.size(), 2u);
+    const double last = r.buckets[1].end_s - r.buckets[1].start_s;
+    EXPECT_NEAR(r.buckets[1].start_s, r.backward_end_s, 1e-12) << bwd;
+    EXPECT_GE(r.exposed_s, last) << bwd;
+  }
 }
 
 }  // namespace
