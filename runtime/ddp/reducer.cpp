@@ -41,6 +41,7 @@ Reducer::Reducer(std::vector<nn::NamedTensor> params, std::shared_ptr<dist::Proc
   build_buckets(order);
   ready_.assign(params_.size(), 0);
   locally_used_.assign(params_.size(), 0);
+  for (size_t i = 0; i < params_.size(); ++i) index_of_.emplace(params_[i].tensor.impl(), i);
   for (size_t i = 0; i < params_.size(); ++i)
     params_[i].tensor.impl()->add_post_accumulate_hook(this, [this, i](TensorImpl&) { on_gradient_ready(i); });
   DDP_LOG(Detail, "reducer: ", params_.size(), " parameters in ", buckets_.size(), " buckets\n", describe_buckets());
@@ -113,12 +114,8 @@ void Reducer::prepare_for_backward(const std::vector<Tensor>& outputs) {
   if (!opt_.find_unused_parameters) return;
   reachable_.assign(params_.size(), 0);
   autograd::for_each_reachable_leaf(outputs, [this](TensorImpl* leaf) {
-    // Parameters are few; a linear scan beats a hash for models of this size and allocates nothing.
-    for (size_t i = 0; i < params_.size(); ++i)
-      if (params_[i].tensor.impl() == leaf) {
-        reachable_[i] = 1;
-        return;
-      }
+    auto it = index_of_.find(leaf);
+    if (it != index_of_.end()) reachable_[it->second] = 1;
   });
   expect_unused_marking_ = true;
 }

@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "runtime/ddp/iteration_stats.h"
@@ -98,6 +99,7 @@ class Reducer {
   ReducerOptions opt_;
   std::vector<Bucket> buckets_;
   std::vector<Slot> slots_;
+  std::unordered_map<const TensorImpl*, size_t> index_of_;  // parameter -> index (reachability lookups)
   bool sync_ = true;
   bool rebuilt_ = false;
 
