@@ -13,7 +13,7 @@
 #include <sstream>
 #include <thread>
 
-#include "tests/launch/run_process.h"
+#include "tests/support/run_process.h"
 
 namespace ddp::testing {
 namespace {

@@ -1,5 +1,5 @@
 // namespace_pair.cpp - creating and deleting the namespaces with iproute2's `ip`, each call bounded by a
-// timeout (tests/launch/run_process.h).
+// timeout (tests/support/run_process.h).
 #include "tests/netns/namespace_pair.h"
 
 #include <unistd.h>
@@ -10,7 +10,7 @@
 #include <filesystem>
 #include <string_view>
 
-#include "tests/launch/run_process.h"
+#include "tests/support/run_process.h"
 
 namespace ddp::testing {
 namespace {

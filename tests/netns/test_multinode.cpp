@@ -9,7 +9,7 @@
 #include <set>
 #include <sstream>
 
-#include "tests/launch/run_process.h"
+#include "tests/support/run_process.h"
 #include "tests/netns/namespace_pair.h"
 
 namespace ddp::testing {

@@ -1,5 +1,5 @@
 // run_process.cpp - fork/exec with pipes, poll with a deadline, and a /proc check for vanished pids.
-#include "tests/launch/run_process.h"
+#include "tests/support/run_process.h"
 
 #include <fcntl.h>
 #include <poll.h>
