@@ -9,7 +9,6 @@
 // Modes: ddp (overlapped bucket all-reduce), nosync (backward inside ddp.no_sync(): no communication at all,
 // the compute-only reference), nooverlap (DDPOptions.overlap = false: all buckets go after backward), unused
 // (find_unused_parameters = true: graph traversal + used-map all-reduce). See docs/benchmarks.md.
-#include <dlfcn.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -27,6 +26,7 @@
 #include "models/mlp.h"
 #include "runtime/autograd/engine.h"
 #include "runtime/core/cli.h"
+#include "kernels/cpu/gemm.h"
 #include "runtime/ddp/distributed_data_parallel.h"
 #include "runtime/dist/init.h"
 #include "runtime/ops/loss.h"
@@ -36,13 +36,10 @@
 
 namespace {
 
-// OpenBLAS comes in through libddp (this program is not linked against it directly), so its thread setter is
-// looked up at run time. Returns false when the BLAS in use is not OpenBLAS.
+// OpenBLAS's thread count, through the runtime's wrapper (kernels/cpu/gemm.h).
 bool set_blas_threads(int n) {
-  using Setter = void (*)(int);
-  auto fn = reinterpret_cast<Setter>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
-  if (fn) fn(n);
-  return fn != nullptr;
+  ddp::kernels::cpu::set_blas_threads(n);
+  return true;
 }
 
 using Clock = std::chrono::steady_clock;
