@@ -202,7 +202,8 @@ void Reducer::launch(Bucket& b) {
 void Reducer::finish_communication() {
   for (auto& b : buckets_) {
     b.work->wait();
-    b.completed_at = Clock::now();
+    const auto finished = b.work->finished_at();  // the collective's own end, not when we looked
+    b.completed_at = finished.time_since_epoch().count() != 0 ? finished : Clock::now();
     b.timing.completed_s = std::chrono::duration<double>(b.completed_at - forward_end_).count();
     if (b.compressed.defined()) {
       b.buffer.copy_from(b.compressed);

@@ -18,9 +18,15 @@ void Work::finish(std::exception_ptr err) {
     std::lock_guard<std::mutex> g(mu_);
     if (done_) return;
     done_ = true;
+    finished_at_ = std::chrono::steady_clock::now();
     error_ = std::move(err);
   }
   cv_.notify_all();
+}
+
+std::chrono::steady_clock::time_point Work::finished_at() {
+  std::lock_guard<std::mutex> g(mu_);
+  return finished_at_;
 }
 
 bool Work::host_done() {

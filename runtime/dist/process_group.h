@@ -40,6 +40,10 @@ class Work {
   // "allreduce #3 (1024 x float32, sum)".
   const std::string& description() const { return description_; }
 
+  // When the backend marked the work finished (steady clock; epoch while running). For Gloo the collective's
+  // real end; for NCCL when the watchdog saw the end event (up to its polling period later).
+  std::chrono::steady_clock::time_point finished_at();
+
   // For backends: marks the work finished, with an error or without. Only the first call counts.
   void finish(std::exception_ptr err = nullptr);
 
@@ -51,6 +55,7 @@ class Work {
   std::mutex mu_;
   std::condition_variable cv_;
   bool done_ = false;
+  std::chrono::steady_clock::time_point finished_at_{};
   std::exception_ptr error_;
   std::string description_;
 };

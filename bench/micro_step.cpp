@@ -1,0 +1,102 @@
+// micro_step.cpp - whole training steps through the engine (Google Benchmark): the MLP 784-1024-1024-10 at
+// batch 64 (forward, cross-entropy, backward, SGD; 6 * 1,863,690 * 64 = 0.716 GFLOP per step) with one and two
+// BLAS threads, the tiny GPT (vocab 256, context 64, d 128, 4 heads, 2 blocks, batch 16), and the cost of
+// tracing: the same DDP step (world of one, Gloo) with the tracer off and on (target: on costs < 2%).
+// Ceiling: the machine's BLAS peak (micro_ops' raw GEMM rows).
+#include <benchmark/benchmark.h>
+
+#include "kernels/cpu/gemm.h"
+#include "models/gpt.h"
+#include "models/mlp.h"
+#include "runtime/autograd/engine.h"
+#include "runtime/ddp/distributed_data_parallel.h"
+#include "runtime/dist/init.h"
+#include "runtime/ops/loss.h"
+#include "runtime/optim/optimizer.h"
+#include "runtime/trace/trace.h"
+
+using namespace ddp;
+
+namespace {
+Tensor labels(int64_t n, int64_t classes) {
+  std::vector<int64_t> y(n);
+  for (int64_t i = 0; i < n; ++i) y[i] = i % classes;
+  return Tensor::from_data(y, {n});
+}
+
+void MLPStep(benchmark::State& state) {
+  kernels::cpu::set_blas_threads(static_cast<int>(state.range(0)));
+  nn::manual_seed(1);
+  models::MLP model(models::MLPConfig{});
+  optim::SGD opt(model.named_parameters(), {.lr = 0.01});
+  Tensor x = Tensor::randn({64, 784}, 2), y = labels(64, 10);
+  for (auto _ : state) {
+    autograd::backward(ops::cross_entropy(model.forward(x), y));
+    opt.step();
+    opt.zero_grad();
+  }
+  const double flops = 6.0 * static_cast<double>(model.num_parameters()) * 64;
+  state.counters["FLOP/s"] = benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel("threads " + std::to_string(state.range(0)));
+}
+BENCHMARK(MLPStep)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void TinyGPTStep(benchmark::State& state) {
+  kernels::cpu::set_blas_threads(static_cast<int>(state.range(0)));
+  nn::manual_seed(1);
+  models::GPT model(models::GPTConfig{});
+  optim::AdamW opt(model.named_parameters(), {.lr = 3e-4});
+  std::vector<int64_t> t(16 * 64);
+  for (size_t i = 0; i < t.size(); ++i) t[i] = static_cast<int64_t>((i * 31 + 7) % 256);
+  Tensor x = Tensor::from_data(t, {16, 64}), y = Tensor::from_data(t, {16, 64});
+  for (auto _ : state) {
+    autograd::backward(ops::cross_entropy(model.forward(x), y));
+    opt.step();
+    opt.zero_grad();
+  }
+  const double flops = model.flops_per_token_forward() * 3 * 16 * 64;
+  state.counters["FLOP/s"] = benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["tokens/s"] = benchmark::Counter(16 * 64, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(TinyGPTStep)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// DDP step (world 1) with tracing off (range 0) or on (range 1): forward/backward scopes, ready instants,
+// bucket events, iteration markers.
+void DDPStepTracing(benchmark::State& state) {
+  kernels::cpu::set_blas_threads(1);
+  static dist::DistContext ctx = dist::init_distributed(dist::DistEnv{}, "gloo");
+  nn::manual_seed(1);
+  auto model = std::make_shared<models::MLP>(models::MLPConfig{});
+  DDPOptions o;
+  o.first_bucket_mb = o.bucket_cap_mb = 1.0;
+  DistributedDataParallel ddp(model, ctx.group, o);
+  optim::SGD opt(model->named_parameters(), {.lr = 0.01});
+  Tensor x = Tensor::randn({64, 784}, 2), y = labels(64, 10);
+  auto& tracer = trace::global_tracer();
+  tracer.set_enabled(state.range(0) == 1);
+  int64_t it = 0;
+  for (auto _ : state) {
+    if (state.range(0) == 1) tracer.begin_iteration(it);
+    Tensor out;
+    {
+      trace::TraceScope f("forward", "forward");
+      out = ddp.forward(x);
+    }
+    {
+      trace::TraceScope b("backward", "backward");
+      autograd::backward(ops::cross_entropy(out, y));
+    }
+    opt.step();
+    opt.zero_grad();
+    if (state.range(0) == 1) tracer.end_iteration(it);
+    ++it;
+    if (it % 256 == 0) tracer.clear();
+  }
+  tracer.set_enabled(false);
+  tracer.clear();
+  state.SetLabel(state.range(0) ? "tracing on" : "tracing off");
+}
+BENCHMARK(DDPStepTracing)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+}  // namespace
+
+BENCHMARK_MAIN();
