@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -147,7 +148,10 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg)
   DDP_CHECK(o.dtype == "float32" || o.dtype == "float64", "--dtype ", o.dtype, ": expected float32 or float64");
   const DType dtype = o.dtype == "float64" ? DType::F64 : DType::F32;
   Device device = Device::parse(o.device);
-  if (device.is_cuda()) device = Device::cuda(rank % cuda_device_count());  // local rank on one node
+  if (device.is_cuda()) {  // the GPU of this rank's local rank (LOCAL_RANK as every launcher sets it)
+    const char* local = std::getenv("LOCAL_RANK");
+    device = Device::cuda((local ? std::atoi(local) : rank) % cuda_device_count());
+  }
 
   Data data = load_data(o);
   nn::manual_seed(o.seed);
