@@ -48,4 +48,10 @@ StreamGuard::~StreamGuard() {
   t_has_override = had_prev_;
 }
 
+DeviceGuard::DeviceGuard(int device) {
+  DDP_CUDA_CHECK(cudaGetDevice(&prev_));
+  if (prev_ != device) DDP_CUDA_CHECK(cudaSetDevice(device));
+}
+DeviceGuard::~DeviceGuard() { cudaSetDevice(prev_); }
+
 }  // namespace ddp::cuda

@@ -25,4 +25,16 @@ class StreamGuard {
   bool had_prev_;
 };
 
+// Makes `device` current for this thread until the guard is destroyed (then restores the previous one).
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int prev_ = 0;
+};
+
 }  // namespace ddp::cuda

@@ -15,21 +15,7 @@
 namespace ddp::dist::cuda {
 
 namespace {
-
-// Restores the calling thread's current device on scope exit.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) {
-    DDP_CUDA_CHECK(cudaGetDevice(&prev_));
-    if (prev_ != device) DDP_CUDA_CHECK(cudaSetDevice(device));
-  }
-  ~DeviceGuard() { cudaSetDevice(prev_); }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int prev_ = 0;
-};
+using ddp::cuda::DeviceGuard;
 
 // Pinned host blocks reused across collectives (cudaHostAlloc is slow); smallest fitting block first.
 class PinnedPool {

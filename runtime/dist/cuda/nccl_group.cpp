@@ -21,22 +21,9 @@
 namespace ddp::dist {
 
 namespace {
+using ddp::cuda::DeviceGuard;
 
 constexpr auto kWatchdogPeriod = std::chrono::milliseconds(50);
-
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) {
-    DDP_CUDA_CHECK(cudaGetDevice(&prev_));
-    if (prev_ != device) DDP_CUDA_CHECK(cudaSetDevice(device));
-  }
-  ~DeviceGuard() { cudaSetDevice(prev_); }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int prev_ = 0;
-};
 
 ncclDataType_t nccl_dtype(DType t) {
   switch (t) {
