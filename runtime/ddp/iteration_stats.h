@@ -24,6 +24,7 @@ struct IterationStats {
   double exposed_communication_s = 0;  // finalize start -> all buckets reduced and written back
   double finalize_s = 0;               // the whole end-of-backward callback
   size_t num_unused_marked = 0;        // parameters marked ready with no gradient (find_unused_parameters)
+  double unused_search_s = 0;          // the graph traversal after forward (find_unused_parameters)
   std::vector<BucketTiming> buckets;
   // One line: "iter 3: backward 12.1 ms, comm 8.0 ms, exposed 0.4 ms (3 buckets)".
   std::string summary() const;

@@ -112,12 +112,14 @@ void Reducer::prepare_for_backward(const std::vector<Tensor>& outputs) {
   if (!sync_) return;
   if (backward_started_) reset_iteration();  // a backward that died mid-way (an op threw) leaves nothing behind
   if (!opt_.find_unused_parameters) return;
+  const auto t0 = Clock::now();
   reachable_.assign(params_.size(), 0);
   autograd::for_each_reachable_leaf(outputs, [this](TensorImpl* leaf) {
     auto it = index_of_.find(leaf);
     if (it != index_of_.end()) reachable_[it->second] = 1;
   });
   expect_unused_marking_ = true;
+  unused_search_s_ = std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
 void Reducer::on_gradient_ready(size_t index) {
@@ -243,6 +245,7 @@ void Reducer::finalize() {
   stats.iteration = iteration_;
   stats.backward_compute_s = since_forward();
   stats.num_unused_marked = unused_marked_;
+  stats.unused_search_s = unused_search_s_;
   trace::trace_instant("finalize", "ddp");
 
   std::vector<size_t> unready;
@@ -369,6 +372,7 @@ std::string IterationStats::summary() const {
      << communication_s * 1e3 << " ms, exposed " << exposed_communication_s * 1e3 << " ms (" << buckets.size()
      << " buckets";
   if (num_unused_marked) os << ", " << num_unused_marked << " unused marked";
+  if (unused_search_s > 0) os << ", unused search " << unused_search_s * 1e3 << " ms";
   os << ")";
   return os.str();
 }

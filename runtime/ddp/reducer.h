@@ -115,6 +115,7 @@ class Reducer {
   std::vector<size_t> ready_order_;     // first iteration: order hooks fired (for the rebuild)
   std::chrono::steady_clock::time_point forward_end_;
   size_t unused_marked_ = 0;
+  double unused_search_s_ = 0;
 
   int64_t iteration_ = 0;
   IterationStats last_stats_;
