@@ -10,15 +10,54 @@ namespace ddp::dist {
 
 CollectiveTracker::CollectiveTracker(std::shared_ptr<Store> store, std::string prefix, int rank, int size,
                                      std::chrono::milliseconds timeout)
-    : store_(std::move(store)), prefix_(std::move(prefix)), rank_(rank), size_(size), timeout_(timeout) {}
+    : store_(std::move(store)), prefix_(std::move(prefix)), rank_(rank), size_(size), timeout_(timeout) {
+  if (size_ > 1) {
+    publish_store_ = store_->clone();
+    publisher_ = std::thread([this] { publish_loop(); });
+  }
+}
+
+CollectiveTracker::~CollectiveTracker() {
+  {
+    std::lock_guard<std::mutex> g(publish_mu_);
+    stop_ = true;
+  }
+  publish_cv_.notify_all();
+  if (publisher_.joinable()) publisher_.join();
+}
 
 void CollectiveTracker::mark_arrived(uint64_t seq) {
-  store_->set(key("arrived/" + std::to_string(rank_)), std::to_string(seq));
+  if (size_ == 1) return;
+  {
+    std::lock_guard<std::mutex> g(publish_mu_);
+    to_publish_ = seq;
+  }
+  publish_cv_.notify_one();
+}
+
+void CollectiveTracker::publish_loop() {
+  const std::string k = key("arrived/" + std::to_string(rank_));
+  std::unique_lock<std::mutex> lock(publish_mu_);
+  for (;;) {
+    publish_cv_.wait(lock, [this] { return stop_ || to_publish_.has_value(); });
+    if (!to_publish_) return;  // stopping with nothing left to write
+    const uint64_t seq = *to_publish_;
+    to_publish_.reset();
+    lock.unlock();
+    try {
+      publish_store_->set(k, std::to_string(seq));
+    } catch (const std::exception&) {
+      // The store is gone (shutdown, or rank 0 died): the collective itself will report the failure.
+    }
+    lock.lock();
+    if (stop_ && !to_publish_) return;
+  }
 }
 
 std::vector<CollectiveTracker::Straggler> CollectiveTracker::missing_ranks(uint64_t seq) {
   std::vector<Straggler> out;
   for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;  // this rank is here (its own published mark may lag)
     auto v = store_->try_get(key("arrived/" + std::to_string(r)));
     if (!v) {
       out.push_back({r, std::nullopt});

@@ -14,14 +14,24 @@
 #include "runtime/dist/collective.h"
 #include "runtime/dist/store.h"
 
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
 namespace ddp::dist {
 
 class CollectiveTracker {
  public:
   CollectiveTracker(std::shared_ptr<Store> store, std::string prefix, int rank, int size,
                     std::chrono::milliseconds timeout);
+  ~CollectiveTracker();
+  CollectiveTracker(const CollectiveTracker&) = delete;
+  CollectiveTracker& operator=(const CollectiveTracker&) = delete;
 
-  // Publishes that this rank reached collective `seq`.
+  // Notes that this rank reached collective `seq`. Never blocks on the network: a publisher thread with its
+  // own store connection writes the latest value (a store round trip per collective on the communication
+  // thread would add its latency to every bucket's all-reduce). Marks may lag by milliseconds, which is
+  // nothing against a collective timeout. A world of one publishes nothing.
   void mark_arrived(uint64_t seq);
 
   struct Straggler {
@@ -45,11 +55,20 @@ class CollectiveTracker {
  private:
   std::string key(const std::string& suffix) const { return prefix_ + "/" + suffix; }
 
+  void publish_loop();
+
   std::shared_ptr<Store> store_;
   std::string prefix_;
   int rank_;
   int size_;
   std::chrono::milliseconds timeout_;
+  // the arrival publisher
+  std::shared_ptr<Store> publish_store_;
+  std::thread publisher_;
+  std::mutex publish_mu_;
+  std::condition_variable publish_cv_;
+  std::optional<uint64_t> to_publish_;
+  bool stop_ = false;
 };
 
 }  // namespace ddp::dist
