@@ -56,25 +56,27 @@ NetworkModel fit_network_model(const std::vector<MeasuredAllreduce>& points, int
             " measured point(s); need at least two message sizes");
   double steps = 0, volume = 0;
   multipliers(algorithm, world, &steps, &volume);
-  // Linear regression seconds = a + b * bytes (b = volume / B, a = steps * alpha), weighted by 1 / seconds^2:
-  // it minimizes the relative error, so the small messages (which fix alpha) count as much as the large ones.
-  double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  // Linear regression seconds = a * count + b * bytes (a = steps * alpha, b = volume / B), weighted by
+  // 1 / seconds^2: it minimizes the relative error, so the small messages (which fix alpha) count as much as
+  // the large ones. With count 1 everywhere it is the usual line with intercept a.
+  double skk = 0, skx = 0, sxx = 0, sky = 0, sxy = 0;
   for (auto& p : points) {
-    DDP_CHECK(p.bytes >= 0 && p.seconds > 0, "fit_network_model: bad measurement (", p.bytes, " bytes, ",
-              p.seconds, " s); times must be > 0");
+    DDP_CHECK(p.bytes >= 0 && p.seconds > 0 && p.count >= 1, "fit_network_model: bad measurement (", p.count,
+              " all-reduce(s) of ", p.bytes, " bytes in ", p.seconds,
+              " s); times must be > 0 and the count >= 1");
     const double w = 1 / (p.seconds * p.seconds);
-    sw += w;
-    sx += w * p.bytes;
-    sy += w * p.seconds;
+    skk += w * p.count * p.count;
+    skx += w * p.count * p.bytes;
     sxx += w * p.bytes * p.bytes;
+    sky += w * p.count * p.seconds;
     sxy += w * p.bytes * p.seconds;
   }
-  const double denom = sw * sxx - sx * sx;
-  DDP_CHECK(denom > 1e-12 * sw * sxx,
-            "fit_network_model: all points have the same size; need at least two "
-            "distinct sizes");
-  double b = (sw * sxy - sx * sy) / denom;
-  double a = (sy - b * sx) / sw;
+  const double denom = skk * sxx - skx * skx;
+  DDP_CHECK(denom > 1e-12 * skk * sxx,
+            "fit_network_model: every point moves the same bytes per all-reduce, which cannot separate "
+            "latency from bandwidth; need at least two distinct sizes");
+  double b = (skk * sxy - skx * sky) / denom;
+  double a = (sky - b * skx) / skk;
   if (a < 0) {  // latency cannot be negative: fit through the origin instead
     a = 0;
     b = sxy / sxx;

@@ -31,15 +31,20 @@ struct NetworkModel {
   std::string describe() const;
 };
 
+// One measurement: `seconds` for `count` all-reduces (one after another on one channel) moving `bytes` in
+// all. An isolated all-reduce benchmark gives count 1; a training step's exposed communication without
+// overlap gives count = its buckets and bytes = all gradients (fit_in_training_network, in_training_fit.h).
 struct MeasuredAllreduce {
   double bytes = 0;
   double seconds = 0;
+  double count = 1;
 };
 
 // Least-squares fit (of relative errors) of alpha and B (algorithm given) to points measured at one world
-// size (>= 2). Needs at least two distinct sizes; a fit giving a non-positive bandwidth is an error (the
-// points do not grow with size); a negative intercept is clamped to alpha = 0 (B refitted through the
-// origin).
+// size (>= 2): seconds = count * steps * alpha + volume * bytes / B (steps, volume: the algorithm's
+// multipliers above). Needs points that separate the two terms (with count 1: at least two distinct sizes);
+// a fit giving a non-positive bandwidth is an error (the points do not grow with size); a negative latency
+// is clamped to alpha = 0 (B refitted through the origin).
 NetworkModel fit_network_model(const std::vector<MeasuredAllreduce>& points, int world,
                                AllreduceAlgorithm algorithm);
 
