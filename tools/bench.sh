@@ -119,7 +119,7 @@ else
   echo "bench.sh: python3 not found; the records are in $JSON"
 fi
 
-echo "bench.sh: bucket simulator validation (2 ranks; network fitted from the all-reduce table above)"
+echo "bench.sh: bucket simulator validation (2 ranks; network fitted from the nooverlap runs, isolated all-reduce fit beside it)"
 set +e
 "$BIN/bucket_sim" --validate "$JSON" --network-json "$JSON" --validate-json "$JSON"
 VALID=$?
