@@ -1,5 +1,6 @@
 // gpu_gemm.cpp - GEMM throughput through the engine on the GPU: ops::matmul of (n, n) x (n, n) float32
-// (cuBLAS, no TF32), 2n^3 FLOPs per call, reported as TFLOP/s against --peak-tflops (H200 fp32: 67 datasheet).
+// (cuBLAS, no TF32), 2n^3 FLOPs per call, reported as TFLOP/s against --peak-tflops (H200 fp32: 67
+// datasheet).
 #include <chrono>
 #include <cstdio>
 
@@ -31,8 +32,9 @@ int main(int argc, char** argv) {
     device_synchronize();
     double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
     double tflops = 2.0 * n * n * n / s / 1e12;
-    std::printf("gemm f32 %lldx%lldx%lld: %.3f ms, %.1f TFLOP/s (%.0f%% of %.0f)\n", static_cast<long long>(n),
-                static_cast<long long>(n), static_cast<long long>(n), s * 1e3, tflops, 100 * tflops / peak, peak);
+    std::printf("gemm f32 %lldx%lldx%lld: %.3f ms, %.1f TFLOP/s (%.0f%% of %.0f)\n",
+                static_cast<long long>(n), static_cast<long long>(n), static_cast<long long>(n), s * 1e3,
+                tflops, 100 * tflops / peak, peak);
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_gpu_gemm: %s\n", e.what());

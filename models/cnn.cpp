@@ -17,11 +17,13 @@ CNN::CNN(const CNNConfig& c) : config(c) {
   features_->push_back(std::make_shared<nn::ReLU>());
   features_->push_back(std::make_shared<nn::MaxPool2d>(2));
   const int64_t side = c.image / 4;
-  head_ = register_module("head", std::make_shared<nn::Linear>(c.channels2 * side * side, c.classes, true, c.dtype));
+  head_ = register_module("head",
+                          std::make_shared<nn::Linear>(c.channels2 * side * side, c.classes, true, c.dtype));
 }
 
 Tensor CNN::forward(const Tensor& x) {
-  Tensor img = x.dim() == 4 ? x : ops::reshape(x, {x.size(0), config.in_channels, config.image, config.image});
+  Tensor img =
+      x.dim() == 4 ? x : ops::reshape(x, {x.size(0), config.in_channels, config.image, config.image});
   return head_->forward(ops::flatten(features_->forward(img), 1));
 }
 

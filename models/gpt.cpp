@@ -57,7 +57,8 @@ Tensor Block::forward(const Tensor& x) {
 }
 
 GPT::GPT(const GPTConfig& c) : config(c) {
-  DDP_CHECK(c.vocab > 0 && c.context > 0 && c.n_layer > 0, "GPT: vocab, context and n_layer must be positive");
+  DDP_CHECK(c.vocab > 0 && c.context > 0 && c.n_layer > 0,
+            "GPT: vocab, context and n_layer must be positive");
   wte_ = register_module("wte", std::make_shared<nn::Embedding>(c.vocab, c.d_model, 0.02, c.dtype));
   wpe_ = register_module("wpe", std::make_shared<nn::Embedding>(c.context, c.d_model, 0.01, c.dtype));
   blocks_ = register_module("blocks", std::make_shared<nn::ModuleList<Block>>());
@@ -100,7 +101,8 @@ std::string GPT::generate(const std::string& prompt, int64_t n, double temperatu
     std::vector<int64_t> window(tokens.end() - T, tokens.end());
     Tensor idx = Tensor::from_data<int64_t>(window, {1, T}).to(dev);
     Tensor logits = forward(idx);  // (1, T, V)
-    std::vector<double> last = logits.slice0(0, 1).view({T, config.vocab}).slice0(T - 1, T).to_double_vector();
+    std::vector<double> last =
+        logits.slice0(0, 1).view({T, config.vocab}).slice0(T - 1, T).to_double_vector();
     int64_t next = 0;
     if (temperature <= 0) {
       next = std::max_element(last.begin(), last.end()) - last.begin();

@@ -13,7 +13,8 @@ struct MLPConfig {
   DType dtype = DType::F32;
 };
 
-// x (N, in) or (N, 1, 28, 28) -> logits (N, out). Parameters: layers.0.weight, layers.0.bias, layers.2.weight...
+// x (N, in) or (N, 1, 28, 28) -> logits (N, out). Parameters: layers.0.weight, layers.0.bias,
+// layers.2.weight...
 class MLP : public nn::Module {
  public:
   explicit MLP(const MLPConfig& c);

@@ -46,13 +46,15 @@ struct Data {
 
 Data load_data(const TrainOptions& o) {
   std::string which = o.data;
-  if (which == "auto") which = o.model == "gpt" ? "moby-dick" : (o.model == "branchy" ? "synthetic" : "fashion-mnist");
+  if (which == "auto")
+    which = o.model == "gpt" ? "moby-dick" : (o.model == "branchy" ? "synthetic" : "fashion-mnist");
   Data d;
   d.name = which;
   if (o.model == "gpt") {
     d.tokens = true;
     if (which == "moby-dick") {
-      auto t = o.data_path.empty() ? data::load_moby_dick(o.context) : data::load_moby_dick(o.context, o.data_path);
+      auto t = o.data_path.empty() ? data::load_moby_dick(o.context)
+                                   : data::load_moby_dick(o.context, o.data_path);
       d.train = t.train;
       d.val = t.val;
     } else if (which == "synthetic") {
@@ -72,7 +74,8 @@ Data load_data(const TrainOptions& o) {
     Shape sample = o.model == "branchy" ? Shape{16} : Shape{1, 28, 28};
     d.classes = o.model == "branchy" ? 4 : 10;
     d.train = data::synthetic_classification(o.synthetic_samples, sample, d.classes, o.seed);
-    d.val = data::synthetic_classification(std::max<int64_t>(o.synthetic_samples / 8, 64), sample, d.classes, o.seed);
+    d.val = data::synthetic_classification(std::max<int64_t>(o.synthetic_samples / 8, 64), sample, d.classes,
+                                           o.seed);
   } else {
     DDP_FAIL("--data ", which, " does not fit --model ", o.model, ": use fashion-mnist or synthetic");
   }
@@ -145,7 +148,8 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg)
   const int rank = pg->rank(), world = pg->size();
   const bool talk = rank == 0 && !o.quiet;
   DDP_CHECK(o.batch_size > 0 && o.grad_accum > 0, "--batch-size and --grad-accum must be positive");
-  DDP_CHECK(o.dtype == "float32" || o.dtype == "float64", "--dtype ", o.dtype, ": expected float32 or float64");
+  DDP_CHECK(o.dtype == "float32" || o.dtype == "float64", "--dtype ", o.dtype,
+            ": expected float32 or float64");
   const DType dtype = o.dtype == "float64" ? DType::F64 : DType::F32;
   Device device = Device::parse(o.device);
   if (device.is_cuda()) {  // the GPU of this rank's local rank (LOCAL_RANK as every launcher sets it)
@@ -166,8 +170,9 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg)
 
   std::unique_ptr<optim::Optimizer> opt;
   if (o.optimizer == "sgd")
-    opt = std::make_unique<optim::SGD>(model->named_parameters(),
-                                       optim::SGDOptions{.lr = o.lr, .momentum = o.momentum, .weight_decay = o.weight_decay});
+    opt = std::make_unique<optim::SGD>(
+        model->named_parameters(),
+        optim::SGDOptions{.lr = o.lr, .momentum = o.momentum, .weight_decay = o.weight_decay});
   else if (o.optimizer == "adamw")
     opt = std::make_unique<optim::AdamW>(model->named_parameters(),
                                          optim::AdamWOptions{.lr = o.lr, .weight_decay = o.weight_decay});
@@ -188,13 +193,14 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg)
   vo.each_sample_once = true;
   vo.drop_incomplete_batch = false;
   data::DataLoader val_loader(data.val, vo);
-  DDP_CHECK(loader.batches_per_epoch() >= o.grad_accum, "the training split gives ", loader.batches_per_epoch(),
-            " batches per rank per epoch, fewer than --grad-accum ", o.grad_accum, "; lower --batch-size");
+  DDP_CHECK(loader.batches_per_epoch() >= o.grad_accum, "the training split gives ",
+            loader.batches_per_epoch(), " batches per rank per epoch, fewer than --grad-accum ", o.grad_accum,
+            "; lower --batch-size");
 
   const int64_t steps_per_epoch = loader.batches_per_epoch() / o.grad_accum;
   const int64_t total_steps = o.steps > 0 ? o.steps : std::max<int64_t>(1, o.epochs) * steps_per_epoch;
-  optim::WarmupCosine schedule{o.lr, o.lr * o.min_lr_ratio, std::min(o.warmup_steps, total_steps), total_steps,
-                               o.schedule != "constant"};
+  optim::WarmupCosine schedule{o.lr, o.lr * o.min_lr_ratio, std::min(o.warmup_steps, total_steps),
+                               total_steps, o.schedule != "constant"};
 
   int64_t step = 0;
   int64_t epoch = 0;
@@ -202,15 +208,16 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg)
   if (!o.resume.empty()) {
     const std::string path = o.resume == "auto" ? latest_checkpoint(o.checkpoint_dir) : o.resume;
     auto st = checkpoint::load_training_checkpoint(path, *model, opt.get());
-    DDP_CHECK(st.seed == o.seed, "checkpoint ", path, " was written with --seed ", st.seed, ", this run has --seed ",
-              o.seed, "; resume with the same seed");
+    DDP_CHECK(st.seed == o.seed, "checkpoint ", path, " was written with --seed ", st.seed,
+              ", this run has --seed ", o.seed, "; resume with the same seed");
     step = st.step;
     epoch = st.epoch;
     loader.resume({st.epoch, st.batches_in_epoch, 0});
     resumed = true;
-    if (talk) std::printf("resumed from %s at step %lld (epoch %lld, batch %lld)\n", path.c_str(),
-                          static_cast<long long>(step), static_cast<long long>(st.epoch),
-                          static_cast<long long>(st.batches_in_epoch));
+    if (talk)
+      std::printf("resumed from %s at step %lld (epoch %lld, batch %lld)\n", path.c_str(),
+                  static_cast<long long>(step), static_cast<long long>(st.epoch),
+                  static_cast<long long>(st.batches_in_epoch));
   }
   if (!resumed) loader.start_epoch(epoch);
 
@@ -223,12 +230,13 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg)
   const int64_t rows_per_step = o.batch_size * o.grad_accum * world;
   const int64_t tokens_per_row = data.tokens ? o.context : 1;
   if (talk) {
-    std::printf("train: model %s (%lld parameters, %s) on %s, data %s, world %d, batch %lld x %lld accum per rank, "
-                "%lld steps (%lld per epoch), %s lr %g\n",
-                o.model.c_str(), static_cast<long long>(model->num_parameters()), o.dtype.c_str(),
-                device.str().c_str(), data.name.c_str(), world, static_cast<long long>(o.batch_size),
-                static_cast<long long>(o.grad_accum), static_cast<long long>(total_steps),
-                static_cast<long long>(steps_per_epoch), o.optimizer.c_str(), o.lr);
+    std::printf(
+        "train: model %s (%lld parameters, %s) on %s, data %s, world %d, batch %lld x %lld accum per rank, "
+        "%lld steps (%lld per epoch), %s lr %g\n",
+        o.model.c_str(), static_cast<long long>(model->num_parameters()), o.dtype.c_str(),
+        device.str().c_str(), data.name.c_str(), world, static_cast<long long>(o.batch_size),
+        static_cast<long long>(o.grad_accum), static_cast<long long>(total_steps),
+        static_cast<long long>(steps_per_epoch), o.optimizer.c_str(), o.lr);
     std::fflush(stdout);
   }
 
@@ -239,9 +247,7 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg)
     }
     DDP_FAIL("the data loader gave no batch for a whole epoch");
   };
-  auto loss_of = [&](const Tensor& out, const Tensor& y) {
-    return ops::cross_entropy(out, y);
-  };
+  auto loss_of = [&](const Tensor& out, const Tensor& y) { return ops::cross_entropy(out, y); };
 
   TrainResult result;
   std::vector<double> step_times, exposed_shares;
@@ -287,8 +293,8 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg)
     result.val_accuracy = data.tokens ? -1 : (v[1] > 0 ? v[2] / v[1] : 0);
     if (talk) {
       if (data.tokens)
-        std::printf("eval step %lld: val loss %.4f nats/char over %.0f tokens\n", static_cast<long long>(step),
-                    result.val_loss, v[1]);
+        std::printf("eval step %lld: val loss %.4f nats/char over %.0f tokens\n",
+                    static_cast<long long>(step), result.val_loss, v[1]);
       else
         std::printf("eval step %lld: val loss %.4f, accuracy %.2f%% over %.0f samples\n",
                     static_cast<long long>(step), result.val_loss, 100 * result.val_accuracy, v[1]);
@@ -367,8 +373,8 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg)
         if (tty) std::printf("\r\033[K");
         std::printf("step %5lld/%lld  loss %.4f  lr %.2e  %s %.0f/s  step %.1f ms  exposed comm %.1f%%\n",
                     static_cast<long long>(step), static_cast<long long>(total_steps), mean_loss, lr,
-                    data.tokens ? "tokens" : "samples", rows_s * static_cast<double>(tokens_per_row), dt * 1e3,
-                    100 * ddp.reducer().last_stats().exposed_communication_s / dt);
+                    data.tokens ? "tokens" : "samples", rows_s * static_cast<double>(tokens_per_row),
+                    dt * 1e3, 100 * ddp.reducer().last_stats().exposed_communication_s / dt);
         std::fflush(stdout);
       }
     } else if (tty) {
@@ -392,7 +398,8 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg)
   result.tokens_per_s = result.samples_per_s * static_cast<double>(tokens_per_row);
   result.exposed_comm_share = median(exposed_shares);
   if (data.tokens && finished && o.sample_tokens > 0) {
-    if (auto* gpt = dynamic_cast<GPT*>(model.get())) result.sample_text = gpt->generate("The whale", o.sample_tokens, 0.8, o.seed);
+    if (auto* gpt = dynamic_cast<GPT*>(model.get()))
+      result.sample_text = gpt->generate("The whale", o.sample_tokens, 0.8, o.seed);
   }
   for (auto& p : model->named_parameters()) result.final_params.push_back(p.tensor.to_double_vector());
   if (!o.trace.empty()) {
@@ -422,7 +429,8 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg)
                 data.tokens ? result.tokens_per_s : result.samples_per_s, data.tokens ? "tokens" : "samples",
                 med * 1e3, 100 * result.exposed_comm_share);
     if (!result.checkpoint_path.empty()) std::printf("   checkpoint %s\n", result.checkpoint_path.c_str());
-    if (!o.trace.empty()) std::printf("   trace %s (open in ui.perfetto.dev or chrome://tracing)\n", o.trace.c_str());
+    if (!o.trace.empty())
+      std::printf("   trace %s (open in ui.perfetto.dev or chrome://tracing)\n", o.trace.c_str());
     if (!result.sample_text.empty()) std::printf("   sample: The whale%s\n", result.sample_text.c_str());
     std::fflush(stdout);
   }

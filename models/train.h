@@ -13,43 +13,43 @@
 namespace ddp::models {
 
 struct TrainOptions {
-  std::string model = "gpt";         // mlp | cnn | gpt | branchy
-  std::string data = "auto";         // auto | fashion-mnist | moby-dick | synthetic
-  std::string dtype = "float32";     // float32 | float64
-  std::string device = "auto";       // auto | cpu | cuda
-  int64_t batch_size = 16;           // per rank, per micro-step
-  int64_t grad_accum = 1;            // micro-steps per optimizer step (all but the last under no_sync)
-  int64_t steps = 200;               // optimizer steps (0: use epochs)
+  std::string model = "gpt";      // mlp | cnn | gpt | branchy
+  std::string data = "auto";      // auto | fashion-mnist | moby-dick | synthetic
+  std::string dtype = "float32";  // float32 | float64
+  std::string device = "auto";    // auto | cpu | cuda
+  int64_t batch_size = 16;        // per rank, per micro-step
+  int64_t grad_accum = 1;         // micro-steps per optimizer step (all but the last under no_sync)
+  int64_t steps = 200;            // optimizer steps (0: use epochs)
   int64_t epochs = 0;
-  std::string optimizer = "adamw";   // sgd | adamw
+  std::string optimizer = "adamw";  // sgd | adamw
   double lr = 3e-3;
-  double min_lr_ratio = 0.1;         // cosine decays to lr * min_lr_ratio
+  double min_lr_ratio = 0.1;  // cosine decays to lr * min_lr_ratio
   int64_t warmup_steps = 20;
-  std::string schedule = "cosine";   // cosine | constant
-  double momentum = 0.9;             // sgd
+  std::string schedule = "cosine";  // cosine | constant
+  double momentum = 0.9;            // sgd
   double weight_decay = 0.0;
-  double clip_grad = 1.0;            // 0: off
+  double clip_grad = 1.0;  // 0: off
   double bucket_cap_mb = 25.0;
   double first_bucket_mb = 1.0;
   bool find_unused_parameters = false;
   bool gradient_as_bucket_view = false;
   uint64_t seed = 1234;
   int64_t log_interval = 10;
-  int64_t eval_interval = 100;       // 0: only at the end
-  int64_t eval_batches = 20;         // per rank; 0: the whole validation split
-  std::string checkpoint_dir;        // empty: no checkpoints
-  int64_t checkpoint_interval = 0;   // steps; 0: only at the end (when checkpoint_dir is set)
-  std::string resume;                // a checkpoint path, or "auto" (latest in checkpoint_dir)
-  std::string trace;                 // Chrome trace file ("" off); ranks add ".rank<N>"
-  int64_t sample_tokens = 200;       // gpt: length of the generated sample at the end
+  int64_t eval_interval = 100;      // 0: only at the end
+  int64_t eval_batches = 20;        // per rank; 0: the whole validation split
+  std::string checkpoint_dir;       // empty: no checkpoints
+  int64_t checkpoint_interval = 0;  // steps; 0: only at the end (when checkpoint_dir is set)
+  std::string resume;               // a checkpoint path, or "auto" (latest in checkpoint_dir)
+  std::string trace;                // Chrome trace file ("" off); ranks add ".rank<N>"
+  int64_t sample_tokens = 200;      // gpt: length of the generated sample at the end
   // model shapes
-  int64_t hidden = 1024, depth = 2;  // mlp
+  int64_t hidden = 1024, depth = 2;                              // mlp
   int64_t context = 64, d_model = 128, n_head = 4, n_layer = 2;  // gpt
   double dropout = 0.0;
   int64_t synthetic_samples = 4096;
-  std::string data_path;             // override the data set's default location
-  bool quiet = false;                // no per-step lines (tests)
-  int64_t stop_after = 0;            // stop (as if killed) after this many steps; for resume tests
+  std::string data_path;   // override the data set's default location
+  bool quiet = false;      // no per-step lines (tests)
+  int64_t stop_after = 0;  // stop (as if killed) after this many steps; for resume tests
 };
 
 struct TrainResult {

@@ -9,7 +9,6 @@
 #include "runtime/dist/env.h"
 #include "runtime/dist/init.h"
 
-
 int main(int argc, char** argv) {
   using namespace ddp;
   models::TrainOptions o;

@@ -16,7 +16,8 @@ Dims broadcast_strides(const Dims& in, const Dims& out);
 
 // out[i] = f(a[ia], b[ib]) over the broadcast shape.
 template <class T, class F>
-void binary_broadcast(const T* a, const Dims& ash, const T* b, const Dims& bsh, T* out, const Dims& osh, F f) {
+void binary_broadcast(const T* a, const Dims& ash, const T* b, const Dims& bsh, T* out, const Dims& osh,
+                      F f) {
   int64_t n = 1;
   for (int64_t d : osh) n *= d;
   if (ash == osh && bsh == osh) {

@@ -15,5 +15,6 @@ inline int grid_for(int64_t n, int block = kBlock) {
 }  // namespace ddp::kernels::cuda
 
 // for (i over [0, n)) in a grid-stride loop
-#define DDP_CUDA_KERNEL_LOOP(i, n) \
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
+#define DDP_CUDA_KERNEL_LOOP(i, n)                                          \
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n); \
+       i += int64_t(gridDim.x) * blockDim.x)

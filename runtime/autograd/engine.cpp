@@ -41,7 +41,8 @@ void queue_end_of_backward_callback(std::function<void()> fn) {
   t_state->callbacks.push_back(std::move(fn));
 }
 
-void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs, BackwardOptions options) {
+void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs,
+              BackwardOptions options) {
   DDP_CHECK(grad_outputs.empty() || grad_outputs.size() == outputs.size(), "backward: ", outputs.size(),
             " outputs but ", grad_outputs.size(), " gradients");
   const uint64_t epoch = new_epoch();
@@ -81,7 +82,8 @@ void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& gra
     }
   }
   // 2) seed the roots and queue those that wait on nothing else.
-  for (size_t i = 0; i < roots.size(); ++i) accumulate(roots[i].node->input_buffer[roots[i].input_nr], seeds[i]);
+  for (size_t i = 0; i < roots.size(); ++i)
+    accumulate(roots[i].node->input_buffer[roots[i].input_nr], seeds[i]);
   std::priority_queue<Node*, std::vector<Node*>, NewestFirst> ready;
   for (auto& r : roots) {
     if (r.node->pending == 0) {
@@ -117,7 +119,8 @@ void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& gra
     for (size_t i = 0; i < n->next_edges.size(); ++i) {
       Edge& e = n->next_edges[i];
       if (!e.node) continue;
-      if (!input_grads.empty() && input_grads[i].defined()) accumulate(e.node->input_buffer[e.input_nr], input_grads[i]);
+      if (!input_grads.empty() && input_grads[i].defined())
+        accumulate(e.node->input_buffer[e.input_nr], input_grads[i]);
       if (--e.node->pending == 0) {
         e.node->pending = -1;
         ready.push(e.node.get());
@@ -132,7 +135,8 @@ void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& gra
   }
 }
 
-void for_each_reachable_leaf(const std::vector<Tensor>& outputs, const std::function<void(TensorImpl*)>& visit) {
+void for_each_reachable_leaf(const std::vector<Tensor>& outputs,
+                             const std::function<void(TensorImpl*)>& visit) {
   const uint64_t epoch = new_epoch();
   std::vector<Node*> stack;
   for (const Tensor& out : outputs) {

@@ -28,6 +28,7 @@ bool in_backward();
 // The leaves (TensorImpl of tensors with requires_grad and no grad_fn) reachable from outputs through the
 // graph: the DDP reducer's unused-parameter query. Linear in graph size; marks nodes with a visit epoch,
 // allocating nothing per node. Calls visit(leaf) once per reachable leaf.
-void for_each_reachable_leaf(const std::vector<Tensor>& outputs, const std::function<void(TensorImpl*)>& visit);
+void for_each_reachable_leaf(const std::vector<Tensor>& outputs,
+                             const std::function<void(TensorImpl*)>& visit);
 
 }  // namespace ddp::autograd

@@ -48,7 +48,8 @@ Edge edge_of(const Tensor& t) {
 
 std::shared_ptr<AccumulateGrad> accumulator_of(const Tensor& leaf) {
   TensorImpl* impl = leaf.impl();
-  if (auto existing = impl->grad_accumulator.lock()) return std::static_pointer_cast<AccumulateGrad>(existing);
+  if (auto existing = impl->grad_accumulator.lock())
+    return std::static_pointer_cast<AccumulateGrad>(existing);
   auto acc = std::make_shared<AccumulateGrad>(leaf.impl_ptr());
   impl->grad_accumulator = acc;
   return acc;

@@ -34,8 +34,8 @@ Tensor tensor_from(const NamedBuffer& b) {
 }
 }  // namespace
 
-void save_training_checkpoint(const std::string& path, const nn::Module& module, const optim::Optimizer* optimizer,
-                              const TrainingState& state) {
+void save_training_checkpoint(const std::string& path, const nn::Module& module,
+                              const optim::Optimizer* optimizer, const TrainingState& state) {
   std::vector<Tensor> keep;  // host copies must outlive the write
   std::vector<TensorView> views;
   auto add = [&](const std::string& name, const Tensor& t) {
@@ -58,7 +58,8 @@ void save_training_checkpoint(const std::string& path, const nn::Module& module,
   write_safetensors(path, views, meta);
 }
 
-TrainingState load_training_checkpoint(const std::string& path, nn::Module& module, optim::Optimizer* optimizer) {
+TrainingState load_training_checkpoint(const std::string& path, nn::Module& module,
+                                       optim::Optimizer* optimizer) {
   SafetensorsContent c = read_safetensors(path);
   auto fmt = c.metadata.find("format");
   DDP_CHECK(fmt != c.metadata.end() && fmt->second == kFormat, "checkpoint ", path,
@@ -71,10 +72,10 @@ TrainingState load_training_checkpoint(const std::string& path, nn::Module& modu
     const NamedBuffer* b = c.find(key);
     DDP_CHECK(b != nullptr, "checkpoint ", path, ": tensor '", key,
               "' is missing (was it written by a different model or configuration?)");
-    DDP_CHECK(b->shape == live.shape(), "checkpoint ", path, ": tensor '", key, "' has shape ", shape_str(b->shape),
-              " but the model has ", shape_str(live.shape()));
-    DDP_CHECK(b->dtype == live.dtype(), "checkpoint ", path, ": tensor '", key, "' has dtype ", dtype_name(b->dtype),
-              " but the model has ", dtype_name(live.dtype()));
+    DDP_CHECK(b->shape == live.shape(), "checkpoint ", path, ": tensor '", key, "' has shape ",
+              shape_str(b->shape), " but the model has ", shape_str(live.shape()));
+    DDP_CHECK(b->dtype == live.dtype(), "checkpoint ", path, ": tensor '", key, "' has dtype ",
+              dtype_name(b->dtype), " but the model has ", dtype_name(live.dtype()));
     live.copy_from(tensor_from(*b));
   };
   for (auto& p : module.named_parameters()) load_into("model." + p.name, p.tensor);

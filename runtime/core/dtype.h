@@ -11,24 +11,36 @@ enum class DType : uint8_t { F32, F64, BF16, I32, I64, U8 };
 
 constexpr size_t dtype_size(DType t) {
   switch (t) {
-    case DType::F32: return 4;
-    case DType::F64: return 8;
-    case DType::BF16: return 2;
-    case DType::I32: return 4;
-    case DType::I64: return 8;
-    case DType::U8: return 1;
+    case DType::F32:
+      return 4;
+    case DType::F64:
+      return 8;
+    case DType::BF16:
+      return 2;
+    case DType::I32:
+      return 4;
+    case DType::I64:
+      return 8;
+    case DType::U8:
+      return 1;
   }
   return 0;
 }
 
 constexpr std::string_view dtype_name(DType t) {
   switch (t) {
-    case DType::F32: return "float32";
-    case DType::F64: return "float64";
-    case DType::BF16: return "bfloat16";
-    case DType::I32: return "int32";
-    case DType::I64: return "int64";
-    case DType::U8: return "uint8";
+    case DType::F32:
+      return "float32";
+    case DType::F64:
+      return "float64";
+    case DType::BF16:
+      return "bfloat16";
+    case DType::I32:
+      return "int32";
+    case DType::I64:
+      return "int64";
+    case DType::U8:
+      return "uint8";
   }
   return "?";
 }
@@ -58,12 +70,31 @@ struct BFloat16 {
   }
 };
 
-template <class T> struct dtype_of;
-template <> struct dtype_of<float> { static constexpr DType value = DType::F32; };
-template <> struct dtype_of<double> { static constexpr DType value = DType::F64; };
-template <> struct dtype_of<BFloat16> { static constexpr DType value = DType::BF16; };
-template <> struct dtype_of<int32_t> { static constexpr DType value = DType::I32; };
-template <> struct dtype_of<int64_t> { static constexpr DType value = DType::I64; };
-template <> struct dtype_of<uint8_t> { static constexpr DType value = DType::U8; };
+template <class T>
+struct dtype_of;
+template <>
+struct dtype_of<float> {
+  static constexpr DType value = DType::F32;
+};
+template <>
+struct dtype_of<double> {
+  static constexpr DType value = DType::F64;
+};
+template <>
+struct dtype_of<BFloat16> {
+  static constexpr DType value = DType::BF16;
+};
+template <>
+struct dtype_of<int32_t> {
+  static constexpr DType value = DType::I32;
+};
+template <>
+struct dtype_of<int64_t> {
+  static constexpr DType value = DType::I64;
+};
+template <>
+struct dtype_of<uint8_t> {
+  static constexpr DType value = DType::U8;
+};
 
 }  // namespace ddp

@@ -33,10 +33,10 @@ template <class... Parts>
 }  // namespace ddp
 
 // DDP_CHECK(cond, "message parts", value, ...): throws ddp::Error with file:line when cond is false.
-#define DDP_CHECK(cond, ...)                                  \
-  do {                                                        \
-    if (!(cond)) [[unlikely]]                                 \
-      ::ddp::detail::fail(__FILE__, __LINE__, __VA_ARGS__);   \
+#define DDP_CHECK(cond, ...)                                \
+  do {                                                      \
+    if (!(cond)) [[unlikely]]                               \
+      ::ddp::detail::fail(__FILE__, __LINE__, __VA_ARGS__); \
   } while (0)
 
 // DDP_FAIL("message parts", ...): throws unconditionally.

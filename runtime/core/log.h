@@ -21,11 +21,11 @@ inline bool enabled(Level l) { return static_cast<int>(l) <= static_cast<int>(le
 
 }  // namespace ddp::log
 
-#define DDP_LOG(lvl, ...)                                                        \
-  do {                                                                           \
-    if (::ddp::log::enabled(::ddp::log::Level::lvl)) {                           \
-      std::ostringstream ddp_os_;                                                \
-      ::ddp::detail::append(ddp_os_, __VA_ARGS__);                               \
-      ::ddp::log::write(::ddp::log::Level::lvl, ddp_os_.str());                  \
-    }                                                                            \
+#define DDP_LOG(lvl, ...)                                       \
+  do {                                                          \
+    if (::ddp::log::enabled(::ddp::log::Level::lvl)) {          \
+      std::ostringstream ddp_os_;                               \
+      ::ddp::detail::append(ddp_os_, __VA_ARGS__);              \
+      ::ddp::log::write(::ddp::log::Level::lvl, ddp_os_.str()); \
+    }                                                           \
   } while (0)

@@ -18,9 +18,9 @@ struct BucketParamInfo {
 };
 
 // Walks `order` (indices into params) and packs parameters into buckets, one open bucket per (device, dtype):
-// a bucket closes as soon as its size reaches its cap; the first bucket closed on each (device, dtype) is capped
-// at first_cap_bytes, the rest at cap_bytes. Buckets are returned in the order they closed (leftovers last), so
-// bucket 0 holds the gradients that become ready first.
+// a bucket closes as soon as its size reaches its cap; the first bucket closed on each (device, dtype) is
+// capped at first_cap_bytes, the rest at cap_bytes. Buckets are returned in the order they closed (leftovers
+// last), so bucket 0 holds the gradients that become ready first.
 std::vector<std::vector<size_t>> assign_buckets(const std::vector<BucketParamInfo>& params,
                                                 const std::vector<size_t>& order, size_t first_cap_bytes,
                                                 size_t cap_bytes);

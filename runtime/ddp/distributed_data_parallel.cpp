@@ -15,7 +15,8 @@ namespace {
 std::vector<std::string> describe_params(const nn::Module& m) {
   std::vector<std::string> out;
   for (auto& p : m.named_parameters())
-    out.push_back(p.name + " " + shape_str(p.tensor.shape()) + " " + std::string(dtype_name(p.tensor.dtype())));
+    out.push_back(p.name + " " + shape_str(p.tensor.shape()) + " " +
+                  std::string(dtype_name(p.tensor.dtype())));
   return out;
 }
 
@@ -80,7 +81,9 @@ void DistributedDataParallel::verify_same_model() {
   if (first == SIZE_MAX) return;
   std::vector<int> differ;
   for (int r = 1; r < world; ++r) {
-    auto at = [&](int q) { return first < lists[q].size() ? lists[q][first] : std::string("<no parameter>"); };
+    auto at = [&](int q) {
+      return first < lists[q].size() ? lists[q][first] : std::string("<no parameter>");
+    };
     if (at(r) != at(0) || lists[r].size() != lists[0].size()) differ.push_back(r);
   }
   std::ostringstream os;

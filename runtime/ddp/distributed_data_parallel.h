@@ -5,8 +5,8 @@
 //   auto pg = dist::new_process_group(env, store, "auto");
 //   DistributedDataParallel ddp(model, pg, {.find_unused_parameters = false});
 //   Tensor loss = ops::cross_entropy(ddp.forward(x), y);
-//   autograd::backward(loss);   // buckets are all-reduced while this runs; grads are averaged when it returns
-//   opt.step();
+//   autograd::backward(loss);   // buckets are all-reduced while this runs; grads are averaged when it
+//   returns opt.step();
 #pragma once
 #include <functional>
 #include <memory>

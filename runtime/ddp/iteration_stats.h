@@ -12,15 +12,16 @@ struct BucketTiming {
   size_t index = 0;
   int64_t bytes = 0;
   size_t num_params = 0;
-  double ready_s = 0;      // seconds since forward ended
+  double ready_s = 0;  // seconds since forward ended
   double launched_s = 0;
-  double completed_s = 0;  // when the reducer observed completion (the work's own end when the backend reports it)
+  double completed_s =
+      0;  // when the reducer observed completion (the work's own end when the backend reports it)
 };
 
 struct IterationStats {
   int64_t iteration = 0;
-  double backward_compute_s = 0;  // forward end -> last backward node done (finalize starts)
-  double communication_s = 0;     // first launch -> last completion
+  double backward_compute_s = 0;       // forward end -> last backward node done (finalize starts)
+  double communication_s = 0;          // first launch -> last completion
   double exposed_communication_s = 0;  // finalize start -> all buckets reduced and written back
   double finalize_s = 0;               // the whole end-of-backward callback
   size_t num_unused_marked = 0;        // parameters marked ready with no gradient (find_unused_parameters)

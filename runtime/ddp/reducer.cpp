@@ -20,11 +20,12 @@ using Clock = std::chrono::steady_clock;
 
 }  // namespace
 
-Reducer::Reducer(std::vector<nn::NamedTensor> params, std::shared_ptr<dist::ProcessGroup> pg, ReducerOptions options)
+Reducer::Reducer(std::vector<nn::NamedTensor> params, std::shared_ptr<dist::ProcessGroup> pg,
+                 ReducerOptions options)
     : params_(std::move(params)), pg_(std::move(pg)), opt_(options) {
   DDP_CHECK(pg_ != nullptr, "Reducer: no process group");
-  DDP_CHECK(opt_.bucket_cap_mb > 0 && opt_.first_bucket_mb > 0, "Reducer: bucket_cap_mb (", opt_.bucket_cap_mb,
-            ") and first_bucket_mb (", opt_.first_bucket_mb, ") must be > 0");
+  DDP_CHECK(opt_.bucket_cap_mb > 0 && opt_.first_bucket_mb > 0, "Reducer: bucket_cap_mb (",
+            opt_.bucket_cap_mb, ") and first_bucket_mb (", opt_.first_bucket_mb, ") must be > 0");
   for (auto& p : params_) {
     DDP_CHECK(p.tensor.requires_grad() && p.tensor.is_leaf(), "DDP: parameter ", p.name,
               " must be a leaf that requires grad");
@@ -33,9 +34,10 @@ Reducer::Reducer(std::vector<nn::NamedTensor> params, std::shared_ptr<dist::Proc
   }
   if (opt_.comm_hook == CommHookKind::BF16Compress)
     for (auto& p : params_)
-      DDP_CHECK(p.tensor.device().is_cuda(), "DDP: the bf16 compression hook needs CUDA parameters (NCCL reduces "
-                "bfloat16; the CPU Gloo path does not); parameter ", p.name, " is on ", p.tensor.device().str(),
-                ". Use the default all-reduce hook on CPU.");
+      DDP_CHECK(p.tensor.device().is_cuda(),
+                "DDP: the bf16 compression hook needs CUDA parameters (NCCL reduces "
+                "bfloat16; the CPU Gloo path does not); parameter ",
+                p.name, " is on ", p.tensor.device().str(), ". Use the default all-reduce hook on CPU.");
   std::vector<size_t> order(params_.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = order.size() - 1 - i;  // reverse registration order
   build_buckets(order);
@@ -43,8 +45,10 @@ Reducer::Reducer(std::vector<nn::NamedTensor> params, std::shared_ptr<dist::Proc
   locally_used_.assign(params_.size(), 0);
   for (size_t i = 0; i < params_.size(); ++i) index_of_.emplace(params_[i].tensor.impl(), i);
   for (size_t i = 0; i < params_.size(); ++i)
-    params_[i].tensor.impl()->add_post_accumulate_hook(this, [this, i](TensorImpl&) { on_gradient_ready(i); });
-  DDP_LOG(Detail, "reducer: ", params_.size(), " parameters in ", buckets_.size(), " buckets\n", describe_buckets());
+    params_[i].tensor.impl()->add_post_accumulate_hook(this,
+                                                       [this, i](TensorImpl&) { on_gradient_ready(i); });
+  DDP_LOG(Detail, "reducer: ", params_.size(), " parameters in ", buckets_.size(), " buckets\n",
+          describe_buckets());
 }
 
 Reducer::~Reducer() {
@@ -110,7 +114,8 @@ double Reducer::since_forward() const {
 void Reducer::prepare_for_backward(const std::vector<Tensor>& outputs) {
   forward_end_ = Clock::now();
   if (!sync_) return;
-  if (backward_started_) reset_iteration();  // a backward that died mid-way (an op threw) leaves nothing behind
+  if (backward_started_)
+    reset_iteration();  // a backward that died mid-way (an op threw) leaves nothing behind
   if (!opt_.find_unused_parameters) return;
   const auto t0 = Clock::now();
   reachable_.assign(params_.size(), 0);
@@ -144,11 +149,12 @@ void Reducer::begin_backward() {
 
 void Reducer::mark_ready(size_t index) {
   const std::string& name = params_[index].name;
-  DDP_CHECK(!ready_[index], "rank ", pg_->rank(), ": DDP: parameter ", name, " (index ", index,
-            ") was marked ready twice in one backward. Likely causes: the parameter is shared by two modules that "
-            "both run in one forward under different DDP wrappers, a reentrant backward (e.g. activation "
-            "checkpointing) ran over it, or find_unused_parameters marked it unused although the loss uses it "
-            "outside the module's outputs (pass every tensor the loss depends on to prepare_for_backward).");
+  DDP_CHECK(
+      !ready_[index], "rank ", pg_->rank(), ": DDP: parameter ", name, " (index ", index,
+      ") was marked ready twice in one backward. Likely causes: the parameter is shared by two modules that "
+      "both run in one forward under different DDP wrappers, a reentrant backward (e.g. activation "
+      "checkpointing) ran over it, or find_unused_parameters marked it unused although the loss uses it "
+      "outside the module's outputs (pass every tensor the loss depends on to prepare_for_backward).");
   ready_[index] = 1;
   if (iteration_ == 0 && !rebuilt_) ready_order_.push_back(index);
   if (trace::tracing_enabled()) [[unlikely]]
@@ -176,7 +182,8 @@ void Reducer::mark_ready(size_t index) {
 }
 
 void Reducer::launch_ready_buckets() {
-  // Strictly in index order: a ready bucket waits for every earlier one, so all ranks issue the same sequence.
+  // Strictly in index order: a ready bucket waits for every earlier one, so all ranks issue the same
+  // sequence.
   while (next_to_launch_ < buckets_.size() && buckets_[next_to_launch_].pending == 0) {
     launch(buckets_[next_to_launch_]);
     ++next_to_launch_;
@@ -184,7 +191,8 @@ void Reducer::launch_ready_buckets() {
   if (next_to_launch_ == buckets_.size() && opt_.find_unused_parameters && !used_map_work_) {
     // The used-map travels right after the last bucket: which parameters any rank used.
     used_map_ = Tensor::from_data<int32_t>(locally_used_, {static_cast<int64_t>(locally_used_.size())});
-    if (pg_->backend_name() == "nccl") used_map_ = used_map_.to(params_.front().tensor.device());  // NCCL: device memory
+    if (pg_->backend_name() == "nccl")
+      used_map_ = used_map_.to(params_.front().tensor.device());  // NCCL: device memory
     used_map_work_ = pg_->allreduce(comm_buffer_of(used_map_), dist::ReduceOp::Sum);
   }
 }
@@ -338,9 +346,11 @@ void Reducer::raise_unready(const std::vector<size_t>& unready) {
   os << "rank " << pg_->rank() << ": DDP finished this backward but " << unready.size()
      << " parameter(s) received no gradient (they took no part in computing the loss):\n";
   for (size_t i : unready)
-    os << "    [" << i << "] " << params_[i].name << "  shape " << shape_str(params_[i].tensor.shape()) << "\n";
+    os << "    [" << i << "] " << params_[i].name << "  shape " << shape_str(params_[i].tensor.shape())
+       << "\n";
   os << "  Fix one of:\n"
-     << "    1. construct DistributedDataParallel with find_unused_parameters = true (costs a graph traversal per "
+     << "    1. construct DistributedDataParallel with find_unused_parameters = true (costs a graph "
+        "traversal per "
         "iteration), or\n"
      << "    2. make every forward output take part in the loss (e.g. add 0 * output.sum()) so that every "
         "parameter gets a gradient.\n"

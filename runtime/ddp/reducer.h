@@ -38,7 +38,8 @@ struct ReducerOptions {
 
 class Reducer {
  public:
-  Reducer(std::vector<nn::NamedTensor> params, std::shared_ptr<dist::ProcessGroup> pg, ReducerOptions options);
+  Reducer(std::vector<nn::NamedTensor> params, std::shared_ptr<dist::ProcessGroup> pg,
+          ReducerOptions options);
   ~Reducer();
   Reducer(const Reducer&) = delete;
   Reducer& operator=(const Reducer&) = delete;
@@ -107,12 +108,12 @@ class Reducer {
   bool backward_started_ = false;
   bool expect_unused_marking_ = false;
   std::vector<uint8_t> ready_;
-  std::vector<uint8_t> reachable_;      // from prepare_for_backward (find_unused_parameters)
-  std::vector<int32_t> locally_used_;   // used in this or an accumulated (no_sync) backward
-  Tensor used_map_;                     // int32 all-reduced with the last bucket
+  std::vector<uint8_t> reachable_;     // from prepare_for_backward (find_unused_parameters)
+  std::vector<int32_t> locally_used_;  // used in this or an accumulated (no_sync) backward
+  Tensor used_map_;                    // int32 all-reduced with the last bucket
   std::shared_ptr<dist::Work> used_map_work_;
   size_t next_to_launch_ = 0;
-  std::vector<size_t> ready_order_;     // first iteration: order hooks fired (for the rebuild)
+  std::vector<size_t> ready_order_;  // first iteration: order hooks fired (for the rebuild)
   std::chrono::steady_clock::time_point forward_end_;
   size_t unused_marked_ = 0;
   double unused_search_s_ = 0;

@@ -28,7 +28,8 @@ Linear::Linear(int64_t in, int64_t out, bool with_bias, DType dtype) {
 }
 Tensor Linear::forward(const Tensor& x) { return ops::linear(x, weight, bias); }
 
-Conv2d::Conv2d(int64_t cin, int64_t cout, int64_t k, int64_t stride_, int64_t padding_, bool with_bias, DType dtype)
+Conv2d::Conv2d(int64_t cin, int64_t cout, int64_t k, int64_t stride_, int64_t padding_, bool with_bias,
+               DType dtype)
     : stride(stride_), padding(padding_) {
   DDP_CHECK(cin > 0 && cout > 0 && k > 0 && stride > 0 && padding >= 0, "Conv2d(", cin, ", ", cout, ", k=", k,
             ", stride=", stride, ", padding=", padding, "): invalid sizes");
@@ -38,7 +39,8 @@ Conv2d::Conv2d(int64_t cin, int64_t cout, int64_t k, int64_t stride_, int64_t pa
 }
 Tensor Conv2d::forward(const Tensor& x) { return ops::conv2d(x, weight, bias, stride, padding); }
 
-BatchNorm2d::BatchNorm2d(int64_t c, double momentum_, double eps_, DType dtype) : momentum(momentum_), eps(eps_) {
+BatchNorm2d::BatchNorm2d(int64_t c, double momentum_, double eps_, DType dtype)
+    : momentum(momentum_), eps(eps_) {
   weight = register_parameter("weight", Tensor::ones({c}, dtype));
   bias = register_parameter("bias", Tensor::zeros({c}, dtype));
   running_mean = register_buffer("running_mean", Tensor::zeros({c}, dtype));
@@ -61,7 +63,8 @@ Tensor Embedding::forward(const Tensor& indices) { return ops::embedding(weight,
 
 Dropout::Dropout(double p_) : p(p_) {
   DDP_CHECK(p >= 0 && p < 1, "Dropout(p=", p, "): p must be in [0, 1)");
-  rng = register_buffer("rng", Tensor::from_data<int64_t>({static_cast<int64_t>(next_init_seed() >> 1), 0}, {2}));
+  rng = register_buffer("rng",
+                        Tensor::from_data<int64_t>({static_cast<int64_t>(next_init_seed() >> 1), 0}, {2}));
 }
 Tensor Dropout::forward(const Tensor& x) {
   if (!is_training() || p == 0) return x;

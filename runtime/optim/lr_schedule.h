@@ -18,7 +18,8 @@ struct WarmupCosine {
   // max_lr at the end of warmup to min_lr at total_steps (held at min_lr after).
   double at(int64_t step) const {
     DDP_CHECK(total_steps > 0 && warmup_steps >= 0, "lr schedule: total_steps must be > 0 and warmup >= 0");
-    if (step < warmup_steps) return max_lr * static_cast<double>(step + 1) / static_cast<double>(warmup_steps);
+    if (step < warmup_steps)
+      return max_lr * static_cast<double>(step + 1) / static_cast<double>(warmup_steps);
     if (!cosine) return max_lr;
     if (step >= total_steps) return min_lr;
     const double span = static_cast<double>(std::max<int64_t>(1, total_steps - warmup_steps));

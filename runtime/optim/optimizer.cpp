@@ -35,9 +35,10 @@ void SGD::step() {
     if (opt_.momentum != 0 && first) momentum_[i] = Tensor::zeros(p.shape(), p.dtype(), p.device());
 #ifdef DDP_WITH_CUDA
     if (p.device().is_cuda()) {
-      kernels::cuda::sgd_step(p.raw_data(), g.raw_data(), momentum_[i].defined() ? momentum_[i].raw_data() : nullptr,
-                              p.dtype(), p.numel(), lr_, opt_.momentum, opt_.dampening, opt_.weight_decay,
-                              opt_.nesterov, first, cuda::current_stream());
+      kernels::cuda::sgd_step(p.raw_data(), g.raw_data(),
+                              momentum_[i].defined() ? momentum_[i].raw_data() : nullptr, p.dtype(),
+                              p.numel(), lr_, opt_.momentum, opt_.dampening, opt_.weight_decay, opt_.nesterov,
+                              first, cuda::current_stream());
       continue;
     }
 #endif
@@ -46,7 +47,8 @@ void SGD::step() {
       const scalar_t* gr = g.data<scalar_t>();
       scalar_t* buf = momentum_[i].defined() ? momentum_[i].data<scalar_t>() : nullptr;
       const scalar_t lr = static_cast<scalar_t>(lr_), mom = static_cast<scalar_t>(opt_.momentum),
-                     damp = static_cast<scalar_t>(opt_.dampening), wd = static_cast<scalar_t>(opt_.weight_decay);
+                     damp = static_cast<scalar_t>(opt_.dampening),
+                     wd = static_cast<scalar_t>(opt_.weight_decay);
       for (int64_t j = 0, n = p.numel(); j < n; ++j) {
         scalar_t d = gr[j];
         if (wd != 0) d += wd * w[j];
@@ -82,10 +84,14 @@ void SGD::load_state(const std::map<std::string, Tensor>& state, int64_t steps) 
 }
 
 AdamW::AdamW(std::vector<nn::NamedTensor> params, AdamWOptions options)
-    : Optimizer(std::move(params), options.lr), opt_(options), m_(params_.size()), v_(params_.size()),
+    : Optimizer(std::move(params), options.lr),
+      opt_(options),
+      m_(params_.size()),
+      v_(params_.size()),
       param_steps_(params_.size(), 0) {
-  DDP_CHECK(opt_.lr >= 0 && opt_.eps > 0 && opt_.beta1 >= 0 && opt_.beta1 < 1 && opt_.beta2 >= 0 && opt_.beta2 < 1,
-            "AdamW: need lr >= 0, eps > 0, 0 <= beta < 1");
+  DDP_CHECK(
+      opt_.lr >= 0 && opt_.eps > 0 && opt_.beta1 >= 0 && opt_.beta1 < 1 && opt_.beta2 >= 0 && opt_.beta2 < 1,
+      "AdamW: need lr >= 0, eps > 0, 0 <= beta < 1");
 }
 
 void AdamW::step() {
@@ -104,8 +110,8 @@ void AdamW::step() {
     const double bc2 = 1 - std::pow(opt_.beta2, static_cast<double>(t));
 #ifdef DDP_WITH_CUDA
     if (p.device().is_cuda()) {
-      kernels::cuda::adamw_step(p.raw_data(), g.raw_data(), m_[i].raw_data(), v_[i].raw_data(), p.dtype(), p.numel(),
-                                lr_, opt_.beta1, opt_.beta2, opt_.eps, opt_.weight_decay, bc1, bc2,
+      kernels::cuda::adamw_step(p.raw_data(), g.raw_data(), m_[i].raw_data(), v_[i].raw_data(), p.dtype(),
+                                p.numel(), lr_, opt_.beta1, opt_.beta2, opt_.eps, opt_.weight_decay, bc1, bc2,
                                 cuda::current_stream());
       continue;
     }

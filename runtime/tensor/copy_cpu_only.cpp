@@ -10,7 +10,9 @@
 namespace ddp::detail {
 
 void* cuda_allocate(size_t, int, void**) {
-  DDP_FAIL("a CUDA tensor was requested but ddp.cpp was built without CUDA; rebuild with -DDDP_CUDA=ON or use the cpu device");
+  DDP_FAIL(
+      "a CUDA tensor was requested but ddp.cpp was built without CUDA; rebuild with -DDDP_CUDA=ON or use the "
+      "cpu device");
 }
 void cuda_free(void*, int, void*, const std::vector<void*>&) {}
 void* pinned_allocate(size_t nbytes) { return std::aligned_alloc(64, (nbytes + 63) / 64 * 64); }

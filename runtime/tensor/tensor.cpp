@@ -34,24 +34,42 @@ namespace {
 template <class Dst>
 Dst cast_from(const void* src, DType st, int64_t i) {
   switch (st) {
-    case DType::F32: return static_cast<Dst>(static_cast<const float*>(src)[i]);
-    case DType::F64: return static_cast<Dst>(static_cast<const double*>(src)[i]);
-    case DType::BF16: return static_cast<Dst>(static_cast<const BFloat16*>(src)[i].to_float());
-    case DType::I32: return static_cast<Dst>(static_cast<const int32_t*>(src)[i]);
-    case DType::I64: return static_cast<Dst>(static_cast<const int64_t*>(src)[i]);
-    case DType::U8: return static_cast<Dst>(static_cast<const uint8_t*>(src)[i]);
+    case DType::F32:
+      return static_cast<Dst>(static_cast<const float*>(src)[i]);
+    case DType::F64:
+      return static_cast<Dst>(static_cast<const double*>(src)[i]);
+    case DType::BF16:
+      return static_cast<Dst>(static_cast<const BFloat16*>(src)[i].to_float());
+    case DType::I32:
+      return static_cast<Dst>(static_cast<const int32_t*>(src)[i]);
+    case DType::I64:
+      return static_cast<Dst>(static_cast<const int64_t*>(src)[i]);
+    case DType::U8:
+      return static_cast<Dst>(static_cast<const uint8_t*>(src)[i]);
   }
   return Dst{};
 }
 void host_convert(const void* src, DType st, void* dst, DType dt, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     switch (dt) {
-      case DType::F32: static_cast<float*>(dst)[i] = cast_from<float>(src, st, i); break;
-      case DType::F64: static_cast<double*>(dst)[i] = cast_from<double>(src, st, i); break;
-      case DType::BF16: static_cast<BFloat16*>(dst)[i] = BFloat16::from_float(cast_from<float>(src, st, i)); break;
-      case DType::I32: static_cast<int32_t*>(dst)[i] = cast_from<int32_t>(src, st, i); break;
-      case DType::I64: static_cast<int64_t*>(dst)[i] = cast_from<int64_t>(src, st, i); break;
-      case DType::U8: static_cast<uint8_t*>(dst)[i] = cast_from<uint8_t>(src, st, i); break;
+      case DType::F32:
+        static_cast<float*>(dst)[i] = cast_from<float>(src, st, i);
+        break;
+      case DType::F64:
+        static_cast<double*>(dst)[i] = cast_from<double>(src, st, i);
+        break;
+      case DType::BF16:
+        static_cast<BFloat16*>(dst)[i] = BFloat16::from_float(cast_from<float>(src, st, i));
+        break;
+      case DType::I32:
+        static_cast<int32_t*>(dst)[i] = cast_from<int32_t>(src, st, i);
+        break;
+      case DType::I64:
+        static_cast<int64_t*>(dst)[i] = cast_from<int64_t>(src, st, i);
+        break;
+      case DType::U8:
+        static_cast<uint8_t*>(dst)[i] = cast_from<uint8_t>(src, st, i);
+        break;
     }
   }
 }
@@ -71,7 +89,9 @@ Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
   t.zero_();
   return t;
 }
-Tensor Tensor::ones(const Shape& shape, DType dtype, Device device) { return full(shape, 1.0, dtype, device); }
+Tensor Tensor::ones(const Shape& shape, DType dtype, Device device) {
+  return full(shape, 1.0, dtype, device);
+}
 Tensor Tensor::full(const Shape& shape, double value, DType dtype, Device device) {
   Tensor t = empty(shape, dtype, device);
   t.fill_(value);
@@ -123,7 +143,8 @@ std::vector<double> Tensor::to_double_vector() const {
 }
 
 double Tensor::item() const {
-  DDP_CHECK(numel() == 1, "item() on a tensor of shape ", shape_str(shape()), "; it needs exactly one element");
+  DDP_CHECK(numel() == 1, "item() on a tensor of shape ", shape_str(shape()),
+            "; it needs exactly one element");
   return to_double_vector()[0];
 }
 
@@ -239,7 +260,8 @@ void Tensor::zero_() { detail::fill_bytes_zero(raw_data(), device(), nbytes()); 
 Tensor& Tensor::set_requires_grad(bool r) {
   DDP_CHECK(is_leaf(), "set_requires_grad on a non-leaf tensor (it was produced by ", impl_->grad_fn->name(),
             "); call detach() first");
-  DDP_CHECK(!r || dtype_is_floating(dtype()), "requires_grad needs a floating dtype, not ", dtype_name(dtype()));
+  DDP_CHECK(!r || dtype_is_floating(dtype()), "requires_grad needs a floating dtype, not ",
+            dtype_name(dtype()));
   impl_->requires_grad = r;
   return *this;
 }

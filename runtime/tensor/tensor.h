@@ -35,10 +35,10 @@ struct TensorImpl {
   Shape shape;
   DType dtype = DType::F32;
   // ---- autograd ----
-  bool requires_grad = false;                 // set on leaves (parameters, inputs under gradcheck)
-  std::shared_ptr<autograd::Node> grad_fn;    // the node that produced this tensor (non-leaf)
-  uint32_t output_nr = 0;                     // which output of grad_fn this is
-  std::shared_ptr<TensorImpl> grad;           // accumulated gradient of a leaf; null = none
+  bool requires_grad = false;                      // set on leaves (parameters, inputs under gradcheck)
+  std::shared_ptr<autograd::Node> grad_fn;         // the node that produced this tensor (non-leaf)
+  uint32_t output_nr = 0;                          // which output of grad_fn this is
+  std::shared_ptr<TensorImpl> grad;                // accumulated gradient of a leaf; null = none
   std::weak_ptr<autograd::Node> grad_accumulator;  // the leaf's AccumulateGrad node, while a graph holds it
   // Called after this leaf's gradient is fully accumulated in a backward (once per backward, after all uses),
   // each with the key of its owner (so an owner can remove its own hooks). Empty for tensors nobody listens
@@ -63,7 +63,8 @@ class Tensor {
   static Tensor empty(const Shape& shape, DType dtype = DType::F32, Device device = Device::cpu());
   static Tensor zeros(const Shape& shape, DType dtype = DType::F32, Device device = Device::cpu());
   static Tensor ones(const Shape& shape, DType dtype = DType::F32, Device device = Device::cpu());
-  static Tensor full(const Shape& shape, double value, DType dtype = DType::F32, Device device = Device::cpu());
+  static Tensor full(const Shape& shape, double value, DType dtype = DType::F32,
+                     Device device = Device::cpu());
   // Standard normal / uniform [lo, hi) from a seeded generator (same seed -> same values on every machine).
   static Tensor randn(const Shape& shape, uint64_t seed, DType dtype = DType::F32, double stddev = 1.0);
   static Tensor uniform(const Shape& shape, uint64_t seed, double lo, double hi, DType dtype = DType::F32);
@@ -97,7 +98,8 @@ class Tensor {
 
   // ---- data ----
   void* raw_data() const {
-    return static_cast<char*>(impl_->storage ? impl_->storage->data() : nullptr) + impl_->offset * dtype_size(dtype());
+    return static_cast<char*>(impl_->storage ? impl_->storage->data() : nullptr) +
+           impl_->offset * dtype_size(dtype());
   }
   template <class T>
   T* data() const {
@@ -110,7 +112,7 @@ class Tensor {
   double item() const;  // the only element of a one-element tensor, as double
 
   // ---- views and copies (no autograd; see ops:: for differentiable versions) ----
-  Tensor view(const Shape& shape) const;  // same storage, new shape (one dimension may be -1)
+  Tensor view(const Shape& shape) const;            // same storage, new shape (one dimension may be -1)
   Tensor slice0(int64_t begin, int64_t end) const;  // rows [begin, end) of the first dimension, same storage
   Tensor clone() const;                             // new storage, same device and dtype
   Tensor to(Device device) const;                   // copy to device (self when already there)
@@ -141,19 +143,19 @@ class Tensor {
 
 // Calls f with T = float or double by the tensor's dtype; other dtypes are an error naming `what`.
 #define DDP_DISPATCH_FLOATING(dtype, what, ...)                                                      \
-  [&] {                                                                                            \
-    switch (dtype) {                                                                               \
-      case ::ddp::DType::F32: {                                                                    \
-        using scalar_t = float;                                                                    \
-        return __VA_ARGS__();                                                                      \
-      }                                                                                            \
-      case ::ddp::DType::F64: {                                                                    \
-        using scalar_t = double;                                                                   \
-        return __VA_ARGS__();                                                                      \
-      }                                                                                            \
-      default:                                                                                     \
+  [&] {                                                                                              \
+    switch (dtype) {                                                                                 \
+      case ::ddp::DType::F32: {                                                                      \
+        using scalar_t = float;                                                                      \
+        return __VA_ARGS__();                                                                        \
+      }                                                                                              \
+      case ::ddp::DType::F64: {                                                                      \
+        using scalar_t = double;                                                                     \
+        return __VA_ARGS__();                                                                        \
+      }                                                                                              \
+      default:                                                                                       \
         DDP_FAIL(what, ": dtype ", ::ddp::dtype_name(dtype), " not supported (float32 or float64)"); \
-    }                                                                                              \
+    }                                                                                                \
   }()
 
 }  // namespace ddp

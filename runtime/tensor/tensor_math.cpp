@@ -10,7 +10,8 @@ namespace ddp {
 namespace {
 void check_pair(const char* what, const Tensor& dst, const Tensor& src) {
   DDP_CHECK(dst.numel() == src.numel(), what, ": ", shape_str(dst.shape()), " vs ", shape_str(src.shape()));
-  DDP_CHECK(dst.dtype() == src.dtype(), what, ": dtype ", dtype_name(dst.dtype()), " vs ", dtype_name(src.dtype()));
+  DDP_CHECK(dst.dtype() == src.dtype(), what, ": dtype ", dtype_name(dst.dtype()), " vs ",
+            dtype_name(src.dtype()));
   DDP_CHECK(dst.device() == src.device(), what, ": device ", dst.device().str(), " vs ", src.device().str());
 }
 }  // namespace
@@ -19,7 +20,8 @@ void add_(Tensor& dst, const Tensor& src, double alpha) {
   check_pair("add_", dst, src);
 #ifdef DDP_WITH_CUDA
   if (dst.device().is_cuda()) {
-    kernels::cuda::axpby(dst.raw_data(), src.raw_data(), dst.dtype(), 1.0, alpha, dst.numel(), cuda::current_stream());
+    kernels::cuda::axpby(dst.raw_data(), src.raw_data(), dst.dtype(), 1.0, alpha, dst.numel(),
+                         cuda::current_stream());
     return;
   }
 #endif
@@ -38,7 +40,8 @@ void add_(Tensor& dst, const Tensor& src, double alpha) {
 void scale_(Tensor& dst, double s) {
 #ifdef DDP_WITH_CUDA
   if (dst.device().is_cuda()) {
-    kernels::cuda::axpby(dst.raw_data(), dst.raw_data(), dst.dtype(), 0.0, s, dst.numel(), cuda::current_stream());
+    kernels::cuda::axpby(dst.raw_data(), dst.raw_data(), dst.dtype(), 0.0, s, dst.numel(),
+                         cuda::current_stream());
     return;
   }
 #endif
@@ -53,7 +56,8 @@ void copy_scaled_(Tensor& dst, const Tensor& src, double s) {
   check_pair("copy_scaled_", dst, src);
 #ifdef DDP_WITH_CUDA
   if (dst.device().is_cuda()) {
-    kernels::cuda::axpby(dst.raw_data(), src.raw_data(), dst.dtype(), 0.0, s, dst.numel(), cuda::current_stream());
+    kernels::cuda::axpby(dst.raw_data(), src.raw_data(), dst.dtype(), 0.0, s, dst.numel(),
+                         cuda::current_stream());
     return;
   }
 #endif

@@ -129,7 +129,7 @@ TEST(Elementwise, GradcheckBroadcasting) {
   using ddp::testing::gradcheck;
   using ddp::testing::random_f64;
   std::vector<std::pair<Shape, Shape>> cases = {{{3, 4}, {3, 4}}, {{3, 4}, {4}}, {{2, 1, 5}, {3, 1}},
-                                                {{1}, {2, 3}},    {{5}, {1}},     {{1, 1}, {1, 1}}};
+                                                {{1}, {2, 3}},    {{5}, {1}},    {{1, 1}, {1, 1}}};
   uint64_t seed = 1;
   for (auto& [sa, sb] : cases) {
     Tensor a = random_f64(sa, seed++), b = random_f64(sb, seed++);

@@ -290,7 +290,7 @@ TEST(DataLoader, ErrorsFromThePrefetchThreadReachTheCaller) {
       EXPECT_NE(std::string(e.what()).find("sample 13 is unreadable"), std::string::npos) << e.what();
     }
     EXPECT_THROW(l.next(), Error);  // the epoch stays broken ...
-    l.start_epoch(1);  // ... until a new one starts
+    l.start_epoch(1);               // ... until a new one starts
     EXPECT_TRUE(l.next().has_value());
   }
 }

@@ -64,7 +64,8 @@ TEST(Unused, FindUnusedParametersMatchesReferenceAndKeepsNeverUsedGradNone) {
     o.find_unused_parameters = true;
     DistributedDataParallel ddp(model, borrow(pg), o);
     Tensor x = Tensor::randn({2, 6}, 5, DType::F64);
-    x.data<double>()[0] = x.data<double>()[6] = rank == 0 ? 1.0 : -1.0;  // rank 0 -> expert0, rank 1 -> expert1
+    x.data<double>()[0] = x.data<double>()[6] =
+        rank == 0 ? 1.0 : -1.0;  // rank 0 -> expert0, rank 1 -> expert1
     Tensor loss = ops::cross_entropy(ddp.forward(x), Tensor::from_data<int64_t>({0, 1}, {2}));
     autograd::backward(loss);
     EXPECT_FALSE(model->never_used->weight.grad().defined());
@@ -174,7 +175,8 @@ TEST(Overlap, FirstBucketLaunchesBeforeBackwardEnds) {
     DistributedDataParallel ddp(model, borrow(pg), o);
     for (int it = 0; it < 2; ++it) {
       Tensor x = Tensor::randn({8, 64}, it);
-      autograd::backward(ops::cross_entropy(ddp.forward(x), Tensor::from_data<int64_t>({0, 1, 2, 3, 4, 5, 6, 7}, {8})));
+      autograd::backward(
+          ops::cross_entropy(ddp.forward(x), Tensor::from_data<int64_t>({0, 1, 2, 3, 4, 5, 6, 7}, {8})));
       const auto& s = ddp.reducer().last_stats();
       ASSERT_GE(s.buckets.size(), 2u);
       EXPECT_LT(s.buckets[0].launched_s, s.backward_compute_s)
@@ -194,7 +196,8 @@ TEST(Overlap, DisabledLaunchesNothingBeforeBackwardEnds) {
     o.overlap = false;
     DistributedDataParallel ddp(model, borrow(pg), o);
     Tensor x = Tensor::randn({8, 64}, 1);
-    autograd::backward(ops::cross_entropy(ddp.forward(x), Tensor::from_data<int64_t>({0, 1, 2, 3, 4, 5, 6, 7}, {8})));
+    autograd::backward(
+        ops::cross_entropy(ddp.forward(x), Tensor::from_data<int64_t>({0, 1, 2, 3, 4, 5, 6, 7}, {8})));
     const auto& s = ddp.reducer().last_stats();
     for (auto& b : s.buckets) EXPECT_GE(b.launched_s, s.backward_compute_s);
   });

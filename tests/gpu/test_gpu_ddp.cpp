@@ -35,7 +35,8 @@ std::vector<std::vector<double>> train_mlp(dist::ProcessGroup& pg, Device device
     Tensor x = Tensor::randn({rows, 32}, 40 + s).slice0(pg.rank() * per_rank, (pg.rank() + 1) * per_rank);
     std::vector<int64_t> y(per_rank);
     for (int64_t i = 0; i < per_rank; ++i) y[i] = (i + s + pg.rank() * per_rank) % 10;
-    Tensor loss = ops::cross_entropy(ddp.forward(x.clone().to(device)), Tensor::from_data(y, {per_rank}).to(device));
+    Tensor loss =
+        ops::cross_entropy(ddp.forward(x.clone().to(device)), Tensor::from_data(y, {per_rank}).to(device));
     autograd::backward(loss);
     opt.step();
     opt.zero_grad();
@@ -51,7 +52,8 @@ TEST(Gpu, NcclWorldSizeOneAllreduceAndTraining) {
   auto ctx = dist::init_distributed(env, "nccl");
   ASSERT_EQ(ctx.group->backend_name(), "nccl");
   Tensor t = Tensor::full({1000}, 2.5, DType::F32, Device::cuda(0));
-  ctx.group->allreduce({t.raw_data(), t.numel(), t.dtype(), t.device(), t.storage()}, dist::ReduceOp::Sum)->wait();
+  ctx.group->allreduce({t.raw_data(), t.numel(), t.dtype(), t.device(), t.storage()}, dist::ReduceOp::Sum)
+      ->wait();
   EXPECT_DOUBLE_EQ(t.to_double_vector()[999], 2.5);
   // The reducer's streams and events: GPU training through NCCL matches the CPU run (float32 tolerance).
   auto gpu = train_mlp(*ctx.group, Device::cuda(0), 5, 16, 0.01);
@@ -67,7 +69,8 @@ TEST(Gpu, TwoRanksOnOneGpuThroughGlooStaging) {
     gpu[rank] = train_mlp(pg, Device::cuda(0), 5, 8, 0.01);  // several buckets: exercises in-order launches
   });
   std::vector<std::vector<std::vector<double>>> cpu(2);
-  dist::run_threads(2, [&](int rank, dist::ProcessGroup& pg) { cpu[rank] = train_mlp(pg, Device::cpu(), 5, 8, 0.01); });
+  dist::run_threads(
+      2, [&](int rank, dist::ProcessGroup& pg) { cpu[rank] = train_mlp(pg, Device::cpu(), 5, 8, 0.01); });
   EXPECT_TRUE(gpu[0] == gpu[1]) << "the two GPU ranks diverged";
   EXPECT_LT(ddp::testing::max_relative_difference(gpu[0], cpu[0]), 1e-3);
 }

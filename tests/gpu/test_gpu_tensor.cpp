@@ -18,5 +18,6 @@ TEST(GpuTensor, RoundTripConvertFillAndMath) {
   Tensor z = Tensor::full({1000}, 1.5, DType::F32, Device::cuda(0));
   add_(z, z, 2.0);
   EXPECT_DOUBLE_EQ(z.to_double_vector()[999], 4.5);
-  for (int i = 0; i < 1000; ++i) Tensor::empty({1 << 16}, DType::F32, Device::cuda(0));  // pool reuse, no leak
+  for (int i = 0; i < 1000; ++i)
+    Tensor::empty({1 << 16}, DType::F32, Device::cuda(0));  // pool reuse, no leak
 }

@@ -20,7 +20,9 @@ TEST(Install, ConsumerProjectFindsAndLinksDdpRuntime) {
   EXPECT_TRUE(fs::exists(prefix + "/include/ddp/runtime/ddp/distributed_data_parallel.h"));
   EXPECT_TRUE(fs::exists(prefix + "/lib/cmake/ddp/ddpConfig.cmake"));
   const std::string build = (work / "consumer").string();
-  ASSERT_EQ(run("cmake -S " DDP_SOURCE_DIR "/tests/consumer -B " + build + " -G Ninja -DCMAKE_PREFIX_PATH=" + prefix), 0)
+  ASSERT_EQ(run("cmake -S " DDP_SOURCE_DIR "/tests/consumer -B " + build +
+                " -G Ninja -DCMAKE_PREFIX_PATH=" + prefix),
+            0)
       << "configuring the consumer against the install failed";
   ASSERT_EQ(run("cmake --build " + build), 0) << "building the consumer failed";
   EXPECT_EQ(run(build + "/consumer"), 0) << "the consumer did not run correctly";

@@ -32,7 +32,7 @@ std::vector<std::vector<double>> snapshot_buffers(const nn::Module& m) {
 }
 
 std::vector<std::vector<std::vector<double>>> train_ddp(const ModelFactory& make, const BatchFn& data,
-                                                         const RunConfig& run) {
+                                                        const RunConfig& run) {
   std::vector<std::vector<std::vector<double>>> finals(run.world);
   std::vector<std::vector<std::vector<double>>> step_params(run.world), step_buffers(run.world);
   std::mutex mu;
@@ -85,8 +85,8 @@ std::vector<std::vector<std::vector<double>>> train_ddp(const ModelFactory& make
   return finals;
 }
 
-std::vector<std::vector<double>> train_reference(const ModelFactory& make, const BatchFn& data, const RunConfig& run,
-                                                 bool per_slice) {
+std::vector<std::vector<double>> train_reference(const ModelFactory& make, const BatchFn& data,
+                                                 const RunConfig& run, bool per_slice) {
   nn::manual_seed(1000);  // rank 0's initial weights
   auto model = make();
   optim::SGD opt(model->named_parameters(), sgd_options());
@@ -108,7 +108,8 @@ std::vector<std::vector<double>> train_reference(const ModelFactory& make, const
   return snapshot_params(*model);
 }
 
-double max_relative_difference(const std::vector<std::vector<double>>& a, const std::vector<std::vector<double>>& b) {
+double max_relative_difference(const std::vector<std::vector<double>>& a,
+                               const std::vector<std::vector<double>>& b) {
   double worst = 0;
   if (a.size() != b.size()) return INFINITY;
   for (size_t i = 0; i < a.size(); ++i) {

@@ -34,14 +34,15 @@ std::vector<std::vector<double>> snapshot_buffers(const nn::Module& m);
 // Trains with DDP on run.world threads; returns each rank's final parameter snapshot and checks (through
 // EXPECT) that all ranks are bitwise identical after every step.
 std::vector<std::vector<std::vector<double>>> train_ddp(const ModelFactory& make, const BatchFn& data,
-                                                         const RunConfig& run);
+                                                        const RunConfig& run);
 // One process: for each step, the N*per_rank*accumulation rows; per_slice=true accumulates the gradients
 // of each rank-sized slice with loss/N (the reference for models whose forward depends on the slice, like
 // BatchNorm statistics or data-dependent routing); false runs the whole batch at once.
-std::vector<std::vector<double>> train_reference(const ModelFactory& make, const BatchFn& data, const RunConfig& run,
-                                                 bool per_slice);
+std::vector<std::vector<double>> train_reference(const ModelFactory& make, const BatchFn& data,
+                                                 const RunConfig& run, bool per_slice);
 
 // max |a-b| / max(|b|, 1e-3) over all elements.
-double max_relative_difference(const std::vector<std::vector<double>>& a, const std::vector<std::vector<double>>& b);
+double max_relative_difference(const std::vector<std::vector<double>>& a,
+                               const std::vector<std::vector<double>>& b);
 
 }  // namespace ddp::testing

@@ -16,8 +16,8 @@ Tensor random_f64(const Shape& shape, uint64_t seed, bool requires_grad) {
   return t;
 }
 
-::testing::AssertionResult gradcheck(const OpFn& f, const std::vector<Tensor>& inputs, double eps, double atol,
-                                     double rtol) {
+::testing::AssertionResult gradcheck(const OpFn& f, const std::vector<Tensor>& inputs, double eps,
+                                     double atol, double rtol) {
   for (const Tensor& t : inputs)
     if (t.defined() && t.requires_grad() && t.dtype() != DType::F64)
       return ::testing::AssertionFailure() << "gradcheck needs float64 inputs";
@@ -51,9 +51,9 @@ Tensor random_f64(const Shape& shape, uint64_t seed, bool requires_grad) {
       }
       const double numeric = (lp - lm) / (2 * eps);
       if (!(std::fabs(analytic[j] - numeric) <= atol + rtol * std::fabs(numeric)))
-        return ::testing::AssertionFailure() << "input " << k << " element " << j << ": analytic " << analytic[j]
-                                             << " vs numeric " << numeric << " (shape " << shape_str(x.shape())
-                                             << ")";
+        return ::testing::AssertionFailure()
+               << "input " << k << " element " << j << ": analytic " << analytic[j] << " vs numeric "
+               << numeric << " (shape " << shape_str(x.shape()) << ")";
     }
   }
   return ::testing::AssertionSuccess();
@@ -66,16 +66,16 @@ Tensor random_f64(const Shape& shape, uint64_t seed, bool requires_grad) {
     return ::testing::AssertionFailure() << "size " << a.size() << " vs expected " << expected.size();
   for (size_t i = 0; i < a.size(); ++i) {
     if (!(std::fabs(a[i] - expected[i]) <= atol + rtol * std::fabs(expected[i])))
-      return ::testing::AssertionFailure() << "element " << i << ": " << a[i] << " vs expected " << expected[i]
-                                           << " (atol " << atol << ", rtol " << rtol << ")";
+      return ::testing::AssertionFailure() << "element " << i << ": " << a[i] << " vs expected "
+                                           << expected[i] << " (atol " << atol << ", rtol " << rtol << ")";
   }
   return ::testing::AssertionSuccess();
 }
 
 ::testing::AssertionResult all_close(const Tensor& actual, const Tensor& expected, double atol, double rtol) {
   if (actual.shape() != expected.shape())
-    return ::testing::AssertionFailure() << "shape " << shape_str(actual.shape()) << " vs "
-                                         << shape_str(expected.shape());
+    return ::testing::AssertionFailure()
+           << "shape " << shape_str(actual.shape()) << " vs " << shape_str(expected.shape());
   return all_close(actual, expected.to_double_vector(), atol, rtol);
 }
 

@@ -21,7 +21,8 @@ using OpFn = std::function<Tensor(const std::vector<Tensor>&)>;
 // |actual[i] - expected[i]| <= atol + rtol * |expected[i]| for all i (and equal element counts).
 ::testing::AssertionResult all_close(const Tensor& actual, const std::vector<double>& expected, double atol,
                                      double rtol = 0);
-::testing::AssertionResult all_close(const Tensor& actual, const Tensor& expected, double atol, double rtol = 0);
+::testing::AssertionResult all_close(const Tensor& actual, const Tensor& expected, double atol,
+                                     double rtol = 0);
 
 // A float64 CPU tensor with values from a seeded normal distribution, optionally requiring grad.
 Tensor random_f64(const Shape& shape, uint64_t seed, bool requires_grad = true);

@@ -63,7 +63,8 @@ TEST_P(TrainModels, LossGoesDown) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, TrainModels,
-                         ::testing::Combine(::testing::Values("mlp", "cnn", "gpt", "branchy"), ::testing::Values(1, 2)));
+                         ::testing::Combine(::testing::Values("mlp", "cnn", "gpt", "branchy"),
+                                            ::testing::Values(1, 2)));
 
 TEST(Resume, StoppedAndResumedEqualsUninterruptedBitwise) {
   for (const char* model : {"mlp", "gpt"}) {
@@ -72,7 +73,8 @@ TEST(Resume, StoppedAndResumedEqualsUninterruptedBitwise) {
     o.steps = 10;
     o.dropout = std::string(model) == "gpt" ? 0.1 : 0.0;
     std::vector<models::TrainResult> full(2), resumed(2);
-    dist::run_threads(2, [&](int rank, dist::ProcessGroup& pg) { full[rank] = models::train(o, borrow(pg)); });
+    dist::run_threads(2,
+                      [&](int rank, dist::ProcessGroup& pg) { full[rank] = models::train(o, borrow(pg)); });
     models::TrainOptions first = o;
     first.checkpoint_dir = dir;
     first.stop_after = 4;  // "killed" after step 4 (its checkpoint is written as it stops)
@@ -80,9 +82,11 @@ TEST(Resume, StoppedAndResumedEqualsUninterruptedBitwise) {
     models::TrainOptions second = o;
     second.checkpoint_dir = dir;
     second.resume = "auto";
-    dist::run_threads(2, [&](int rank, dist::ProcessGroup& pg) { resumed[rank] = models::train(second, borrow(pg)); });
+    dist::run_threads(
+        2, [&](int rank, dist::ProcessGroup& pg) { resumed[rank] = models::train(second, borrow(pg)); });
     EXPECT_EQ(resumed[0].steps_done, 10);
-    EXPECT_TRUE(resumed[0].final_params == full[0].final_params) << model << ": resume is not bitwise identical";
+    EXPECT_TRUE(resumed[0].final_params == full[0].final_params)
+        << model << ": resume is not bitwise identical";
     EXPECT_TRUE(resumed[1].final_params == full[1].final_params) << model << ": rank 1";
     std::filesystem::remove_all(dir);
   }
