@@ -63,12 +63,19 @@ IterationStats stats_for(int64_t rank, const Window& w, const std::vector<const 
   s.step_us = w.end - w.begin;
   Intervals fwd, bwd, comm;
   double last_backward_end = -1, last_comm_end = -1;
+  // The reducer's "finalize" instant marks the end of backward compute: a backward span that contains it also
+  // contains the wait for communication (the DDP end-of-backward callback), which is not compute.
+  double finalize_at = -1;
+  for (const TraceEvent* e : events)
+    if (e->phase == 'i' && e->name == "finalize" && e->ts_us >= w.begin && e->ts_us < w.end)
+      finalize_at = std::max(finalize_at, e->ts_us);
   for (const TraceEvent* e : events) {
     if (e->phase != 'X' || e->ts_us < w.begin || e->ts_us >= w.end) continue;
-    const double end = e->ts_us + e->dur_us;
+    double end = e->ts_us + e->dur_us;
     if (e->category == "forward") {
       fwd.push_back({e->ts_us, end});
     } else if (e->category == "backward") {
+      if (finalize_at > e->ts_us && finalize_at < end) end = finalize_at;
       bwd.push_back({e->ts_us, end});
       last_backward_end = std::max(last_backward_end, end);
     } else if (e->category == "comm") {

@@ -228,3 +228,20 @@ TEST(TraceSummaryTool, PrintsTheTableForATraceFile) {
   EXPECT_NE(std::system(bad.c_str()), 0);
   std::filesystem::remove_all(dir);
 }
+
+TEST(TraceAnalysis, FinalizeInstantEndsBackwardCompute) {
+  // A backward span [0,100) that contains the reducer's finalize at 80 (the wait for communication runs inside
+  // autograd::backward): backward compute is [0,80); comm [50,95) -> exposed 95 - 80 = 15, overlap 30/45.
+  Tracer t;
+  t.set_enabled(true);
+  iteration(t, 0, 0, 100);
+  bwd(t, 0, 100);
+  comm(t, 0, 10, 50, 95);
+  t.record("finalize", "ddp", kComputeLane, 'i', 80 * us, 0, nullptr, 0);
+  auto s = analyze_trace(parse_chrome_trace(t.chrome_trace_json()));
+  ASSERT_EQ(s.size(), 1u);
+  const IterationStats& it = s[0].iterations[0];
+  EXPECT_DOUBLE_EQ(it.backward_us, 80);
+  EXPECT_DOUBLE_EQ(it.exposed_comm_us, 15);
+  EXPECT_DOUBLE_EQ(it.overlap_ratio, 30.0 / 45.0);
+}
