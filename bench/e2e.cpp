@@ -36,12 +36,6 @@
 
 namespace {
 
-// OpenBLAS's thread count, through the runtime's wrapper (kernels/cpu/gemm.h).
-bool set_blas_threads(int n) {
-  ddp::kernels::cpu::set_blas_threads(n);
-  return true;
-}
-
 using Clock = std::chrono::steady_clock;
 using ddp::Tensor;
 
@@ -222,8 +216,7 @@ int main(int argc, char** argv) {
               "float64); use --dtype f32 on CPU");
     if (threads <= 0)
       threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / env.local_world_size);
-    if (!set_blas_threads(threads))
-      std::fprintf(stderr, "bench_e2e: openblas_set_num_threads not found; BLAS threads not set\n");
+    ddp::kernels::cpu::set_blas_threads(threads);
 
     ddp::Device dev = ddp::Device::cpu();
     if (gpu) dev = ddp::Device::cuda(std::max(0, ddp::dist::select_cuda_device(env.local_rank)));

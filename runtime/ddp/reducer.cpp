@@ -200,7 +200,6 @@ void Reducer::launch_ready_buckets() {
 void Reducer::launch(Bucket& b) {
   b.launched_at = Clock::now();
   b.timing.launched_s = std::chrono::duration<double>(b.launched_at - forward_end_).count();
-  b.launched = true;
   if (opt_.comm_hook == CommHookKind::BF16Compress) {
     b.compressed = b.buffer.to(DType::BF16);
     b.work = pg_->allreduce(comm_buffer_of(b.compressed), dist::ReduceOp::Sum);
@@ -305,7 +304,6 @@ void Reducer::reset_iteration() {
   std::fill(locally_used_.begin(), locally_used_.end(), 0);
   for (auto& b : buckets_) {
     b.pending = b.params.size();
-    b.launched = false;
     b.work.reset();
   }
   next_to_launch_ = 0;

@@ -60,9 +60,6 @@ class Reducer {
   std::string describe_buckets() const;
   bool buckets_rebuilt() const { return rebuilt_; }
 
-  // For tests: what the hook of parameter `index` does.
-  void mark_ready_for_test(size_t index) { on_gradient_ready(index); }
-
  private:
   struct Bucket {
     std::vector<size_t> params;
@@ -70,7 +67,6 @@ class Reducer {
     Tensor buffer;                 // flat, all slots back to back
     Tensor compressed;             // the comm hook's buffer (bf16), when one is used
     size_t pending = 0;
-    bool launched = false;
     std::shared_ptr<dist::Work> work;
     BucketTiming timing;
     std::chrono::steady_clock::time_point launched_at, completed_at;

@@ -1,6 +1,7 @@
 // tensor.cpp - construction, views, copies and conversions of Tensor (no autograd recording here).
 #include "runtime/tensor/tensor.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <sstream>
@@ -244,10 +245,29 @@ void Tensor::copy_from(const Tensor& src) {
 
 void Tensor::fill_(double value) {
   if (device().is_cpu()) {
-    host_convert(&value, DType::F64, raw_data(), dtype(), 1);
-    size_t es = dtype_size(dtype());
-    char* p = static_cast<char*>(raw_data());
-    for (int64_t i = 1; i < numel(); ++i) std::memcpy(p + i * es, p, es);
+    if (numel() == 0) return;
+    host_convert(&value, DType::F64, raw_data(), dtype(), 1);  // the first element, converted once
+    auto fill_as = [&](auto* p) { std::fill(p + 1, p + numel(), p[0]); };
+    switch (dtype()) {
+      case DType::F32:
+        fill_as(static_cast<float*>(raw_data()));
+        break;
+      case DType::F64:
+        fill_as(static_cast<double*>(raw_data()));
+        break;
+      case DType::BF16:
+        fill_as(static_cast<uint16_t*>(raw_data()));
+        break;
+      case DType::I32:
+        fill_as(static_cast<int32_t*>(raw_data()));
+        break;
+      case DType::I64:
+        fill_as(static_cast<int64_t*>(raw_data()));
+        break;
+      case DType::U8:
+        fill_as(static_cast<uint8_t*>(raw_data()));
+        break;
+    }
     return;
   }
 #ifdef DDP_WITH_CUDA
