@@ -12,10 +12,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "models/branchy.h"
-#include "models/cnn.h"
 #include "models/gpt.h"
-#include "models/mlp.h"
+#include "models/make_model.h"
 #include "runtime/autograd/engine.h"
 #include "runtime/checkpoint/training_checkpoint.h"
 #include "runtime/core/log.h"
@@ -82,46 +80,6 @@ Data load_data(const TrainOptions& o) {
   return d;
 }
 
-std::shared_ptr<nn::Module> make_model(const TrainOptions& o, DType dtype) {
-  if (o.model == "mlp") {
-    MLPConfig c;
-    c.hidden.assign(static_cast<size_t>(o.depth), o.hidden);
-    c.dtype = dtype;
-    return std::make_shared<MLP>(c);
-  }
-  if (o.model == "cnn") {
-    CNNConfig c;
-    c.dtype = dtype;
-    return std::make_shared<CNN>(c);
-  }
-  if (o.model == "branchy") {
-    BranchyConfig c;
-    c.dtype = dtype;
-    return std::make_shared<Branchy>(c);
-  }
-  if (o.model == "gpt") {
-    GPTConfig c;
-    c.context = o.context;
-    c.d_model = o.d_model;
-    c.n_head = o.n_head;
-    c.n_layer = o.n_layer;
-    c.dropout = o.dropout;
-    c.dtype = dtype;
-    return std::make_shared<GPT>(c);
-  }
-  DDP_FAIL("--model ", o.model, ": expected mlp, cnn, gpt or branchy");
-}
-
-std::string options_json(const TrainOptions& o) {
-  std::ostringstream os;
-  os << "{\"model\":\"" << o.model << "\",\"data\":\"" << o.data << "\",\"dtype\":\"" << o.dtype
-     << "\",\"batch_size\":" << o.batch_size << ",\"grad_accum\":" << o.grad_accum << ",\"optimizer\":\""
-     << o.optimizer << "\",\"lr\":" << o.lr << ",\"seed\":" << o.seed << ",\"context\":" << o.context
-     << ",\"d_model\":" << o.d_model << ",\"n_layer\":" << o.n_layer << ",\"n_head\":" << o.n_head
-     << ",\"hidden\":" << o.hidden << ",\"depth\":" << o.depth << "}";
-  return os.str();
-}
-
 double allreduce_mean(dist::ProcessGroup& pg, double v) {
   Tensor t = Tensor::from_data<double>({v}, {1});
   host_allreduce(pg, t);
@@ -148,9 +106,7 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg)
   const int rank = pg->rank(), world = pg->size();
   const bool talk = rank == 0 && !o.quiet;
   DDP_CHECK(o.batch_size > 0 && o.grad_accum > 0, "--batch-size and --grad-accum must be positive");
-  DDP_CHECK(o.dtype == "float32" || o.dtype == "float64", "--dtype ", o.dtype,
-            ": expected float32 or float64");
-  const DType dtype = o.dtype == "float64" ? DType::F64 : DType::F32;
+  const DType dtype = train_dtype(o.dtype);
   Device device = Device::parse(o.device);
   if (device.is_cuda()) {  // the GPU of this rank's local rank (LOCAL_RANK as every launcher sets it)
     const char* local = std::getenv("LOCAL_RANK");
@@ -224,6 +180,7 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg)
   auto& tracer = trace::global_tracer();
   if (!o.trace.empty()) {
     tracer.set_rank(rank);
+    tracer.set_world_size(world);
     tracer.set_enabled(true);
   }
 
