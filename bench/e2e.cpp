@@ -257,6 +257,7 @@ int main(int argc, char** argv) {
       const bool measured = it >= warmup;
       if (measured && it == warmup && !trace_path.empty()) {
         tracer.set_rank(rank);
+        tracer.set_world_size(world);
         tracer.set_enabled(true);
       }
       if (measured) tracer.begin_iteration(it - warmup);
