@@ -226,7 +226,9 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg)
     int64_t batches = 0;
     while (auto b = val_loader.next()) {
       if (o.eval_batches > 0 && batches >= o.eval_batches) break;
-      Tensor out = model->forward(b->x);
+      Tensor x = b->x;
+      if (!data.tokens && x.dtype() != dtype) x = x.to(dtype);  // as in training (float64 models)
+      Tensor out = model->forward(x);
       ops::CrossEntropyOptions sum_rows;
       sum_rows.reduction = ops::LossReduction::Sum;
       Tensor l = ops::cross_entropy(out, b->y, sum_rows);

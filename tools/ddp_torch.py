@@ -3,9 +3,11 @@
 
   ddp_torch.py to-torch   CKPT.safetensors OUT.pt     ddp.cpp checkpoint -> torch.save'd dict (see below)
   ddp_torch.py from-torch IN.pt OUT.safetensors       the reverse: a checkpoint train --resume / checkpoint_loss load
-  ddp_torch.py loss FILE BATCH [--step] [--save-after OUT.pt]
+  ddp_torch.py loss FILE BATCH [--steps N] [--save-after-step K OUT]
                                                       loss of one batch in PyTorch (FILE: .safetensors or .pt);
-                                                      --step: one optimizer step on the batch, then the loss again
+                                                      --steps: optimizer steps on the batch, each followed by the
+                                                      loss; --save-after-step: the state after step K to OUT
+                                                      (.pt, or .safetensors: a ddp.cpp checkpoint)
   ddp_torch.py batch --model M [--rows N] [--context T] [--seed S] OUT.safetensors
                                                       a fixed batch file (the format tools/checkpoint_loss reads)
 
@@ -303,25 +305,36 @@ def cmd_loss(args):
     model.load_state_dict(ckpt["model"])
     batch, _ = read_safetensors(args.batch)
     x, y = batch_inputs(batch, cfg)
-    model.eval()
-    with torch.no_grad():
-        print(f"loss {loss_of(model, x, y).item():.17g}")
-    if args.step:
-        opt = optimizer_for(cfg, model)
-        if ckpt["optimizer"]:
-            opt.load_state_dict(ckpt["optimizer"])
-        model.train()
-        loss_of(model, x, y).backward()
-        opt.step()
+
+    def eval_loss():
         model.eval()
         with torch.no_grad():
-            print(f"loss_after_step {loss_of(model, x, y).item():.17g}")
-        if args.save_after:
-            meta = dict(ckpt["metadata"])
-            meta["step"] = str(int(meta.get("step", "0")) + 1)
-            meta["optimizer_steps"] = str(int(meta.get("optimizer_steps", "0")) + 1)
-            torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "config": cfg,
-                        "metadata": meta, "ddp_extra": ckpt.get("ddp_extra", {})}, args.save_after)
+            return loss_of(model, x, y).item()
+
+    print(f"loss {eval_loss():.17g}")
+    steps = max(args.steps, 1 if args.step else 0)
+    if steps == 0:
+        return
+    opt = optimizer_for(cfg, model)
+    if ckpt["optimizer"]:
+        opt.load_state_dict(ckpt["optimizer"])
+    meta = dict(ckpt["metadata"])
+    for k in range(1, steps + 1):
+        model.train()
+        opt.zero_grad()
+        loss_of(model, x, y).backward()
+        opt.step()
+        print(f"loss_after_step{'' if k == 1 else k} {eval_loss():.17g}")
+        meta["step"] = str(int(meta.get("step", "0")) + 1)
+        meta["optimizer_steps"] = str(int(meta.get("optimizer_steps", "0")) + 1)
+        if args.save_after_step and k == int(args.save_after_step[0]):
+            out = {"model": model.state_dict(), "optimizer": opt.state_dict(), "config": cfg, "metadata": dict(meta),
+                   "ddp_extra": ckpt.get("ddp_extra", {})}
+            path = args.save_after_step[1]
+            if path.endswith(".safetensors"):
+                write_safetensors(path, *torch_to_ddp(out))
+            else:
+                torch.save(out, path)
 
 
 def cmd_batch(args):
@@ -346,8 +359,10 @@ def main():
     a = sub.add_parser("loss", help="loss of one batch in PyTorch")
     a.add_argument("file")
     a.add_argument("batch")
-    a.add_argument("--step", action="store_true")
-    a.add_argument("--save-after", default="")
+    a.add_argument("--step", action="store_true", help="one optimizer step (as --steps 1)")
+    a.add_argument("--steps", type=int, default=0, help="optimizer steps on the batch, each followed by the loss")
+    a.add_argument("--save-after-step", nargs=2, metavar=("K", "OUT"), default=None,
+                   help="after step K save model and optimizer to OUT (.pt, or .safetensors for ddp.cpp)")
     a = sub.add_parser("batch", help="write a fixed batch file")
     a.add_argument("--model", required=True, choices=["mlp", "cnn", "gpt"])
     a.add_argument("--rows", type=int, default=8)

@@ -17,7 +17,10 @@ namespace fs = std::filesystem;
 using ddp::testing::ProcessResult;
 
 ProcessResult run(const std::vector<std::string>& argv, std::map<std::string, std::string> env = {}) {
-  return ddp::testing::run_process(argv, {.set_env = std::move(env), .timeout_s = 240});
+  ddp::testing::ProcessOptions o;
+  o.set_env = std::move(env);
+  o.timeout_s = 240;
+  return ddp::testing::run_process(argv, o);
 }
 std::string output(const ProcessResult& r) { return r.out + r.err + (r.timed_out ? "\n(timed out)" : ""); }
 

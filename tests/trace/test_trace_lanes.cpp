@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <sstream>
 #include <nlohmann/json.hpp>
 #include <utility>
 #include <vector>
@@ -92,43 +93,18 @@ TEST(TraceLanes, ARealMultiBucketTwoRankRunHasNoPartialOverlapOnAnyLane) {
   fs::create_directories(dir);
   const std::string trace = (dir / "trace.json").string();
   // Small buckets (about 20 per step) so several all-reduces are queued at once.
-  ddp::testing::ProcessResult r =
-      ddp::testing::run_process({ddp::testing::ddprun_path(),
-                                 "--standalone",
-                                 "--nproc-per-node",
-                                 "2",
-                                 DDP_BIN_DIR "/train",
-                                 "--model",
-                                 "gpt",
-                                 "--data",
-                                 "synthetic",
-                                 "--steps",
-                                 "4",
-                                 "--batch-size",
-                                 "4",
-                                 "--context",
-                                 "16",
-                                 "--d-model",
-                                 "32",
-                                 "--n-layer",
-                                 "2",
-                                 "--synthetic-samples",
-                                 "64",
-                                 "--bucket-cap-mb",
-                                 "0.01",
-                                 "--first-bucket-mb",
-                                 "0.01",
-                                 "--eval-batches",
-                                 "1",
-                                 "--log-interval",
-                                 "0",
-                                 "--sample-tokens",
-                                 "0",
-                                 "--threads",
-                                 "1",
-                                 "--trace",
-                                 trace},
-                                {.set_env = {{"OPENBLAS_NUM_THREADS", "1"}}, .timeout_s = 120});
+  std::vector<std::string> argv = {ddp::testing::ddprun_path(), "--standalone", "--nproc-per-node", "2",
+                                   DDP_BIN_DIR "/train"};
+  std::istringstream flags(
+      "--model gpt --data synthetic --steps 4 --batch-size 4 --context 16 --d-model 32 --n-layer 2 "
+      "--synthetic-samples 64 --bucket-cap-mb 0.01 --first-bucket-mb 0.01 --eval-batches 1 --log-interval 0 "
+      "--sample-tokens 0 --threads 1");
+  for (std::string f; flags >> f;) argv.push_back(f);
+  argv.insert(argv.end(), {"--trace", trace});
+  ddp::testing::ProcessOptions options;
+  options.set_env = {{"OPENBLAS_NUM_THREADS", "1"}};
+  options.timeout_s = 120;
+  const ddp::testing::ProcessResult r = ddp::testing::run_process(argv, options);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   std::ifstream in(trace);
   const json doc = json::parse(in);
