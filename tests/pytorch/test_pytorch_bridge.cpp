@@ -1,9 +1,9 @@
 // test_pytorch_bridge.cpp - ddp.cpp checkpoints and PyTorch agree (tools/ddp_torch.py, docs/pytorch.md): for
-// each reference model, `train` writes a float64 checkpoint after 2 steps; ddp.cpp (tools/checkpoint_loss) and
-// PyTorch (the twin ddp_torch.py loads it into) compute the loss of one fixed batch, take one optimizer step
-// from the checkpoint's optimizer state and compute it again: both agree to 1e-12. Then the reverse: PyTorch's
-// model and optimizer after its step, written as a ddp.cpp checkpoint, give ddp.cpp PyTorch's loss, and one more
-// step on each side agrees again. Skipped, with the reason, without a python3 that has PyTorch
+// each reference model, `train` writes a float64 checkpoint after 2 steps; ddp.cpp (tools/checkpoint_loss)
+// and PyTorch (the twin ddp_torch.py loads it into) compute the loss of one fixed batch, take one optimizer
+// step from the checkpoint's optimizer state and compute it again: both agree to 1e-12. Then the reverse:
+// PyTorch's model and optimizer after its step, written as a ddp.cpp checkpoint, give ddp.cpp PyTorch's loss,
+// and one more step on each side agrees again. Skipped, with the reason, without a python3 that has PyTorch
 // (Debian: python3-torch).
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -32,11 +32,15 @@ ProcessResult run(const std::vector<std::string>& argv) {
 std::string output(const ProcessResult& r) { return r.out + r.err + (r.timed_out ? "\n(timed out)" : ""); }
 
 // Debian's interpreter first (a pyenv or venv python3 on PATH usually lacks the Debian package). Asked once.
-const std::string& python_with_torch() {
-  static const std::string found = [] {
-    for (const char* py : {"/usr/bin/python3", "python3"})
-      if (run({py, "-c", "import torch"}).exit_code == 0) return std::string(py);
-    return std::string();
+const std::vector<std::string>& python_with_torch() {
+  static const std::vector<std::string> found = [] {
+    for (std::vector<std::string> py : {std::vector<std::string>{"/usr/bin/python3"},
+                                        std::vector<std::string>{"/usr/bin/env", "python3"}}) {
+      std::vector<std::string> probe = py;
+      probe.insert(probe.end(), {"-c", "import torch"});
+      if (run(probe).exit_code == 0) return py;
+    }
+    return std::vector<std::string>();
   }();
   return found;
 }
@@ -92,7 +96,7 @@ void expect_close(double cpp, double torch, const std::string& what) {
 class PyTorchBridge : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(PyTorchBridge, LossOfOneBatchAgreesInFloat64BothWays) {
-  const std::string py = python_with_torch();
+  const std::vector<std::string>& py = python_with_torch();
   if (py.empty())
     GTEST_SKIP() << "no python3 with PyTorch: apt-get install python3-torch (tools/ddp test does)";
   const std::string model = GetParam();
@@ -124,7 +128,10 @@ TEST_P(PyTorchBridge, LossOfOneBatchAgreesInFloat64BothWays) {
   const Losses cpp = parse_losses(r.out);
   // PyTorch: the same, a second step, and its state after the first step as a ddp.cpp checkpoint.
   const std::string back = (dir / "from_torch.safetensors").string();
-  r = run({py, script, "loss", ckpt, batch, "--steps", "2", "--save-after-step", "1", back});
+  std::vector<std::string> loss_cmd = py;
+  loss_cmd.insert(loss_cmd.end(),
+                  {script, "loss", ckpt, batch, "--steps", "2", "--save-after-step", "1", back});
+  r = run(loss_cmd);
   ASSERT_EQ(r.exit_code, 0) << output(r);
   const Losses torch = parse_losses(r.out);
   expect_close(cpp.before, torch.before, model + ": loss of the batch under the checkpoint");
