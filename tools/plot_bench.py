@@ -143,8 +143,8 @@ def plots(recs, out_dir, prefix):
         ax.set_ylim(0, top)
         for c, m, h in zip(caps, med, hi):
             if m + h > top:
-                ax.annotate(f"p90 {m + h:.0f}", (c, top), xytext=(0, -10), textcoords="offset points",
-                            ha="center", fontsize=7, arrowprops=dict(arrowstyle="->", lw=0.6))
+                ax.annotate(f"p90 {m + h:.0f} ms", (c, top), xytext=(6, -12), textcoords="offset points",
+                            ha="left", fontsize=7, arrowprops=dict(arrowstyle="->", lw=0.6))
         ax.set_xscale("log")
         ax.set_xlabel("bucket cap (MiB)")
         ax.set_ylabel("ms")
