@@ -417,28 +417,38 @@ void ShmProcessGroup::Impl::allreduce(const CollectiveDesc& d, char* data) {
     char* chunk = data + off * es;
     begin_step(d, s);
     const uint32_t b = base();
-    std::memcpy(slot(rank, step), chunk, len * es);
+    const bool small = len * es <= kSmallAllreduceBytes;
+    const size_t align = 64 / es;
+    const size_t part = (len / size + align - 1) / align * align;
+    auto lo = [&](int q) { return std::min(len, part * static_cast<size_t>(q)); };
+    auto hi = [&](int q) { return std::min(len, part * static_cast<size_t>(q + 1)); };
+    // Into our slot goes what the peers read: all of it (small), or the parts the peers reduce.
+    if (small) {
+      std::memcpy(slot(rank, step), chunk, len * es);
+    } else {
+      for (int q = 0; q < size; ++q)
+        if (q != rank) std::memcpy(slot(rank, step) + lo(q) * es, chunk + lo(q) * es, (hi(q) - lo(q)) * es);
+    }
     publish(b + 1);
     for (int q = 0; q < size; ++q) {
       if (q == rank) continue;
       wait_rank(q, b + 1);
       if (s == 0) check_peer_call(q, d);
     }
-    if (len * es <= kSmallAllreduceBytes) {
+    if (small) {
       for (int q = 0; q < size; ++q) inputs[q] = slot(q, step);
       reduce_inputs(chunk, inputs.data(), size, len, d.dtype, d.op, size);
       end_step();
       continue;
     }
-    // Reduce-scatter: this rank reduces part `rank` (aligned to 64 bytes) of every slot, in rank order.
-    const size_t align = 64 / es;
-    const size_t part = (len / size + align - 1) / align * align;
-    auto lo = [&](int q) { return std::min(len, part * static_cast<size_t>(q)); };
-    auto hi = [&](int q) { return std::min(len, part * static_cast<size_t>(q + 1)); };
+    // Reduce-scatter: this rank reduces part `rank` (aligned to 64 bytes) of every rank's chunk, in rank
+    // order, reading its own part straight from the caller's buffer, and writes the result to its slot (for
+    // the peers) and to the caller's buffer.
     const size_t my_lo = lo(rank), my_n = hi(rank) - lo(rank);
-    for (int q = 0; q < size; ++q) inputs[q] = slot(q, step) + my_lo * es;
-    reduce_inputs(chunk + my_lo * es, inputs.data(), size, my_n, d.dtype, d.op, size);
-    std::memcpy(slot(rank, step) + my_lo * es, chunk + my_lo * es, my_n * es);
+    for (int q = 0; q < size; ++q)
+      inputs[q] = q == rank ? static_cast<const void*>(chunk + my_lo * es) : slot(q, step) + my_lo * es;
+    reduce_inputs(slot(rank, step) + my_lo * es, inputs.data(), size, my_n, d.dtype, d.op, size,
+                  chunk + my_lo * es);
     publish(b + 2);
     // All-gather of the reduced parts.
     for (int q = 0; q < size; ++q) {

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <vector>
 
 #include "runtime/core/error.h"
 
@@ -77,8 +79,21 @@ void reduce_bf16(BFloat16* out, const void* const* in, int n_in, size_t n, Reduc
 }  // namespace
 
 void reduce_inputs(void* out, const void* const* in, int n_in, size_t count, DType dtype, ReduceOp op,
-                   int divisor) {
+                   int divisor, void* copy_to) {
   if (count == 0) return;
+  if (copy_to) {
+    // 16 KiB blocks: reduce one, copy it while it sits in L1.
+    const size_t es = dtype_size(dtype);
+    const size_t block = (16 << 10) / es;
+    std::vector<const void*> shifted(static_cast<size_t>(n_in));
+    for (size_t b = 0; b < count; b += block) {
+      const size_t m = std::min(block, count - b);
+      for (int k = 0; k < n_in; ++k) shifted[k] = static_cast<const char*>(in[k]) + b * es;
+      reduce_inputs(static_cast<char*>(out) + b * es, shifted.data(), n_in, m, dtype, op, divisor);
+      std::memcpy(static_cast<char*>(copy_to) + b * es, static_cast<char*>(out) + b * es, m * es);
+    }
+    return;
+  }
   switch (dtype) {
     case DType::F32:
       return reduce_op(static_cast<float*>(out), in, n_in, count, op, divisor);

@@ -9,8 +9,9 @@
 
 namespace ddp::dist::shm {
 
-// `out` may alias none of the inputs unless it is in[0] itself.
+// `out` may alias none of the inputs unless it is in[0] itself. With `copy_to`, the result is also written
+// there, block by block while it is still in cache (saves a pass over memory).
 void reduce_inputs(void* out, const void* const* in, int n_in, size_t count, DType dtype, ReduceOp op,
-                   int divisor);
+                   int divisor, void* copy_to = nullptr);
 
 }  // namespace ddp::dist::shm
