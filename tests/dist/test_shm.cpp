@@ -122,12 +122,12 @@ TEST_F(Shm, RankThatLeavesFailsThePeersAtOnce) {
         auto start = std::chrono::steady_clock::now();
         std::string err = error_of(pg.allreduce(comm_buffer(buf.data(), 16)));
         EXPECT_NE(err.find("rank 1 destroyed its process group"), std::string::npos) << err;
-        EXPECT_LT(std::chrono::steady_clock::now() - start, 30s);  // the timeout is 10 minutes
+        EXPECT_LT(std::chrono::steady_clock::now() - start, 30s);  // not the 60 s timeout
       },
-      quick(std::chrono::minutes(10)), "shm");
+      quick(60s), "shm");
 }
 
-// Processes: rank 1 is SIGKILLed in the middle of a 64 MiB all-reduce; ranks 0 and 2 notice its death from
+// Processes: rank 1 is SIGKILLed in the middle of a 16 MiB all-reduce; ranks 0 and 2 notice its death from
 // its pid and fail with an error naming it long before the 60 s timeout. Nothing stays in /dev/shm.
 TEST_F(Shm, RankKilledMidCollectiveFailsTheOthersNotHangs) {
   const std::string token = "shm-kill-test";
@@ -164,7 +164,7 @@ TEST_F(Shm, RankKilledMidCollectiveFailsTheOthersNotHangs) {
   for (int r : {0, 2}) {
     EXPECT_FALSE(res[r].timed_out) << all();
     EXPECT_EQ(res[r].exit_code, 3) << all();
-    EXPECT_NE(res[r].err.find("shm allreduce #1 (16777216 x float32 on cpu, sum)"), std::string::npos) << all();
+    EXPECT_NE(res[r].err.find("shm allreduce #1 (4194304 x float32 on cpu, sum)"), std::string::npos) << all();
     // "rank 1 (pid P) died", or the other survivor saw it first, failed, and its failure says so.
     EXPECT_NE(res[r].err.find(" died"), std::string::npos) << all();
   }

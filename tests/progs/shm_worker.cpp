@@ -1,6 +1,6 @@
 // shm_worker.cpp - one rank of the shared-memory failure tests: connects to the test's store
 // (shm_worker <port> <token> <rank> <world> <mode>) and builds a shm group, then by mode:
-//   "die":   rank 1 kills itself (SIGKILL) in the middle of a large all-reduce; the others report the error
+//   "die":   rank 1 kills itself (SIGKILL) in the middle of a 16 MiB all-reduce; the others report the error
 //            they got (stderr) and exit 3 when it came, 0 when the collective unexpectedly succeeded;
 //   "setup": create the group and exit at once without destroying it (_exit), as a crash after setup would.
 #include <signal.h>
@@ -35,7 +35,7 @@ int main(int argc, char** argv) {
     std::printf("rank %d pid %d ready\n", rank, static_cast<int>(::getpid()));
     std::fflush(stdout);
     if (mode == "setup") ::_exit(0);
-    std::vector<float> buf(size_t{16} << 20, 1.0f);  // 64 MiB: 64 chunk steps
+    std::vector<float> buf(size_t{4} << 20, 1.0f);  // 16 MiB: 16 chunk steps
     pg.allreduce(comm_buffer(buf.data(), 16))->wait();
     store->set("warm/" + std::to_string(rank), "1");
     if (rank == 1) {
