@@ -3,6 +3,7 @@
 // chunks and > 1M elements, many collectives outstanding at once. Integers are checked exactly, floats to
 // the rounding of their dtype, against references computed here from the same inputs.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdint>
@@ -10,6 +11,7 @@
 
 #include "runtime/core/error.h"
 #include "runtime/dist/local_world.h"
+#include "runtime/dist/shm/shm_segment.h"
 
 using namespace ddp;
 using namespace ddp::dist;
@@ -108,8 +110,15 @@ void check_allreduce(const std::string& backend, int world, const std::vector<in
 
 const std::vector<std::string> kBackends = {"gloo", "shm", "hier"};
 
+// The shm groups unlink their segments once mapped: nothing of this process is left in /dev/shm.
+void expect_no_shm_segments_of_this_process() {
+  const std::string mine = std::string(shm::kSegmentPrefix) + std::to_string(::getpid()) + ".";
+  for (const auto& n : shm::list_segments()) EXPECT_NE(n.rfind(mine, 0), 0u) << "left in /dev/shm: " << n;
+}
+
 class CollectivesByWorld : public ::testing::TestWithParam<std::tuple<std::string, int>> {
  protected:
+  void TearDown() override { expect_no_shm_segments_of_this_process(); }
   const std::string backend = std::get<0>(GetParam());
   const int world = std::get<1>(GetParam());
 };
@@ -225,6 +234,7 @@ INSTANTIATE_TEST_SUITE_P(Backends, CollectivesByWorld,
 
 class Collectives : public ::testing::TestWithParam<std::string> {
  protected:
+  void TearDown() override { expect_no_shm_segments_of_this_process(); }
   const std::string backend = GetParam();
 };
 
