@@ -112,7 +112,7 @@ const std::vector<std::string> kBackends = {"gloo", "shm", "hier"};
 
 // The shm groups unlink their segments once mapped: nothing of this process is left in /dev/shm.
 void expect_no_shm_segments_of_this_process() {
-  const std::string mine = std::string(shm::kSegmentPrefix) + std::to_string(::getpid()) + ".";
+  const std::string mine = shm::segment_prefix_of(::getpid());
   for (const auto& n : shm::list_segments()) EXPECT_NE(n.rfind(mine, 0), 0u) << "left in /dev/shm: " << n;
 }
 

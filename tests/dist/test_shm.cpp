@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <future>
 #include <thread>
@@ -38,7 +39,7 @@ std::vector<std::string> segments_of(const std::vector<pid_t>& pids) {
   std::vector<std::string> out;
   for (const auto& n : shm::list_segments())
     for (pid_t p : pids)
-      if (n.rfind(std::string(shm::kSegmentPrefix) + std::to_string(p) + ".", 0) == 0) out.push_back(n);
+      if (n.rfind(shm::segment_prefix_of(p), 0) == 0) out.push_back(n);
   return out;
 }
 
@@ -172,7 +173,7 @@ TEST_F(Shm, RankKilledMidCollectiveFailsTheOthersNotHangs) {
 }
 
 // A process that crashed after creating its segment but before the group unlinked it leaves /dev/shm/ddpshm.*;
-// the next group on the host removes it (and leaves live processes' segments alone).
+// the next group on the host removes it (and leaves live processes' segments, and other pid namespaces', alone).
 TEST_F(Shm, SegmentsOfDeadProcessesAreRemovedByTheNextGroup) {
   const pid_t child = ::fork();
   ASSERT_GE(child, 0);
@@ -184,11 +185,17 @@ TEST_F(Shm, SegmentsOfDeadProcessesAreRemovedByTheNextGroup) {
   ::waitpid(child, &status, 0);
   ASSERT_EQ(segments_of({child}).size(), 1u);
   auto own = shm::Segment::create(shm::segment_name("feedfeedfeedfeed", "0"), 8192);  // alive: must stay
+  // The same dead pid in another pid namespace ("1"): the pid means nothing here, so it must stay too.
+  const std::string foreign = std::string(shm::kSegmentPrefix) + "1." + std::to_string(child) + ".cafe.0";
+  auto other_ns = shm::Segment::create("/" + foreign, 8192);
   run_threads(
       1, [&](int, ProcessGroup& pg) { pg.barrier()->wait(); }, quick(30s), "shm");
   EXPECT_EQ(segments_of({child}), std::vector<std::string>{});
   EXPECT_EQ(segments_of({::getpid()}).size(), 1u);
+  const auto all = shm::list_segments();
+  EXPECT_NE(std::find(all.begin(), all.end(), foreign), all.end()) << foreign << " was removed";
   own.unlink();
+  other_ns.unlink();
 }
 
 TEST_F(Shm, NothingLeftAfterGroupsOfEverySize) {
@@ -258,4 +265,5 @@ TEST(ShmHostIdentity, NamesHostBootAndNamespaces) {
   const std::string id = shm::host_identity();
   EXPECT_NE(id.find("ipc:["), std::string::npos) << id;
   EXPECT_NE(id.find("net:["), std::string::npos) << id;
+  EXPECT_NE(id.find("pid:["), std::string::npos) << id;
 }

@@ -26,7 +26,8 @@ std::string host_identity() {
   char host[256] = {0};
   ::gethostname(host, sizeof(host) - 1);
   return std::string(host) + "/" + first_line("/proc/sys/kernel/random/boot_id") + "/" +
-         link_target("/proc/self/ns/ipc") + "/" + link_target("/proc/self/ns/net");
+         link_target("/proc/self/ns/ipc") + "/" + link_target("/proc/self/ns/net") + "/" +
+         link_target("/proc/self/ns/pid");
 }
 
 std::vector<int> host_of_ranks(Store& store, const std::string& prefix, int rank, int size,

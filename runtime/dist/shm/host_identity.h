@@ -1,6 +1,7 @@
 // host_identity.h - which ranks can share memory: a host identity string per rank (hostname, boot id, and the
-// IPC and network namespaces, so containers and the network-namespace "nodes" of the multi-node test count as
-// separate hosts), exchanged through the store to group the ranks by host.
+// IPC, network and pid namespaces, so containers and the network-namespace "nodes" of the multi-node test
+// count as separate hosts, and peers' pids are meaningful for the liveness check), exchanged through the store
+// to group the ranks by host.
 #pragma once
 #include <chrono>
 #include <string>
@@ -10,7 +11,7 @@
 
 namespace ddp::dist::shm {
 
-// "hostname/boot-id/ipc:[...]/net:[...]" of this process.
+// "hostname/boot-id/ipc:[...]/net:[...]/pid:[...]" of this process.
 std::string host_identity();
 
 // Every rank publishes its identity under "<prefix>/host/<rank>" and reads all; returns, for each rank, the

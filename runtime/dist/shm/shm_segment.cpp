@@ -102,8 +102,21 @@ void Segment::reset() {
   size_ = 0;
 }
 
+std::string pid_namespace_id() {
+  char buf[128];
+  const ssize_t n = ::readlink("/proc/self/ns/pid", buf, sizeof(buf) - 1);
+  if (n <= 0) return "0";
+  std::string s(buf, static_cast<size_t>(n));  // "pid:[4026531836]"
+  const size_t a = s.find('['), b = s.find(']');
+  return a != std::string::npos && b != std::string::npos && b > a + 1 ? s.substr(a + 1, b - a - 1) : "0";
+}
+
+std::string segment_prefix_of(pid_t pid) {
+  return std::string(kSegmentPrefix) + pid_namespace_id() + "." + std::to_string(pid) + ".";
+}
+
 std::string segment_name(const std::string& run_id, const std::string& rest) {
-  return "/" + std::string(kSegmentPrefix) + std::to_string(::getpid()) + "." + run_id + "." + rest;
+  return "/" + segment_prefix_of(::getpid()) + run_id + "." + rest;
 }
 
 std::string random_run_id() {
@@ -127,13 +140,14 @@ std::vector<std::string> list_segments(const std::string& shm_dir) {
 
 std::vector<std::string> remove_stale_segments(const std::string& shm_dir) {
   std::vector<std::string> removed;
-  const size_t plen = std::strlen(kSegmentPrefix);
+  const std::string ours = std::string(kSegmentPrefix) + pid_namespace_id() + ".";
   for (const std::string& n : list_segments(shm_dir)) {
-    const size_t dot = n.find('.', plen);
+    if (n.rfind(ours, 0) != 0) continue;  // another pid namespace: its pids mean nothing here
+    const size_t dot = n.find('.', ours.size());
     if (dot == std::string::npos) continue;
     long pid = 0;
     try {
-      pid = std::stol(n.substr(plen, dot - plen));
+      pid = std::stol(n.substr(ours.size(), dot - ours.size()));
     } catch (...) {
       continue;
     }

@@ -1,8 +1,9 @@
 // shm_segment.h - one POSIX shared-memory segment (shm_open + mmap) of the shared-memory process group, and
 // the naming that lets a later run remove what a killed one left in /dev/shm.
 //
-// Names are "/ddpshm.<creator pid>.<run id>.<rest>": the creator's pid tells whether the owner still lives,
-// so remove_stale_segments() can unlink the segments of dead processes. The group unlinks its segment as soon
+// Names are "/ddpshm.<pid namespace>.<creator pid>.<run id>.<rest>": the creator's pid tells whether the
+// owner still lives, so remove_stale_segments() can unlink the segments of dead processes - only those of its
+// own pid namespace, where the pid means something (a container sharing /dev/shm is left alone). The group unlinks its segment as soon
 // as every peer mapped it (the memory lives on while mapped), so a crash after setup leaves nothing behind.
 #pragma once
 #include <sys/types.h>
@@ -42,12 +43,16 @@ class Segment {
   bool owner_ = false;  // created here: unlinked at the latest by the destructor
 };
 
-// "/ddpshm.<pid>.<run_id>.<rest>" for this process.
+// "/ddpshm.<pid ns>.<pid>.<run_id>.<rest>" for this process.
 std::string segment_name(const std::string& run_id, const std::string& rest);
+// "ddpshm.<pid ns>.<pid>." : how the /dev/shm entries of process `pid` (of this pid namespace) begin.
+std::string segment_prefix_of(pid_t pid);
+// The inode number of this process's pid namespace ("0" when /proc does not tell).
+std::string pid_namespace_id();
 // A random hex id (16 characters) for one run of a group.
 std::string random_run_id();
 
-// Unlinks every /dev/shm/ddpshm.<pid>.* whose pid is no longer alive; returns the names removed.
+// Unlinks every /dev/shm/ddpshm.<our pid ns>.<pid>.* whose pid is no longer alive; returns the names removed.
 std::vector<std::string> remove_stale_segments(const std::string& shm_dir = "/dev/shm");
 // Names (without the leading '/') of our segments in shm_dir, alive or not.
 std::vector<std::string> list_segments(const std::string& shm_dir = "/dev/shm");
