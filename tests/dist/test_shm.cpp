@@ -267,3 +267,33 @@ TEST(ShmHostIdentity, NamesHostBootAndNamespaces) {
   EXPECT_NE(id.find("net:["), std::string::npos) << id;
   EXPECT_NE(id.find("pid:["), std::string::npos) << id;
 }
+
+TEST_F(Shm, BadTuningVariablesAreRefusedByName) {
+  auto error_with = [](const char* var, const char* value) {
+    setenv(var, value, 1);
+    std::string err;
+    try {
+      run_threads(
+          1, [](int, ProcessGroup&) {}, quick(10s), "shm");
+    } catch (const Error& e) {
+      err = e.what();
+    }
+    unsetenv(var);
+    return err;
+  };
+  std::string e1 = error_with("DDP_SHM_CHUNK_BYTES", "1000");
+  EXPECT_NE(e1.find("DDP_SHM_CHUNK_BYTES='1000' is not valid: expected a multiple of 64"), std::string::npos) << e1;
+  std::string e2 = error_with("DDP_SHM_SPIN_US", "soon");
+  EXPECT_NE(e2.find("DDP_SHM_SPIN_US='soon' is not valid"), std::string::npos) << e2;
+  // A smaller chunk works (many steps per collective).
+  setenv("DDP_SHM_CHUNK_BYTES", "4096", 1);
+  run_threads(
+      3,
+      [](int rank, ProcessGroup& pg) {
+        std::vector<double> v(5000, rank + 1.0);
+        pg.allreduce(comm_buffer(v.data(), 5000))->wait();
+        for (double x : v) ASSERT_EQ(x, 6.0);
+      },
+      quick(30s), "shm");
+  unsetenv("DDP_SHM_CHUNK_BYTES");
+}
