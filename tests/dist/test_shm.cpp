@@ -297,3 +297,31 @@ TEST_F(Shm, BadTuningVariablesAreRefusedByName) {
       quick(30s), "shm");
   unsetenv("DDP_SHM_CHUNK_BYTES");
 }
+
+// Hierarchical group (ranks 0 and 2 on one pretend host, 1 on the other): rank 1 skips #1; the leader of the
+// other host fails in the Gloo step at the timeout, and rank 2, waiting on its leader's broadcast, fails as
+// soon as the leader's failure is in its shm control block.
+TEST_F(Shm, HierSkippedCollectiveFailsEveryWaitingRank) {
+  const auto options = quick(1s);
+  run_threads(
+      3,
+      [&](int rank, ProcessGroup& pg, Store& store) {
+        std::vector<float> buf(16, 1.0f);
+        pg.allreduce(comm_buffer(buf.data(), 16))->wait();
+        EXPECT_EQ(buf[0], 3.0f);
+        if (rank == 1) {
+          store.wait({"done/0", "done/2"}, 30s);
+          return;
+        }
+        auto start = std::chrono::steady_clock::now();
+        std::string err = error_of(pg.allreduce(comm_buffer(buf.data(), 16)));
+        store.set("done/" + std::to_string(rank), "1");
+        EXPECT_NE(err.find("hier allreduce #1 (16 x float32 on cpu, sum) failed on rank " + std::to_string(rank)),
+                  std::string::npos)
+            << err;
+        EXPECT_LT(std::chrono::steady_clock::now() - start, options.timeout + 5s);
+        std::string again = error_of(pg.barrier());
+        EXPECT_NE(again.find("failed earlier"), std::string::npos) << again;
+      },
+      options, "hier");
+}
