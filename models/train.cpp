@@ -12,8 +12,11 @@
 #include <fstream>
 #include <sstream>
 
+#include "models/branchy.h"
+#include "models/cnn.h"
 #include "models/gpt.h"
 #include "models/make_model.h"
+#include "models/mlp.h"
 #include "runtime/autograd/engine.h"
 #include "runtime/checkpoint/training_checkpoint.h"
 #include "runtime/core/log.h"
@@ -106,7 +109,9 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg)
   const int rank = pg->rank(), world = pg->size();
   const bool talk = rank == 0 && !o.quiet;
   DDP_CHECK(o.batch_size > 0 && o.grad_accum > 0, "--batch-size and --grad-accum must be positive");
-  const DType dtype = train_dtype(o.dtype);
+  DDP_CHECK(o.dtype == "float32" || o.dtype == "float64", "--dtype ", o.dtype,
+            ": expected float32 or float64");
+  const DType dtype = o.dtype == "float64" ? DType::F64 : DType::F32;
   Device device = Device::parse(o.device);
   if (device.is_cuda()) {  // the GPU of this rank's local rank (LOCAL_RANK as every launcher sets it)
     const char* local = std::getenv("LOCAL_RANK");
@@ -227,7 +232,7 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg)
     while (auto b = val_loader.next()) {
       if (o.eval_batches > 0 && batches >= o.eval_batches) break;
       Tensor x = b->x;
-      if (!data.tokens && x.dtype() != dtype) x = x.to(dtype);  // as in training (float64 models)
+      if (!data.tokens && x.dtype() != dtype) x = x.to(dtype);  // as in training (--dtype float64)
       Tensor out = model->forward(x);
       ops::CrossEntropyOptions sum_rows;
       sum_rows.reduction = ops::LossReduction::Sum;
