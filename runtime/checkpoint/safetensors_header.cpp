@@ -51,20 +51,20 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 constexpr size_t kMaxQuoted = 80;
 
 // `text`, cut to kMaxQuoted characters with a note of the full length when longer.
-std::string quoted(std::string_view text) {
+std::string excerpt(std::string_view text) {
   if (text.size() <= kMaxQuoted) return std::string(text);
   return std::string(text.substr(0, kMaxQuoted)) + "... (" + std::to_string(text.size()) + " characters)";
 }
 
-// A JSON value as text for an error message, bounded like quoted(). The header's nesting depth was checked
+// A JSON value as text for an error message, bounded like excerpt(). The header's nesting depth was checked
 // before parsing, so dump() cannot recurse deeply; a huge array is still cut.
-std::string quoted(const json& value) {
+std::string excerpt_json(const json& value) {
   if (value.is_array() && value.size() > kMaxQuoted) return "an array of " + std::to_string(value.size()) + " values";
   if (value.is_object() && value.size() > kMaxQuoted) return "an object of " + std::to_string(value.size()) + " keys";
-  return quoted(value.dump(-1, ' ', false, json::error_handler_t::replace));
+  return excerpt(value.dump(-1, ' ', false, json::error_handler_t::replace));
 }
 
-// nlohmann-json's parse error with the token it quotes ("last read: '...'") cut like quoted().
+// nlohmann-json's parse error with the token it quotes ("last read: '...'") cut like excerpt().
 std::string parse_error_text(std::string_view what) {
   constexpr std::string_view kToken = "last read: '";
   size_t begin = what.find(kToken);
@@ -72,7 +72,7 @@ std::string parse_error_text(std::string_view what) {
   begin += kToken.size();
   size_t end = what.find("'; ", begin);
   if (end == std::string_view::npos) end = what.size();
-  return std::string(what.substr(0, begin)) + quoted(what.substr(begin, end - begin)) +
+  return std::string(what.substr(0, begin)) + excerpt(what.substr(begin, end - begin)) +
          std::string(what.substr(end, 2 * kMaxQuoted));
 }
 
@@ -85,29 +85,56 @@ void check_nesting(std::string_view text, const std::string& source) {
                  " (a safetensors header is an object of tensor entries whose shapes are flat arrays)");
 }
 
+// A SAX pass over JSON that records the first key appearing twice in one object. It only tracks keys (one
+// set per open object), so it is O(n log n). (nlohmann's parse callbacks would do this in the same parse,
+// but its callback parser scans the whole parent object each time a child object closes: quadratic in the
+// number of tensors, 20 s for 40,000.)
+class DuplicateKeyFinder : public nlohmann::json_sax<json> {
+ public:
+  std::string duplicate;  // empty when none
+
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override {
+    open_objects_.emplace_back();
+    return true;
+  }
+  bool key(string_t& key) override {
+    if (!open_objects_.empty() && !open_objects_.back().insert(key).second) {
+      duplicate = excerpt(key);
+      return false;  // the first one is reported: stop
+    }
+    return true;
+  }
+  bool end_object() override {
+    if (!open_objects_.empty()) open_objects_.pop_back();
+    return true;
+  }
+  bool start_array(std::size_t) override { return true; }
+  bool end_array() override { return true; }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
+
+ private:
+  std::vector<std::set<std::string>> open_objects_;
+};
+
 // Parses JSON and reports the first key that appears twice in one object (nlohmann keeps the last one
 // silently, which would let a file say two different things about one tensor).
 json parse_rejecting_duplicate_keys(std::string_view text, const std::string& source) {
-  std::vector<std::set<std::string>> open_objects;
-  std::string duplicate;
-  json::parser_callback_t track_keys = [&](int, json::parse_event_t event, json& parsed) {
-    if (event == json::parse_event_t::object_start) {
-      open_objects.emplace_back();
-    } else if (event == json::parse_event_t::object_end) {
-      if (!open_objects.empty()) open_objects.pop_back();
-    } else if (event == json::parse_event_t::key && !open_objects.empty() && parsed.is_string()) {
-      const std::string& key = parsed.get_ref<const std::string&>();
-      if (!open_objects.back().insert(key).second && duplicate.empty()) duplicate = quoted(key);
-    }
-    return true;
-  };
   json header;
   try {
-    header = json::parse(text.begin(), text.end(), track_keys, /*allow_exceptions=*/true);
+    header = json::parse(text.begin(), text.end());
   } catch (const json::exception& e) {
     DDP_BAD_FILE("the header is not valid JSON: ", parse_error_text(e.what()));
   }
-  if (!duplicate.empty()) DDP_BAD_FILE("the header names '", duplicate, "' twice");
+  DuplicateKeyFinder finder;
+  json::sax_parse(text.begin(), text.end(), &finder);
+  if (!finder.duplicate.empty()) DDP_BAD_FILE("the header names '", finder.duplicate, "' twice");
   return header;
 }
 
@@ -117,7 +144,7 @@ std::map<std::string, std::string> parse_metadata(const json& value, const std::
   std::map<std::string, std::string> metadata;
   for (const auto& [key, v] : value.items()) {
     if (!v.is_string())
-      DDP_BAD_FILE("metadata value of '", quoted(key), "' must be a string, got ", v.type_name(), " (", quoted(v),
+      DDP_BAD_FILE("metadata value of '", excerpt(key), "' must be a string, got ", v.type_name(), " (", excerpt_json(v),
                    ")");
     metadata.emplace(key, v.get<std::string>());
   }
@@ -126,19 +153,19 @@ std::map<std::string, std::string> parse_metadata(const json& value, const std::
 
 uint64_t parse_offset(const json& v, const std::string& tensor, const std::string& source) {
   if (v.is_number_unsigned()) return v.get<uint64_t>();
-  if (v.is_number_integer()) DDP_BAD_FILE("tensor '", tensor, "' has a negative data offset ", quoted(v));
-  DDP_BAD_FILE("tensor '", tensor, "' has a data offset that is not an integer: ", quoted(v));
+  if (v.is_number_integer()) DDP_BAD_FILE("tensor '", tensor, "' has a negative data offset ", excerpt_json(v));
+  DDP_BAD_FILE("tensor '", tensor, "' has a data offset that is not an integer: ", excerpt_json(v));
 }
 
 HeaderEntry parse_entry(const std::string& key, const json& value, uint64_t data_bytes,
                         const std::string& source) {
-  const std::string name = quoted(key);  // as shown in messages
+  const std::string name = excerpt(key);  // as shown in messages
   if (!value.is_object())
     DDP_BAD_FILE("entry '", name, "' must be an object with dtype, shape and data_offsets, got ",
                  value.type_name());
   for (const auto& [field, v] : value.items()) {
     if (field != "dtype" && field != "shape" && field != "data_offsets")
-      DDP_BAD_FILE("tensor '", name, "' has an unknown field '", quoted(field),
+      DDP_BAD_FILE("tensor '", name, "' has an unknown field '", excerpt(field),
                    "' (expected only dtype, shape and data_offsets)");
   }
   for (const char* field : {"dtype", "shape", "data_offsets"}) {
@@ -149,28 +176,28 @@ HeaderEntry parse_entry(const std::string& key, const json& value, uint64_t data
 
   const json& dtype = value["dtype"];
   if (!dtype.is_string())
-    DDP_BAD_FILE("tensor '", name, "' has a dtype that is not a string: ", quoted(dtype));
+    DDP_BAD_FILE("tensor '", name, "' has a dtype that is not a string: ", excerpt_json(dtype));
   if (!parse_safetensors_dtype(dtype.get_ref<const std::string&>(), &e.dtype))
-    DDP_BAD_FILE("tensor '", name, "' has dtype ", quoted(dtype),
+    DDP_BAD_FILE("tensor '", name, "' has dtype ", excerpt_json(dtype),
                  ", which ddp.cpp does not support (supported: F32, F64, BF16, I32, I64, U8)");
 
   const json& shape = value["shape"];
-  if (!shape.is_array()) DDP_BAD_FILE("tensor '", name, "' has a shape that is not an array: ", quoted(shape));
+  if (!shape.is_array()) DDP_BAD_FILE("tensor '", name, "' has a shape that is not an array: ", excerpt_json(shape));
   for (const json& d : shape) {
     if (d.is_number_unsigned()) {
       if (d.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-        DDP_BAD_FILE("tensor '", name, "' has a dimension too large for int64: ", quoted(d));
+        DDP_BAD_FILE("tensor '", name, "' has a dimension too large for int64: ", excerpt_json(d));
       e.shape.push_back(static_cast<int64_t>(d.get<uint64_t>()));
     } else if (d.is_number_integer()) {
-      DDP_BAD_FILE("tensor '", name, "' has a negative dimension ", quoted(d), " in shape ", quoted(shape));
+      DDP_BAD_FILE("tensor '", name, "' has a negative dimension ", excerpt_json(d), " in shape ", excerpt_json(shape));
     } else {
-      DDP_BAD_FILE("tensor '", name, "' has a dimension that is not an integer: ", quoted(d));
+      DDP_BAD_FILE("tensor '", name, "' has a dimension that is not an integer: ", excerpt_json(d));
     }
   }
 
   const json& offsets = value["data_offsets"];
   if (!offsets.is_array() || offsets.size() != 2)
-    DDP_BAD_FILE("tensor '", name, "' needs data_offsets [begin, end], got ", quoted(offsets));
+    DDP_BAD_FILE("tensor '", name, "' needs data_offsets [begin, end], got ", excerpt_json(offsets));
   e.begin = parse_offset(offsets[0], name, source);
   e.end = parse_offset(offsets[1], name, source);
   if (e.begin > e.end)
@@ -195,12 +222,12 @@ void check_tiling(const std::vector<HeaderEntry>& sorted, uint64_t data_bytes, c
   const HeaderEntry* previous = nullptr;
   for (const HeaderEntry& e : sorted) {
     if (e.begin < covered)
-      DDP_BAD_FILE("tensor '", quoted(e.name), "' at [", e.begin, ", ", e.end, ") overlaps tensor '",
-                   quoted(previous->name),
+      DDP_BAD_FILE("tensor '", excerpt(e.name), "' at [", e.begin, ", ", e.end, ") overlaps tensor '",
+                   excerpt(previous->name),
                    "' at [", previous->begin, ", ", previous->end, ")");
     if (e.begin > covered)
       DDP_BAD_FILE("bytes [", covered, ", ", e.begin,
-                   ") of the data section belong to no tensor (gap before '", quoted(e.name), "')");
+                   ") of the data section belong to no tensor (gap before '", excerpt(e.name), "')");
     covered = e.end;
     previous = &e;
   }

@@ -258,16 +258,18 @@ void Parser::fail_unknown(const std::string& flag) const {
 
 void Parser::record(Option& opt, const std::string& spelled, const std::string& value) {
   opt.set(spelled, value);
-  if (opt.given && opt.given_value != value && (opt.given_as != spelled || opt.name == "local-rank"))
-    fail(opt.given_as + "=" + opt.given_value + " and " + spelled + "=" + value +
+  auto [earlier, first_time] = given_as_.try_emplace(opt.name, spelled, value);
+  const auto& [was_spelled, was_value] = earlier->second;
+  if (!first_time && was_value != value && (was_spelled != spelled || opt.name == "local-rank"))
+    fail(was_spelled + "=" + was_value + " and " + spelled + "=" + value +
          " give one option two different values; pass it once");
+  earlier->second = {spelled, value};
   opt.given = true;
-  opt.given_as = spelled;
-  opt.given_value = value;
 }
 
 bool Parser::parse(const std::vector<std::string>& args) {
   rest_.clear();
+  given_as_.clear();
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--") {

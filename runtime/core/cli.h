@@ -25,6 +25,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -118,7 +119,6 @@ class Parser {
     bool is_flag = false;  // takes no separate value: bool flags and optional-value choices
     std::string implicit;  // the value of a bare "--name" when is_flag
     bool given = false;
-    std::string given_as, given_value;  // spelling and value of the last occurrence
     std::function<void(const std::string& flag, const std::string& value)> set;
   };
   void add_option(Option opt);
@@ -135,6 +135,7 @@ class Parser {
   std::vector<std::string>* positionals_ = nullptr;
   std::string positional_metavar_, positional_help_;
   bool stop_at_positional_ = false;
+  std::map<std::string, std::pair<std::string, std::string>> given_as_;  // option -> last spelling, value
   std::vector<std::string> rest_;
   bool local_rank_enabled_ = true;
   int local_rank_flag_ = -1;
