@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 
 #include "runtime/checkpoint/checkpoint_dir.h"
 #include "runtime/core/error.h"
@@ -63,14 +64,17 @@ void validate_options(const TrainOptions& o) {
   auto finite_in = [](const char* flag, double v, double lo, double hi, const char* range) {
     DDP_CHECK(std::isfinite(v) && v >= lo && v <= hi, flag, " must be ", range, ", got ", v);
   };
-  finite_in("--lr", o.lr, 0, 1e6, "a finite number >= 0");
+  constexpr double kAny = std::numeric_limits<double>::max();
+  finite_in("--lr", o.lr, 0, kAny, "a finite number >= 0");
   finite_in("--min-lr-ratio", o.min_lr_ratio, 0, 1, "in [0, 1]");
   finite_in("--momentum", o.momentum, 0, 1, "in [0, 1)");
   DDP_CHECK(o.momentum < 1, "--momentum must be in [0, 1), got ", o.momentum);
-  finite_in("--weight-decay", o.weight_decay, 0, 1e6, "a finite number >= 0");
-  finite_in("--clip-grad", o.clip_grad, 0, 1e300, "a finite number >= 0 (0: off)");
-  finite_in("--bucket-cap-mb", o.bucket_cap_mb, 1e-9, 1e9, "a finite number > 0");
-  finite_in("--first-bucket-mb", o.first_bucket_mb, 1e-9, 1e9, "a finite number > 0");
+  finite_in("--weight-decay", o.weight_decay, 0, kAny, "a finite number >= 0");
+  finite_in("--clip-grad", o.clip_grad, 0, kAny, "a finite number >= 0 (0: off)");
+  DDP_CHECK(std::isfinite(o.bucket_cap_mb) && o.bucket_cap_mb > 0, "--bucket-cap-mb must be > 0, got ",
+            o.bucket_cap_mb);
+  DDP_CHECK(std::isfinite(o.first_bucket_mb) && o.first_bucket_mb > 0, "--first-bucket-mb must be > 0, got ",
+            o.first_bucket_mb);
   finite_in("--dropout", o.dropout, 0, 1, "in [0, 1)");
   DDP_CHECK(o.dropout < 1, "--dropout must be in [0, 1), got ", o.dropout);
   DDP_CHECK(o.resume != "auto" || !o.checkpoint_dir.empty(),

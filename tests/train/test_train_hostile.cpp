@@ -13,6 +13,7 @@
 
 #include "models/train.h"
 #include "models/train_checks.h"
+#include "runtime/core/error.h"
 #include "runtime/dist/local_world.h"
 #include "tests/support/run_process.h"
 
@@ -52,7 +53,7 @@ std::vector<std::string> errors_of(int world, const std::function<models::TrainO
   dist::run_threads(world, [&](int rank, dist::ProcessGroup& pg) {
     try {
       models::train(options(rank), borrow(pg));
-    } catch (const Error& e) {
+    } catch (const ddp::Error& e) {
       errors[static_cast<size_t>(rank)] = e.what();
     }
   });
@@ -180,7 +181,7 @@ TEST(TrainHostile, PrintableTextEscapesControlAndInvalidBytesKeepsUtf8) {
 TEST(TrainHostile, CheckpointLinesReachAPipeWhenTheCheckpointIsWritten) {
   const std::string dir = temp_dir("flush");
   std::string seen_when_step3_was_latest;
-  testing::ProcessOptions po;
+  ddp::testing::ProcessOptions po;
   po.unset_env = {"LOCAL_RANK", "RANK", "WORLD_SIZE"};
   po.timeout_s = 120;
   po.on_progress = [&](pid_t pid, const std::string& out, const std::string&) {
@@ -191,7 +192,7 @@ TEST(TrainHostile, CheckpointLinesReachAPipeWhenTheCheckpointIsWritten) {
     seen_when_step3_was_latest = out + "<end>";
     ::kill(pid, SIGKILL);
   };
-  auto r = testing::run_process(
+  auto r = ddp::testing::run_process(
       {std::string(DDP_BIN_DIR) + "/train", "--model", "mlp", "--data", "synthetic", "--hidden", "8",
        "--synthetic-samples", "512", "--batch-size", "8", "--steps", "100000", "--log-interval", "0",
        "--eval-interval", "0", "--checkpoint-dir", dir, "--checkpoint-interval", "1"},
