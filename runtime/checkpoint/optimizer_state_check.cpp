@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <map>
 
+#include "runtime/checkpoint/safetensors_header.h"
 #include "runtime/core/error.h"
 
 namespace ddp::checkpoint {
@@ -67,10 +68,11 @@ void check_optimizer_state(const std::string& path, int64_t optimizer_steps,
     const std::string param = dot == std::string::npos ? "" : rest.substr(0, dot);
     const std::string state = dot == std::string::npos ? rest : rest.substr(dot + 1);
     auto p = params.find(param);
-    DDP_CHECK(p != params.end(), where, "tensor '", t->name, "' is optimizer state of a parameter '", param,
+    DDP_CHECK(p != params.end(), where, "tensor '", message_excerpt(t->name),
+              "' is optimizer state of a parameter '", message_excerpt(param),
               "' this model does not have (edited, or written by another model); ", kResetHint);
-    DDP_CHECK(std::find(names.begin(), names.end(), state) != names.end(), where, "tensor '", t->name,
-              "' is not state of ", live_kind, " (its state per parameter is ", join(names),
+    DDP_CHECK(std::find(names.begin(), names.end(), state) != names.end(), where, "tensor '",
+              message_excerpt(t->name), "' is not state of ", live_kind, " (its state per parameter is ", join(names),
               "): the file was edited or written by another optimizer; ", kResetHint);
     const std::vector<int64_t> want = state == "step" ? std::vector<int64_t>{} : p->second->tensor.shape();
     DDP_CHECK(t->shape == want, where, "optimizer state '", t->name, "' has shape ", shape_list(t->shape),

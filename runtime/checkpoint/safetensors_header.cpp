@@ -238,6 +238,8 @@ void check_tiling(const std::vector<HeaderEntry>& sorted, uint64_t data_bytes, c
 
 }  // namespace
 
+std::string message_excerpt(std::string_view text) { return excerpt(text); }
+
 int json_nesting_depth(std::string_view text, int limit, size_t* where) {
   int depth = 0, deepest = 0;
   bool in_string = false;

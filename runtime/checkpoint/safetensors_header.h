@@ -34,6 +34,10 @@ inline constexpr int kMaxHeaderDepth = 3;
 // *where when given. Run before a recursive JSON parser on untrusted text.
 int json_nesting_depth(std::string_view text, int limit, size_t* where = nullptr);
 
+// `text` for an error message: at most 80 characters, then "... (N characters)". Names and values read from a
+// file go through it, so a hostile file cannot make an error message huge.
+std::string message_excerpt(std::string_view text);
+
 // Parses `json_text` and checks it against a data section of `data_bytes` bytes: known dtypes, non-negative
 // dims, shape x dtype size == offsets length, offsets in range, contiguous, covering the section, no
 // duplicate keys anywhere. Throws ddp::Error that starts with "safetensors file '<source>': ".

@@ -11,6 +11,7 @@
 #include "runtime/checkpoint/config_match.h"
 #include "runtime/checkpoint/optimizer_state_check.h"
 #include "runtime/checkpoint/safetensors.h"
+#include "runtime/checkpoint/safetensors_header.h"
 #include "runtime/core/log.h"
 
 namespace ddp::checkpoint {
@@ -67,18 +68,18 @@ void verify_checksums(const SafetensorsContent& c, const std::map<std::string, c
                       const std::string& path) {
   for (const NamedBuffer& t : c.tensors) {
     auto it = c.metadata.find(checksum_key(t.name));
-    DDP_CHECK(it != c.metadata.end(), "checkpoint '", path, "': tensor '", t.name,
-              "' has no checksum (metadata '", checksum_key(t.name),
+    DDP_CHECK(it != c.metadata.end(), "checkpoint '", path, "': tensor '", message_excerpt(t.name),
+              "' has no checksum (metadata '", message_excerpt(checksum_key(t.name)),
               "'): the file was edited; resume from another checkpoint");
     const std::string actual = crc32_text(crc32_of(t.bytes.data(), t.bytes.size()));
-    DDP_CHECK(it->second == actual, "checkpoint '", path, "': tensor '", t.name,
+    DDP_CHECK(it->second == actual, "checkpoint '", path, "': tensor '", message_excerpt(t.name),
               "' is corrupt: its bytes have CRC-32 ", actual, " but the checkpoint recorded ",
               it->second.substr(0, 16), " (disk or copy error); resume from another checkpoint");
   }
   for (auto it = c.metadata.lower_bound(std::string(kChecksumKeyPrefix));
        it != c.metadata.end() && starts_with(it->first, kChecksumKeyPrefix); ++it) {
     const std::string name = it->first.substr(kChecksumKeyPrefix.size());
-    DDP_CHECK(by_name.count(name), "checkpoint '", path, "': it records a checksum for tensor '", name,
+    DDP_CHECK(by_name.count(name), "checkpoint '", path, "': it records a checksum for tensor '", message_excerpt(name),
               "' but holds no such tensor (deleted or renamed?); resume from another checkpoint");
   }
 }
@@ -196,10 +197,10 @@ TrainingState load_training_checkpoint(const std::string& path, nn::Module& modu
   for (auto& b : module.named_buffers()) plan("model." + b.name, b.tensor);
   for (const NamedBuffer& t : c.tensors) {
     if (starts_with(t.name, "optim.")) continue;
-    DDP_CHECK(starts_with(t.name, "model."), "checkpoint '", path, "': tensor '", t.name,
+    DDP_CHECK(starts_with(t.name, "model."), "checkpoint '", path, "': tensor '", message_excerpt(t.name),
               "' is neither model state ('model.*') nor optimizer state ('optim.*'); the file was edited or "
               "is not a training checkpoint");
-    DDP_CHECK(expected.count(t.name), "checkpoint '", path, "': tensor '", t.name,
+    DDP_CHECK(expected.count(t.name), "checkpoint '", path, "': tensor '", message_excerpt(t.name),
               "' does not exist in this model (a different model or configuration?)");
   }
 
