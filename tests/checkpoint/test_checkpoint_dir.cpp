@@ -50,10 +50,11 @@ TEST(CheckpointDir, LatestIsWrittenAtomicallyAndReadBack) {
 TEST(CheckpointDir, MissingEmptyAndUnsetAreThreeDifferentErrors) {
   ScratchDir dir;
   std::string missing = error_of([&] { read_latest(dir.path()); });
-  EXPECT_NE(missing.find("'" + dir.file("latest") + "' does not exist"), std::string::npos) << missing;
+  const std::string latest = dir.file("latest");
+  EXPECT_NE(missing.find(latest + "' does not exist"), std::string::npos) << missing;
   write_text(dir.file("latest"), "");
   std::string empty = error_of([&] { read_latest(dir.path()); });
-  EXPECT_NE(empty.find("'" + dir.file("latest") + "' is empty"), std::string::npos) << empty;
+  EXPECT_NE(empty.find(latest + "' is empty"), std::string::npos) << empty;
   EXPECT_EQ(empty.find("missing"), std::string::npos) << empty;
   std::string unset = error_of([&] { read_latest(""); });
   EXPECT_NE(unset.find("--checkpoint-dir, which is not set"), std::string::npos) << unset;

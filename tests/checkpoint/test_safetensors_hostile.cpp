@@ -41,8 +41,8 @@ TEST(SafetensorsHostile, DeepNestingIsRejectedBeforeParsing) {
 TEST(SafetensorsHostile, ErrorsQuoteAtMostAShortExcerptOfTheInput) {
   const std::string big(1 << 20, 'x');
   std::vector<std::string> headers = {
-      entry_with_shape("\"" + big + "\""),                                      // shape is a huge string
-      entry_with_shape("[" + repeat("1,", 100000) + "-1]"),                     // negative dim in a long shape
+      entry_with_shape(std::string("\"").append(big).append("\"")),           // shape is a huge string
+      entry_with_shape(std::string("[").append(repeat("1,", 100000)).append("-1]")),  // negative dim, long shape
       R"({"__metadata__":{"k":[)" + std::string(100000, '1') + R"(]}})",          // metadata not a string
       R"({")" + big + R"(":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})",    // huge tensor name, bad size
       R"({"a":{"dtype":")" + big + R"(","shape":[0],"data_offsets":[0,0]}})",      // huge dtype
@@ -60,10 +60,13 @@ TEST(SafetensorsHostile, ErrorsQuoteAtMostAShortExcerptOfTheInput) {
 TEST(SafetensorsHostile, ParsingManyEntriesScalesNearLinearly) {
   auto file_with = [](int n) {
     std::string h = "{";
-    for (int i = 0; i < n; ++i)
-      h += (i ? "," : "") + std::string("\"t") + std::to_string(i) + R"(":{"dtype":"U8","shape":[1],"data_offsets":[)" +
-           std::to_string(i) + "," + std::to_string(i + 1) + "]}";
-    return raw_safetensors(h + "}", static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) {
+      if (i) h += ',';
+      h.append("\"t").append(std::to_string(i)).append(R"(":{"dtype":"U8","shape":[1],"data_offsets":[)");
+      h.append(std::to_string(i)).append(",").append(std::to_string(i + 1)).append("]}");
+    }
+    h += '}';
+    return raw_safetensors(h, static_cast<size_t>(n));
   };
   auto per_entry_s = [&](int n) {
     auto bytes = file_with(n);
