@@ -1,7 +1,8 @@
 // train.h - the training loop shared by the `train` program, the tests and the benchmarks: one model
 // (mlp, cnn, gpt, branchy), its data (Fashion-MNIST, Moby Dick or synthetic), DDP, an optimizer with warmup +
 // cosine schedule, gradient accumulation through no_sync, periodic evaluation (each sample counted once),
-// checkpoints with exact resume, a Chrome trace, and a log line per logged step from rank 0.
+// checkpoints with exact resume, a Chrome trace, and a log line per logged step from rank 0. The loss is
+// averaged over ranks every step, and a NaN / Inf loss stops every rank (train_checks.h has the checks).
 #pragma once
 #include <functional>
 #include <memory>

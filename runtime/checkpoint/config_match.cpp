@@ -11,7 +11,8 @@ namespace {
 
 using json = nlohmann::json;
 
-// Parses a flat object (values are strings, numbers, booleans or null); nullopt-like empty json on failure.
+// Parses a flat object (values are strings, numbers, booleans or null) into *out; false when `text` is
+// anything else.
 bool parse_flat_object(const std::string& text, json* out) {
   if (json_nesting_depth(text, 1) > 1) return false;  // checked first: nested input is never parsed
   *out = json::parse(text, nullptr, /*allow_exceptions=*/false);
