@@ -55,8 +55,9 @@ TEST(SafetensorsHostile, ErrorsQuoteAtMostAShortExcerptOfTheInput) {
   }
 }
 
-// Parse time per entry at 4,000 and 32,000 entries: a quadratic step makes the larger one 8x slower per entry;
-// O(n log n) keeps the ratio near 1. The bound (3x) leaves room for a loaded machine.
+// Parse time per entry at 2,000 and 32,000 entries (best of 5 and 3 runs): a quadratic step makes the larger
+// one 16x slower per entry (nlohmann's callback parser measured 30x and more); O(n log n) keeps the ratio
+// near 1 (1.2-3 seen on the loaded 2-core build machine: caches, other jobs). The bound 8 is far from both.
 TEST(SafetensorsHostile, ParsingManyEntriesScalesNearLinearly) {
   auto file_with = [](int n) {
     std::string h = "{";
@@ -68,10 +69,10 @@ TEST(SafetensorsHostile, ParsingManyEntriesScalesNearLinearly) {
     h += '}';
     return raw_safetensors(h, static_cast<size_t>(n));
   };
-  auto per_entry_s = [&](int n) {
+  auto per_entry_s = [&](int n, int reps) {
     auto bytes = file_with(n);
     double best = 1e9;
-    for (int rep = 0; rep < 3; ++rep) {
+    for (int rep = 0; rep < reps; ++rep) {
       auto t0 = std::chrono::steady_clock::now();
       auto c = parse_safetensors(bytes.data(), bytes.size(), "many");
       best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
@@ -79,6 +80,6 @@ TEST(SafetensorsHostile, ParsingManyEntriesScalesNearLinearly) {
     }
     return best / n;
   };
-  const double small = per_entry_s(4000), large = per_entry_s(32000);
-  EXPECT_LT(large / small, 3.0) << "per entry: " << small * 1e6 << " us at 4k, " << large * 1e6 << " us at 32k";
+  const double small = per_entry_s(2000, 5), large = per_entry_s(32000, 3);
+  EXPECT_LT(large / small, 8.0) << "per entry: " << small * 1e6 << " us at 2k, " << large * 1e6 << " us at 32k";
 }
