@@ -25,6 +25,7 @@ import json
 import math
 import struct
 import sys
+import zlib
 
 try:
     import torch
@@ -33,7 +34,8 @@ try:
 except ImportError:  # the message a user needs, not a traceback
     sys.exit("ddp_torch.py needs PyTorch: apt-get install python3-torch (or pip install torch)")
 
-FORMAT = "ddp.cpp training checkpoint v1"
+FORMAT = "ddp.cpp training checkpoint v2"  # v2: a CRC-32 per tensor ("crc32:<name>") and the optimizer kind
+READABLE_FORMATS = (FORMAT, "ddp.cpp training checkpoint v1")
 DTYPES = {"F32": torch.float32, "F64": torch.float64, "BF16": torch.bfloat16, "I32": torch.int32,
           "I64": torch.int64, "U8": torch.uint8}
 NAMES = {v: k for k, v in DTYPES.items()}
@@ -62,6 +64,11 @@ def read_safetensors(path):
     return tensors, meta
 
 
+def tensor_bytes(t):
+    t = t.detach().cpu().contiguous()
+    return t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
+
+
 def write_safetensors(path, tensors, metadata):
     """Writes the layout ddp.cpp writes: 8-byte aligned data, tensors by descending element size, then name."""
     order = sorted(tensors, key=lambda k: (-tensors[k].element_size(), k))
@@ -70,7 +77,7 @@ def write_safetensors(path, tensors, metadata):
         header["__metadata__"] = {k: str(v) for k, v in metadata.items()}
     for k in order:
         t = tensors[k].detach().cpu().contiguous()
-        raw = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
+        raw = tensor_bytes(t)
         header[k] = {"dtype": NAMES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(raw)]}
         blobs.append(raw)
         offset += len(raw)
@@ -189,7 +196,7 @@ def optimizer_for(cfg, model):
 
 # ---- the mapping --------------------------------------------------------------------------------------------
 def ddp_to_torch(tensors, meta):
-    if meta.get("format") != FORMAT:
+    if meta.get("format") not in READABLE_FORMATS:
         raise SystemExit(f"not a ddp.cpp training checkpoint (metadata format is {meta.get('format')!r})")
     cfg = json.loads(meta.get("config", "{}"))
     model = model_from_config(cfg)
@@ -261,8 +268,12 @@ def torch_to_ddp(ckpt):
     meta.setdefault("epoch", "0")
     meta.setdefault("batches_in_epoch", "0")
     meta.setdefault("seed", str(cfg.get("seed", 0)))
+    meta = {k: v for k, v in meta.items() if not k.startswith("crc32:")}  # recomputed below
     meta["format"] = FORMAT
     meta["config"] = json.dumps(cfg, separators=(",", ":"))
+    meta["optimizer"] = cfg.get("optimizer", "adamw") if ckpt.get("optimizer") else ""
+    for name, t in tensors.items():  # what ddp.cpp checks on load (runtime/checkpoint/checksum.h)
+        meta["crc32:" + name] = "%08x" % zlib.crc32(tensor_bytes(t))
     steps = max((int(float(s.get("step", 0))) for s in (ckpt.get("optimizer") or {}).get("state", {}).values()),
                 default=int(meta.get("optimizer_steps", "0")))
     meta["optimizer_steps"] = str(steps)
