@@ -8,6 +8,7 @@
 #include "runtime/core/log.h"
 #include "runtime/dist/env.h"
 #include "runtime/dist/init.h"
+#include "runtime/launch/error_file.h"
 
 int main(int argc, char** argv) {
   using namespace ddp;
@@ -68,9 +69,11 @@ int main(int argc, char** argv) {
     return 0;
   } catch (const cli::UsageError& e) {
     std::fprintf(stderr, "%s\n", e.what());
+    launch::report_error_to_launcher(e.what());  // torchrun's / ddprun's failure summary shows it
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "train: error: %s\n", e.what());
+    launch::report_error_to_launcher(std::string("train: error: ") + e.what());
     return 1;
   }
 }
