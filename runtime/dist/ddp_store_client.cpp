@@ -75,10 +75,10 @@ bool DdpStoreClient::handshake() {
   if (server_nonce.size() != proto::kNonceBytes ||
       server_proof != proto::server_proof(token_, client_nonce, server_nonce)) {
     socket_.close();
-    DDP_FAIL("the store at ", where(),
-             " could not prove that it knows this run's token: another program holds the port, or rank 0 "
-             "got a different DDP_RUN_TOKEN (nothing secret was sent to it); check MASTER_PORT and that "
-             "every rank gets the same DDP_RUN_TOKEN");
+    DDP_FAIL("wrong run token: the store at ", where(),
+             " could not prove that it knows this run's token (rank 0 got a different DDP_RUN_TOKEN, or "
+             "another program holds the port; nothing secret was sent to it); every rank must get the same "
+             "DDP_RUN_TOKEN");
   }
   proto::Writer prove;
   prove.u8(static_cast<uint8_t>(Op::Prove)).str(proto::client_proof(token_, client_nonce, server_nonce));

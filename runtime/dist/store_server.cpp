@@ -243,9 +243,10 @@ bool StoreServer::State::authenticate(Connection& c) {
     return drop(c, "client went away during the handshake"), false;
   }
   r = proto::read_frame(fd, body, deadline, proto::kMaxHelloBytes);
-  if (r != proto::FrameResult::Ok)
-    return drop(c, "no proof of the run token within the handshake timeout (the client found the server's "
-                   "proof wrong: a different DDP_RUN_TOKEN?)"), false;
+  if (r == proto::FrameResult::Closed)
+    return drop(c, "the client hung up during the handshake: it found this server's proof wrong (wrong run "
+                   "token: its DDP_RUN_TOKEN differs?)"), false;
+  if (r != proto::FrameResult::Ok) return drop(c, "no proof of the run token within the handshake timeout"), false;
   bool proved = false;
   try {
     proto::Reader in(body);

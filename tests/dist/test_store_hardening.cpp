@@ -112,6 +112,7 @@ TEST(StoreHardening, ASquatterOnThePortLearnsNothingAndTheClientSaysWhy) {
   std::string err = error_of([&] { Store s("127.0.0.1", port, kToken, 5s); });
   squatter.join();
   EXPECT_NE(err.find("could not prove"), std::string::npos) << err;
+  EXPECT_NE(err.find("wrong run token"), std::string::npos) << err;
   EXPECT_NE(err.find("DDP_RUN_TOKEN"), std::string::npos) << err;
   EXPECT_EQ(received.find(kToken), std::string::npos) << "the token was sent in clear";
   EXPECT_EQ(received.find(to_hex(sha256(kToken))), std::string::npos);
