@@ -229,3 +229,52 @@ TEST(StoreHardening, Ipv6LoopbackWorksForStoreAndInit) {
   EXPECT_EQ(errors[0], "");
   EXPECT_EQ(errors[1], "");
 }
+
+// The seeded cousin of tests/fuzz/store_fuzz.cpp, run in CI: random frames from authenticated and
+// unauthenticated clients (random ops, lengths that lie or not, random bytes) never stop the server.
+TEST(StoreHardening, RandomFramesNeverStopTheServer) {
+  StoreServer server("127.0.0.1", 0, kToken);
+  uint64_t state = 0x9e3779b97f4a7c15ull;
+  auto next = [&state] {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    return state;
+  };
+  for (int i = 0; i < 150; ++i) {
+    auto s = raw(server.port());
+    if (i % 2 == 0) {  // authenticated first: reaches the request handler
+      const std::string cn(proto::kNonceBytes, 'c');
+      proto::Writer hello;
+      hello.u8(static_cast<uint8_t>(proto::Op::Hello)).str(proto::kMagic).str(cn);
+      net::send_all(s.fd(), hello.frame().data(), hello.frame().size(), "server");
+      std::string reply;
+      ASSERT_EQ(proto::read_frame(s.fd(), reply, net::deadline_after(5s)), proto::FrameResult::Ok);
+      proto::Reader in(reply);
+      in.u8();
+      proto::Writer prove;
+      prove.u8(static_cast<uint8_t>(proto::Op::Prove)).str(proto::client_proof(kToken, cn, in.str()));
+      net::send_all(s.fd(), prove.frame().data(), prove.frame().size(), "server");
+      ASSERT_EQ(proto::read_frame(s.fd(), reply, net::deadline_after(5s)), proto::FrameResult::Ok);
+    }
+    proto::Writer w;
+    w.u8(static_cast<uint8_t>(next() % 12));
+    const int fields = static_cast<int>(next() % 4);
+    for (int f = 0; f < fields; ++f) {
+      switch (next() % 3) {
+        case 0: w.u32(static_cast<uint32_t>(next() % 8 == 0 ? next() : next() % 16)); break;
+        case 1: w.i64(static_cast<int64_t>(next() % 2 ? next() % 100 : next())); break;
+        default: w.str(std::string(next() % 20, static_cast<char>(next())));
+      }
+    }
+    std::string frame = w.frame();
+    if (next() % 4 == 0) frame[static_cast<size_t>(next() % frame.size())] = static_cast<char>(next());
+    try {
+      net::send_all(s.fd(), frame.data(), frame.size(), "server");
+    } catch (const ddp::Error&) {
+    }
+  }
+  Store good("127.0.0.1", server.port(), kToken, 10s);
+  good.set("alive", "yes");
+  EXPECT_EQ(good.get("alive"), "yes");
+}

@@ -63,7 +63,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     ::shutdown(s.fd(), SHUT_WR);
     // Read replies until the server closes or goes quiet; a blocked wait is ended by the server's shutdown.
     char buf[4096];
-    while (net::recv_exact(s.fd(), buf, 1, net::deadline_after(std::chrono::milliseconds(50))) ==
+    while (net::recv_exact(s.fd(), buf, 1, net::deadline_after(std::chrono::milliseconds(20))) ==
            net::RecvResult::Ok) {
     }
   } catch (const ddp::Error&) {
