@@ -1,7 +1,7 @@
 // test_launchers.cpp - `train` under the launchers people already use (docs/launcher.md): torchrun with its
 // default static rendezvous (the agent hosts PyTorch's TCPStore), torchrun --standalone, the legacy
 // torch.distributed.launch through a Python wrapper (which passes --local_rank=N), and Open MPI's mpirun.
-// Each runs 2 ranks for a few float64 steps and must end with exactly the parameters of the same run under
+// Each runs 2 ranks for a few steps and must end with exactly the parameters of the same run under
 // ddprun (the checkpoints are compared tensor by tensor, bit for bit). Also: torchrun --max_restarts 1 with a
 // rank that fails once on purpose (the second attempt must not read the first one's keys in the agent's
 // store), and a failing rank whose message torchrun's summary shows from our error file.
@@ -55,7 +55,7 @@ std::string fresh_dir(const std::string& name) {
 
 // The training arguments every launcher runs (after the program), writing checkpoints to `dir`.
 std::vector<std::string> train_args(const std::string& dir) {
-  return {"--model", "mlp", "--data", "synthetic", "--dtype", "float64", "--steps", "3", "--batch-size", "8",
+  return {"--model", "mlp", "--data", "synthetic", "--steps", "3", "--batch-size", "8",
           "--hidden", "16", "--depth", "1", "--synthetic-samples", "128", "--eval-batches", "1",
           "--checkpoint-dir", dir, "--seed", "7"};
 }
@@ -112,9 +112,14 @@ const std::string& reference_checkpoint() {
   return path;
 }
 
+// Debian 12's torchrun (PyTorch 1.13.1 on Python 3.11) crashes in start_processes ("'NoneType' object has no
+// attribute 'get'") with its default --redirects 0 / --tee 0: Std.from_str returns None for 0 and 3 under
+// Python 3.11's enum.Flag. 1 (stdout) parses; stderr then goes straight to the console.
+const std::vector<std::string> kDebianTorchrunWorkaround = {"--redirects=1", "--tee=1"};
+
 // torchrun (1.13 spells its flags with underscores; 2.x accepts them too).
 std::vector<std::string> torchrun(const std::vector<std::string>& flags) {
-  return concat({kPython, "-m", "torch.distributed.run"}, flags);
+  return concat(concat({kPython, "-m", "torch.distributed.run"}, kDebianTorchrunWorkaround), flags);
 }
 
 std::string write_script(const std::string& dir, const std::string& name, const std::string& text) {
@@ -154,7 +159,7 @@ TEST(Launchers, LegacyTorchDistributedLaunchWithAWrapperPassingLocalRank) {
                                      "import os, sys\n"
                                      "assert sys.argv[1].startswith('--local'), sys.argv\n"
                                      "os.execv('" + train_path() + "', ['train'] + sys.argv[1:])\n");
-  auto r = run_process(concat({kPython, "-m", "torch.distributed.launch", "--nproc_per_node=2",
+  auto r = run_process(concat({kPython, "-m", "torch.distributed.launch", "--redirects=1", "--tee=1", "--nproc_per_node=2",
                                "--master_addr=127.0.0.1", "--master_port=" + std::to_string(free_port()), wrapper},
                               train_args(dir + "/ckpt")),
                        base_options());
