@@ -99,7 +99,7 @@ TEST(ErrorFile, DdprunsTableShowsTheWorkersMessage) {
   o.unset_env = {"LOCAL_RANK", "RANK", "WORLD_SIZE", "DDP_RUN_TOKEN", "TORCHELASTIC_ERROR_FILE"};
   o.timeout_s = 120;
   const std::string train = std::string(DDP_BIN_DIR) + "/train";
-  auto r = testing::run_process({testing::ddprun_path(), "--nproc-per-node", "2", train, "--model", "mlp",
+  auto r = testing::run_process({testing::ddprun_path(), "--standalone", "--nproc-per-node", "2", train, "--model", "mlp",
                                  "--data", "fashion-mnist", "--data-path", "/nonexistent/ddp-test-data"},
                                 o);
   EXPECT_NE(r.exit_code, 0);

@@ -104,7 +104,7 @@ std::string compare_checkpoints(const std::string& a, const std::string& b) {
 const std::string& reference_checkpoint() {
   static const std::string path = [] {
     std::string dir = fresh_dir("ddprun_ref");
-    auto r = run_process(concat({ddprun_path(), "--nproc-per-node", "2", train_path()}, train_args(dir)),
+    auto r = run_process(concat({ddprun_path(), "--standalone", "--nproc-per-node", "2", train_path()}, train_args(dir)),
                          base_options());
     EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
     return last_checkpoint(dir);
@@ -185,9 +185,11 @@ TEST(Launchers, TorchrunMaxRestartsSecondAttemptTrainsToTheEnd) {
   REQUIRE_TORCH();
   std::string dir = fresh_dir("torchrun_restart");
   // Attempt 0: both ranks train (writing their keys into the agent's store), then rank 1 fails on purpose.
-  // Attempt 1 runs in the same store: it must not read attempt 0's keys.
+  // Attempt 1 runs in the same store: it must not read attempt 0's keys. Rank 1 starts late there, so rank 0
+  // would find rank 1's stale Gloo address of attempt 0 if the keys were not namespaced by attempt.
   std::string wrapper = write_script(dir, "fail_once.sh",
                                      "#!/bin/sh\n"
+                                     "if [ \"$TORCHELASTIC_RESTART_COUNT\" = 1 ] && [ \"$RANK\" = 1 ]; then sleep 2; fi\n"
                                      "\"" + train_path() + "\" \"$@\" --checkpoint-dir \"" + dir +
                                          "/attempt_$TORCHELASTIC_RESTART_COUNT\" || exit $?\n"
                                          "if [ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ] && [ \"$RANK\" = 1 ]; then\n"
