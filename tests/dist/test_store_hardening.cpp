@@ -143,16 +143,16 @@ TEST(StoreHardening, AWrongProofIsRefused) {
 TEST(StoreHardening, IdleUnauthenticatedConnectionsAreBoundedAndGoodClientsStillGetIn) {
   StoreServerLimits limits;
   limits.max_unauthenticated = 4;
-  limits.hello_timeout = 1s;
+  limits.hello_timeout = 60s;  // the idle ones would be held this long without the bound
   StoreServer server("127.0.0.1", 0, kToken, limits);
   std::vector<net::Socket> idle;
   for (int i = 0; i < 30; ++i) idle.push_back(raw(server.port()));
-  // All but the first 4 are closed at once; those 4 when their hello time runs out.
-  int closed = 0;
-  for (auto& s : idle) closed += closed_within(s, 3s) ? 1 : 0;
-  EXPECT_EQ(closed, 30);
-  EXPECT_GE(server.dropped_connections(), 26);
-  EXPECT_LE(server.open_connections(), 4);
+  // All but 4 are closed at once (not after the hello timeout): 4 threads, not 30.
+  for (int i = 0; i < 1000 && server.dropped_connections() < 26; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(server.dropped_connections(), 26);
+  EXPECT_EQ(server.open_connections(), 4);
+  // The 4 go away; a good client gets in (it retries while the server is full).
+  idle.clear();
   Store good("127.0.0.1", server.port(), kToken, 10s);
   good.set("k", "v");
   EXPECT_EQ(good.get("k"), "v");
