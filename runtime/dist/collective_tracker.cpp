@@ -30,7 +30,8 @@ CollectiveTracker::~CollectiveTracker() {
 void CollectiveTracker::mark_arrived(uint64_t seq) {
   if (size_ == 1) return;
   started_ns_ = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                    std::chrono::steady_clock::now().time_since_epoch()).count();
+                    std::chrono::steady_clock::now().time_since_epoch())
+                    .count();
   started_seq_ = seq;
   {
     std::lock_guard<std::mutex> g(publish_mu_);
@@ -78,8 +79,8 @@ namespace {
 // Transport errors that mean the other end of a connection went away (exited, killed, its node's launcher
 // stopped), as opposed to a timeout.
 bool peer_closed(const std::string& cause) {
-  for (const char* s : {"Connection reset by peer", "Connection closed by peer", "Broken pipe", "closed the connection",
-                        "Connection refused", "ECONNRESET", "EPIPE"})
+  for (const char* s : {"Connection reset by peer", "Connection closed by peer", "Broken pipe",
+                        "closed the connection", "Connection refused", "ECONNRESET", "EPIPE"})
     if (cause.find(s) != std::string::npos) return true;
   return false;
 }
@@ -98,15 +99,17 @@ std::string CollectiveTracker::failure_message(const CollectiveDesc& d, const st
     const double elapsed = static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                                    std::chrono::steady_clock::now().time_since_epoch())
                                                    .count() -
-                                               started_ns_) * 1e-9;
+                                               started_ns_) *
+                           1e-9;
     when = seconds(elapsed) + " after it started (timeout " + std::to_string(timeout_.count()) + " ms)";
   }
   const bool closed = peer_closed(cause);
   std::string msg = backend + " " + d.str() + " failed on rank " + std::to_string(rank_) + " of " +
                     std::to_string(size_) + " " + when + ": ";
   if (closed)
-    msg += "a peer closed its connection - a rank exited or was killed, or its node's launcher was stopped "
-           "(look for the first failure in the other ranks' output); ";
+    msg +=
+        "a peer closed its connection - a rank exited or was killed, or its node's launcher was stopped "
+        "(look for the first failure in the other ranks' output); ";
   std::vector<Straggler> missing;
   std::string store_problem;
   try {

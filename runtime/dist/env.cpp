@@ -103,7 +103,8 @@ void read_store(const Vars& v, DistEnv& e) {
   else if (proto == "2")
     e.torch_protocol = TorchProtocol::V2;
   else
-    v.fail("DDP_TORCH_STORE_PROTOCOL='", proto, "' is not valid: expected auto, 1 (PyTorch 1.x) or 2 (PyTorch 2.x)");
+    v.fail("DDP_TORCH_STORE_PROTOCOL='", proto,
+           "' is not valid: expected auto, 1 (PyTorch 1.x) or 2 (PyTorch 2.x)");
 }
 
 void check_consistent(const Vars& v, const DistEnv& e, const std::string& rank_var,

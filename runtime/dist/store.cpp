@@ -19,7 +19,8 @@ std::unique_ptr<StoreClient> connect(const StoreAddress& a, std::chrono::millise
   DDP_CHECK(a.port > 0 && a.port <= 65535, "store port ", a.port,
             " is out of range: expected 1..65535 (MASTER_PORT)");
   DDP_CHECK(timeout.count() > 0, "store timeout must be positive, got ", timeout.count(), " ms");
-  if (a.kind == StoreKind::Torch) return std::make_unique<TorchStoreClient>(a.host, a.port, a.torch_protocol, timeout);
+  if (a.kind == StoreKind::Torch)
+    return std::make_unique<TorchStoreClient>(a.host, a.port, a.torch_protocol, timeout);
   return std::make_unique<DdpStoreClient>(a.host, a.port, a.token, timeout);
 }
 
@@ -38,7 +39,8 @@ Store::Store(std::string host, int port, std::string token, std::chrono::millise
 Store::Store(const StoreAddress& address, std::chrono::milliseconds timeout)
     : Store(address, timeout, connect(address, timeout)) {}
 
-Store::Store(const StoreAddress& address, std::chrono::milliseconds timeout, std::unique_ptr<StoreClient> client)
+Store::Store(const StoreAddress& address, std::chrono::milliseconds timeout,
+             std::unique_ptr<StoreClient> client)
     : address_(address), timeout_(timeout), client_(std::move(client)) {}
 
 Store::~Store() = default;

@@ -3,8 +3,9 @@
 // A request body is an op byte and its fields; a reply body is a status byte and its fields.
 // Strings are u32 length + bytes; integers are little-endian i64.
 //
-// Authentication (a challenge-response; the run token itself never crosses the wire):
-//   client -> Hello  magic, client_nonce (32 random bytes)           (the server reads at most kMaxHelloBytes)
+// Authentication (a challenge-response; the run token itself never crosses the wire). The server reads at
+// most kMaxHelloBytes per frame until the client has proved the token.
+//   client -> Hello  magic, client_nonce (32 random bytes)
 //   server -> Ok     server_nonce, server_proof = HMAC-SHA256(token, "ddp-store server" cn sn)
 //   client checks server_proof (a program squatting on the port cannot make it, and learns nothing but a
 //   random nonce), then
@@ -20,7 +21,7 @@
 namespace ddp::dist::proto {
 
 inline constexpr uint32_t kMaxMessageBytes = 64u << 20;  // 64 MiB: anything larger drops the connection
-inline constexpr uint32_t kMaxHelloBytes = 256;       // hello and prove frames are small: cap before auth
+inline constexpr uint32_t kMaxHelloBytes = 256;          // hello and prove frames are small: cap before auth
 inline constexpr const char* kMagic = "ddp-store/2";
 inline constexpr size_t kNonceBytes = 32;
 
@@ -73,7 +74,8 @@ class Reader {
 };
 
 enum class FrameResult { Ok, Closed, TimedOut, TooLarge };
-// Receives one frame body; a declared length over max_bytes gives TooLarge without reading (or allocating) it.
+// Receives one frame body; a declared length over max_bytes gives TooLarge without reading (or allocating)
+// it.
 FrameResult read_frame(int fd, std::string& body, net::Clock::time_point deadline,
                        uint32_t max_bytes = kMaxMessageBytes);
 

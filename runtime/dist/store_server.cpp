@@ -219,7 +219,8 @@ bool StoreServer::State::authenticate(Connection& c) {
   // Hello: small, soon, with our magic and the client's nonce. Nothing larger is ever allocated before the
   // client has proved the token.
   auto r = proto::read_frame(fd, body, deadline, proto::kMaxHelloBytes);
-  if (r == proto::FrameResult::TooLarge) return drop(c, "first message is not a hello (declared length too large)"), false;
+  if (r == proto::FrameResult::TooLarge)
+    return drop(c, "first message is not a hello (declared length too large)"), false;
   if (r != proto::FrameResult::Ok) return drop(c, "no complete hello within the handshake timeout"), false;
   std::string client_nonce;
   try {
@@ -227,8 +228,7 @@ bool StoreServer::State::authenticate(Connection& c) {
     if (static_cast<Op>(in.u8()) != Op::Hello || in.str() != proto::kMagic)
       return drop(c, "not a ddp store client (or one of another version)"), false;
     client_nonce = in.str();
-    if (client_nonce.size() != proto::kNonceBytes || !in.at_end())
-      return drop(c, "malformed hello"), false;
+    if (client_nonce.size() != proto::kNonceBytes || !in.at_end()) return drop(c, "malformed hello"), false;
   } catch (const proto::ProtocolError& e) {
     return drop(c, "malformed hello: " + e.what), false;
   }
@@ -244,14 +244,18 @@ bool StoreServer::State::authenticate(Connection& c) {
   }
   r = proto::read_frame(fd, body, deadline, proto::kMaxHelloBytes);
   if (r == proto::FrameResult::Closed)
-    return drop(c, "the client hung up during the handshake: it found this server's proof wrong (wrong run "
-                   "token: its DDP_RUN_TOKEN differs?)"), false;
-  if (r != proto::FrameResult::Ok) return drop(c, "no proof of the run token within the handshake timeout"), false;
+    return drop(c,
+                "the client hung up during the handshake: it found this server's proof wrong (wrong run "
+                "token: its DDP_RUN_TOKEN differs?)"),
+           false;
+  if (r != proto::FrameResult::Ok)
+    return drop(c, "no proof of the run token within the handshake timeout"), false;
   bool proved = false;
   try {
     proto::Reader in(body);
     proved = static_cast<Op>(in.u8()) == Op::Prove &&
-             equal_constant_time(in.str(), proto::client_proof(token, client_nonce, server_nonce)) && in.at_end();
+             equal_constant_time(in.str(), proto::client_proof(token, client_nonce, server_nonce)) &&
+             in.at_end();
   } catch (const proto::ProtocolError&) {
   }
   proto::Writer answer;

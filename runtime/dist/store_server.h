@@ -1,8 +1,9 @@
 // store_server.h - the key-value server behind Store (like c10d's TCPStore master), hosted by rank 0 or a
-// launcher. One thread per connection; a client must prove it knows the run token first (a challenge-response,
-// store_protocol.h) or it is dropped, and so is any client that sends malformed or oversized frames or closes
-// mid-message - the server keeps serving others. Before authentication a client can make the server hold at
-// most kMaxHelloBytes for it, and only `max_unauthenticated` such connections exist at once.
+// launcher. One thread per connection; a client must prove it knows the run token first (a
+// challenge-response, store_protocol.h) or it is dropped, and so is any client that sends malformed or
+// oversized frames or closes mid-message - the server keeps serving others. Before authentication a client
+// can make the server hold at most kMaxHelloBytes for it, and only `max_unauthenticated` such connections
+// exist at once.
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -24,7 +25,8 @@ struct StoreServerLimits {
 class StoreServer {
  public:
   // Binds host:port and starts serving at once. Port 0 picks a free port (see port()). Host "" or "0.0.0.0"
-  // listens on all IPv4 interfaces, "::" on all IPv6 ones. Clients must prove they know `token` (may be empty).
+  // listens on all IPv4 interfaces, "::" on all IPv6 ones. Clients must prove they know `token` (may be
+  // empty).
   StoreServer(const std::string& host, int port, std::string token, StoreServerLimits limits = {});
   // Stops serving: closes the listener and every connection, wakes blocked gets, joins all threads.
   ~StoreServer();

@@ -39,12 +39,14 @@ StorePlan plan_store(const DistEnv& env) {
   plan.bind_host = env.master_addr;
   // ... unless that is a loopback name (a Debian host name maps to 127.0.1.1) while ranks on other nodes
   // must reach it: then all interfaces.
-  if (env.local_world_size < env.world_size && net::resolves_to_loopback(env.master_addr)) plan.bind_host = "";
+  if (env.local_world_size < env.world_size && net::resolves_to_loopback(env.master_addr))
+    plan.bind_host = "";
   if (env.token.empty())
-    plan.warning = "no DDP_RUN_TOKEN: the store on " + env.master_addr + ":" + std::to_string(env.master_port) +
-                   " accepts any client that can reach it (launched by " + env.launcher +
-                   "). Export the same secret on every rank to authenticate them, e.g. `export DDP_RUN_TOKEN=$(od "
-                   "-An -tx1 -N16 /dev/urandom | tr -d ' \\n')` before the launcher (ddprun sets one itself)";
+    plan.warning =
+        "no DDP_RUN_TOKEN: the store on " + env.master_addr + ":" + std::to_string(env.master_port) +
+        " accepts any client that can reach it (launched by " + env.launcher +
+        "). Export the same secret on every rank to authenticate them, e.g. `export DDP_RUN_TOKEN=$(od "
+        "-An -tx1 -N16 /dev/urandom | tr -d ' \\n')` before the launcher (ddprun sets one itself)";
   return plan;
 }
 
@@ -56,7 +58,8 @@ std::unique_ptr<StoreServer> start_store_server(StorePlan& plan) {
     const std::string what = e.what();
     // MASTER_ADDR names this host but not one of its interfaces (NAT, a load balancer): listen everywhere.
     if (plan.bind_host.empty() || what.find("Cannot assign requested address") == std::string::npos) throw;
-    DDP_LOG(Info, "store server: ", plan.bind_host, " is not an address of this host; listening on all interfaces");
+    DDP_LOG(Info, "store server: ", plan.bind_host,
+            " is not an address of this host; listening on all interfaces");
     plan.bind_host = "";
     server = std::make_unique<StoreServer>("", plan.address.port, plan.address.token);
   }

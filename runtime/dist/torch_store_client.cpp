@@ -41,7 +41,9 @@ std::unique_ptr<StoreClient> TorchStoreClient::clone() const {
 }
 
 std::string TorchStoreClient::describe() const {
-  const char* v = protocol_ == TorchProtocol::V1 ? " (1.x protocol)" : protocol_ == TorchProtocol::V2 ? " (2.x protocol)" : "";
+  const char* v = protocol_ == TorchProtocol::V1   ? " (1.x protocol)"
+                  : protocol_ == TorchProtocol::V2 ? " (2.x protocol)"
+                                                   : "";
   return "PyTorch's TCPStore" + std::string(v) + " at " + host_ + ":" + std::to_string(port_);
 }
 
@@ -50,17 +52,28 @@ uint8_t TorchStoreClient::code(Cmd c) const {
   // GETNUMKEYS; DELETE_KEY stays 8 (WATCH_KEY was removed); CANCEL_WAIT 12, PING 13.
   const bool v2 = protocol_ == TorchProtocol::V2;
   switch (c) {
-    case Cmd::Validate: return 0;
-    case Cmd::Set: return v2 ? 1 : 0;
-    case Cmd::CompareSet: return v2 ? 2 : 1;
-    case Cmd::Get: return v2 ? 3 : 2;
-    case Cmd::Add: return v2 ? 4 : 3;
-    case Cmd::Check: return v2 ? 5 : 4;
-    case Cmd::Wait: return v2 ? 6 : 5;
-    case Cmd::GetNumKeys: return v2 ? 7 : 6;
-    case Cmd::DeleteKey: return 8;
-    case Cmd::CancelWait: return 12;
-    case Cmd::Ping: return 13;
+    case Cmd::Validate:
+      return 0;
+    case Cmd::Set:
+      return v2 ? 1 : 0;
+    case Cmd::CompareSet:
+      return v2 ? 2 : 1;
+    case Cmd::Get:
+      return v2 ? 3 : 2;
+    case Cmd::Add:
+      return v2 ? 4 : 3;
+    case Cmd::Check:
+      return v2 ? 5 : 4;
+    case Cmd::Wait:
+      return v2 ? 6 : 5;
+    case Cmd::GetNumKeys:
+      return v2 ? 7 : 6;
+    case Cmd::DeleteKey:
+      return 8;
+    case Cmd::CancelWait:
+      return 12;
+    case Cmd::Ping:
+      return 13;
   }
   return 0xff;
 }
@@ -217,7 +230,8 @@ int64_t TorchStoreClient::add(const std::string& key, int64_t delta) {
   put_key(m, key);
   put<int64_t>(m, delta);
   send(m, "add '" + key + "'");
-  return recv_i64("add '" + key + "' (a key that holds no integer makes PyTorch's store drop the connection)");
+  return recv_i64("add '" + key +
+                  "' (a key that holds no integer makes PyTorch's store drop the connection)");
 }
 
 std::string TorchStoreClient::compare_set(const std::string& key, const std::string& expected,

@@ -43,7 +43,19 @@ class TorchStoreClient : public StoreClient {
   TorchProtocol protocol() const { return protocol_; }
 
  private:
-  enum class Cmd { Validate, Set, CompareSet, Get, Add, Check, Wait, GetNumKeys, DeleteKey, CancelWait, Ping };
+  enum class Cmd {
+    Validate,
+    Set,
+    CompareSet,
+    Get,
+    Add,
+    Check,
+    Wait,
+    GetNumKeys,
+    DeleteKey,
+    CancelWait,
+    Ping
+  };
   uint8_t code(Cmd c) const;
   void open();
   // Connection helpers: every failure closes the socket (the next call reopens it) and throws naming `what`.

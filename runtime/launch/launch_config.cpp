@@ -151,7 +151,8 @@ std::optional<LaunchConfig> parse_launch_config(const std::vector<std::string>& 
     if (c.nproc_per_node > cap)
       throw cli::UsageError("ddprun: --nproc-per-node " + std::to_string(c.nproc_per_node) + " would start " +
                             std::to_string(c.nproc_per_node) + " workers on this host with " +
-                            std::to_string(cores) + " CPU cores (more than " + std::to_string(kWorkersPerCoreCap) +
+                            std::to_string(cores) + " CPU cores (more than " +
+                            std::to_string(kWorkersPerCoreCap) +
                             " per core exhausts memory and threads); use at most " + std::to_string(cap) +
                             ", or add --allow-many-workers if you mean it");
   }

@@ -12,7 +12,7 @@ namespace ddp::launch {
 enum class LocalRankArg { None, Dash, Underscore };  // nothing (env only), --local-rank=N, --local_rank=N
 
 struct LaunchConfig {
-  int nproc_per_node = 1;  // workers on this node (resolved from N | cpu | gpu | auto)
+  int nproc_per_node = 1;           // workers on this node (resolved from N | cpu | gpu | auto)
   bool allow_many_workers = false;  // --allow-many-workers: skip the plausibility cap on nproc_per_node
   int nnodes = 1;
   int node_rank = 0;

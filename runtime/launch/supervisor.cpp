@@ -184,7 +184,8 @@ void Supervisor::start_attempt(int attempt) {
       std::filesystem::create_directories(dir + "/" + std::to_string(local), ec);
       w.error_file = ec ? "" : dir + "/" + std::to_string(local) + "/error.json";
     } else if (!error_dir_.empty()) {
-      w.error_file = error_dir_ + "/attempt_" + std::to_string(attempt) + "_rank_" + std::to_string(w.outcome.rank) + ".json";
+      w.error_file = error_dir_ + "/attempt_" + std::to_string(attempt) + "_rank_" +
+                     std::to_string(w.outcome.rank) + ".json";
     }
     if (!w.error_file.empty()) {
       std::error_code ec;

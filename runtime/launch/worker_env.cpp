@@ -20,7 +20,8 @@ std::string thread_limit_note(const LaunchConfig& c, const std::map<std::string,
     else
       kept += std::string(kept.empty() ? "" : ", ") + var + "=" + it->second;
   }
-  std::string note = "setting " + set + " for the " + std::to_string(c.nproc_per_node) + " workers (unset before";
+  std::string note =
+      "setting " + set + " for the " + std::to_string(c.nproc_per_node) + " workers (unset before";
   if (!kept.empty()) note += "; keeping " + kept + " as exported";
   return note + "); export them to choose another value";
 }

@@ -104,7 +104,7 @@ class FakeTorchStore {
     if (v2) {
       uint8_t first = get<uint8_t>(fd);
       if (first != 0 || get<uint32_t>(fd) != 0x3C85F7CE) {
-        if (version_ == Version::V2Legacy) return;  // drop
+        if (version_ == Version::V2Legacy) return;                                  // drop
         while (!stop_) std::this_thread::sleep_for(std::chrono::milliseconds(10));  // libuv: never answers
         return;
       }
@@ -186,7 +186,7 @@ class FakeTorchStore {
         }
         g.unlock();
         put<uint8_t>(fd, canceled ? 1 : 0);  // WAIT_CANCELED : STOP_WAITING
-      } else if (c == cmd(6)) {  // GETNUMKEYS
+      } else if (c == cmd(6)) {              // GETNUMKEYS
         g.lock();
         int64_t n = static_cast<int64_t>(data_.size());
         g.unlock();

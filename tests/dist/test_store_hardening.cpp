@@ -70,8 +70,9 @@ TEST(Sha256, MatchesTheFipsAndRfc4231Vectors) {
             "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7");
   EXPECT_EQ(to_hex(hmac_sha256("Jefe", "what do ya want for nothing?")),
             "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
-  EXPECT_EQ(to_hex(hmac_sha256(std::string(131, '\xaa'), "Test Using Larger Than Block-Size Key - Hash Key First")),
-            "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
+  EXPECT_EQ(
+      to_hex(hmac_sha256(std::string(131, '\xaa'), "Test Using Larger Than Block-Size Key - Hash Key First")),
+      "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
 }
 
 TEST(StoreHardening, HelloLargerThanAFewHundredBytesIsDroppedAtOnce) {
@@ -132,7 +133,7 @@ TEST(StoreHardening, AWrongProofIsRefused) {
   in.u8();
   const std::string sn = in.str();
   EXPECT_EQ(in.str(), proto::server_proof(kToken, cn, sn));  // the server proves itself first
-  proto::Writer prove;  // a proof made with another token
+  proto::Writer prove;                                       // a proof made with another token
   prove.u8(static_cast<uint8_t>(proto::Op::Prove)).str(proto::client_proof("guess", cn, sn));
   net::send_all(s.fd(), prove.frame().data(), prove.frame().size(), "server");
   ASSERT_EQ(proto::read_frame(s.fd(), reply, net::deadline_after(5s)), proto::FrameResult::Ok);
@@ -184,7 +185,8 @@ TEST(StoreHardening, WarningsAboutDroppedClientsAreRateLimited) {
   }
   std::string err = ::testing::internal::GetCapturedStderr();
   size_t lines = 0;
-  for (size_t p = err.find("store server"); p != std::string::npos; p = err.find("store server", p + 1)) ++lines;
+  for (size_t p = err.find("store server"); p != std::string::npos; p = err.find("store server", p + 1))
+    ++lines;
   EXPECT_GE(server.dropped_connections(), 40);
   EXPECT_LE(lines, 4u) << err;
   EXPECT_LE(server.warnings_printed(), 4);
@@ -262,9 +264,14 @@ TEST(StoreHardening, RandomFramesNeverStopTheServer) {
     const int fields = static_cast<int>(next() % 4);
     for (int f = 0; f < fields; ++f) {
       switch (next() % 3) {
-        case 0: w.u32(static_cast<uint32_t>(next() % 8 == 0 ? next() : next() % 16)); break;
-        case 1: w.i64(static_cast<int64_t>(next() % 2 ? next() % 100 : next())); break;
-        default: w.str(std::string(next() % 20, static_cast<char>(next())));
+        case 0:
+          w.u32(static_cast<uint32_t>(next() % 8 == 0 ? next() : next() % 16));
+          break;
+        case 1:
+          w.i64(static_cast<int64_t>(next() % 2 ? next() % 100 : next()));
+          break;
+        default:
+          w.str(std::string(next() % 20, static_cast<char>(next())));
       }
     }
     std::string frame = w.frame();

@@ -97,13 +97,13 @@ TEST_P(TorchStoreOps, WaitTimesOutNamingMissingKeysAndTheConnectionStaysUsable) 
   writer.join();
 }
 
-INSTANTIATE_TEST_SUITE_P(Dialects, TorchStoreOps,
-                         ::testing::Values(Dialect{FakeTorchStore::Version::V1, TorchProtocol::V1, "v1"},
-                                           Dialect{FakeTorchStore::Version::V1, TorchProtocol::Auto, "v1_auto"},
-                                           Dialect{FakeTorchStore::Version::V2Legacy, TorchProtocol::V2, "v2"},
-                                           Dialect{FakeTorchStore::Version::V2Legacy, TorchProtocol::Auto,
-                                                   "v2_legacy_auto"}),
-                         [](const auto& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(
+    Dialects, TorchStoreOps,
+    ::testing::Values(Dialect{FakeTorchStore::Version::V1, TorchProtocol::V1, "v1"},
+                      Dialect{FakeTorchStore::Version::V1, TorchProtocol::Auto, "v1_auto"},
+                      Dialect{FakeTorchStore::Version::V2Legacy, TorchProtocol::V2, "v2"},
+                      Dialect{FakeTorchStore::Version::V2Legacy, TorchProtocol::Auto, "v2_legacy_auto"}),
+    [](const auto& info) { return std::string(info.param.name); });
 
 TEST(TorchStore, ProbeTellsTheDialectsApart) {
   {

@@ -57,7 +57,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   limits.hello_timeout = std::chrono::milliseconds(200);
   StoreServer server("127.0.0.1", 0, kToken, limits);
   try {
-    net::Socket s = net::connect_with_retry("127.0.0.1", server.port(), net::deadline_after(std::chrono::seconds(2)));
+    net::Socket s =
+        net::connect_with_retry("127.0.0.1", server.port(), net::deadline_after(std::chrono::seconds(2)));
     if ((data[0] & 1) && !authenticate(s.fd())) __builtin_trap();  // a correct client must get in
     net::send_all(s.fd(), data + 1, size - 1, "server");
     ::shutdown(s.fd(), SHUT_WR);
@@ -70,7 +71,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     // The server dropping us mid-send is fine.
   }
   // A second, well-behaved client must still be served after whatever the first one sent.
-  net::Socket good = net::connect_with_retry("127.0.0.1", server.port(), net::deadline_after(std::chrono::seconds(2)));
+  net::Socket good =
+      net::connect_with_retry("127.0.0.1", server.port(), net::deadline_after(std::chrono::seconds(2)));
   if (!authenticate(good.fd())) __builtin_trap();
   return 0;
 }

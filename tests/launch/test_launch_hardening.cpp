@@ -61,9 +61,10 @@ TEST(LaunchHardening, DdprunRefusesQuicklyAndStartsNothing) {
 TEST(LaunchHardening, ThreadNoteNamesOnlyWhatItSets) {
   LaunchConfig c;
   c.nproc_per_node = 2;
-  EXPECT_EQ(thread_limit_note(c, {}),
-            "setting OMP_NUM_THREADS=1 and OPENBLAS_NUM_THREADS=1 for the 2 workers (unset before); export them "
-            "to choose another value");
+  EXPECT_EQ(
+      thread_limit_note(c, {}),
+      "setting OMP_NUM_THREADS=1 and OPENBLAS_NUM_THREADS=1 for the 2 workers (unset before); export them "
+      "to choose another value");
   std::string n = thread_limit_note(c, {{"OPENBLAS_NUM_THREADS", "4"}});
   EXPECT_NE(n.find("setting OMP_NUM_THREADS=1 for the 2 workers"), std::string::npos) << n;
   EXPECT_EQ(n.find("OPENBLAS_NUM_THREADS=1"), std::string::npos) << n;
@@ -81,7 +82,9 @@ TEST(ErrorFile, HasTheShapeTorchrunReadsAndReadsBack) {
   // torchrun's agent: int(message.extraInfo.timestamp) must parse; it shows extraInfo.py_callstack.
   ASSERT_TRUE(j["message"].is_object());
   EXPECT_GT(std::stoll(j["message"]["extraInfo"]["timestamp"].get<std::string>()), 1'600'000'000);
-  EXPECT_EQ(j["message"]["extraInfo"]["py_callstack"].get<std::string>().rfind("train: error: \"quoted\"\n", 0), 0u);
+  EXPECT_EQ(
+      j["message"]["extraInfo"]["py_callstack"].get<std::string>().rfind("train: error: \"quoted\"\n", 0),
+      0u);
   EXPECT_EQ(j["message"]["message"], j["message"]["extraInfo"]["py_callstack"]);
   EXPECT_EQ(read_error_file(path).value().rfind("train: error: \"quoted\"", 0), 0u);
   EXPECT_EQ(read_error_file((dir / "missing.json").string()), std::nullopt);
@@ -99,9 +102,10 @@ TEST(ErrorFile, DdprunsTableShowsTheWorkersMessage) {
   o.unset_env = {"LOCAL_RANK", "RANK", "WORLD_SIZE", "DDP_RUN_TOKEN", "TORCHELASTIC_ERROR_FILE"};
   o.timeout_s = 120;
   const std::string train = std::string(DDP_BIN_DIR) + "/train";
-  auto r = testing::run_process({testing::ddprun_path(), "--standalone", "--nproc-per-node", "2", train, "--model", "mlp",
-                                 "--data", "fashion-mnist", "--data-path", "/nonexistent/ddp-test-data"},
-                                o);
+  auto r =
+      testing::run_process({testing::ddprun_path(), "--standalone", "--nproc-per-node", "2", train, "--model",
+                            "mlp", "--data", "fashion-mnist", "--data-path", "/nonexistent/ddp-test-data"},
+                           o);
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("<- root cause"), std::string::npos) << r.err;
   // The line comes from the error file (not the worker's prefixed stderr, which starts with "[rank N]").

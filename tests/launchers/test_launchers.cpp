@@ -55,18 +55,22 @@ std::string fresh_dir(const std::string& name) {
 
 // The training arguments every launcher runs (after the program), writing checkpoints to `dir`.
 std::vector<std::string> train_args(const std::string& dir) {
+  // clang-format off
   return {"--model", "mlp", "--data", "synthetic", "--steps", "3", "--batch-size", "8",
           "--hidden", "16", "--depth", "1", "--synthetic-samples", "128", "--eval-batches", "1",
           "--checkpoint-dir", dir, "--seed", "7"};
+  // clang-format on
 }
 
 // A clean environment: no launcher variables from outside, one thread per rank everywhere.
 ProcessOptions base_options() {
   ProcessOptions o;
+  // clang-format off
   o.unset_env = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
                  "DDP_RUN_TOKEN", "DDP_STORE", "DDP_TORCH_STORE_PROTOCOL", "TORCHELASTIC_USE_AGENT_STORE",
                  "TORCHELASTIC_ERROR_FILE", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT",
                  "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"};
+  // clang-format on
   o.set_env = {{"OMP_NUM_THREADS", "1"}, {"OPENBLAS_NUM_THREADS", "1"}};
   o.timeout_s = 240;
   return o;
@@ -104,8 +108,9 @@ std::string compare_checkpoints(const std::string& a, const std::string& b) {
 const std::string& reference_checkpoint() {
   static const std::string path = [] {
     std::string dir = fresh_dir("ddprun_ref");
-    auto r = run_process(concat({ddprun_path(), "--standalone", "--nproc-per-node", "2", train_path()}, train_args(dir)),
-                         base_options());
+    auto r = run_process(
+        concat({ddprun_path(), "--standalone", "--nproc-per-node", "2", train_path()}, train_args(dir)),
+        base_options());
     EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
     return last_checkpoint(dir);
   }();
@@ -132,11 +137,11 @@ std::string write_script(const std::string& dir, const std::string& name, const 
 TEST(Launchers, TorchrunStaticRendezvousUsesTheAgentsStore) {
   REQUIRE_TORCH();
   std::string dir = fresh_dir("torchrun_static");
-  auto r = run_process(concat(torchrun({"--nproc_per_node=2", "--master_addr=127.0.0.1",
-                                        "--master_port=" + std::to_string(free_port()), "--no_python",
-                                        train_path()}),
-                              train_args(dir)),
-                       base_options());
+  auto r = run_process(
+      concat(torchrun({"--nproc_per_node=2", "--master_addr=127.0.0.1",
+                       "--master_port=" + std::to_string(free_port()), "--no_python", train_path()}),
+             train_args(dir)),
+      base_options());
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_EQ(compare_checkpoints(reference_checkpoint(), last_checkpoint(dir)), "");
 }
@@ -144,9 +149,9 @@ TEST(Launchers, TorchrunStaticRendezvousUsesTheAgentsStore) {
 TEST(Launchers, TorchrunStandalone) {
   REQUIRE_TORCH();
   std::string dir = fresh_dir("torchrun_standalone");
-  auto r = run_process(concat(torchrun({"--standalone", "--nproc_per_node=2", "--no_python", train_path()}),
-                              train_args(dir)),
-                       base_options());
+  auto r = run_process(
+      concat(torchrun({"--standalone", "--nproc_per_node=2", "--no_python", train_path()}), train_args(dir)),
+      base_options());
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_EQ(compare_checkpoints(reference_checkpoint(), last_checkpoint(dir)), "");
 }
@@ -158,11 +163,13 @@ TEST(Launchers, LegacyTorchDistributedLaunchWithAWrapperPassingLocalRank) {
   std::string wrapper = write_script(dir, "wrapper.py",
                                      "import os, sys\n"
                                      "assert sys.argv[1].startswith('--local'), sys.argv\n"
-                                     "os.execv('" + train_path() + "', ['train'] + sys.argv[1:])\n");
-  auto r = run_process(concat({kPython, "-m", "torch.distributed.launch", "--redirects=1", "--tee=1", "--nproc_per_node=2",
-                               "--master_addr=127.0.0.1", "--master_port=" + std::to_string(free_port()), wrapper},
-                              train_args(dir + "/ckpt")),
-                       base_options());
+                                     "os.execv('" +
+                                         train_path() + "', ['train'] + sys.argv[1:])\n");
+  auto r = run_process(
+      concat({kPython, "-m", "torch.distributed.launch", "--redirects=1", "--tee=1", "--nproc_per_node=2",
+              "--master_addr=127.0.0.1", "--master_port=" + std::to_string(free_port()), wrapper},
+             train_args(dir + "/ckpt")),
+      base_options());
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_EQ(compare_checkpoints(reference_checkpoint(), last_checkpoint(dir + "/ckpt")), "");
 }
@@ -174,9 +181,9 @@ TEST(Launchers, Mpirun) {
   o.set_env["MASTER_ADDR"] = "127.0.0.1";
   o.set_env["MASTER_PORT"] = std::to_string(free_port());
   o.set_env["DDP_RUN_TOKEN"] = "mpirun-test-token";
-  auto r = run_process(concat({kMpirun, "--allow-run-as-root", "--oversubscribe", "-np", "2", train_path()},
-                              train_args(dir)),
-                       o);
+  auto r = run_process(
+      concat({kMpirun, "--allow-run-as-root", "--oversubscribe", "-np", "2", train_path()}, train_args(dir)),
+      o);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_EQ(compare_checkpoints(reference_checkpoint(), last_checkpoint(dir)), "");
 }
@@ -187,21 +194,24 @@ TEST(Launchers, TorchrunMaxRestartsSecondAttemptTrainsToTheEnd) {
   // Attempt 0: both ranks train (writing their keys into the agent's store), then rank 1 fails on purpose.
   // Attempt 1 runs in the same store: it must not read attempt 0's keys. Rank 1 starts late there, so rank 0
   // would find rank 1's stale Gloo address of attempt 0 if the keys were not namespaced by attempt.
-  std::string wrapper = write_script(dir, "fail_once.sh",
-                                     "#!/bin/sh\n"
-                                     "if [ \"$TORCHELASTIC_RESTART_COUNT\" = 1 ] && [ \"$RANK\" = 1 ]; then sleep 2; fi\n"
-                                     "\"" + train_path() + "\" \"$@\" --checkpoint-dir \"" + dir +
-                                         "/attempt_$TORCHELASTIC_RESTART_COUNT\" || exit $?\n"
-                                         "if [ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ] && [ \"$RANK\" = 1 ]; then\n"
-                                         "  echo 'rank 1 fails once on purpose' >&2; exit 3\n"
-                                         "fi\n");
+  std::string wrapper =
+      write_script(dir, "fail_once.sh",
+                   "#!/bin/sh\n"
+                   "if [ \"$TORCHELASTIC_RESTART_COUNT\" = 1 ] && [ \"$RANK\" = 1 ]; then sleep 2; fi\n"
+                   "\"" +
+                       train_path() + "\" \"$@\" --checkpoint-dir \"" + dir +
+                       "/attempt_$TORCHELASTIC_RESTART_COUNT\" || exit $?\n"
+                       "if [ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ] && [ \"$RANK\" = 1 ]; then\n"
+                       "  echo 'rank 1 fails once on purpose' >&2; exit 3\n"
+                       "fi\n");
   std::vector<std::string> args = train_args("unused");
   args.resize(args.size() - 4);  // drop --checkpoint-dir unused --seed 7: the wrapper adds its own dir
   args.insert(args.end(), {"--seed", "7"});
-  auto r = run_process(concat(torchrun({"--nproc_per_node=2", "--max_restarts=1", "--master_addr=127.0.0.1",
-                                        "--master_port=" + std::to_string(free_port()), "--no_python", wrapper}),
-                              args),
-                       base_options());
+  auto r =
+      run_process(concat(torchrun({"--nproc_per_node=2", "--max_restarts=1", "--master_addr=127.0.0.1",
+                                   "--master_port=" + std::to_string(free_port()), "--no_python", wrapper}),
+                         args),
+                  base_options());
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_NE(r.err.find("rank 1 fails once on purpose"), std::string::npos) << r.err;
   EXPECT_FALSE(last_checkpoint(dir + "/attempt_0").empty());
@@ -215,20 +225,24 @@ TEST(Launchers, TorchrunsFailureSummaryShowsOurErrorText) {
   std::string wrapper = write_script(dir, "rank1_fails.sh",
                                      "#!/bin/sh\n"
                                      "if [ \"$RANK\" = 1 ]; then\n"
-                                     "  exec \"" + train_path() + "\" --model mlp --data fashion-mnist "
+                                     "  exec \"" +
+                                         train_path() +
+                                         "\" --model mlp --data fashion-mnist "
                                          "--data-path /nonexistent/ddp-launchers-test\n"
                                          "fi\n"
-                                         "exec \"" + train_path() + "\" \"$@\"\n");
-  auto r = run_process(concat(torchrun({"--nproc_per_node=2", "--master_addr=127.0.0.1",
-                                        "--master_port=" + std::to_string(free_port()), "--no_python", wrapper}),
-                              train_args(dir + "/ckpt")),
-                       base_options());
+                                         "exec \"" +
+                                         train_path() + "\" \"$@\"\n");
+  auto r =
+      run_process(concat(torchrun({"--nproc_per_node=2", "--master_addr=127.0.0.1",
+                                   "--master_port=" + std::to_string(free_port()), "--no_python", wrapper}),
+                         train_args(dir + "/ckpt")),
+                  base_options());
   EXPECT_NE(r.exit_code, 0);
   // torchrun's ChildFailedError summary quotes the error file ("traceback : <our message>").
   const size_t summary = r.err.find("Root Cause");
   ASSERT_NE(summary, std::string::npos) << r.err;
-  const std::string tail = r.err.substr(r.err.find("Failures:") == std::string::npos ? summary
-                                                                                       : r.err.find("Failures:"));
+  const std::string tail =
+      r.err.substr(r.err.find("Failures:") == std::string::npos ? summary : r.err.find("Failures:"));
   EXPECT_NE(tail.find("train: error:"), std::string::npos) << r.err;
   EXPECT_NE(tail.find("/nonexistent/ddp-launchers-test"), std::string::npos) << r.err;
 }

@@ -127,8 +127,9 @@ TEST_F(MultiNode, AllreduceWithGlooSocketIfname) {
   expect_allreduce_over_four_ranks(results);
 }
 
-// Node 1 has another token: its ranks are refused by the store on node 0 and say why; node 0 logs the refusal (the clients detect the wrong token from the server's proof)
-// and gives up after its collective timeout instead of waiting forever.
+// Node 1 has another token: its ranks are refused by the store on node 0 and say why; node 0 logs the refusal
+// (the clients detect the wrong token from the server's proof) and gives up after its collective timeout
+// instead of waiting forever.
 TEST_F(MultiNode, WrongTokenOnOneNodeFailsBothWithTheReason) {
   auto results = run_nodes(*pair_, {{random_token(), {"DDP_COLLECTIVE_TIMEOUT_S=3"}},
                                     {random_token(), {"DDP_COLLECTIVE_TIMEOUT_S=3"}}});
