@@ -8,6 +8,7 @@
 #include "runtime/core/log.h"
 #include "runtime/dist/env.h"
 #include "runtime/dist/init.h"
+#include "runtime/launch/error_file.h"
 
 int main(int argc, char** argv) {
   using namespace ddp;
@@ -71,9 +72,12 @@ int main(int argc, char** argv) {
     return 0;
   } catch (const cli::UsageError& e) {
     std::fprintf(stderr, "%s\n", e.what());
+    launch::report_error_to_launcher(e.what());  // torchrun's / ddprun's failure summary shows it
     return 2;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "train: error: %s\n", log::for_user(e.what()).c_str());
+    const std::string message = log::for_user(e.what());
+    std::fprintf(stderr, "train: error: %s\n", message.c_str());
+    launch::report_error_to_launcher("train: error: " + message);
     return 1;
   }
 }
