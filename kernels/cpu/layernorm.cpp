@@ -50,7 +50,8 @@ void LayerNormBackward(const T* dy, const T* x, const T* weight, const T* mean, 
     const T* xr = x + r * cols;
     const T* dyr = dy + r * cols;
     const T m = mean[r], rs = rstd[r];
-    RowAffine(xr, xhat.data(), cols, rs, -m * rs);  // (x - m) rs
+    const auto vm = hn::Set(d, m), vrs = hn::Set(d, rs);
+    MapUnary(d, xr, xhat.data(), cols, [vm, vrs](auto, auto v) HWY_ATTR { return hn::Mul(hn::Sub(v, vm), vrs); });
     if (dweight)
       MapTernary(d, dweight, dyr, xhat.data(), dweight, cols,
                  [](auto, auto acc, auto vdy, auto vx) HWY_ATTR { return hn::MulAdd(vdy, vx, acc); });
@@ -60,7 +61,6 @@ void LayerNormBackward(const T* dy, const T* x, const T* weight, const T* mean, 
     MapBinary(d, dyr, weight, g.data(), cols, [](auto, auto a, auto b) HWY_ATTR { return hn::Mul(a, b); });
     const auto mean_g = hn::Set(d, RowSum(g.data(), cols) * inv_cols);
     const auto mean_gx = hn::Set(d, RowDot(g.data(), xhat.data(), cols) * inv_cols);
-    const auto vrs = hn::Set(d, rs);
     MapBinary(d, g.data(), xhat.data(), dx + r * cols, cols, [=](auto, auto vg, auto vx) HWY_ATTR {
       return hn::Mul(vrs, hn::NegMulAdd(vx, mean_gx, hn::Sub(vg, mean_g)));
     });
