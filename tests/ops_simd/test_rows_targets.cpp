@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/dropout.h"
 #include "kernels/cpu/layernorm.h"
 #include "kernels/cpu/loss.h"
 #include "kernels/cpu/optim.h"
@@ -186,6 +187,21 @@ TEST(OptimizerKernelTargets, SgdAndAdamWFloat32MatchFloat64OnEveryTarget) {
       EXPECT_TRUE(close_to(wa, war, 1e-6, 1e-6)) << "adamw n " << n;
       EXPECT_TRUE(close_to(m, mr, 1e-9, 1e-6)) << "adamw exp_avg n " << n;
       EXPECT_TRUE(close_to(v, vr, 1e-12, 1e-6)) << "adamw exp_avg_sq n " << n;
+    }
+  });
+}
+
+TEST(DropoutKernelTargets, MaskIsBitIdenticalToTheCounterFormulaOnEveryTarget) {
+  for_each_simd_target([](const std::string&) {
+    for (int64_t n : test_lengths()) {
+      const std::vector<float> x = cast_to<float>(spread(n, -2, 2));
+      std::vector<float> y(n);
+      const uint64_t key = kc::dropout_key(42), threshold = kc::dropout_threshold(0.3);
+      kc::dropout_apply(x.data(), y.data(), n, key, 1000, threshold, 1.0f / 0.7f);
+      for (int64_t i = 0; i < n; ++i) {
+        const float expect = kc::dropout_keep(key, 1000 + static_cast<uint64_t>(i), threshold) ? x[i] * (1.0f / 0.7f) : 0.0f;
+        ASSERT_EQ(y[i], expect) << "element " << i << " of " << n;
+      }
     }
   });
 }
