@@ -37,7 +37,8 @@ def build(config, rank, torch, nn, F):
             super().__init__()
             self.qkv = nn.Linear(d, 3 * d)
             self.proj = nn.Linear(d, d)
-            self.register_buffer("mask", torch.tril(torch.ones(context, context, dtype=torch.bool)))
+            # a plain attribute, not a buffer: DDP would broadcast buffers, and gloo has no bool type
+            self.mask = torch.tril(torch.ones(context, context, dtype=torch.bool))
 
         def forward(self, x):
             B, T, C = x.shape
