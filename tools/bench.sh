@@ -10,7 +10,8 @@
 # When Debian's python3-torch is importable, every pass also runs bench/pytorch_twin.py (PyTorch on the same
 # models, shapes, optimizer and threads) right after bench_e2e for mlp and gpt at world 1 and 2 in modes nosync
 # and ddp, and the summary prints PyTorch vs ddp.cpp per configuration with the ratio (bench/compare_pytorch.py).
-# OPENBLAS_CORETYPE (default SkylakeX here, exported for both runtimes) pins OpenBLAS's kernels.
+# OPENBLAS_CORETYPE, when set (`tools/ddp bench` sets it from the CPU: SkylakeX with AVX-512), reaches both
+# runtimes, so both use the same OpenBLAS kernels.
 #
 # Environment: BENCH_OUT (output directory, default runs), BENCH_REPEATS (passes over the whole table and
 # sweep, interleaved so that slow drifts of the machine's load hit every configuration alike; the summary
@@ -31,7 +32,6 @@ VS_ONLY=0
 [[ ${2:-} == "--quick" ]] && QUICK=1
 [[ ${2:-} == "--vs-pytorch" ]] && VS_ONLY=1
 [[ $# -le 2 && ( -z ${2:-} || $QUICK == 1 || $VS_ONLY == 1 ) ]] || usage
-export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-SkylakeX}
 BIN=$BUILD/bin
 if [[ -n ${BENCH_NICE:-} && -z ${BENCH_OWN_SESSION:-} ]]; then
   export BENCH_OWN_SESSION=1
