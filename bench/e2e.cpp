@@ -359,8 +359,9 @@ int main(int argc, char** argv) {
                   std::thread::hardware_concurrency(), host, load_before, load_after);
       std::printf("  FLOPs per rank step %.4g (%s); %d measured steps after %d warmup\n",
                   w.flops_per_rank_step, w.flops_rule.c_str(), steps, warmup);
-      std::printf("  CPU kernels: %s (Highway run-time choice); minor page faults per measured step (rank 0): %.1f\n",
-                  ddp::kernels::cpu::simd_target_name(), faults_per_step);
+      std::printf(
+          "  CPU kernels: %s (Highway run-time choice); minor page faults per measured step (rank 0): %.1f\n",
+          ddp::kernels::cpu::simd_target_name(), faults_per_step);
       std::printf("  %-28s %12s %12s %12s %12s %12s\n", "metric", "median", "p10", "p90", "min", "max");
       auto row = [](const char* name, const ddp::sim::SampleStats& s, double scale) {
         std::printf("  %-28s %12.3f %12.3f %12.3f %12.3f %12.3f\n", name, s.median * scale, s.p10 * scale,

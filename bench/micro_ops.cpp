@@ -167,7 +167,6 @@ void TinyAdd_RecordGraph(benchmark::State& state) {
 }
 BENCHMARK(TinyAdd_RecordGraph)->Unit(benchmark::kNanosecond);
 
-
 // (c) kernel throughput against copy bandwidth, 1M float32 elements.
 constexpr int64_t kN = 1 << 20;
 struct KernelCase {
@@ -175,13 +174,27 @@ struct KernelCase {
   int reads, writes;  // arrays of kN floats the kernel must read and write
 };
 const KernelCase kKernels[] = {
-    {"relu fwd", 1, 1},          {"gelu fwd", 1, 1},         {"gelu bwd", 2, 1},
-    {"tanh fwd", 1, 1},          {"sigmoid fwd", 1, 1},      {"exp fwd", 1, 1},
-    {"log fwd", 1, 1},           {"add (same shape)", 2, 1}, {"add bias (1024x1024 + 1024)", 1, 1},
-    {"bias grad sum_to_shape", 1, 0}, {"softmax fwd (4096x256)", 1, 1}, {"log_softmax fwd", 1, 1},
-    {"softmax bwd", 2, 1},       {"cross_entropy fwd", 1, 0}, {"cross_entropy bwd", 1, 1},
-    {"layernorm fwd (8192x128)", 1, 1}, {"layernorm bwd", 2, 1}, {"sgd step (momentum)", 3, 2},
-    {"adamw step", 4, 3},        {"column sums (linear bias grad)", 1, 0}, {"embedding fwd", 1, 1},
+    {"relu fwd", 1, 1},
+    {"gelu fwd", 1, 1},
+    {"gelu bwd", 2, 1},
+    {"tanh fwd", 1, 1},
+    {"sigmoid fwd", 1, 1},
+    {"exp fwd", 1, 1},
+    {"log fwd", 1, 1},
+    {"add (same shape)", 2, 1},
+    {"add bias (1024x1024 + 1024)", 1, 1},
+    {"bias grad sum_to_shape", 1, 0},
+    {"softmax fwd (4096x256)", 1, 1},
+    {"log_softmax fwd", 1, 1},
+    {"softmax bwd", 2, 1},
+    {"cross_entropy fwd", 1, 0},
+    {"cross_entropy bwd", 1, 1},
+    {"layernorm fwd (8192x128)", 1, 1},
+    {"layernorm bwd", 2, 1},
+    {"sgd step (momentum)", 3, 2},
+    {"adamw step", 4, 3},
+    {"column sums (linear bias grad)", 1, 0},
+    {"embedding fwd", 1, 1},
     {"dropout", 1, 1},
 };
 constexpr int kNumKernels = sizeof(kKernels) / sizeof(kKernels[0]);
@@ -203,28 +216,51 @@ struct KernelData {
     float* o = out.data();
     const float* x = a.data();
     switch (k) {
-      case 0: kernels::cpu::relu_forward(x, o, kN); break;
-      case 1: kernels::cpu::gelu_forward(x, o, kN); break;
-      case 2: kernels::cpu::gelu_backward(b.data(), x, o, kN); break;
-      case 3: kernels::cpu::tanh_forward(x, o, kN); break;
-      case 4: kernels::cpu::sigmoid_forward(x, o, kN); break;
-      case 5: kernels::cpu::exp_forward(x, o, kN); break;
-      case 6: kernels::cpu::log_forward(b.data(), o, kN); break;
+      case 0:
+        kernels::cpu::relu_forward(x, o, kN);
+        break;
+      case 1:
+        kernels::cpu::gelu_forward(x, o, kN);
+        break;
+      case 2:
+        kernels::cpu::gelu_backward(b.data(), x, o, kN);
+        break;
+      case 3:
+        kernels::cpu::tanh_forward(x, o, kN);
+        break;
+      case 4:
+        kernels::cpu::sigmoid_forward(x, o, kN);
+        break;
+      case 5:
+        kernels::cpu::exp_forward(x, o, kN);
+        break;
+      case 6:
+        kernels::cpu::log_forward(b.data(), o, kN);
+        break;
       case 7:
-        kernels::cpu::binary_broadcast(x, {kN}, b.data(), {kN}, o, {kN}, [](float p, float q) { return p + q; });
+        kernels::cpu::binary_broadcast(x, {kN}, b.data(), {kN}, o, {kN},
+                                       [](float p, float q) { return p + q; });
         break;
       case 8:
         kernels::cpu::binary_broadcast(x, {1024, 1024}, b.data(), {1024}, o, {1024, 1024},
                                        [](float p, float q) { return p + q; });
         break;
-      case 9: kernels::cpu::sum_to_shape(x, {1024, 1024}, o, {1024}); break;
-      case 10: kernels::cpu::softmax_forward(x, o, 4096, 256); break;
-      case 11: kernels::cpu::log_softmax_forward(x, o, 4096, 256); break;
-      case 12: kernels::cpu::softmax_backward(b.data(), x, o, 4096, 256); break;
+      case 9:
+        kernels::cpu::sum_to_shape(x, {1024, 1024}, o, {1024});
+        break;
+      case 10:
+        kernels::cpu::softmax_forward(x, o, 4096, 256);
+        break;
+      case 11:
+        kernels::cpu::log_softmax_forward(x, o, 4096, 256);
+        break;
+      case 12:
+        kernels::cpu::softmax_backward(b.data(), x, o, 4096, 256);
+        break;
       case 13: {
         int64_t count = 0;
-        benchmark::DoNotOptimize(kernels::cpu::cross_entropy_forward(x, targets.data(), 4096, 256, false, -100,
-                                                                     small.data(), &count));
+        benchmark::DoNotOptimize(kernels::cpu::cross_entropy_forward(x, targets.data(), 4096, 256, false,
+                                                                     -100, small.data(), &count));
         break;
       }
       case 14: {
@@ -234,18 +270,29 @@ struct KernelData {
         break;
       }
       case 15:
-        kernels::cpu::layernorm_forward(x, b.data(), c.data(), o, small.data(), small.data() + 8192, 8192, 128,
-                                        1e-5);
+        kernels::cpu::layernorm_forward(x, b.data(), c.data(), o, small.data(), small.data() + 8192, 8192,
+                                        128, 1e-5);
         break;
       case 16:
-        kernels::cpu::layernorm_backward(b.data(), x, c.data(), small.data(), small.data() + 8192, o, d.data(),
-                                         e.data(), 8192, 128);
+        kernels::cpu::layernorm_backward(b.data(), x, c.data(), small.data(), small.data() + 8192, o,
+                                         d.data(), e.data(), 8192, 128);
         break;
-      case 17: kernels::cpu::sgd_step(o, c.data(), d.data(), kN, 1e-3, 0.9, 0.0, 0.0, false, false); break;
-      case 18: kernels::cpu::adamw_step(o, c.data(), d.data(), e.data(), kN, 1e-3, 0.9, 0.999, 1e-8, 0.01, 0.5, 0.1); break;
-      case 19: kernels::cpu::sum_middle(x, 1, 1024, 1024, small.data(), 1.0); break;
-      case 20: kernels::cpu::embedding_forward(x, idx.data(), o, 1024, 1024); break;
-      case 21: kernels::cpu::dropout_apply(x, o, kN, kernels::cpu::dropout_key(1), 0, kernels::cpu::dropout_threshold(0.1), 1.0f / 0.9f); break;
+      case 17:
+        kernels::cpu::sgd_step(o, c.data(), d.data(), kN, 1e-3, 0.9, 0.0, 0.0, false, false);
+        break;
+      case 18:
+        kernels::cpu::adamw_step(o, c.data(), d.data(), e.data(), kN, 1e-3, 0.9, 0.999, 1e-8, 0.01, 0.5, 0.1);
+        break;
+      case 19:
+        kernels::cpu::sum_middle(x, 1, 1024, 1024, small.data(), 1.0);
+        break;
+      case 20:
+        kernels::cpu::embedding_forward(x, idx.data(), o, 1024, 1024);
+        break;
+      case 21:
+        kernels::cpu::dropout_apply(x, o, kN, kernels::cpu::dropout_key(1), 0,
+                                    kernels::cpu::dropout_threshold(0.1), 1.0f / 0.9f);
+        break;
     }
     benchmark::DoNotOptimize(o);
     benchmark::ClobberMemory();
@@ -269,7 +316,8 @@ void Kernel_VsCopy(benchmark::State& state) {
     tc.push_back(std::chrono::duration<double>(t1 - t0).count());
     tk.push_back(std::chrono::duration<double>(t2 - t1).count());
   }
-  const double kernel_bytes = static_cast<double>(kKernels[k].reads + kKernels[k].writes) * kN * sizeof(float);
+  const double kernel_bytes =
+      static_cast<double>(kKernels[k].reads + kKernels[k].writes) * kN * sizeof(float);
   const double copy_bytes = 2.0 * kN * sizeof(float);
   const double gk = kernel_bytes / median(tk) / 1e9, gc = copy_bytes / median(tc) / 1e9;
   state.counters["kernel_GBps"] = gk;
@@ -293,7 +341,8 @@ class RatioReporter : public benchmark::ConsoleReporter {
         return it == r.counters.end() ? 0.0 : it->second.value;
       };
       if (r.run_name.function_name == "Kernel_VsCopy") {
-        kernels_.push_back({r.report_label, get("kernel_ms"), get("kernel_GBps"), get("copy_GBps"), get("vs_copy")});
+        kernels_.push_back(
+            {r.report_label, get("kernel_ms"), get("kernel_GBps"), get("copy_GBps"), get("vs_copy")});
         continue;
       }
       if (r.run_name.function_name != "Linear_Paired") continue;
@@ -302,8 +351,10 @@ class RatioReporter : public benchmark::ConsoleReporter {
   }
   void PrintRatios() const {
     if (!kernels_.empty()) {
-      std::printf("\nCPU kernels on 1M float32 elements (%s), against memcpy interleaved in the same loop (medians)\n",
-                  kernels::cpu::simd_target_name());
+      std::printf(
+          "\nCPU kernels on 1M float32 elements (%s), against memcpy interleaved in the same loop "
+          "(medians)\n",
+          kernels::cpu::simd_target_name());
       std::printf("  %-32s %10s %10s %10s %8s\n", "kernel", "ms", "GB/s", "copy GB/s", "vs copy");
       for (const KernelRow& k : kernels_)
         std::printf("  %-32s %10.3f %10.2f %10.2f %8.2f\n", k.name.c_str(), k.ms, k.gbps, k.copy, k.ratio);

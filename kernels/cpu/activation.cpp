@@ -59,9 +59,8 @@ void GeluBackward(const T* g, const T* x, T* dx, int64_t n) {
 
 template <class T>
 void TanhForward(const T* x, T* y, int64_t n) {
-  MapUnary(hn::ScalableTag<T>(), x, y, n, [](auto d, auto v) HWY_ATTR {
-    return hn::IfThenElse(hn::IsNaN(v), v, hn::Tanh(d, v));
-  });
+  MapUnary(hn::ScalableTag<T>(), x, y, n,
+           [](auto d, auto v) HWY_ATTR { return hn::IfThenElse(hn::IsNaN(v), v, hn::Tanh(d, v)); });
 }
 template <class T>
 void TanhBackward(const T* g, const T* y, T* dx, int64_t n) {
@@ -94,7 +93,8 @@ void ExpForward(const T* x, T* y, int64_t n) {
 }
 template <class T>
 void ExpBackward(const T* g, const T* y, T* dx, int64_t n) {
-  MapBinary(hn::ScalableTag<T>(), g, y, dx, n, [](auto, auto vg, auto vy) HWY_ATTR { return hn::Mul(vg, vy); });
+  MapBinary(hn::ScalableTag<T>(), g, y, dx, n,
+            [](auto, auto vg, auto vy) HWY_ATTR { return hn::Mul(vg, vy); });
 }
 
 // log with the IEEE edge cases: log(0) = -inf, log(x < 0) = NaN, log(+inf) = +inf, NaN passes through.
@@ -113,16 +113,17 @@ void LogForward(const T* x, T* y, int64_t n) {
 }
 template <class T>
 void LogBackward(const T* g, const T* x, T* dx, int64_t n) {
-  MapBinary(hn::ScalableTag<T>(), g, x, dx, n, [](auto, auto vg, auto vx) HWY_ATTR { return hn::Div(vg, vx); });
+  MapBinary(hn::ScalableTag<T>(), g, x, dx, n,
+            [](auto, auto vg, auto vx) HWY_ATTR { return hn::Div(vg, vx); });
 }
 }  // namespace
 
 // Non-template entry points per element type, the names HWY_EXPORT tables are built from.
-#define DDP_ACT_ENTRY(Name)                                                                                  \
-  void Name##F32(const float* a, float* y, int64_t n) { Name<float>(a, y, n); }                              \
+#define DDP_ACT_ENTRY(Name)                                                     \
+  void Name##F32(const float* a, float* y, int64_t n) { Name<float>(a, y, n); } \
   void Name##F64(const double* a, double* y, int64_t n) { Name<double>(a, y, n); }
-#define DDP_ACT_ENTRY2(Name)                                                                                 \
-  void Name##F32(const float* g, const float* s, float* dx, int64_t n) { Name<float>(g, s, dx, n); }         \
+#define DDP_ACT_ENTRY2(Name)                                                                         \
+  void Name##F32(const float* g, const float* s, float* dx, int64_t n) { Name<float>(g, s, dx, n); } \
   void Name##F64(const double* g, const double* s, double* dx, int64_t n) { Name<double>(g, s, dx, n); }
 DDP_ACT_ENTRY(ReluForward)
 DDP_ACT_ENTRY2(ReluBackward)
@@ -146,29 +147,29 @@ HWY_AFTER_NAMESPACE();
 namespace ddp::kernels::cpu {
 
 // The public templates forward to the entry of the instruction set chosen at run time.
-#define DDP_ACT_DISPATCH(Public, Name)                                  \
-  HWY_EXPORT(Name##F32);                                                \
-  HWY_EXPORT(Name##F64);                                                \
-  template <class T>                                                    \
-  void Public(const T* x, T* y, int64_t n) {                            \
-    if constexpr (sizeof(T) == 4)                                       \
-      HWY_DYNAMIC_DISPATCH(Name##F32)(x, y, n);                         \
-    else                                                                \
-      HWY_DYNAMIC_DISPATCH(Name##F64)(x, y, n);                         \
-  }                                                                     \
-  template void Public<float>(const float*, float*, int64_t);           \
+#define DDP_ACT_DISPATCH(Public, Name)                        \
+  HWY_EXPORT(Name##F32);                                      \
+  HWY_EXPORT(Name##F64);                                      \
+  template <class T>                                          \
+  void Public(const T* x, T* y, int64_t n) {                  \
+    if constexpr (sizeof(T) == 4)                             \
+      HWY_DYNAMIC_DISPATCH(Name##F32)(x, y, n);               \
+    else                                                      \
+      HWY_DYNAMIC_DISPATCH(Name##F64)(x, y, n);               \
+  }                                                           \
+  template void Public<float>(const float*, float*, int64_t); \
   template void Public<double>(const double*, double*, int64_t);
-#define DDP_ACT_DISPATCH2(Public, Name)                                             \
-  HWY_EXPORT(Name##F32);                                                           \
-  HWY_EXPORT(Name##F64);                                                           \
-  template <class T>                                                               \
-  void Public(const T* g, const T* s, T* dx, int64_t n) {                          \
-    if constexpr (sizeof(T) == 4)                                                  \
-      HWY_DYNAMIC_DISPATCH(Name##F32)(g, s, dx, n);                                \
-    else                                                                           \
-      HWY_DYNAMIC_DISPATCH(Name##F64)(g, s, dx, n);                                \
-  }                                                                                \
-  template void Public<float>(const float*, const float*, float*, int64_t);        \
+#define DDP_ACT_DISPATCH2(Public, Name)                                     \
+  HWY_EXPORT(Name##F32);                                                    \
+  HWY_EXPORT(Name##F64);                                                    \
+  template <class T>                                                        \
+  void Public(const T* g, const T* s, T* dx, int64_t n) {                   \
+    if constexpr (sizeof(T) == 4)                                           \
+      HWY_DYNAMIC_DISPATCH(Name##F32)(g, s, dx, n);                         \
+    else                                                                    \
+      HWY_DYNAMIC_DISPATCH(Name##F64)(g, s, dx, n);                         \
+  }                                                                         \
+  template void Public<float>(const float*, const float*, float*, int64_t); \
   template void Public<double>(const double*, const double*, double*, int64_t);
 DDP_ACT_DISPATCH(relu_forward, ReluForward)
 DDP_ACT_DISPATCH2(relu_backward, ReluBackward)

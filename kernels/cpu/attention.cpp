@@ -1,6 +1,7 @@
 // attention.cpp - CPU causal self-attention: per (batch, head), OpenBLAS gemms on strided (T, hs) blocks of
 // qkv and a fused causal softmax over the rows of the (T, T) score matrix (row i reads only j <= i: no mask
-// is materialised). The softmax rows are vectorized with Google Highway (per instruction set, run-time choice).
+// is materialised). The softmax rows are vectorized with Google Highway (per instruction set, run-time
+// choice).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/attention.cpp"
 #include "hwy/foreach_target.h"  // must come before highway.h
@@ -37,7 +38,8 @@ void CausalSoftmaxBackward(const S* a, S* ds, int64_t T) {
     const S* ar = a + i * T;
     S* dr = ds + i * T;
     const auto s = hn::Set(d, RowDot(ar, dr, i + 1));
-    MapBinary(d, ar, dr, dr, i + 1, [s](auto, auto va, auto vd) HWY_ATTR { return hn::Mul(va, hn::Sub(vd, s)); });
+    MapBinary(d, ar, dr, dr, i + 1,
+              [s](auto, auto va, auto vd) HWY_ATTR { return hn::Mul(va, hn::Sub(vd, s)); });
     std::memset(dr + i + 1, 0, static_cast<size_t>(T - i - 1) * sizeof(S));
   }
 }
@@ -114,7 +116,7 @@ void attention_backward(const S* dy, const S* qkv, const S* att, S* dqkv, int64_
       S* dv = dq + 2 * C;
       gemm(false, true, T, T, hs, S(1), dyh, C, v, ld, S(0), ds, T);  // datt = dy v^T
       gemm(true, false, T, hs, T, S(1), a, T, dyh, C, S(0), dv, ld);  // dv = att^T dy
-      causal_softmax_backward(a, ds, T);  // masked entries have att = 0 and get 0
+      causal_softmax_backward(a, ds, T);                              // masked entries have att = 0 and get 0
       gemm(false, false, T, hs, T, scale, ds, T, k, ld, S(0), dq, ld);  // dq = dscore k / sqrt(hs)
       gemm(true, false, T, hs, T, scale, ds, T, q, ld, S(0), dk, ld);   // dk = dscore^T q / sqrt(hs)
     }

@@ -51,12 +51,14 @@ void LayerNormBackward(const T* dy, const T* x, const T* weight, const T* mean, 
     const T* dyr = dy + r * cols;
     const T m = mean[r], rs = rstd[r];
     const auto vm = hn::Set(d, m), vrs = hn::Set(d, rs);
-    MapUnary(d, xr, xhat.data(), cols, [vm, vrs](auto, auto v) HWY_ATTR { return hn::Mul(hn::Sub(v, vm), vrs); });
+    MapUnary(d, xr, xhat.data(), cols,
+             [vm, vrs](auto, auto v) HWY_ATTR { return hn::Mul(hn::Sub(v, vm), vrs); });
     if (dweight)
       MapTernary(d, dweight, dyr, xhat.data(), dweight, cols,
                  [](auto, auto acc, auto vdy, auto vx) HWY_ATTR { return hn::MulAdd(vdy, vx, acc); });
     if (dbias)
-      MapBinary(d, dbias, dyr, dbias, cols, [](auto, auto acc, auto vdy) HWY_ATTR { return hn::Add(acc, vdy); });
+      MapBinary(d, dbias, dyr, dbias, cols,
+                [](auto, auto acc, auto vdy) HWY_ATTR { return hn::Add(acc, vdy); });
     if (!dx) continue;
     MapBinary(d, dyr, weight, g.data(), cols, [](auto, auto a, auto b) HWY_ATTR { return hn::Mul(a, b); });
     const auto mean_g = hn::Set(d, RowSum(g.data(), cols) * inv_cols);
@@ -76,12 +78,13 @@ void LayerNormForwardF64(const double* x, const double* w, const double* b, doub
                          double* rstd, int64_t rows, int64_t cols, double eps) {
   LayerNormForward(x, w, b, y, mean, rstd, rows, cols, eps);
 }
-void LayerNormBackwardF32(const float* dy, const float* x, const float* w, const float* mean, const float* rstd,
-                          float* dx, float* dw, float* db, int64_t rows, int64_t cols) {
+void LayerNormBackwardF32(const float* dy, const float* x, const float* w, const float* mean,
+                          const float* rstd, float* dx, float* dw, float* db, int64_t rows, int64_t cols) {
   LayerNormBackward(dy, x, w, mean, rstd, dx, dw, db, rows, cols);
 }
 void LayerNormBackwardF64(const double* dy, const double* x, const double* w, const double* mean,
-                          const double* rstd, double* dx, double* dw, double* db, int64_t rows, int64_t cols) {
+                          const double* rstd, double* dx, double* dw, double* db, int64_t rows,
+                          int64_t cols) {
   LayerNormBackward(dy, x, w, mean, rstd, dx, dw, db, rows, cols);
 }
 

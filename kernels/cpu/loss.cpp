@@ -16,8 +16,8 @@ HWY_BEFORE_NAMESPACE();
 namespace ddp::kernels::cpu::HWY_NAMESPACE {
 namespace {
 template <class T>
-double CrossEntropyForward(const T* logits, const int64_t* targets, int64_t rows, int64_t cols, bool has_ignore,
-                           int64_t ignore_index, T* lse, int64_t* count) {
+double CrossEntropyForward(const T* logits, const int64_t* targets, int64_t rows, int64_t cols,
+                           bool has_ignore, int64_t ignore_index, T* lse, int64_t* count) {
   double total = 0;
   int64_t n = 0;
   for (int64_t r = 0; r < rows; ++r) {
@@ -34,8 +34,9 @@ double CrossEntropyForward(const T* logits, const int64_t* targets, int64_t rows
 }
 
 template <class T>
-void CrossEntropyBackward(const T* logits, const int64_t* targets, const T* lse, const T* dloss, double divisor,
-                          int64_t rows, int64_t cols, bool has_ignore, int64_t ignore_index, T* dlogits) {
+void CrossEntropyBackward(const T* logits, const int64_t* targets, const T* lse, const T* dloss,
+                          double divisor, int64_t rows, int64_t cols, bool has_ignore, int64_t ignore_index,
+                          T* dlogits) {
   const hn::ScalableTag<T> d;
   const T scale = static_cast<T>(static_cast<double>(dloss[0]) / divisor);
   const auto vscale = hn::Set(d, scale);
@@ -63,9 +64,9 @@ double CrossEntropyForwardF64(const double* logits, const int64_t* targets, int6
                               bool has_ignore, int64_t ignore_index, double* lse, int64_t* count) {
   return CrossEntropyForward(logits, targets, rows, cols, has_ignore, ignore_index, lse, count);
 }
-void CrossEntropyBackwardF32(const float* logits, const int64_t* targets, const float* lse, const float* dloss,
-                             double divisor, int64_t rows, int64_t cols, bool has_ignore, int64_t ignore_index,
-                             float* dlogits) {
+void CrossEntropyBackwardF32(const float* logits, const int64_t* targets, const float* lse,
+                             const float* dloss, double divisor, int64_t rows, int64_t cols, bool has_ignore,
+                             int64_t ignore_index, float* dlogits) {
   CrossEntropyBackward(logits, targets, lse, dloss, divisor, rows, cols, has_ignore, ignore_index, dlogits);
 }
 void CrossEntropyBackwardF64(const double* logits, const int64_t* targets, const double* lse,
@@ -109,11 +110,11 @@ void cross_entropy_backward(const T* logits, const int64_t* targets, const T* ls
                             double divisor, int64_t rows, int64_t cols, bool has_ignore, int64_t ignore_index,
                             T* dlogits) {
   if constexpr (sizeof(T) == 4)
-    HWY_DYNAMIC_DISPATCH(CrossEntropyBackwardF32)(logits, targets, lse, dloss, divisor, rows, cols, has_ignore,
-                                                  ignore_index, dlogits);
+    HWY_DYNAMIC_DISPATCH(CrossEntropyBackwardF32)
+    (logits, targets, lse, dloss, divisor, rows, cols, has_ignore, ignore_index, dlogits);
   else
-    HWY_DYNAMIC_DISPATCH(CrossEntropyBackwardF64)(logits, targets, lse, dloss, divisor, rows, cols, has_ignore,
-                                                  ignore_index, dlogits);
+    HWY_DYNAMIC_DISPATCH(CrossEntropyBackwardF64)
+    (logits, targets, lse, dloss, divisor, rows, cols, has_ignore, ignore_index, dlogits);
 }
 
 template <class T>

@@ -45,7 +45,7 @@ void Sgd(T* w, const T* g, T* buf, int64_t n, double lr_d, double mom_d, double 
   }
   if (i < n) {
     alignas(64) T bw[kMaxVectorBytes / sizeof(T)] = {}, bg[kMaxVectorBytes / sizeof(T)] = {},
-                  bb[kMaxVectorBytes / sizeof(T)] = {};
+                                       bb[kMaxVectorBytes / sizeof(T)] = {};
     const size_t rest = static_cast<size_t>(n - i) * sizeof(T);
     std::memcpy(bw, w + i, rest);
     std::memcpy(bg, g + i, rest);
@@ -86,7 +86,8 @@ void AdamW(T* w, const T* g, T* m, T* v, int64_t n, double lr, double b1_d, doub
   }
   if (i < n) {
     alignas(64) T bw[kMaxVectorBytes / sizeof(T)] = {}, bg[kMaxVectorBytes / sizeof(T)] = {},
-                  bm[kMaxVectorBytes / sizeof(T)] = {}, bv[kMaxVectorBytes / sizeof(T)] = {};
+                                       bm[kMaxVectorBytes / sizeof(T)] = {},
+                                       bv[kMaxVectorBytes / sizeof(T)] = {};
     const size_t rest = static_cast<size_t>(n - i) * sizeof(T);
     std::memcpy(bw, w + i, rest);
     std::memcpy(bg, g + i, rest);
@@ -131,29 +132,33 @@ HWY_EXPORT(AdamWF32);
 HWY_EXPORT(AdamWF64);
 
 template <class T>
-void sgd_step(T* param, const T* grad, T* momentum_buf, int64_t n, double lr, double momentum, double dampening,
-              double weight_decay, bool nesterov, bool first_step) {
+void sgd_step(T* param, const T* grad, T* momentum_buf, int64_t n, double lr, double momentum,
+              double dampening, double weight_decay, bool nesterov, bool first_step) {
   if (momentum == 0) momentum_buf = nullptr;
   if constexpr (sizeof(T) == 4)
-    HWY_DYNAMIC_DISPATCH(SgdF32)(param, grad, momentum_buf, n, lr, momentum, dampening, weight_decay, nesterov,
-                                 first_step);
+    HWY_DYNAMIC_DISPATCH(SgdF32)
+    (param, grad, momentum_buf, n, lr, momentum, dampening, weight_decay, nesterov, first_step);
   else
-    HWY_DYNAMIC_DISPATCH(SgdF64)(param, grad, momentum_buf, n, lr, momentum, dampening, weight_decay, nesterov,
-                                 first_step);
+    HWY_DYNAMIC_DISPATCH(SgdF64)
+    (param, grad, momentum_buf, n, lr, momentum, dampening, weight_decay, nesterov, first_step);
 }
 
 template <class T>
 void adamw_step(T* param, const T* grad, T* exp_avg, T* exp_avg_sq, int64_t n, double lr, double beta1,
-                double beta2, double eps, double weight_decay, double bias_correction1, double bias_correction2) {
+                double beta2, double eps, double weight_decay, double bias_correction1,
+                double bias_correction2) {
   if constexpr (sizeof(T) == 4)
-    HWY_DYNAMIC_DISPATCH(AdamWF32)(param, grad, exp_avg, exp_avg_sq, n, lr, beta1, beta2, eps, weight_decay,
-                                   bias_correction1, bias_correction2);
+    HWY_DYNAMIC_DISPATCH(AdamWF32)
+    (param, grad, exp_avg, exp_avg_sq, n, lr, beta1, beta2, eps, weight_decay, bias_correction1,
+     bias_correction2);
   else
-    HWY_DYNAMIC_DISPATCH(AdamWF64)(param, grad, exp_avg, exp_avg_sq, n, lr, beta1, beta2, eps, weight_decay,
-                                   bias_correction1, bias_correction2);
+    HWY_DYNAMIC_DISPATCH(AdamWF64)
+    (param, grad, exp_avg, exp_avg_sq, n, lr, beta1, beta2, eps, weight_decay, bias_correction1,
+     bias_correction2);
 }
 
-template void sgd_step<float>(float*, const float*, float*, int64_t, double, double, double, double, bool, bool);
+template void sgd_step<float>(float*, const float*, float*, int64_t, double, double, double, double, bool,
+                              bool);
 template void sgd_step<double>(double*, const double*, double*, int64_t, double, double, double, double, bool,
                                bool);
 template void adamw_step<float>(float*, const float*, float*, float*, int64_t, double, double, double, double,

@@ -70,7 +70,7 @@ HWY_INLINE void MapTernary(D d, const hn::TFromD<D>* a, const hn::TFromD<D>* b, 
     hn::StoreU(f(d, hn::LoadU(d, a + i), hn::LoadU(d, b + i), hn::LoadU(d, c + i)), d, y + i);
   if (i < n) {
     alignas(64) T ba[kMaxVectorBytes / sizeof(T)] = {}, bb[kMaxVectorBytes / sizeof(T)] = {},
-                  bc[kMaxVectorBytes / sizeof(T)] = {};
+                                       bc[kMaxVectorBytes / sizeof(T)] = {};
     const size_t rest = static_cast<size_t>(n - i) * sizeof(T);
     std::memcpy(ba, a + i, rest);
     std::memcpy(bb, b + i, rest);
@@ -96,7 +96,6 @@ template <class D, class V>
 HWY_INLINE hn::TFromD<D> ReduceSum(D d, V v) {
   return hn::GetLane(hn::SumOfLanes(d, v));
 }
-
 
 // The first `count` (< lanes) elements of p, the other lanes set to pad.
 template <class D>
@@ -169,7 +168,8 @@ HWY_INLINE T RowExpSum(const T* x, T* y, int64_t n, T shift, T scale = T(1)) {
   }
   if (i < n) {
     // pad -inf: exp(-inf) = 0 adds nothing
-    const auto e = hn::Exp(d, hn::MulSub(vc, LoadTail(d, x + i, n - i, -std::numeric_limits<T>::infinity()), vs));
+    const auto e =
+        hn::Exp(d, hn::MulSub(vc, LoadTail(d, x + i, n - i, -std::numeric_limits<T>::infinity()), vs));
     if (y) StoreTail(d, e, y + i, n - i);
     s = hn::Add(s, e);
   }

@@ -57,14 +57,16 @@ void LogSoftmaxBackward(const T* y, const T* dy, T* dx, int64_t rows, int64_t co
 }
 }  // namespace
 
-#define DDP_SOFTMAX_ENTRY(Name)                                                                              \
-  void Name##F32(const float* a, const float* b, float* c, int64_t rows, int64_t cols) {                     \
-    Name<float>(a, b, c, rows, cols);                                                                        \
-  }                                                                                                          \
-  void Name##F64(const double* a, const double* b, double* c, int64_t rows, int64_t cols) {                  \
-    Name<double>(a, b, c, rows, cols);                                                                       \
+#define DDP_SOFTMAX_ENTRY(Name)                                                             \
+  void Name##F32(const float* a, const float* b, float* c, int64_t rows, int64_t cols) {    \
+    Name<float>(a, b, c, rows, cols);                                                       \
+  }                                                                                         \
+  void Name##F64(const double* a, const double* b, double* c, int64_t rows, int64_t cols) { \
+    Name<double>(a, b, c, rows, cols);                                                      \
   }
-void SoftmaxForwardF32(const float* x, float* y, int64_t rows, int64_t cols) { SoftmaxForward(x, y, rows, cols); }
+void SoftmaxForwardF32(const float* x, float* y, int64_t rows, int64_t cols) {
+  SoftmaxForward(x, y, rows, cols);
+}
 void SoftmaxForwardF64(const double* x, double* y, int64_t rows, int64_t cols) {
   SoftmaxForward(x, y, rows, cols);
 }

@@ -26,8 +26,8 @@ size_t default_limit() {
   if (!env || !*env) return size_t{2048} << 20;
   char* end = nullptr;
   const unsigned long long mb = std::strtoull(env, &end, 10);
-  DDP_CHECK(end && *end == '\0', "DDP_CPU_CACHE_MB must be a whole number of MiB (0 turns the cache off); got '",
-            env, "'");
+  DDP_CHECK(end && *end == '\0',
+            "DDP_CPU_CACHE_MB must be a whole number of MiB (0 turns the cache off); got '", env, "'");
   return static_cast<size_t>(mb) << 20;
 }
 

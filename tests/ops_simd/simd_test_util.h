@@ -55,7 +55,8 @@ inline std::vector<double> spread(int64_t n, double lo, double hi) {
   std::vector<double> v(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
     const int64_t j = (i * 7919) % n;
-    v[static_cast<size_t>(i)] = n == 1 ? lo : lo + (hi - lo) * static_cast<double>(j) / static_cast<double>(n - 1);
+    v[static_cast<size_t>(i)] =
+        n == 1 ? lo : lo + (hi - lo) * static_cast<double>(j) / static_cast<double>(n - 1);
   }
   return v;
 }

@@ -44,9 +44,11 @@ struct Backward {
 };
 
 const Unary kForward[] = {
-    {"relu", kc::relu_forward<float>, kc::relu_forward<double>, [](double x) { return x > 0 ? x : 0.0; }, -5, 5},
+    {"relu", kc::relu_forward<float>, kc::relu_forward<double>, [](double x) { return x > 0 ? x : 0.0; }, -5,
+     5},
     {"gelu", kc::gelu_forward<float>, kc::gelu_forward<double>, gelu_ref, -12, 12},
-    {"tanh", kc::tanh_forward<float>, kc::tanh_forward<double>, [](double x) { return std::tanh(x); }, -20, 20},
+    {"tanh", kc::tanh_forward<float>, kc::tanh_forward<double>, [](double x) { return std::tanh(x); }, -20,
+     20},
     {"sigmoid", kc::sigmoid_forward<float>, kc::sigmoid_forward<double>, sigmoid_ref, -30, 30},
     {"exp", kc::exp_forward<float>, kc::exp_forward<double>, [](double x) { return std::exp(x); }, -80, 80},
     {"log", kc::log_forward<float>, kc::log_forward<double>, [](double x) { return std::log(x); }, 1e-6, 1e6},
@@ -54,8 +56,8 @@ const Unary kForward[] = {
 const Backward kBackward[] = {
     {"relu", kc::relu_backward<float>, kc::relu_backward<double>, [](double x) { return x; },
      [](double x) { return x > 0 ? 1.0 : 0.0; }, -5, 5},
-    {"gelu", kc::gelu_backward<float>, kc::gelu_backward<double>, [](double x) { return x; }, gelu_grad_ref, -12,
-     12},
+    {"gelu", kc::gelu_backward<float>, kc::gelu_backward<double>, [](double x) { return x; }, gelu_grad_ref,
+     -12, 12},
     {"tanh", kc::tanh_backward<float>, kc::tanh_backward<double>, [](double x) { return std::tanh(x); },
      [](double x) { return 1 - std::tanh(x) * std::tanh(x); }, -5, 5},
     {"sigmoid", kc::sigmoid_backward<float>, kc::sigmoid_backward<double>, sigmoid_ref,
@@ -130,7 +132,8 @@ TEST(ActivationTargets, IeeeEdgeCasesOnEveryTarget) {
       return y;
     };
     std::vector<double> eref32, eref64, lref32, lref64, sref;
-    for (double v : ex) eref32.push_back(static_cast<float>(std::exp(static_cast<double>(static_cast<float>(v)))));
+    for (double v : ex)
+      eref32.push_back(static_cast<float>(std::exp(static_cast<double>(static_cast<float>(v)))));
     for (double v : ex) eref64.push_back(std::exp(v));
     for (double v : lx) lref32.push_back(std::log(static_cast<double>(static_cast<float>(v))));
     for (double v : lx) lref64.push_back(std::log(v));

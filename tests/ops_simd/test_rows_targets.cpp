@@ -51,7 +51,8 @@ TEST(RowKernelTargets, SoftmaxFamilyMatchesFloat64OnEveryTarget) {
       for (int64_t r = 0; r < rows; ++r) {
         double s = 0;
         for (int64_t c = 0; c < cols; ++c) s += double(y[r * cols + c]) * dy[r * cols + c];
-        for (int64_t c = 0; c < cols; ++c) bref[r * cols + c] = double(y[r * cols + c]) * (dy[r * cols + c] - s);
+        for (int64_t c = 0; c < cols; ++c)
+          bref[r * cols + c] = double(y[r * cols + c]) * (dy[r * cols + c] - s);
       }
       EXPECT_TRUE(close_to(dx, bref, kAtol, kRtol)) << "softmax backward cols " << cols;
 
@@ -71,12 +72,14 @@ TEST(RowKernelTargets, SoftmaxFamilyMatchesFloat64OnEveryTarget) {
       for (int64_t r = 0; r < rows; ++r) t[r] = (r * 3) % cols;
       std::vector<float> lse(rows);
       int64_t count = 0;
-      const double total = kc::cross_entropy_forward(x.data(), t.data(), rows, cols, false, -100, lse.data(), &count);
+      const double total =
+          kc::cross_entropy_forward(x.data(), t.data(), rows, cols, false, -100, lse.data(), &count);
       const std::vector<double> lref = softmax_ref(x, rows, cols, true);
       double total_ref = 0;
       for (int64_t r = 0; r < rows; ++r) total_ref -= lref[r * cols + t[r]];
       EXPECT_EQ(count, rows);
-      EXPECT_NEAR(total, total_ref, kAtol * rows + kRtol * std::fabs(total_ref)) << "cross_entropy cols " << cols;
+      EXPECT_NEAR(total, total_ref, kAtol * rows + kRtol * std::fabs(total_ref))
+          << "cross_entropy cols " << cols;
       const float dl = 1.5f;
       kc::cross_entropy_backward(x.data(), t.data(), lse.data(), &dl, double(rows), rows, cols, false, -100,
                                  dx.data());
@@ -93,9 +96,11 @@ TEST(RowKernelTargets, LayerNormMatchesFloat64OnEveryTarget) {
     for (int64_t cols : {1, 5, 16, 17, 100, 128}) {
       const int64_t rows = 4, n = rows * cols;
       const std::vector<float> x = cast_to<float>(spread(n, -3, 5)), dy = cast_to<float>(spread(n, -1, 1)),
-                               w = cast_to<float>(spread(cols, 0.5, 1.5)), b = cast_to<float>(spread(cols, -0.2, 0.3));
+                               w = cast_to<float>(spread(cols, 0.5, 1.5)),
+                               b = cast_to<float>(spread(cols, -0.2, 0.3));
       std::vector<float> y(n), mean(rows), rstd(rows), dx(n), dw(cols), db(cols);
-      kc::layernorm_forward(x.data(), w.data(), b.data(), y.data(), mean.data(), rstd.data(), rows, cols, 1e-5);
+      kc::layernorm_forward(x.data(), w.data(), b.data(), y.data(), mean.data(), rstd.data(), rows, cols,
+                            1e-5);
       std::vector<double> yref(n), xhat(n), dxref(n), dwref(cols, 0), dbref(cols, 0);
       for (int64_t r = 0; r < rows; ++r) {
         double m = 0, v = 0;
@@ -113,7 +118,8 @@ TEST(RowKernelTargets, LayerNormMatchesFloat64OnEveryTarget) {
           sgx += double(dy[r * cols + c]) * w[c] * xhat[r * cols + c];
         }
         for (int64_t c = 0; c < cols; ++c)
-          dxref[r * cols + c] = rs * (double(dy[r * cols + c]) * w[c] - sg / cols - xhat[r * cols + c] * sgx / cols);
+          dxref[r * cols + c] =
+              rs * (double(dy[r * cols + c]) * w[c] - sg / cols - xhat[r * cols + c] * sgx / cols);
       }
       // cols = 1: the centred value must be exactly 0 (x - mean formed before scaling by rstd = 1/sqrt(eps));
       // y and dx are still checked with an absolute tolerance scaled up for rstd = 316.
@@ -143,14 +149,16 @@ TEST(RowKernelTargets, CausalAttentionForwardMatchesFloat64OnEveryTarget) {
           for (int64_t j = 0; j <= i; ++j) {
             double dot = 0;
             for (int64_t e = 0; e < hs; ++e)
-              dot += double(qkv[(b * T + i) * 3 * C + h * hs + e]) * qkv[(b * T + j) * 3 * C + C + h * hs + e];
+              dot +=
+                  double(qkv[(b * T + i) * 3 * C + h * hs + e]) * qkv[(b * T + j) * 3 * C + C + h * hs + e];
             s[j] = dot / std::sqrt(double(hs));
             m = std::max(m, s[j]);
           }
           for (int64_t j = 0; j <= i; ++j) sum += (s[j] = std::exp(s[j] - m));
           for (int64_t j = 0; j <= i; ++j)
             for (int64_t e = 0; e < hs; ++e)
-              yref[(b * T + i) * C + h * hs + e] += s[j] / sum * qkv[(b * T + j) * 3 * C + 2 * C + h * hs + e];
+              yref[(b * T + i) * C + h * hs + e] +=
+                  s[j] / sum * qkv[(b * T + j) * 3 * C + 2 * C + h * hs + e];
           for (int64_t j = i + 1; j < T; ++j) EXPECT_EQ(att[((b * H + h) * T + i) * T + j], 0.0f);
         }
     EXPECT_TRUE(close_to(y, yref, kAtol, kRtol));
@@ -176,13 +184,15 @@ TEST(OptimizerKernelTargets, SgdAndAdamWFloat32MatchFloat64OnEveryTarget) {
       EXPECT_TRUE(close_to(buf, br, 1e-6, 1e-6)) << "sgd buffer n " << n;
       // AdamW, one step from zero state
       std::vector<float> wa = cast_to<float>(w0), m(n), v(n);
-      kc::adamw_step(wa.data(), gf.data(), m.data(), v.data(), n, 1e-2, 0.9, 0.999, 1e-8, 0.01, 1 - 0.9, 1 - 0.999);
+      kc::adamw_step(wa.data(), gf.data(), m.data(), v.data(), n, 1e-2, 0.9, 0.999, 1e-8, 0.01, 1 - 0.9,
+                     1 - 0.999);
       std::vector<double> war(n), mr(n), vr(n);
       for (int64_t i = 0; i < n; ++i) {
         const double gi = gf[i];
         mr[i] = 0.1 * gi;
         vr[i] = 0.001 * gi * gi;
-        war[i] = double(float(w0[i])) * (1 - 1e-2 * 0.01) - 1e-2 / 0.1 * mr[i] / (std::sqrt(vr[i] / 0.001) + 1e-8);
+        war[i] =
+            double(float(w0[i])) * (1 - 1e-2 * 0.01) - 1e-2 / 0.1 * mr[i] / (std::sqrt(vr[i] / 0.001) + 1e-8);
       }
       EXPECT_TRUE(close_to(wa, war, 1e-6, 1e-6)) << "adamw n " << n;
       EXPECT_TRUE(close_to(m, mr, 1e-9, 1e-6)) << "adamw exp_avg n " << n;
@@ -199,7 +209,8 @@ TEST(DropoutKernelTargets, MaskIsBitIdenticalToTheCounterFormulaOnEveryTarget) {
       const uint64_t key = kc::dropout_key(42), threshold = kc::dropout_threshold(0.3);
       kc::dropout_apply(x.data(), y.data(), n, key, 1000, threshold, 1.0f / 0.7f);
       for (int64_t i = 0; i < n; ++i) {
-        const float expect = kc::dropout_keep(key, 1000 + static_cast<uint64_t>(i), threshold) ? x[i] * (1.0f / 0.7f) : 0.0f;
+        const float expect =
+            kc::dropout_keep(key, 1000 + static_cast<uint64_t>(i), threshold) ? x[i] * (1.0f / 0.7f) : 0.0f;
         ASSERT_EQ(y[i], expect) << "element " << i << " of " << n;
       }
     }

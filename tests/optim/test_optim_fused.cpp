@@ -15,7 +15,8 @@ using ddp::testing::all_close;
 namespace {
 std::vector<double> values(int64_t n, double scale, int salt) {
   std::vector<double> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = scale * std::sin(0.37 * static_cast<double>(i + 1) * salt);
+  for (int64_t i = 0; i < n; ++i)
+    v[static_cast<size_t>(i)] = scale * std::sin(0.37 * static_cast<double>(i + 1) * salt);
   return v;
 }
 nn::NamedTensor param(std::vector<double> v, DType dt) {
@@ -35,8 +36,11 @@ TEST(FusedSGD, MatchesPerElementLoopForEveryOptionAndLength) {
     for (int64_t n : {1, 7, 16, 37, 300}) {
       std::vector<double> w = values(n, 1.0, 1), buf(static_cast<size_t>(n), 0.0);
       auto p = param(w, DType::F64);
-      optim::SGD sgd({p}, {.lr = 0.05, .momentum = c.momentum, .dampening = c.dampening,
-                           .weight_decay = c.weight_decay, .nesterov = c.nesterov});
+      optim::SGD sgd({p}, {.lr = 0.05,
+                           .momentum = c.momentum,
+                           .dampening = c.dampening,
+                           .weight_decay = c.weight_decay,
+                           .nesterov = c.nesterov});
       for (int step = 0; step < 3; ++step) {
         const std::vector<double> g = values(n, 0.5, step + 2);
         p.tensor.set_grad(Tensor::from_vector(g, {n}, DType::F64));
