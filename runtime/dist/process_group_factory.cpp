@@ -21,6 +21,11 @@ std::string resolve_backend(const std::string& backend) {
   return backend;
 }
 
+std::string resolve_backend(const std::string& backend, Device params) {
+  if (backend == "auto") return params.is_cuda() ? resolve_backend("nccl") : "gloo";
+  return resolve_backend(backend);
+}
+
 std::shared_ptr<ProcessGroup> new_process_group(const DistEnv& env, Store& store, const std::string& backend,
                                                 const ProcessGroupOptions& options) {
   std::string chosen = resolve_backend(backend);

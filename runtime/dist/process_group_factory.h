@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "runtime/core/device.h"
 #include "runtime/dist/env.h"
 #include "runtime/dist/process_group.h"
 #include "runtime/dist/store.h"
@@ -19,5 +20,8 @@ std::shared_ptr<ProcessGroup> new_process_group(const DistEnv& env, const std::s
 
 // The backend "auto" resolves to on this machine: "nccl" or "gloo".
 std::string resolve_backend(const std::string& backend);
+// The backend for parameters on `params`: "auto" is NCCL for CUDA parameters and Gloo for CPU ones (a CPU run
+// on a GPU host must not get NCCL, which moves device memory only); "gloo"/"nccl" are checked as above.
+std::string resolve_backend(const std::string& backend, Device params);
 
 }  // namespace ddp::dist
