@@ -141,6 +141,11 @@ void DistributedDataParallel::enable_join(bool divide_by_initial_world_size) {
   divide_by_initial_world_size_ = divide_by_initial_world_size;
 }
 
+void DistributedDataParallel::disable_join() {
+  join_enabled_ = false;
+  reducer_->set_divide_factor(pg_->size());
+}
+
 std::vector<int32_t> DistributedDataParallel::exchange_activity(bool active) {
   std::vector<int32_t> flags(static_cast<size_t>(pg_->size()), 0);
   flags[static_cast<size_t>(pg_->rank())] = active ? 1 : 0;

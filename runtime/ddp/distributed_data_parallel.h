@@ -53,7 +53,7 @@ class DistributedDataParallel {
   // With join enabled, every synchronized forward first all-reduces which ranks are still training (one
   // int32 per rank), broadcasts buffers from the highest of them, and sets the gradient divisor.
   void enable_join(bool divide_by_initial_world_size);
-  void disable_join() { join_enabled_ = false; }
+  void disable_join();
   bool join_enabled() const { return join_enabled_; }
   // The all-reduce of the activity flags: entry r is 1 when rank r is training this iteration.
   std::vector<int32_t> exchange_activity(bool active);

@@ -79,11 +79,13 @@ std::vector<CollectiveTracker::Mark> CollectiveTracker::marks() {
     if (r == rank_) continue;  // this rank is here (its own published mark may lag)
     Mark m{r, std::nullopt, ""};
     if (auto v = store_->try_get(key("arrived/" + std::to_string(r)))) {
+      const std::string& text = *v;
       uint64_t last = 0;
-      auto [p, ec] = std::from_chars(v->data(), v->data() + v->size(), last);
+      auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), last);
       if (ec == std::errc()) {
         m.last_arrived = last;
-        if (p < v->data() + v->size() && *p == '|') m.call.assign(p + 1, v->data() + v->size());
+        const size_t used = static_cast<size_t>(p - text.data());
+        if (used < text.size() && text[used] == '|') m.call = text.substr(used + 1);
       }
     }
     out.push_back(std::move(m));
@@ -124,10 +126,7 @@ std::string CollectiveTracker::failure_message(const CollectiveDesc& d, const st
     }
   }
   auto last_str = [](const Mark& m) {
-    if (!m.last_arrived) return std::string("none");
-    std::string s = "#" + std::to_string(*m.last_arrived);
-    if (!m.call.empty()) s += " " + m.call;
-    return s;
+    return m.last_arrived ? "#" + std::to_string(*m.last_arrived) : std::string("none");
   };
   if (!different.empty()) {
     msg += "collective mismatch at sequence number " + std::to_string(d.seq) + ": this rank (" +
