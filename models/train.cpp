@@ -396,8 +396,10 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg)
                   static_cast<long long>(step), static_cast<long long>(total_steps));
       std::fflush(stdout);
     }
-    if (o.eval_interval > 0 && step % o.eval_interval == 0 && step < total_steps && all_ranks_here) evaluate();
-    if (o.checkpoint_interval > 0 && step % o.checkpoint_interval == 0 && step < total_steps && all_ranks_here)
+    if (o.eval_interval > 0 && step % o.eval_interval == 0 && step < total_steps && all_ranks_here)
+      evaluate();
+    if (o.checkpoint_interval > 0 && step % o.checkpoint_interval == 0 && step < total_steps &&
+        all_ranks_here)
       save();
     if (o.stop_after > 0 && steps_this_run >= o.stop_after) break;
   }

@@ -26,8 +26,9 @@ void Join::join() {
     ddp_.shadow_iteration(root);
     ++shadowed_;
     if (shadowed_ == 1000)
-      DDP_LOG(Warn, "rank ", ddp_.process_group().rank(),
-              ": DDP Join has shadowed 1000 iterations of other ranks: the input is very uneven across ranks");
+      DDP_LOG(
+          Warn, "rank ", ddp_.process_group().rank(),
+          ": DDP Join has shadowed 1000 iterations of other ranks: the input is very uneven across ranks");
   }
   ddp_.sync_final_model(last_joiner_);
 }

@@ -81,8 +81,8 @@ Reducer::Layout Reducer::layout_of_rank0(const Layout& mine) {
   host_broadcast(*pg_, t, 0);
   const int64_t* v = t.data<int64_t>();
   auto bad = [&](const std::string& why) {
-    DDP_FAIL("rank ", pg_->rank(), ": DDP: the bucket layout broadcast by rank 0 does not fit this rank's ", n,
-             " parameters (", why, "): the ranks' models differ. Every rank must build the same model.");
+    DDP_FAIL("rank ", pg_->rank(), ": DDP: the bucket layout broadcast by rank 0 does not fit this rank's ",
+             n, " parameters (", why, "): the ranks' models differ. Every rank must build the same model.");
   };
   if (v[0] < 1 || v[0] > static_cast<int64_t>(n)) bad(std::to_string(v[0]) + " buckets");
   Layout layout(static_cast<size_t>(v[0]));
@@ -153,8 +153,8 @@ double Reducer::since_forward() const {
 }
 
 void Reducer::set_divide_factor(int ranks) {
-  DDP_CHECK(ranks >= 1 && ranks <= pg_->size(), "Reducer::set_divide_factor: ", ranks,
-            " ranks; expected 1..", pg_->size());
+  DDP_CHECK(ranks >= 1 && ranks <= pg_->size(), "Reducer::set_divide_factor: ", ranks, " ranks; expected 1..",
+            pg_->size());
   divide_factor_ = ranks;
 }
 
@@ -288,7 +288,8 @@ void Reducer::write_back() {
     Tensor& p = params_[i].tensor;
     if (opt_.gradient_as_bucket_view) {
       Tensor g = p.grad();
-      const bool is_view = g.defined() && g.storage() == slot.storage() && g.impl()->offset == slot.impl()->offset;
+      const bool is_view =
+          g.defined() && g.storage() == slot.storage() && g.impl()->offset == slot.impl()->offset;
       if (!is_view) p.set_grad(slot);  // already the view (in-place zero_grad): keep it, allocate nothing
     } else if (p.grad().defined()) {
       Tensor g = p.grad();

@@ -121,8 +121,10 @@ std::string CollectiveTracker::failure_message(const CollectiveDesc& d, const st
     if (!m.last_arrived || *m.last_arrived < d.seq) {
       missing.push_back(m);
     } else if (*m.last_arrived == d.seq) {
-      if (m.call.empty()) all_calls_known = false;
-      else if (m.call != mine) different.push_back(m);
+      if (m.call.empty())
+        all_calls_known = false;
+      else if (m.call != mine)
+        different.push_back(m);
     }
   }
   auto last_str = [](const Mark& m) {
@@ -149,10 +151,11 @@ std::string CollectiveTracker::failure_message(const CollectiveDesc& d, const st
     msg += "all ranks arrived at this collective with the same call (" + mine +
            "), so the transport failed or a rank is too slow";
   } else {
-    msg += "all ranks arrived at this sequence number (" + backend +
-           " does not report their calls, so a mismatch of kind or size is possible: "
-           "DDP_DEBUG_COLLECTIVES=1 compares them), so the transport failed, a rank is too slow, or the calls "
-           "differ";
+    msg +=
+        "all ranks arrived at this sequence number (" + backend +
+        " does not report their calls, so a mismatch of kind or size is possible: "
+        "DDP_DEBUG_COLLECTIVES=1 compares them), so the transport failed, a rank is too slow, or the calls "
+        "differ";
   }
   return msg + ". Cause reported by " + backend + ": " + cause;
 }

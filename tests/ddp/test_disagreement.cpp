@@ -154,7 +154,8 @@ namespace {
 // A process group whose all-reduces complete 300 ms after the real one: "still in flight" for a while.
 class DelayingGroup : public dist::ProcessGroup {
  public:
-  explicit DelayingGroup(dist::ProcessGroup& inner) : ProcessGroup(inner.rank(), inner.size()), inner_(inner) {}
+  explicit DelayingGroup(dist::ProcessGroup& inner)
+      : ProcessGroup(inner.rank(), inner.size()), inner_(inner) {}
   ~DelayingGroup() override {
     for (auto& t : threads_) t.join();
   }
@@ -174,11 +175,14 @@ class DelayingGroup : public dist::ProcessGroup {
     });
     return w;
   }
-  std::shared_ptr<dist::Work> broadcast(dist::CommBuffer b, int root) override { return inner_.broadcast(b, root); }
+  std::shared_ptr<dist::Work> broadcast(dist::CommBuffer b, int root) override {
+    return inner_.broadcast(b, root);
+  }
   std::shared_ptr<dist::Work> allgather(dist::CommBuffer i, dist::CommBuffer o) override {
     return inner_.allgather(i, o);
   }
-  std::shared_ptr<dist::Work> reduce_scatter(dist::CommBuffer i, dist::CommBuffer o, dist::ReduceOp op) override {
+  std::shared_ptr<dist::Work> reduce_scatter(dist::CommBuffer i, dist::CommBuffer o,
+                                             dist::ReduceOp op) override {
     return inner_.reduce_scatter(i, o, op);
   }
   std::shared_ptr<dist::Work> barrier() override { return inner_.barrier(); }

@@ -98,9 +98,12 @@ std::vector<std::vector<double>> join_reference(const std::vector<int>& batches,
       autograd::backward(ops::cross_entropy(model->forward(b.x), b.y));
       auto ps = model->parameters();
       for (size_t i = 0; i < ps.size(); ++i) {
-        Tensor g = ops::mul_scalar(ps[i].grad(), 1.0 / divisor);  // as DDP: each rank's gradient divided, summed
-        if (sum.size() <= i) sum.push_back(g);
-        else sum[i] = ops::add(sum[i], g);
+        Tensor g =
+            ops::mul_scalar(ps[i].grad(), 1.0 / divisor);  // as DDP: each rank's gradient divided, summed
+        if (sum.size() <= i)
+          sum.push_back(g);
+        else
+          sum[i] = ops::add(sum[i], g);
       }
     }
     auto ps = model->parameters();
@@ -140,8 +143,10 @@ TEST(Join, BuffersUnusedParametersAndNoSyncAreShadowed) {
         [&](int rank, dist::ProcessGroup& pg) {
           nn::manual_seed(5 + rank);
           std::shared_ptr<nn::Module> model;
-          if (which == 0) model = std::make_shared<models::CNN>(models::CNNConfig{1, 3, 4, 8, 3, DType::F64});
-          else model = std::make_shared<models::Branchy>(models::BranchyConfig{6, 8, 3, DType::F64});
+          if (which == 0)
+            model = std::make_shared<models::CNN>(models::CNNConfig{1, 3, 4, 8, 3, DType::F64});
+          else
+            model = std::make_shared<models::Branchy>(models::BranchyConfig{6, 8, 3, DType::F64});
           DDPOptions o;
           o.find_unused_parameters = which == 1;
           o.bucket_cap_mb = o.first_bucket_mb = 0.0002;

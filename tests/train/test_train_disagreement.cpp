@@ -33,10 +33,30 @@ models::TrainOptions tiny(const std::string& model) {
   return o;
 }
 std::vector<std::string> train_argv(std::vector<std::string> extra) {
-  std::vector<std::string> argv = {ddprun_path(), "--nproc-per-node", "2", std::string(DDP_BIN_DIR) + "/train",
-                                   "--model", "mlp", "--data", "synthetic", "--synthetic-samples", "256",
-                                   "--hidden", "16", "--batch-size", "8", "--steps", "8", "--eval-batches", "2",
-                                   "--log-interval", "2", "--device", "cpu", "--threads", "1"};
+  std::vector<std::string> argv = {ddprun_path(),
+                                   "--nproc-per-node",
+                                   "2",
+                                   std::string(DDP_BIN_DIR) + "/train",
+                                   "--model",
+                                   "mlp",
+                                   "--data",
+                                   "synthetic",
+                                   "--synthetic-samples",
+                                   "256",
+                                   "--hidden",
+                                   "16",
+                                   "--batch-size",
+                                   "8",
+                                   "--steps",
+                                   "8",
+                                   "--eval-batches",
+                                   "2",
+                                   "--log-interval",
+                                   "2",
+                                   "--device",
+                                   "cpu",
+                                   "--threads",
+                                   "1"};
   argv.insert(argv.end(), extra.begin(), extra.end());
   return argv;
 }
