@@ -81,7 +81,7 @@ TEST(Disagreement, ParameterUnusedOnOneRankOnlyRaisesThereAndTrainingContinuesTo
   const int steps = 4;
   std::vector<std::vector<std::vector<double>>> finals(2);
   std::vector<std::string> errors(2);
-  std::vector<bool> rebuilt(2);
+  std::vector<int> rebuilt(2, 0);
   dist::run_threads(
       2,
       [&](int rank, dist::ProcessGroup& pg) {
