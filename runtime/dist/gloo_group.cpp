@@ -1,7 +1,8 @@
 // gloo_group.cpp - the Gloo process group: a queue of collectives drained by one worker thread, each
 // collective preceded by its arrival mark in the store (and the debug-mode call check), executed with Gloo's
-// TCP algorithms on host memory, and turned into a clear error (collective, sequence number, missing ranks)
-// when it fails.
+// TCP algorithms on host memory under a tag derived from its sequence number and its call (gloo_tag), and
+// turned into a clear error (collective, sequence number, missing ranks or each rank's differing call) when
+// it fails.
 #include "runtime/dist/gloo_group.h"
 
 #include <gloo/allgather.h>
