@@ -363,7 +363,7 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg)
     {
       trace::TraceScope ts("optimizer", "optimizer");
       opt->step();
-      opt->zero_grad();
+      opt->zero_grad(/*set_to_none=*/!o.gradient_as_bucket_view);  // bucket views: zero in place, keep them
     }
     if (!o.trace.empty()) tracer.end_iteration(step);
     const double dt = seconds_since(t0);

@@ -74,6 +74,17 @@ TEST(TrainDisagreement, Float64EvaluatesMlpAndCnn) {
   }
 }
 
+// train zeroes bucket-view gradients in place (so they stay views); the run equals the default one.
+TEST(TrainDisagreement, BucketViewRunEqualsDefaultRun) {
+  std::vector<models::TrainResult> plain(2), view(2);
+  models::TrainOptions o = tiny("mlp");
+  dist::run_threads(2, [&](int rank, dist::ProcessGroup& pg) { plain[rank] = models::train(o, borrow(pg)); });
+  o.gradient_as_bucket_view = true;
+  dist::run_threads(2, [&](int rank, dist::ProcessGroup& pg) { view[rank] = models::train(o, borrow(pg)); });
+  EXPECT_TRUE(view[0].final_params == view[1].final_params);
+  EXPECT_TRUE(view[0].final_params == plain[0].final_params);
+}
+
 TEST(TrainDisagreement, UnevenStepsWithJoinEndOnEveryRankWithIdenticalModels) {
   models::TrainOptions o = tiny("mlp");
   o.uneven_steps = 2;
