@@ -65,7 +65,8 @@ class Reducer {
 
   // Join: this rank has no batch for the others' current synchronized iteration. Issues exactly the
   // collectives their backward issues (every bucket all-reduced as zeros, the used-map with nothing used,
-  // the rebuild agreement), leaving this rank's .grad as it is.
+  // the rebuild agreement). .grad is not written (with gradient_as_bucket_view it is the bucket, which ends
+  // holding the others' averaged gradients); Join replaces this rank's parameters at the end anyway.
   void shadow_backward();
 
   // The statistics of the last synchronized iteration; the number of such iterations so far.
