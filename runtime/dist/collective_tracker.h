@@ -15,6 +15,7 @@
 #include "runtime/dist/collective.h"
 #include "runtime/dist/store.h"
 
+#include <atomic>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -54,9 +55,11 @@ class CollectiveTracker {
   std::vector<Straggler> missing_ranks(uint64_t seq);
 
   // The error text of a collective that did not finish in time (or failed in the transport): names the
-  // collective, its sequence number, count and dtype, this rank, and then either the ranks that did not
-  // arrive, or the ranks that arrived at this sequence number with a different call (each rank's kind and
-  // size), or - only when every rank is at this collective with the same call - the transport.
+  // collective, its sequence number, count and dtype, this rank, how long after its start it failed, what
+  // the cause means (a peer that closed its connection = a rank or its node's launcher went away), and then
+  // either the ranks that did not arrive, or the ranks that arrived at this sequence number with a different
+  // call (each rank's kind and size), or - only when every rank is at this collective with the same call -
+  // the transport.
   std::string failure_message(const CollectiveDesc& d, const std::string& backend, const std::string& cause);
 
   // Debug mode: publishes this rank's call for d.seq, reads every other rank's and throws ddp::Error
@@ -70,6 +73,7 @@ class CollectiveTracker {
   std::string key(const std::string& suffix) const { return prefix_ + "/" + suffix; }
 
   void publish_loop();
+  void note_start(uint64_t seq);
 
   std::shared_ptr<Store> store_;
   std::string prefix_;
@@ -83,6 +87,9 @@ class CollectiveTracker {
   std::condition_variable publish_cv_;
   std::optional<std::string> to_publish_;
   bool stop_ = false;
+  // When this rank started its latest collective (for "failed after X s" in failure messages).
+  std::atomic<uint64_t> started_seq_{~uint64_t{0}};
+  std::atomic<int64_t> started_ns_{0};
 };
 
 }  // namespace ddp::dist

@@ -3,6 +3,7 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "runtime/ddp/distributed_data_parallel.h"
@@ -26,6 +27,7 @@ struct RunConfig {
   int accumulation = 1;     // micro-steps per optimizer step (no_sync for all but the last)
   bool set_to_none = true;  // zero_grad mode of the DDP ranks (false: zero in place, keeps bucket views)
   DDPOptions ddp;
+  std::string backend = "gloo";  // process group of the thread ranks: gloo, shm or hier (run_threads)
 };
 
 // Snapshot: the values of every parameter (and buffer), flattened, in registration order.
