@@ -458,15 +458,14 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg)
     if (all_step_times.empty())
       std::printf("\n   throughput not measured: no step ran\n");
     else if (warmup_included)
-      std::printf(
-          "\n   throughput %.0f %s/s (median of all %lld steps, %.1f ms, warm-up included: too few steps "
-          "to leave out the first 2)\n",
-          data.tokens ? result.tokens_per_s : result.samples_per_s, data.tokens ? "tokens" : "samples",
-          static_cast<long long>(all_step_times.size()), med * 1e3);
+      std::printf("\n   throughput %.0f %s/s (median of all %lld steps, %.1f ms, warm-up included: too few steps "
+                  "to leave out the first 2)\n",
+                  data.tokens ? result.tokens_per_s : result.samples_per_s, data.tokens ? "tokens" : "samples",
+                  static_cast<long long>(all_step_times.size()), med * 1e3);
     else
       std::printf("\n   throughput %.0f %s/s (median step %.1f ms), exposed communication %.1f%% of a step\n",
-                  data.tokens ? result.tokens_per_s : result.samples_per_s,
-                  data.tokens ? "tokens" : "samples", med * 1e3, 100 * result.exposed_comm_share);
+                  data.tokens ? result.tokens_per_s : result.samples_per_s, data.tokens ? "tokens" : "samples",
+                  med * 1e3, 100 * result.exposed_comm_share);
     if (!result.checkpoint_path.empty()) std::printf("   checkpoint %s\n", result.checkpoint_path.c_str());
     if (!o.trace.empty())
       std::printf("   trace %s (open in ui.perfetto.dev or chrome://tracing)\n", o.trace.c_str());

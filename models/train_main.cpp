@@ -26,8 +26,7 @@ int main(int argc, char** argv) {
   p.add("device", &o.device, "auto (a GPU when present), cpu, cuda or cuda:N");
   p.add_choice("backend", &backend, {"auto", "gloo", "nccl"}, "process group backend");
   p.add("batch-size", &o.batch_size, "samples per rank per micro-step", B::at_least(1));
-  p.add("grad-accum", &o.grad_accum, "micro-steps per optimizer step (gradient accumulation with no_sync)",
-        B::at_least(1));
+  p.add("grad-accum", &o.grad_accum, "micro-steps per optimizer step (gradient accumulation with no_sync)", B::at_least(1));
   p.add("steps", &o.steps, "optimizer steps (0: use --epochs)", B::at_least(0));
   p.add("epochs", &o.epochs, "epochs when --steps is 0", B::at_least(0));
   p.add_choice("optimizer", &o.optimizer, {"sgd", "adamw"}, "optimizer");
@@ -46,11 +45,9 @@ int main(int argc, char** argv) {
   p.add("seed", &seed, "seed of initialisation and data order", B::at_least(0));
   p.add("log-interval", &o.log_interval, "steps between log lines", B::at_least(0));
   p.add("eval-interval", &o.eval_interval, "steps between evaluations (0: at the end only)", B::at_least(0));
-  p.add("eval-batches", &o.eval_batches, "validation batches per rank per evaluation (0: all)",
-        B::at_least(0));
+  p.add("eval-batches", &o.eval_batches, "validation batches per rank per evaluation (0: all)", B::at_least(0));
   p.add("checkpoint-dir", &o.checkpoint_dir, "folder for checkpoints (empty: none)");
-  p.add("checkpoint-interval", &o.checkpoint_interval, "steps between checkpoints (0: at the end)",
-        B::at_least(0));
+  p.add("checkpoint-interval", &o.checkpoint_interval, "steps between checkpoints (0: at the end)", B::at_least(0));
   p.add("resume", &o.resume, "checkpoint to resume from, or 'auto' for the latest in --checkpoint-dir");
   p.add("reset-optimizer", &o.reset_optimizer,
         "with --resume: load the model but start the optimizer's state afresh (e.g. to switch --optimizer)");
@@ -65,11 +62,9 @@ int main(int argc, char** argv) {
   p.add("dropout", &o.dropout, "gpt: dropout", B::between(0, 1, true));
   p.add("synthetic-samples", &o.synthetic_samples, "size of synthetic data sets", B::at_least(1));
   p.add("uneven-steps", &o.uneven_steps,
-        "uneven data on purpose: rank r runs this many steps fewer per rank index (shows Join)",
-        B::at_least(0));
+        "uneven data on purpose: rank r runs this many steps fewer per rank index (shows Join)", B::at_least(0));
   p.add("join", &o.join, "with uneven steps, ranks that finish early shadow the others (DDP Join)");
-  p.add("threads", &threads, "BLAS threads per rank (0: OPENBLAS_NUM_THREADS or the library default)",
-        B::at_least(0));
+  p.add("threads", &threads, "BLAS threads per rank (0: OPENBLAS_NUM_THREADS or the library default)", B::at_least(0));
   try {
     p.parse(argc, argv);
     o.seed = static_cast<uint64_t>(seed);

@@ -21,9 +21,8 @@ namespace ddp::dist {
 
 std::string resolve_backend(const std::string& backend) {
   if (backend == "auto") return cuda_device_count() > 0 ? "nccl" : "cpu";
-  DDP_CHECK(
-      backend == "gloo" || backend == "nccl" || backend == "shm" || backend == "hier" || backend == "cpu",
-      "process group backend '", backend, "' is unknown: expected gloo, nccl, shm, hier, cpu or auto");
+  DDP_CHECK(backend == "gloo" || backend == "nccl" || backend == "shm" || backend == "hier" || backend == "cpu",
+            "process group backend '", backend, "' is unknown: expected gloo, nccl, shm, hier, cpu or auto");
   if (backend == "nccl")
     DDP_CHECK(cuda_compiled(), "backend nccl needs a CUDA build; this one has none (",
               cuda_unavailable_reason(), "); use gloo");
@@ -61,8 +60,7 @@ std::shared_ptr<ProcessGroup> new_process_group(const DistEnv& env, Store& store
   }
   if (chosen == "gloo")
     return std::make_shared<GlooProcessGroup>(store.clone(), env.rank, env.world_size, opts, env.master_addr);
-  if (chosen == "shm")
-    return std::make_shared<ShmProcessGroup>(store.clone(), env.rank, env.world_size, opts);
+  if (chosen == "shm") return std::make_shared<ShmProcessGroup>(store.clone(), env.rank, env.world_size, opts);
   if (chosen == "hier")
     return std::make_shared<HierProcessGroup>(store.clone(), env.rank, env.world_size, opts, env.master_addr);
 #ifdef DDP_WITH_CUDA
