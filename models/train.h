@@ -15,7 +15,7 @@ namespace ddp::models {
 struct TrainOptions {
   std::string model = "gpt";      // mlp | cnn | gpt | branchy
   std::string data = "auto";      // auto | fashion-mnist | moby-dick | synthetic
-  std::string dtype = "float32";  // float32 | float64
+  std::string dtype = "float32";  // float32 | float64 | bfloat16 (float32 weights, bf16 compute)
   std::string device = "auto";    // auto | cpu | cuda
   int64_t batch_size = 16;        // per rank, per micro-step
   int64_t grad_accum = 1;         // micro-steps per optimizer step (all but the last under no_sync)
@@ -50,6 +50,7 @@ struct TrainOptions {
   std::string data_path;   // override the data set's default location
   bool quiet = false;      // no per-step lines (tests)
   int64_t stop_after = 0;  // stop (as if killed) after this many steps; for resume tests
+  double peak_tflops = 0;  // per rank, for MFU (0: the GPU's datasheet figure when known)
 };
 
 struct TrainResult {
@@ -59,6 +60,8 @@ struct TrainResult {
   double samples_per_s = 0, tokens_per_s = 0;
   double wall_s = 0;
   double exposed_comm_share = 0;  // median exposed communication / step time
+  double model_tflops = 0;        // model FLOPs per rank / median step time (gpt, mlp), in TFLOP/s
+  double mfu = -1;                // model_tflops / peak; -1 when no peak is known (CPU without --peak-tflops)
   std::string sample_text;        // gpt
   std::string checkpoint_path;
   std::vector<std::vector<double>> final_params;  // for equivalence tests
