@@ -26,8 +26,8 @@ void StepClock::start(Device device) {
 #else
   (void)device;
 #endif
-  base_host_ = std::chrono::steady_clock::now();
   now();
+  base_host_ = points_[0].host;  // on a device clock the base event's host-side twin (for at_host_time)
 }
 
 StepClock::Mark StepClock::now() {
