@@ -19,6 +19,11 @@ log() { printf '[gpu_check %3ds] %s\n' $((SECONDS - T0)) "$*" | tee -a "$OUT/che
 declare -a ROWS
 row() { ROWS+=("$(printf '%-46s %s' "$1" "$2")"); }
 over_budget() { [ $((SECONDS - T0)) -gt "$BUDGET" ]; }
+# "metric: median" for the bench_e2e table rows matching $1 (the median is the first number of a row).
+medians() {
+  grep -E "^ *($1)" | awk '{for (i = 1; i <= NF; i++) if ($i ~ /^[0-9.]+$/) {
+    n = ""; for (j = 1; j < i; j++) n = n (j > 1 ? " " : "") $j; printf "%s %s; ", n, $i; break }}'
+}
 
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/gpu.txt" 2>&1
 log "GPU: $(tail -n +2 "$OUT/gpu.txt" 2>/dev/null | head -1)"
@@ -76,7 +81,7 @@ bench() {  # label, timeout, args...
   log "bench: $label"
   if timeout "$limit" "$BUILD/bin/bench_e2e" --device cuda --backend nccl --json "$OUT/bench.json" --label "$label" "$@" \
        > "$OUT/bench-$label.log" 2>&1; then
-    row "$label" "$(grep -E '^ *(step|tokens/s|exposed|MFU)' "$OUT/bench-$label.log" | awk '{print $1, $2, $3, $4}' | tr '\n' ';')"
+    row "$label" "$(medians 'step|tokens/s|exposed|MFU' < "$OUT/bench-$label.log")"
   else
     row "$label" "FAIL (see bench-$label.log)"
   fi
@@ -91,7 +96,7 @@ if over_budget; then row "gpt-tiny, 2 ranks on 1 GPU (Gloo staged)" "SKIPPED (ti
   if timeout 60 "$BUILD/bin/ddprun" --nproc-per-node 2 --standalone "$BUILD/bin/bench_e2e" --config gpt --device cuda \
        --backend gloo --warmup 3 --steps 15 --json "$OUT/bench.json" --label gpt-tiny-2ranks-gloo-staged \
        > "$OUT/bench-2ranks.log" 2>&1; then
-    row "gpt-tiny, 2 ranks on 1 GPU (Gloo staged)" "$(grep -E '^ *(step|exposed)' "$OUT/bench-2ranks.log" | awk '{print $1, $2, $3, $4}' | tr '\n' ';')"
+    row "gpt-tiny, 2 ranks on 1 GPU (Gloo staged)" "$(medians 'step|exposed' < "$OUT/bench-2ranks.log")"
   else
     row "gpt-tiny, 2 ranks on 1 GPU (Gloo staged)" "FAIL (see bench-2ranks.log)"
   fi
