@@ -54,13 +54,14 @@ log "built"
 
 run_test() {  # name, binary, filter, timeout
   local name="$1" bin="$2" filter="$3" limit="$4"
+  local file="test-$(echo "$bin-$filter" | tr -c 'A-Za-z0-9_\n' '-').log"  # no '/' or '*' in file names
   if over_budget; then row "$name" "SKIPPED (time budget)"; return; fi
   log "test: $name"
-  if timeout "$limit" "$BUILD/tests/$bin" --gtest_filter="$filter" > "$OUT/$name.log" 2>&1; then
-    row "$name" "PASS ($(grep -c '^\[       OK' "$OUT/$name.log") ok, $(grep -c '^\[  SKIPPED' "$OUT/$name.log") skipped)"
+  if timeout "$limit" "$BUILD/tests/$bin" --gtest_filter="$filter" > "$OUT/$file" 2>&1; then
+    row "$name" "PASS ($(grep -c '^\[       OK' "$OUT/$file") ok, $(grep -c '^\[  SKIPPED' "$OUT/$file") skipped)"
   else
-    row "$name" "FAIL rc=$? (see $name.log)"
-    grep -E 'Failure|FAILED' -A3 "$OUT/$name.log" | head -20 | tee -a "$OUT/check.log"
+    row "$name" "FAIL rc=$? (see $file)"
+    grep -E 'Failure|FAILED' -A3 "$OUT/$file" | head -20 | tee -a "$OUT/check.log"
   fi
 }
 log "GPU tests"
