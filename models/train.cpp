@@ -447,7 +447,7 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg)
                 data.tokens ? result.tokens_per_s : result.samples_per_s, data.tokens ? "tokens" : "samples",
                 med * 1e3, 100 * result.exposed_comm_share);
     if (result.mfu >= 0)
-      std::printf("   MFU %.1f%% (%.2f model TFLOP/s per rank; peak %.0f TFLOP/s: %s)\n", 100 * result.mfu,
+      std::printf("   MFU %.1f%% (%.3g model TFLOP/s per rank; peak %g TFLOP/s: %s)\n", 100 * result.mfu,
                   result.model_tflops, peak.tflops, peak.source.c_str());
     if (!result.checkpoint_path.empty()) std::printf("   checkpoint %s\n", result.checkpoint_path.c_str());
     if (!o.trace.empty())

@@ -77,3 +77,21 @@ TEST(Bf16Training, BenchE2eRunsBf16OnTheCpu) {
   EXPECT_EQ(status, 0) << out;
   EXPECT_NE(out.find("bf16"), std::string::npos) << out;
 }
+
+// `train` reports MFU: model FLOPs per rank over the median step against the peak (--peak-tflops here; on an
+// H100/H200 the datasheet figure), and none on the CPU without a peak.
+TEST(TrainMfu, ReportedAgainstThePeakAndAbsentWithoutOne) {
+  for (double peak : {0.0, 0.5}) {
+    models::TrainOptions o = tiny("gpt", "float32");
+    o.steps = 4;
+    o.peak_tflops = peak;
+    models::TrainResult r;
+    dist::run_threads(1, [&](int, dist::ProcessGroup& pg) { r = models::train(o, borrow(pg)); });
+    EXPECT_GT(r.model_tflops, 0.0);
+    if (peak == 0) {
+      EXPECT_EQ(r.mfu, -1.0) << "no peak on the CPU: no MFU";
+    } else {
+      EXPECT_DOUBLE_EQ(r.mfu, r.model_tflops / peak);
+    }
+  }
+}
