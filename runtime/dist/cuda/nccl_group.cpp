@@ -64,11 +64,16 @@ class NcclWork : public Work {
   NcclWork(std::string description, int device, bool host_blocking)
       : Work(std::move(description)), device_(device), host_blocking_(host_blocking) {
     DeviceGuard dg(device_);
-    DDP_CUDA_CHECK(cudaEventCreateWithFlags(&end, cudaEventDisableTiming));
+    // With timing: the reducer's statistics measure the collective on the GPU's clock (ddp/step_clock.h).
+    DDP_CUDA_CHECK(cudaEventCreate(&start));
+    DDP_CUDA_CHECK(cudaEventCreate(&end));
   }
   ~NcclWork() override {
-    if (end) cudaEventDestroy(end);  // safe while pending: CUDA releases it once it completed
+    if (start) cudaEventDestroy(start);  // safe while pending: CUDA releases them once completed
+    if (end) cudaEventDestroy(end);
   }
+  void* device_start_event() const override { return start; }
+  void* device_end_event() const override { return end; }
 
   // Stream semantics: the caller's current stream waits on the end event; the host does not block
   // (barrier() blocks the host until every rank arrived).
@@ -80,6 +85,7 @@ class NcclWork : public Work {
 
   CollectiveDesc desc;
   CommBuffer in, out;  // keepalives until the GPU finished
+  cudaEvent_t start = nullptr;  // on the comm stream, once it waited for the caller's stream
   cudaEvent_t end = nullptr;
   std::chrono::steady_clock::time_point deadline;
 
@@ -292,6 +298,7 @@ std::shared_ptr<Work> NcclProcessGroup::Impl::issue(CollectiveDesc d, CommBuffer
     DDP_CUDA_CHECK(cudaEventRecord(ready, ddp::cuda::current_stream()));
     DDP_CUDA_CHECK(cudaStreamWaitEvent(stream, ready, 0));
     DDP_CUDA_CHECK(cudaEventDestroy(ready));
+    DDP_CUDA_CHECK(cudaEventRecord(work->start, stream));
     launch();
     DDP_CUDA_CHECK(cudaEventRecord(work->end, stream));
   } catch (const std::exception& e) {
