@@ -9,8 +9,10 @@
 //     added in float32 before that rounding (inside the GEMM, beta = 1). Backward: the incoming gradient is
 //     rounded; dx and dW come from bf16 GEMMs and are rounded; db = float32 column sums of the rounded
 //     gradient, rounded.
-//   causal_self_attention: its input qkv and output y are rounded (gradients: dy and dqkv); scores, softmax
-//     and probabilities stay float32, and its GEMMs run in float32 on both devices (not yet bf16 tensor cores).
+//   causal_self_attention: its input qkv and output y are rounded (gradients: dy and dqkv); every GEMM inside
+//     has bf16 operands and float32 accumulation and output (GPU: cuBLAS bf16 tensor cores): the softmax
+//     probabilities are rounded before att v and att^T dy, the softmax gradient before the dq / dk GEMMs;
+//     scores, softmax, its backward and the saved probabilities stay float32.
 // Everything else (layernorm, gelu, softmax cross-entropy, embedding, optimizer, gradient buckets) is float32.
 // The gradient all-reduce is float32 unless DDPOptions::comm_hook = BF16Compress (bench_e2e --allreduce-dtype).
 // On the CPU the same rounding points make it an exact emulation up to GEMM summation order, so the logic is
