@@ -9,6 +9,7 @@ void StepTiming::begin(Device device, bool device_clock, size_t num_buckets) {
   for (auto& b : buckets_) b.work.reset();
   clock_.start(device_clock ? device : Device::cpu());
   resolved_ = false;
+  started_ = true;
   buckets_.assign(num_buckets, BucketMarks{});
   has_finalize_ = false;
   used_map_sync_s_ = 0;
@@ -41,16 +42,19 @@ void StepTiming::bucket_completed(size_t b) {
 }
 
 void StepTiming::finalize_begin() {
+  if (!started_) return;
   finalize_begin_ = clock_.now();
   has_finalize_ = false;
 }
 
 void StepTiming::finalize_end() {
+  if (!started_) return;
   finalize_end_ = clock_.now();
   has_finalize_ = true;
 }
 
 void StepTiming::fill(IterationStats& stats) {
+  if (!started_) return;  // begin() never ran: the caller's host numbers stay
   if (!resolved_) resolve();
   for (size_t i = 0; i < resolved_buckets_.size() && i < stats.buckets.size(); ++i) {
     const BucketMarks& m = buckets_[i];

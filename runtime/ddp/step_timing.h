@@ -38,7 +38,8 @@ class StepTiming {
   void used_map_sync(double seconds) { used_map_sync_s_ = seconds; }
 
   // Fills the timing fields of `stats` (stats.buckets must have one entry per bucket, in index order).
-  // Device clock: the first call waits for this iteration's events; later calls reuse the result.
+  // Device clock: the first call waits for this iteration's events; later calls reuse the result. Does
+  // nothing before the first begin().
   void fill(IterationStats& stats);
 
  private:
@@ -54,6 +55,7 @@ class StepTiming {
   bool has_finalize_ = false;
   double used_map_sync_s_ = 0;
   bool resolved_ = false;
+  bool started_ = false;
   std::vector<BucketTiming> resolved_buckets_;
   double communication_s_ = 0, backward_compute_s_ = 0, exposed_s_ = 0;
 };
