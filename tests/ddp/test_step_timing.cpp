@@ -73,3 +73,34 @@ TEST(StepTiming, CudaDeviceWithoutDeviceClockFallsBackToTheHost) {
   t.fill(s);
   EXPECT_LE(s.buckets[0].launched_s, s.buckets[0].completed_s);
 }
+
+// Through the reducer on the CPU: the statistics come from StepTiming on the host clock.
+#include "models/mlp.h"
+#include "runtime/autograd/engine.h"
+#include "runtime/ddp/distributed_data_parallel.h"
+#include "runtime/dist/local_world.h"
+#include "runtime/ops/loss.h"
+
+TEST(StepTiming, ReducerStatisticsOnTheHostClock) {
+  dist::run_threads(2, [&](int, dist::ProcessGroup& pg) {
+    auto model = std::make_shared<models::MLP>(models::MLPConfig{64, {256, 256}, 10, DType::F32});
+    DDPOptions o;
+    o.first_bucket_mb = o.bucket_cap_mb = 0.05;
+    o.find_unused_parameters = true;
+    DistributedDataParallel ddp(model, std::shared_ptr<dist::ProcessGroup>(std::shared_ptr<dist::ProcessGroup>{}, &pg), o);
+    for (int it = 0; it < 2; ++it) {
+      Tensor x = Tensor::randn({8, 64}, it);
+      autograd::backward(
+          ops::cross_entropy(ddp.forward(x), Tensor::from_data<int64_t>({0, 1, 2, 3, 4, 5, 6, 7}, {8})));
+      const IterationStats& s = ddp.reducer().last_stats();
+      EXPECT_FALSE(s.device_clock);
+      ASSERT_GE(s.buckets.size(), 2u);
+      for (const auto& b : s.buckets) {
+        EXPECT_LE(b.ready_s, b.launched_s);
+        EXPECT_LE(b.launched_s, b.completed_s);
+        EXPECT_LE(b.completed_s, s.backward_compute_s + s.exposed_communication_s + 1e-3) << s.summary();
+      }
+      EXPECT_GE(s.used_map_sync_s, 0.0);
+    }
+  });
+}
