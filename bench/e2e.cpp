@@ -198,9 +198,10 @@ int main(int argc, char** argv) {
     p.add_choice("optimizer", &optimizer_s, {"default", "sgd", "adamw"},
                  "default: sgd for mlp, adamw for gpt");
     p.add("lr", &lr, "learning rate (0: 0.01 for SGD, 3e-4 for AdamW)");
-    p.add("peak-tflops", &peak_tflops,
-          "peak TFLOP/s per rank for MFU (0: NVIDIA's H100/H200 SXM datasheet figures, FP32 67 and BF16 dense "
-          "989, for those GPUs; none on CPU or other GPUs)");
+    p.add(
+        "peak-tflops", &peak_tflops,
+        "peak TFLOP/s per rank for MFU (0: NVIDIA's H100/H200 SXM datasheet figures, FP32 67 and BF16 dense "
+        "989, for those GPUs; none on CPU or other GPUs)");
     p.add("json", &json_path, "append one JSON record of this run to FILE (rank 0)");
     p.add("trace", &trace_path, "write a Chrome trace of the measured steps to FILE with .rankN inserted");
     p.add("label", &label, "free text stored in the JSON record");
@@ -419,8 +420,11 @@ int main(int argc, char** argv) {
             {w.tokens_per_sample > 0 ? "tokens_per_s" : "samples_per_s", stats_json(rate_st)},
             {"tflops_per_rank", stats_json(tf)},
         };
-        if (peak_tflops > 0)
-          rec["peak_tflops"] = peak_tflops, rec["peak_source"] = peak_source, rec["mfu"] = tf.median / peak_tflops;
+        if (peak_tflops > 0) {
+          rec["peak_tflops"] = peak_tflops;
+          rec["peak_source"] = peak_source;
+          rec["mfu"] = tf.median / peak_tflops;
+        }
         std::ofstream out(json_path, std::ios::app);
         DDP_CHECK(out.good(), "bench_e2e: cannot open --json file ", json_path, " for appending");
         out << rec.dump() << "\n";

@@ -152,7 +152,8 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg)
   DDP_CHECK(o.batch_size > 0 && o.grad_accum > 0, "--batch-size and --grad-accum must be positive");
   DDP_CHECK(o.dtype == "float32" || o.dtype == "float64" || o.dtype == "bfloat16", "--dtype ", o.dtype,
             ": expected float32, float64 or bfloat16");
-  // bfloat16: float32 parameters and optimizer, bf16 compute in matmul/linear/attention (ops/mixed_precision.h)
+  // bfloat16: float32 parameters and optimizer, bf16 compute in matmul/linear/attention
+  // (ops/mixed_precision.h)
   const DType dtype = o.dtype == "float64" ? DType::F64 : DType::F32;
   ops::Bf16Compute bf16_compute(o.dtype == "bfloat16");
   Device device = Device::parse(o.device);
@@ -406,11 +407,13 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg)
   double flops_per_rank_step = 0;
   const double rank_rows = static_cast<double>(rows_per_step / world);
   if (auto* gpt = dynamic_cast<GPT*>(model.get()))
-    flops_per_rank_step = 3 * gpt->flops_per_token_forward() * rank_rows * static_cast<double>(tokens_per_row);
+    flops_per_rank_step =
+        3 * gpt->flops_per_token_forward() * rank_rows * static_cast<double>(tokens_per_row);
   else if (o.model == "mlp")
     flops_per_rank_step = 6 * static_cast<double>(model->num_parameters()) * rank_rows;
   PeakFlops peak{o.peak_tflops, "--peak-tflops"};
-  if (peak.tflops <= 0 && device.is_cuda()) peak = datasheet_peak(cuda_device_name(device.index), o.dtype == "bfloat16");
+  if (peak.tflops <= 0 && device.is_cuda())
+    peak = datasheet_peak(cuda_device_name(device.index), o.dtype == "bfloat16");
   if (med > 0 && flops_per_rank_step > 0) {
     result.model_tflops = flops_per_rank_step / med / 1e12;
     if (peak.tflops > 0) result.mfu = result.model_tflops / peak.tflops;

@@ -1,9 +1,9 @@
-// attention_bf16.h - causal self-attention with bf16 compute (mixed precision, runtime/ops/mixed_precision.h),
-// CPU emulation; kernels/cuda/attention_bf16.h has the same names on bf16 tensor cores. Same layout and
-// contracts as kernels/cpu/attention.h, float32 only. Every GEMM takes bf16 operands with float32
-// accumulation and output: the caller passes a bf16-rounded qkv (and dy), the kernels round the softmax
-// probabilities before att v and att^T dy, and the softmax gradient before the dq / dk GEMMs. The scores, the
-// softmax, its backward and the saved att stay float32.
+// attention_bf16.h - causal self-attention with bf16 compute (mixed precision,
+// runtime/ops/mixed_precision.h), CPU emulation; kernels/cuda/attention_bf16.h has the same names on bf16
+// tensor cores. Same layout and contracts as kernels/cpu/attention.h, float32 only. Every GEMM takes bf16
+// operands with float32 accumulation and output: the caller passes a bf16-rounded qkv (and dy), the kernels
+// round the softmax probabilities before att v and att^T dy, and the softmax gradient before the dq / dk
+// GEMMs. The scores, the softmax, its backward and the saved att stay float32.
 #pragma once
 #include <cstdint>
 

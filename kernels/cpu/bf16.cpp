@@ -27,8 +27,8 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, 
   std::vector<float> a(static_cast<size_t>(na)), b(static_cast<size_t>(nb));
   from_bf16(A, a.data(), na);
   from_bf16(B, b.data(), nb);
-  gemm_batched<float>(trans_a, trans_b, batch, M, N, K, alpha, a.data(), stride_a, b.data(), stride_b, beta, C,
-                      stride_c);
+  gemm_batched<float>(trans_a, trans_b, batch, M, N, K, alpha, a.data(), stride_a, b.data(), stride_b, beta,
+                      C, stride_c);
 }
 
 }  // namespace ddp::kernels::cpu

@@ -1,7 +1,8 @@
 // attention.cu - CUDA causal self-attention. Heads are split out of (B, T, parts*C) into contiguous
 // (parts, B, n_head, T, hs) blocks so each product is one cuBLAS strided-batched gemm over B * n_head heads;
-// the (T, T) scores get a causal softmax kernel (one block per row, zeros above the diagonal). The bf16 variants
-// (attention_bf16.h) reuse the permutes and softmax kernels and run the products as bf16 tensor-core GEMMs.
+// the (T, T) scores get a causal softmax kernel (one block per row, zeros above the diagonal). The bf16
+// variants (attention_bf16.h) reuse the permutes and softmax kernels and run the products as bf16 tensor-core
+// GEMMs.
 #include <cublas_v2.h>
 
 #include <cmath>
@@ -174,7 +175,8 @@ struct Bf16Scratch {
   BFloat16* p = nullptr;
   cudaStream_t stream;
   Bf16Scratch(int64_t n, cudaStream_t s) : stream(s) {
-    DDP_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&p), static_cast<size_t>(n) * sizeof(BFloat16), s));
+    DDP_CUDA_CHECK(
+        cudaMallocAsync(reinterpret_cast<void**>(&p), static_cast<size_t>(n) * sizeof(BFloat16), s));
   }
   ~Bf16Scratch() { cudaFreeAsync(p, stream); }
   Bf16Scratch(const Bf16Scratch&) = delete;

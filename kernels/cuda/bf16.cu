@@ -1,5 +1,6 @@
-// bf16.cu - GPU bfloat16 conversion kernels and the bf16 tensor-core GEMM through cuBLAS (float32 accumulation
-// and output). Row-major wrappers as in gemm.cu: C^T = op(B)^T op(A)^T in cuBLAS's column-major view.
+// bf16.cu - GPU bfloat16 conversion kernels and the bf16 tensor-core GEMM through cuBLAS (float32
+// accumulation and output). Row-major wrappers as in gemm.cu: C^T = op(B)^T op(A)^T in cuBLAS's column-major
+// view.
 #include <cuda_bf16.h>
 
 #include <climits>
@@ -24,7 +25,8 @@ __global__ void round_kernel(float* x, int64_t n) {
   DDP_CUDA_KERNEL_LOOP(i, n) { x[i] = __bfloat162float(__float2bfloat16(x[i])); }
 }
 int as_int(int64_t v, const char* what) {
-  DDP_CHECK(v >= 0 && v <= INT_MAX, "cuda bf16 gemm: ", what, " = ", v, " does not fit cuBLAS's 32-bit sizes");
+  DDP_CHECK(v >= 0 && v <= INT_MAX, "cuda bf16 gemm: ", what, " = ", v,
+            " does not fit cuBLAS's 32-bit sizes");
   return static_cast<int>(v);
 }
 }  // namespace
@@ -59,12 +61,12 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, 
   const cublasOperation_t ta = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasHandle_t h = ddp::cuda::cublas_handle();
   if (batch == 1) {
-    DDP_CUBLAS_CHECK(cublasGemmEx(h, tb, ta, n, m, k, &alpha, B, CUDA_R_16BF, ldb, A, CUDA_R_16BF, lda, &beta, C,
-                                  CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    DDP_CUBLAS_CHECK(cublasGemmEx(h, tb, ta, n, m, k, &alpha, B, CUDA_R_16BF, ldb, A, CUDA_R_16BF, lda, &beta,
+                                  C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   } else {
     DDP_CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, tb, ta, n, m, k, &alpha, B, CUDA_R_16BF, ldb, stride_b, A,
-                                                CUDA_R_16BF, lda, stride_a, &beta, C, CUDA_R_32F, ldc, stride_c, b,
-                                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                                                CUDA_R_16BF, lda, stride_a, &beta, C, CUDA_R_32F, ldc,
+                                                stride_c, b, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   }
 }
 

@@ -23,6 +23,6 @@ void embedding_backward(const T* dout, const int64_t* indices, T* dweight, int64
 // result may differ in the last bits). Not used by the ops; kept for comparison in the GPU benchmarks.
 template <class T>
 void embedding_backward_atomic(const T* dout, const int64_t* indices, T* dweight, int64_t n, int64_t vocab,
-                        int64_t cols, cudaStream_t stream);
+                               int64_t cols, cudaStream_t stream);
 
 }  // namespace ddp::kernels::cuda

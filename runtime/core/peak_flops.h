@@ -1,8 +1,8 @@
 // peak_flops.h - the peak throughput MFU (model FLOPs utilisation) is measured against, and where the figure
 // comes from. Datasheet figures only (dense, no sparsity), never measured ones: NVIDIA's H100/H200 SXM
 // datasheets give FP32 67 TFLOP/s and BF16 Tensor Core 1,979 TFLOP/s "with sparsity", i.e. 989 dense. float32
-// GEMMs here use cublasSgemm without TF32, so the FP32 figure applies to float32 runs. Unknown GPUs (and CPUs)
-// get 0: the programs then print no MFU unless --peak-tflops is given.
+// GEMMs here use cublasSgemm without TF32, so the FP32 figure applies to float32 runs. Unknown GPUs (and
+// CPUs) get 0: the programs then print no MFU unless --peak-tflops is given.
 #pragma once
 #include <string>
 

@@ -247,11 +247,12 @@ void Reducer::finish_communication() {
 }
 
 void Reducer::write_back() {
-  // After the work's wait. On a GPU this copy synchronizes the host with the compute stream (the host must know
-  // which parameters no rank used, to leave their grad none): measured as used_map_sync_s.
+  // After the work's wait. On a GPU this copy synchronizes the host with the compute stream (the host must
+  // know which parameters no rank used, to leave their grad none): measured as used_map_sync_s.
   const auto t_used = Clock::now();
   Tensor used_host = used_map_.defined() ? used_map_.to(Device::cpu()) : Tensor();
-  if (used_map_.defined()) timing_->used_map_sync(std::chrono::duration<double>(Clock::now() - t_used).count());
+  if (used_map_.defined())
+    timing_->used_map_sync(std::chrono::duration<double>(Clock::now() - t_used).count());
   const int32_t* used = used_host.defined() ? used_host.data<int32_t>() : nullptr;
   for (size_t i = 0; i < params_.size(); ++i) {
     if (used && used[i] == 0) continue;  // no rank used it: grad stays as it was (none), optimizers skip it

@@ -2,8 +2,8 @@
 // steady-clock time stamp. On a GPU a mark is a timing event recorded on the current (compute) stream - the
 // time the GPU reached that point, not when the host queued it - or an event a collective recorded on its own
 // stream (NCCL's start and end); marks are turned into seconds since the base mark only when resolved, and
-// resolving waits for the events (the only host synchronisation the statistics cost, paid when they are read).
-// Without CUDA, or for CPU parameters, every mark is a host time: the fallback the CPU tests exercise.
+// resolving waits for the events (the only host synchronisation the statistics cost, paid when they are
+// read). Without CUDA, or for CPU parameters, every mark is a host time: the fallback the CPU tests exercise.
 #pragma once
 #include <chrono>
 #include <cstddef>

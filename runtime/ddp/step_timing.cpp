@@ -1,4 +1,5 @@
-// step_timing.cpp - marks per bucket and around finalize, on the host or the device clock (see step_timing.h).
+// step_timing.cpp - marks per bucket and around finalize, on the host or the device clock (see
+// step_timing.h).
 #include "runtime/ddp/step_timing.h"
 
 #include <algorithm>

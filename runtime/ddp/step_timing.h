@@ -1,10 +1,10 @@
-// step_timing.h - the measurements behind one iteration's IterationStats, taken by the reducer at a few points
-// (forward end, each bucket ready / launched / completed, finalize start / end) and turned into seconds when the
-// statistics are read.
+// step_timing.h - the measurements behind one iteration's IterationStats, taken by the reducer at a few
+// points (forward end, each bucket ready / launched / completed, finalize start / end) and turned into
+// seconds when the statistics are read.
 //
 // Host clock (CPU parameters, or a backend without device events, e.g. Gloo staging): host time stamps; a
-// bucket completes when its Work's backend marked it finished (Work::finished_at), else when the reducer saw it.
-// Device clock (CUDA parameters on NCCL): timing events. "ready" and the finalize marks are events on the
+// bucket completes when its Work's backend marked it finished (Work::finished_at), else when the reducer saw
+// it. Device clock (CUDA parameters on NCCL): timing events. "ready" and the finalize marks are events on the
 // compute stream - the time the GPU got there, not when the host queued it - and "launched" / "completed" are
 // the NCCL work's own start and end events on the comm stream. Exposed communication is then finalize end -
 // finalize start on the compute stream: how long the GPU's compute stream waited for communication (plus the

@@ -136,7 +136,8 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
               "matmul: batch dimensions differ: a ", shape_str(a.shape()), " vs b ", shape_str(b.shape()),
               "; batched matmul needs equal leading dimensions (or a 2-D b shared by all)");
   }
-  if (use_bf16_compute(a) && batch * M * N * K > 0) return detail::matmul_bf16(a, b, batch, M, K, N, shared_b);
+  if (use_bf16_compute(a) && batch * M * N * K > 0)
+    return detail::matmul_bf16(a, b, batch, M, K, N, shared_b);
   Tensor out = Tensor::empty(with_last(a.shape(), N), a.dtype(), a.device());
   const Device dev = a.device();
   DDP_DISPATCH_FLOATING(a.dtype(), "matmul", [&] {

@@ -17,16 +17,17 @@
 namespace ddp::ops {
 namespace {
 
-void gemm_bf16_on(Device dev, bool ta, bool tb, int64_t batch, int64_t M, int64_t N, int64_t K, const Tensor& A,
-                  int64_t sa, const Tensor& B, int64_t sb, float beta, float* C, int64_t sc) {
+void gemm_bf16_on(Device dev, bool ta, bool tb, int64_t batch, int64_t M, int64_t N, int64_t K,
+                  const Tensor& A, int64_t sa, const Tensor& B, int64_t sb, float beta, float* C,
+                  int64_t sc) {
 #ifdef DDP_WITH_CUDA
   if (dev.is_cuda())
-    return kernels::cuda::gemm_bf16(ta, tb, batch, M, N, K, 1.f, A.data<BFloat16>(), sa, B.data<BFloat16>(), sb,
-                                    beta, C, sc);
+    return kernels::cuda::gemm_bf16(ta, tb, batch, M, N, K, 1.f, A.data<BFloat16>(), sa, B.data<BFloat16>(),
+                                    sb, beta, C, sc);
 #endif
   (void)dev;
-  kernels::cpu::gemm_bf16(ta, tb, batch, M, N, K, 1.f, A.data<BFloat16>(), sa, B.data<BFloat16>(), sb, beta, C,
-                          sc);
+  kernels::cpu::gemm_bf16(ta, tb, batch, M, N, K, 1.f, A.data<BFloat16>(), sa, B.data<BFloat16>(), sb, beta,
+                          C, sc);
 }
 
 void round_in_place(Tensor& t) {
@@ -156,8 +157,8 @@ Tensor detail::linear_bf16(const Tensor& x, const Tensor& weight, const Tensor& 
   Tensor xb = to_bf16(x), wb = to_bf16(weight);
   Tensor y = Tensor::empty(with_last(x.shape(), out_f), DType::F32, dev);
   if (bias.defined()) fill_rows_f32(dev, bias.data<float>(), rows, out_f, y.data<float>());
-  gemm_bf16_on(dev, false, true, 1, rows, out_f, in_f, xb, 0, wb, 0, bias.defined() ? 1.f : 0.f, y.data<float>(),
-               0);
+  gemm_bf16_on(dev, false, true, 1, rows, out_f, in_f, xb, 0, wb, 0, bias.defined() ? 1.f : 0.f,
+               y.data<float>(), 0);
   round_in_place(y);
   if (autograd::needs_grad({&x, &weight, &bias})) {
     auto node = std::make_shared<LinearBf16Backward>();

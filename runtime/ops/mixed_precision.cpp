@@ -85,8 +85,8 @@ struct AttentionBf16Backward final : autograd::Node {
     if (dqkv.numel() == 0) return {dqkv};
 #ifdef DDP_WITH_CUDA
     if (qkv.device().is_cuda()) {
-      Tensor scratch = Tensor::empty({kernels::cuda::attention_backward_scratch_elems(B, T, C, n_head)}, DType::F32,
-                                     qkv.device());
+      Tensor scratch = Tensor::empty({kernels::cuda::attention_backward_scratch_elems(B, T, C, n_head)},
+                                     DType::F32, qkv.device());
       kernels::cuda::attention_backward_bf16(dy.data<float>(), qkv.data<float>(), att.data<float>(),
                                              dqkv.data<float>(), scratch.data<float>(), B, T, C, n_head,
                                              cuda::current_stream());
@@ -115,7 +115,8 @@ Tensor attention_bf16_core(const Tensor& qkv, int64_t n_head) {
     } else
 #endif
     {
-      kernels::cpu::attention_forward_bf16(qkv.data<float>(), y.data<float>(), att.data<float>(), B, T, C, n_head);
+      kernels::cpu::attention_forward_bf16(qkv.data<float>(), y.data<float>(), att.data<float>(), B, T, C,
+                                           n_head);
     }
   }
   if (autograd::needs_grad({&qkv})) {

@@ -1,6 +1,6 @@
-// test_step_clock.cpp - the reducer's statistics clock on its host fallback (CPU parameters, or no CUDA): marks
-// are seconds since the base mark, in order, host time stamps map onto the same axis, and start() resets.
-// The device clock (CUDA timing events) runs in tools/gpu_check.sh through the reducer's statistics.
+// test_step_clock.cpp - the reducer's statistics clock on its host fallback (CPU parameters, or no CUDA):
+// marks are seconds since the base mark, in order, host time stamps map onto the same axis, and start()
+// resets. The device clock (CUDA timing events) runs in tools/gpu_check.sh through the reducer's statistics.
 #include <gtest/gtest.h>
 
 #include <thread>

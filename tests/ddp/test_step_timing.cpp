@@ -47,7 +47,8 @@ TEST(StepTiming, HostClockOrdersBucketMarksAndUsesTheBackendsFinishTime) {
     EXPECT_LE(b.launched_s, b.completed_s);
   }
   EXPECT_LT(s.buckets[0].completed_s, s.buckets[1].completed_s);
-  EXPECT_LT(s.buckets[1].completed_s, s.backward_compute_s) << "completion is the backend's finish, not the wait";
+  EXPECT_LT(s.buckets[1].completed_s, s.backward_compute_s)
+      << "completion is the backend's finish, not the wait";
   EXPECT_NEAR(s.communication_s, s.buckets[1].completed_s - s.buckets[0].launched_s, 1e-12);
   EXPECT_GE(s.exposed_communication_s, 0.019);
   EXPECT_EQ(s.finalize_s, s.exposed_communication_s);
@@ -87,7 +88,8 @@ TEST(StepTiming, ReducerStatisticsOnTheHostClock) {
     DDPOptions o;
     o.first_bucket_mb = o.bucket_cap_mb = 0.05;
     o.find_unused_parameters = true;
-    DistributedDataParallel ddp(model, std::shared_ptr<dist::ProcessGroup>(std::shared_ptr<dist::ProcessGroup>{}, &pg), o);
+    DistributedDataParallel ddp(
+        model, std::shared_ptr<dist::ProcessGroup>(std::shared_ptr<dist::ProcessGroup>{}, &pg), o);
     for (int it = 0; it < 2; ++it) {
       Tensor x = Tensor::randn({8, 64}, it);
       autograd::backward(

@@ -1,6 +1,7 @@
-// test_deferred_release.cpp - the lifetime rule of the Gloo CUDA staging path (runtime/dist/deferred_release.h):
-// a buffer handed over while its asynchronous copy may still run stays alive until the copy is reported
-// finished, entries finishing out of order are released independently, and nothing blocks.
+// test_deferred_release.cpp - the lifetime rule of the Gloo CUDA staging path
+// (runtime/dist/deferred_release.h): a buffer handed over while its asynchronous copy may still run stays
+// alive until the copy is reported finished, entries finishing out of order are released independently, and
+// nothing blocks.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -55,7 +56,9 @@ TEST(DeferredRelease, AReleasedHoldMayAddAnEntry) {
   struct Readder {
     explicit Readder(DeferredRelease* d) : dr(d) {}
     DeferredRelease* dr;
-    ~Readder() { dr->add([] { return true; }, nullptr); }
+    ~Readder() {
+      dr->add([] { return true; }, nullptr);
+    }
   };
   dr.add([] { return true; }, std::make_shared<Readder>(&dr));
   dr.drain();

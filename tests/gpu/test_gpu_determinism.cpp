@@ -21,7 +21,8 @@ std::shared_ptr<dist::ProcessGroup> borrow(dist::ProcessGroup& pg) {
   return std::shared_ptr<dist::ProcessGroup>(std::shared_ptr<dist::ProcessGroup>{}, &pg);
 }
 // d(sum(embedding(W, idx) * g))/dW on `dev`, as float32 values on the host.
-std::vector<float> embedding_grad(Device dev, const Tensor& w_host, const Tensor& idx_host, const Tensor& g_host) {
+std::vector<float> embedding_grad(Device dev, const Tensor& w_host, const Tensor& idx_host,
+                                  const Tensor& g_host) {
   Tensor w = w_host.to(dev).detach();
   w.set_requires_grad(true);
   Tensor out = ops::embedding(w, idx_host.to(dev));
@@ -52,8 +53,8 @@ TEST(GpuDeterminism, EmbeddingBackwardIsRepeatableAndEqualsTheCpuKernelBitwise) 
 
 TEST(GpuDeterminism, GptStoppedAndResumedOnTheGpuEqualsUninterruptedBitwise) {
   if (!have_gpu()) GTEST_SKIP() << "skipped: no GPU";
-  const auto dir = (std::filesystem::temp_directory_path() / ("ddp_gpu_resume_" + std::to_string(::getpid())))
-                       .string();
+  const auto dir =
+      (std::filesystem::temp_directory_path() / ("ddp_gpu_resume_" + std::to_string(::getpid()))).string();
   std::filesystem::remove_all(dir);
   models::TrainOptions o;
   o.model = "gpt";
@@ -82,7 +83,8 @@ TEST(GpuDeterminism, GptStoppedAndResumedOnTheGpuEqualsUninterruptedBitwise) {
   models::TrainOptions second = o;
   second.checkpoint_dir = dir;
   second.resume = "auto";
-  dist::run_threads(2, [&](int rank, dist::ProcessGroup& pg) { resumed[rank] = models::train(second, borrow(pg)); });
+  dist::run_threads(
+      2, [&](int rank, dist::ProcessGroup& pg) { resumed[rank] = models::train(second, borrow(pg)); });
   EXPECT_EQ(resumed[0].steps_done, 10);
   EXPECT_TRUE(resumed[0].final_params == full[0].final_params) << "GPU resume is not bitwise identical";
   EXPECT_TRUE(resumed[1].final_params == full[1].final_params) << "rank 1";

@@ -1,6 +1,6 @@
-// test_gpu_staging.cpp - the Gloo CUDA staging path keeps a collective's buffers until its host-to-device copy
-// ended even when the caller drops the tensor and the Work at once: memory the allocator hands out next is
-// never overwritten by a late copy, and the parked stagings are released once their copies finished. Two
+// test_gpu_staging.cpp - the Gloo CUDA staging path keeps a collective's buffers until its host-to-device
+// copy ended even when the caller drops the tensor and the Work at once: memory the allocator hands out next
+// is never overwritten by a late copy, and the parked stagings are released once their copies finished. Two
 // ranks on one GPU. Skips without a GPU.
 #include <gtest/gtest.h>
 

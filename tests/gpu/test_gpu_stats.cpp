@@ -1,6 +1,6 @@
 // test_gpu_stats.cpp - the reducer's statistics on the GPU come from CUDA events (NCCL, world 1): the device
-// clock is used, every bucket's collective starts after it became ready on the compute stream and ends after it
-// started, exposed communication is within [0, step], the used-map's host copy is measured with
+// clock is used, every bucket's collective starts after it became ready on the compute stream and ends after
+// it started, exposed communication is within [0, step], the used-map's host copy is measured with
 // find_unused_parameters, and with the Gloo-staged backend the host clock is kept. Skips without a GPU.
 #include <gtest/gtest.h>
 

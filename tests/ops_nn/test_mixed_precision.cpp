@@ -1,8 +1,9 @@
 // test_mixed_precision.cpp - bf16 mixed precision (runtime/ops/mixed_precision.h) on the CPU, where bf16 is
-// emulated: the rounding happens exactly at the documented points. Each bf16 result is compared bitwise with a
-// reference built by hand from explicitly rounded operands, one float32 GEMM with the same transpose flags, and
-// a rounded product; results must be bf16 values, and must differ from the float32 op (the mode took effect).
-// On a GPU the same ops run on cuBLAS bf16 tensor cores and are compared with the CPU within a tolerance.
+// emulated: the rounding happens exactly at the documented points. Each bf16 result is compared bitwise with
+// a reference built by hand from explicitly rounded operands, one float32 GEMM with the same transpose flags,
+// and a rounded product; results must be bf16 values, and must differ from the float32 op (the mode took
+// effect). On a GPU the same ops run on cuBLAS bf16 tensor cores and are compared with the CPU within a
+// tolerance.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -120,8 +121,10 @@ TEST(MixedPrecision, BatchedAndSharedMatmulRoundWhereDocumented) {
         auto at = [i](const Tensor& t) { return t.detach().slice0(i, i + 1).clone(); };
         Tensor ai = at(a), bi = at(b), gi = at(g);
         EXPECT_TRUE(bitwise(at(y), ref_gemm(false, false, M, N, K, ai, bi, {1, M, N}))) << "batch " << i;
-        EXPECT_TRUE(bitwise(at(a.grad()), ref_gemm(false, true, M, K, N, gi, bi, {1, M, K}))) << "batch " << i;
-        EXPECT_TRUE(bitwise(at(b.grad()), ref_gemm(true, false, K, N, M, ai, gi, {1, K, N}))) << "batch " << i;
+        EXPECT_TRUE(bitwise(at(a.grad()), ref_gemm(false, true, M, K, N, gi, bi, {1, M, K})))
+            << "batch " << i;
+        EXPECT_TRUE(bitwise(at(b.grad()), ref_gemm(true, false, K, N, M, ai, gi, {1, K, N})))
+            << "batch " << i;
       }
     }
     EXPECT_FALSE(bitwise(y, ops::matmul(a, b))) << "no rounding happened";
@@ -130,8 +133,8 @@ TEST(MixedPrecision, BatchedAndSharedMatmulRoundWhereDocumented) {
 
 TEST(MixedPrecision, AttentionRoundsProbabilitiesBeforeTheValueProduct) {
   // One head, head size 1, two tokens: y1 = bf16(bf16(p0) v0 + bf16(p1) v1) with p the float32 softmax of the
-  // scores q1 k0, q1 k1 (products of bf16 values are exact in float32, and a two-term sum rounds once, so this
-  // hand computation is bitwise what the kernel must give).
+  // scores q1 k0, q1 k1 (products of bf16 values are exact in float32, and a two-term sum rounds once, so
+  // this hand computation is bitwise what the kernel must give).
   const float q1 = 1.25f, k0 = 0.5f, k1 = -0.375f, v0 = 3.0f, v1 = -1.5f;
   Tensor qkv = Tensor::from_data<float>({0.f, k0, v0, q1, k1, v1}, {1, 2, 3});
   Tensor y;
@@ -197,7 +200,8 @@ TEST(MixedPrecision, RejectsNonFloat32Tensors) {
     ops::round_to_bf16(x);
     FAIL() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("expected a float32 tensor, got float64"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("expected a float32 tensor, got float64"), std::string::npos)
+        << e.what();
   }
 }
 
@@ -205,11 +209,13 @@ TEST(MixedPrecision, CudaBf16MatchesCpuEmulation) {
   DDP_SKIP_WITHOUT_GPU();
   // Tensor-core GEMMs sum in another order than the CPU: agreement within a few bf16 ulps (2^-8 relative).
   ops::Bf16Compute on;
-  ddp::testing::expect_cuda_matches_cpu([](const std::vector<Tensor>& in) { return ops::linear(in[0], in[1], in[2]); },
-                                   {leaf({8, 64}, 40), leaf({32, 64}, 41), leaf({32}, 42)}, 2e-2, 2e-2);
-  ddp::testing::expect_cuda_matches_cpu([](const std::vector<Tensor>& in) { return ops::matmul(in[0], in[1]); },
-                                   {leaf({3, 16, 32}, 43), leaf({3, 32, 8}, 44)}, 2e-2, 2e-2);
   ddp::testing::expect_cuda_matches_cpu(
-      [](const std::vector<Tensor>& in) { return ops::causal_self_attention(in[0], 4); }, {leaf({2, 16, 96}, 45)},
-      2e-2, 2e-2);
+      [](const std::vector<Tensor>& in) { return ops::linear(in[0], in[1], in[2]); },
+      {leaf({8, 64}, 40), leaf({32, 64}, 41), leaf({32}, 42)}, 2e-2, 2e-2);
+  ddp::testing::expect_cuda_matches_cpu(
+      [](const std::vector<Tensor>& in) { return ops::matmul(in[0], in[1]); },
+      {leaf({3, 16, 32}, 43), leaf({3, 32, 8}, 44)}, 2e-2, 2e-2);
+  ddp::testing::expect_cuda_matches_cpu(
+      [](const std::vector<Tensor>& in) { return ops::causal_self_attention(in[0], 4); },
+      {leaf({2, 16, 96}, 45)}, 2e-2, 2e-2);
 }

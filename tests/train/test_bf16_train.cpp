@@ -53,13 +53,19 @@ std::string run(const std::string& cmd, int* status) {
 TEST(Bf16Training, TracksTheFloat32RunWithinFivePercent) {
   for (const char* model : {"gpt", "mlp"}) {
     std::vector<models::TrainResult> f32(2), bf16(2);
-    dist::run_threads(2, [&](int r, dist::ProcessGroup& pg) { f32[r] = models::train(tiny(model, "float32"), borrow(pg)); });
-    dist::run_threads(2, [&](int r, dist::ProcessGroup& pg) { bf16[r] = models::train(tiny(model, "bfloat16"), borrow(pg)); });
+    dist::run_threads(2, [&](int r, dist::ProcessGroup& pg) {
+      f32[r] = models::train(tiny(model, "float32"), borrow(pg));
+    });
+    dist::run_threads(2, [&](int r, dist::ProcessGroup& pg) {
+      bf16[r] = models::train(tiny(model, "bfloat16"), borrow(pg));
+    });
     EXPECT_LT(f32[0].final_train_loss, 0.9 * f32[0].first_loss) << model;
     EXPECT_LT(bf16[0].final_train_loss, 0.9 * bf16[0].first_loss) << model << ": bf16 did not learn";
     EXPECT_LE(std::abs(bf16[0].final_train_loss - f32[0].final_train_loss), 0.05 * f32[0].final_train_loss)
-        << model << ": bf16 final loss " << bf16[0].final_train_loss << " vs float32 " << f32[0].final_train_loss;
-    EXPECT_FALSE(bf16[0].final_params == f32[0].final_params) << model << ": bf16 computed exactly like float32";
+        << model << ": bf16 final loss " << bf16[0].final_train_loss << " vs float32 "
+        << f32[0].final_train_loss;
+    EXPECT_FALSE(bf16[0].final_params == f32[0].final_params)
+        << model << ": bf16 computed exactly like float32";
     EXPECT_TRUE(bf16[0].final_params == bf16[1].final_params) << model << ": bf16 ranks diverged";
   }
 }
@@ -73,7 +79,8 @@ TEST(Bf16Training, BenchE2eRunsBf16OnTheCpu) {
   }
   int status = 0;
   const std::string out =
-      run(bin + " --config gpt --dtype bf16 --device cpu --warmup 1 --steps 2 --batch-size 2 --threads 1", &status);
+      run(bin + " --config gpt --dtype bf16 --device cpu --warmup 1 --steps 2 --batch-size 2 --threads 1",
+          &status);
   EXPECT_EQ(status, 0) << out;
   EXPECT_NE(out.find("bf16"), std::string::npos) << out;
 }

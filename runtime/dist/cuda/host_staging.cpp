@@ -78,8 +78,8 @@ DeferredRelease& parked_stagings() {
 
 struct HostStaging::State {
   int device = 0;
-  CommBuffer in, out;            // keepalives of the caller's buffers
-  void* host_in = nullptr;       // pinned blocks from the pool
+  CommBuffer in, out;       // keepalives of the caller's buffers
+  void* host_in = nullptr;  // pinned blocks from the pool
   void* host_out = nullptr;
   cudaEvent_t issued = nullptr;  // recorded on the caller's stream at issue
   cudaEvent_t done = nullptr;    // recorded on the side stream after the H2D copy
@@ -105,7 +105,6 @@ struct HostStaging::State {
     // in/out (the caller's tensors) are released after this body, i.e. after the copy finished.
   }
 };
-
 
 HostStaging::HostStaging(const CommBuffer& in, const CommBuffer& out) : st_(std::make_shared<State>()) {
   DDP_CHECK(in.device.is_cuda() && in.device == out.device, "gloo staging: buffers on ", in.device.str(),

@@ -84,7 +84,7 @@ class NcclWork : public Work {
   }
 
   CollectiveDesc desc;
-  CommBuffer in, out;  // keepalives until the GPU finished
+  CommBuffer in, out;           // keepalives until the GPU finished
   cudaEvent_t start = nullptr;  // on the comm stream, once it waited for the caller's stream
   cudaEvent_t end = nullptr;
   std::chrono::steady_clock::time_point deadline;
@@ -137,11 +137,13 @@ struct NcclProcessGroup::Impl {
   ncclResult_t settle(ncclResult_t r, std::chrono::steady_clock::time_point deadline) const;
   // Throws a clear error unless the enqueue `call` (its result r) settles as ncclSuccess within the timeout.
   void check_enqueue(ncclResult_t r, const char* call) const;
-  // Creates the communicator; on a timeout or an error aborts it and throws the collective-timeout style error.
+  // Creates the communicator; on a timeout or an error aborts it and throws the collective-timeout style
+  // error.
   void create_communicator(const ncclUniqueId& id);
 };
 
-ncclResult_t NcclProcessGroup::Impl::settle(ncclResult_t r, std::chrono::steady_clock::time_point deadline) const {
+ncclResult_t NcclProcessGroup::Impl::settle(ncclResult_t r,
+                                            std::chrono::steady_clock::time_point deadline) const {
   if (r != ncclInProgress || comm == nullptr) return r;
   ncclResult_t state = ncclInProgress;
   auto query = [&] {
@@ -159,8 +161,9 @@ void NcclProcessGroup::Impl::check_enqueue(ncclResult_t r, const char* call) con
   if (r == ncclSuccess) return;
   const char* last = ncclGetLastError(comm);
   DDP_FAIL("nccl: ", call, " failed on rank ", rank, " of ", size, ": ",
-           r == ncclInProgress ? "still in progress after timeout " + std::to_string(options.timeout.count()) + " ms"
-                               : std::string(ncclGetErrorString(r)),
+           r == ncclInProgress
+               ? "still in progress after timeout " + std::to_string(options.timeout.count()) + " ms"
+               : std::string(ncclGetErrorString(r)),
            last && *last ? std::string(" (") + last + ")" : std::string());
 }
 
@@ -187,7 +190,8 @@ void NcclProcessGroup::Impl::create_communicator(const ncclUniqueId& id) {
                  "crashed or is stuck after the unique-id exchange, or the GPUs cannot reach each other "
                  "(NCCL_DEBUG=INFO shows the transport NCCL tried; DDP_COLLECTIVE_TIMEOUT_S sets the timeout)"
                : "NCCL reported an error while creating the communicator (NCCL_DEBUG=INFO shows why)",
-           ". Cause reported by nccl: ", cause, last && *last ? std::string(" (") + last + ")" : std::string());
+           ". Cause reported by nccl: ", cause,
+           last && *last ? std::string(" (") + last + ")" : std::string());
 }
 
 NcclProcessGroup::NcclProcessGroup(std::shared_ptr<Store> store, int rank, int size, int local_rank,
@@ -257,7 +261,8 @@ NcclProcessGroup::~NcclProcessGroup() {
     DeviceGuard dg(s.device);
     if (s.comm && !s.aborted) {
       // Non-blocking communicator: finalize (flushes, may be in progress), then destroy; abort if it hangs.
-      ncclResult_t r = s.settle(ncclCommFinalize(s.comm), std::chrono::steady_clock::now() + s.options.timeout);
+      ncclResult_t r =
+          s.settle(ncclCommFinalize(s.comm), std::chrono::steady_clock::now() + s.options.timeout);
       if (r == ncclSuccess) r = ncclCommDestroy(s.comm);
       if (r != ncclSuccess) {
         DDP_LOG(Error, "nccl: finalizing the communicator failed (", ncclGetErrorString(r), "); aborting it");
@@ -408,7 +413,8 @@ std::shared_ptr<Work> NcclProcessGroup::allreduce(CommBuffer buf, ReduceOp op) {
   size_t n = static_cast<size_t>(buf.numel);
   CommBuffer same = buf;
   return s.issue(d, std::move(buf), std::move(same), false, [&] {
-    s.check_enqueue(ncclAllReduce(p, p, n, nccl_dtype(d.dtype), nccl_op(op), s.comm, s.stream), "ncclAllReduce");
+    s.check_enqueue(ncclAllReduce(p, p, n, nccl_dtype(d.dtype), nccl_op(op), s.comm, s.stream),
+                    "ncclAllReduce");
   });
 }
 
@@ -434,8 +440,9 @@ std::shared_ptr<Work> NcclProcessGroup::allgather(CommBuffer in, CommBuffer out)
   void* src = in.data;
   void* dst = out.data;
   size_t n = static_cast<size_t>(in.numel);
-  return s.issue(d, std::move(in), std::move(out), false,
-                 [&] { s.check_enqueue(ncclAllGather(src, dst, n, nccl_dtype(d.dtype), s.comm, s.stream), "ncclAllGather"); });
+  return s.issue(d, std::move(in), std::move(out), false, [&] {
+    s.check_enqueue(ncclAllGather(src, dst, n, nccl_dtype(d.dtype), s.comm, s.stream), "ncclAllGather");
+  });
 }
 
 std::shared_ptr<Work> NcclProcessGroup::reduce_scatter(CommBuffer in, CommBuffer out, ReduceOp op) {
@@ -448,7 +455,8 @@ std::shared_ptr<Work> NcclProcessGroup::reduce_scatter(CommBuffer in, CommBuffer
   void* dst = out.data;
   size_t n = static_cast<size_t>(out.numel);
   return s.issue(d, std::move(in), std::move(out), false, [&] {
-    s.check_enqueue(ncclReduceScatter(src, dst, n, nccl_dtype(d.dtype), nccl_op(op), s.comm, s.stream), "ncclReduceScatter");
+    s.check_enqueue(ncclReduceScatter(src, dst, n, nccl_dtype(d.dtype), nccl_op(op), s.comm, s.stream),
+                    "ncclReduceScatter");
   });
 }
 
@@ -457,8 +465,9 @@ std::shared_ptr<Work> NcclProcessGroup::barrier() {
   CollectiveDesc d{CollectiveKind::Barrier, 0, 0, DType::F32, ReduceOp::Sum, -1, Device::cuda(s.device)};
   CommBuffer none{nullptr, 0, DType::F32, Device::cuda(s.device), nullptr};
   return s.issue(d, none, none, true, [&] {
-    s.check_enqueue(ncclAllReduce(s.barrier_scratch, s.barrier_scratch, 1, ncclFloat32, ncclSum, s.comm, s.stream),
-                    "ncclAllReduce (barrier)");
+    s.check_enqueue(
+        ncclAllReduce(s.barrier_scratch, s.barrier_scratch, 1, ncclFloat32, ncclSum, s.comm, s.stream),
+        "ncclAllReduce (barrier)");
   });
 }
 
