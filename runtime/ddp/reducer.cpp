@@ -32,12 +32,7 @@ Reducer::Reducer(std::vector<nn::NamedTensor> params, std::shared_ptr<dist::Proc
     DDP_CHECK(dtype_is_floating(p.tensor.dtype()), "DDP: parameter ", p.name, " has dtype ",
               dtype_name(p.tensor.dtype()), "; gradients need a floating dtype");
   }
-  if (opt_.comm_hook == CommHookKind::BF16Compress)
-    for (auto& p : params_)
-      DDP_CHECK(p.tensor.device().is_cuda(),
-                "DDP: the bf16 compression hook needs CUDA parameters (NCCL reduces "
-                "bfloat16; the CPU Gloo path does not); parameter ",
-                p.name, " is on ", p.tensor.device().str(), ". Use the default all-reduce hook on CPU.");
+  // BF16Compress runs on both backends (Gloo reduces bfloat16 on the host: runtime/dist/host_reduce.cpp).
   std::vector<size_t> order(params_.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = order.size() - 1 - i;  // reverse registration order
   build_buckets(order);
