@@ -194,7 +194,7 @@ int main(int argc, char** argv) {
                  "compute dtype; bf16: float32 weights and optimizer, bf16 matmul/linear/attention "
                  "(cuBLAS tensor cores on GPU, emulated on CPU; runtime/ops/mixed_precision.h)");
     p.add_choice("allreduce-dtype", &allreduce_dtype, {"f32", "bf16"},
-                 "gradient all-reduce dtype (bf16: the BF16Compress comm hook, GPU only)");
+                 "gradient all-reduce dtype (bf16: the BF16Compress comm hook)");
     p.add_choice("optimizer", &optimizer_s, {"default", "sgd", "adamw"},
                  "default: sgd for mlp, adamw for gpt");
     p.add("lr", &lr, "learning rate (0: 0.01 for SGD, 3e-4 for AdamW)");
