@@ -32,7 +32,7 @@ Reducer::Reducer(std::vector<nn::NamedTensor> params, std::shared_ptr<dist::Proc
     DDP_CHECK(dtype_is_floating(p.tensor.dtype()), "DDP: parameter ", p.name, " has dtype ",
               dtype_name(p.tensor.dtype()), "; gradients need a floating dtype");
   }
-  // BF16Compress runs on both backends (Gloo reduces bfloat16 on the host: runtime/dist/host_reduce.cpp).
+  // BF16Compress runs on every backend (Gloo and shm reduce bfloat16 on the host, NCCL on the GPU).
   std::vector<size_t> order(params_.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = order.size() - 1 - i;  // reverse registration order
   build_buckets(order);
