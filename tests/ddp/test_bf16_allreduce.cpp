@@ -1,8 +1,11 @@
 // test_bf16_allreduce.cpp - the gradient all-reduce in bfloat16 (DDPOptions::comm_hook = BF16Compress,
 // bench_e2e --allreduce-dtype bf16), on the CPU through Gloo: the averaged gradients are bf16 values, close
-// to the float32 all-reduce's, and not equal to them (the buckets really travelled as bf16); ranks agree
-// bitwise.
+// to the float32 all-reduce's (within 3% of each parameter's largest gradient), and not equal to them (the
+// buckets really travelled as bf16); ranks agree bitwise.
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
 
 #include "models/mlp.h"
 #include "runtime/autograd/engine.h"
@@ -39,12 +42,16 @@ TEST(Bf16Allreduce, GradientsAreBf16ValuesCloseToFloat32OnGloo) {
   EXPECT_TRUE(bf16[0] == bf16[1]) << "ranks disagree";
   bool any_different = false;
   for (size_t i = 0; i < f32[0].size(); ++i) {
+    // Each rank's gradient and the sum are rounded to bf16 (relative 2^-9 each): the error is relative to the
+    // size of the terms, so the bound scales with the parameter's largest gradient, not each element's.
+    double scale = 0;
+    for (double v : f32[0][i]) scale = std::max(scale, std::abs(v));
     for (size_t j = 0; j < f32[0][i].size(); ++j) {
       const double a = bf16[0][i][j], b = f32[0][i][j];
       const float fa = static_cast<float>(a);
       EXPECT_EQ(BFloat16::from_float(fa).to_float(), fa)
           << "param " << i << " elem " << j << " not a bf16 value";
-      EXPECT_NEAR(a, b, 1e-2 * std::abs(b) + 1e-6) << "param " << i << " elem " << j;
+      EXPECT_NEAR(a, b, 3e-2 * scale) << "param " << i << " elem " << j;
       any_different |= a != b;
     }
   }
