@@ -27,11 +27,13 @@
 #include "models/mlp.h"
 #include "runtime/autograd/engine.h"
 #include "runtime/core/cli.h"
+#include "runtime/core/peak_flops.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/simd_target.h"
 #include "runtime/ddp/distributed_data_parallel.h"
 #include "runtime/dist/init.h"
 #include "runtime/ops/loss.h"
+#include "runtime/ops/mixed_precision.h"
 #include "runtime/optim/optimizer.h"
 #include "runtime/sim/sample_stats.h"
 #include "runtime/trace/trace.h"
@@ -171,7 +173,7 @@ nlohmann::ordered_json stats_json(const ddp::sim::SampleStats& s) {
 int main(int argc, char** argv) {
   try {
     std::string config = "mlp", mode = "ddp", device_s = "auto", backend = "auto", json_path, trace_path,
-                dtype_s = "f32", optimizer_s = "default", label;
+                dtype_s = "f32", allreduce_dtype = "f32", optimizer_s = "default", label;
     int warmup = 3, steps = 20, threads = 0;
     int64_t batch = 0;
     double cap_mb = 25.0, first_mb = 1.0, peak_tflops = 0, lr = 0;
@@ -198,12 +200,18 @@ int main(int argc, char** argv) {
     p.add_choice("device", &device_s, {"auto", "cpu", "cuda"}, "auto: cuda when a GPU is visible");
     p.add_choice("backend", &backend, {"auto", "cpu", "shm", "gloo", "hier", "nccl"},
                  "process group backend (auto: nccl with a GPU, else cpu = shm on one host)");
-    p.add_choice("dtype", &dtype_s, {"f32", "bf16"}, "parameter dtype");
+    p.add_choice("dtype", &dtype_s, {"f32", "bf16"},
+                 "compute dtype; bf16: float32 weights and optimizer, bf16 matmul/linear/attention "
+                 "(cuBLAS tensor cores on GPU, emulated on CPU; runtime/ops/mixed_precision.h)");
+    p.add_choice("allreduce-dtype", &allreduce_dtype, {"f32", "bf16"},
+                 "gradient all-reduce dtype (bf16: the BF16Compress comm hook)");
     p.add_choice("optimizer", &optimizer_s, {"default", "sgd", "adamw"},
                  "default: sgd for mlp, adamw for gpt");
     p.add("lr", &lr, "learning rate (0: 0.01 for SGD, 3e-4 for AdamW)");
-    p.add("peak-tflops", &peak_tflops,
-          "peak TFLOP/s per rank for MFU (0: on GPU 67 for f32, 790 for bf16 (H200 measured); none on CPU)");
+    p.add(
+        "peak-tflops", &peak_tflops,
+        "peak TFLOP/s per rank for MFU (0: NVIDIA's H100/H200 SXM datasheet figures, FP32 67 and BF16 dense "
+        "989, for those GPUs; none on CPU or other GPUs)");
     p.add("json", &json_path, "append one JSON record of this run to FILE (rank 0)");
     p.add("trace", &trace_path, "write a Chrome trace of the measured steps to FILE with .rankN inserted");
     p.add("label", &label, "free text stored in the JSON record");
@@ -220,10 +228,9 @@ int main(int argc, char** argv) {
       DDP_FAIL(
           "bench_e2e: --config gpt2s (GPT-2 small, ~163M parameters, context 1024) is meant for a GPU; on "
           "this CPU one step takes minutes. Use --config gpt here, or pass --force to run it anyway.");
-    const ddp::DType dtype = dtype_s == "bf16" ? ddp::DType::BF16 : ddp::DType::F32;
-    DDP_CHECK(dtype == ddp::DType::F32 || gpu,
-              "bench_e2e: --dtype bf16 needs a GPU (the CPU kernels are float32/"
-              "float64); use --dtype f32 on CPU");
+    const bool bf16 = dtype_s == "bf16";
+    const ddp::DType dtype = ddp::DType::F32;  // parameters (master weights) stay float32 in both modes
+    ddp::ops::Bf16Compute bf16_compute(bf16);
     if (threads <= 0)
       threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / env.local_world_size);
     ddp::kernels::cpu::set_blas_threads(threads);
@@ -245,6 +252,7 @@ int main(int argc, char** argv) {
     opts.first_bucket_mb = first_mb;
     opts.overlap = mode != "nooverlap";
     opts.find_unused_parameters = mode == "unused";
+    if (allreduce_dtype == "bf16") opts.comm_hook = ddp::CommHookKind::BF16Compress;
     ddp::DistributedDataParallel model(w.model, ctx.group, opts);
     if (optimizer_s == "default") optimizer_s = config == "mlp" ? "sgd" : "adamw";
     if (optimizer_s == "sgd") {
@@ -258,7 +266,12 @@ int main(int argc, char** argv) {
       w.optimizer = std::make_unique<ddp::optim::AdamW>(w.model->named_parameters(), o);
       w.optimizer_name = "AdamW lr " + std::to_string(o.lr) + " wd 0.01";
     }
-    if (peak_tflops <= 0 && gpu) peak_tflops = dtype == ddp::DType::BF16 ? 790 : 67;
+    std::string peak_source = "--peak-tflops";
+    if (peak_tflops <= 0 && gpu) {
+      const ddp::PeakFlops peak = ddp::datasheet_peak(ddp::cuda_device_name(dev.index), bf16);
+      peak_tflops = peak.tflops;
+      peak_source = peak.source;
+    }
 
     auto& tracer = ddp::trace::global_tracer();
     std::vector<double> step_s, fwd_s, bwd_s, bwd_compute_s, comm_s, exposed_s, opt_s;
@@ -382,6 +395,7 @@ int main(int argc, char** argv) {
         ddp::sim::SampleStats mfu = tf;
         for (double* v : {&mfu.median, &mfu.p10, &mfu.p90, &mfu.min, &mfu.max}) *v = *v / peak_tflops * 100;
         row(("MFU % (peak " + std::to_string(static_cast<int>(peak_tflops)) + " TF/s)").c_str(), mfu, 1);
+        std::printf("  (MFU peak: %s)\n", peak_source.c_str());
       }
 
       if (!json_path.empty()) {
@@ -397,6 +411,7 @@ int main(int argc, char** argv) {
             {"backend", ctx.group->backend_name()},
             {"device", dev.str()},
             {"dtype", dtype_s},
+            {"allreduce_dtype", allreduce_dtype},
             {"batch_per_rank", w.samples_per_rank},
             {"tokens_per_sample", w.tokens_per_sample},
             {"params", w.model->num_parameters()},
@@ -424,7 +439,11 @@ int main(int argc, char** argv) {
             {w.tokens_per_sample > 0 ? "tokens_per_s" : "samples_per_s", stats_json(rate_st)},
             {"tflops_per_rank", stats_json(tf)},
         };
-        if (peak_tflops > 0) rec["peak_tflops"] = peak_tflops, rec["mfu"] = tf.median / peak_tflops;
+        if (peak_tflops > 0) {
+          rec["peak_tflops"] = peak_tflops;
+          rec["peak_source"] = peak_source;
+          rec["mfu"] = tf.median / peak_tflops;
+        }
         std::ofstream out(json_path, std::ios::app);
         DDP_CHECK(out.good(), "bench_e2e: cannot open --json file ", json_path, " for appending");
         out << rec.dump() << "\n";

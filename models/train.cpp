@@ -21,6 +21,7 @@
 #include "runtime/autograd/engine.h"
 #include "runtime/checkpoint/checkpoint_dir.h"
 #include "runtime/checkpoint/training_checkpoint.h"
+#include "runtime/core/peak_flops.h"
 #include "runtime/core/log.h"
 #include "runtime/data/data_loader.h"
 #include "runtime/data/fashion_mnist.h"
@@ -31,6 +32,7 @@
 #include "runtime/ddp/join.h"
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/loss.h"
+#include "runtime/ops/mixed_precision.h"
 #include "runtime/optim/lr_schedule.h"
 #include "runtime/optim/optimizer.h"
 #include "runtime/trace/trace.h"
@@ -104,9 +106,12 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg)
   const int rank = pg->rank(), world = pg->size();
   const bool talk = rank == 0 && !o.quiet;
   validate_options(o);
-  DDP_CHECK(o.dtype == "float32" || o.dtype == "float64", "--dtype ", o.dtype,
-            ": expected float32 or float64");
+  DDP_CHECK(o.dtype == "float32" || o.dtype == "float64" || o.dtype == "bfloat16", "--dtype ", o.dtype,
+            ": expected float32, float64 or bfloat16");
+  // bfloat16: float32 parameters and optimizer, bf16 compute in matmul/linear/attention
+  // (ops/mixed_precision.h)
   const DType dtype = o.dtype == "float64" ? DType::F64 : DType::F32;
+  ops::Bf16Compute bf16_compute(o.dtype == "bfloat16");
   Device device = Device::parse(o.device);
   if (device.is_cuda()) {  // the GPU of this rank's local rank (LOCAL_RANK as every launcher sets it)
     const char* local = std::getenv("LOCAL_RANK");
@@ -389,6 +394,22 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg)
   result.samples_per_s = med > 0 ? static_cast<double>(rows_per_step) / med : 0;
   result.tokens_per_s = result.samples_per_s * static_cast<double>(tokens_per_row);
   result.exposed_comm_share = median(exposed_shares);
+  // MFU: model FLOPs per rank per step (GPT: 3 x forward FLOPs per token; MLP: 6 x parameters per sample)
+  // over the median step time, against the GPU's datasheet peak (runtime/core/peak_flops.h) or --peak-tflops.
+  double flops_per_rank_step = 0;
+  const double rank_rows = static_cast<double>(rows_per_step / world);
+  if (auto* gpt = dynamic_cast<GPT*>(model.get()))
+    flops_per_rank_step =
+        3 * gpt->flops_per_token_forward() * rank_rows * static_cast<double>(tokens_per_row);
+  else if (o.model == "mlp")
+    flops_per_rank_step = 6 * static_cast<double>(model->num_parameters()) * rank_rows;
+  PeakFlops peak{o.peak_tflops, "--peak-tflops"};
+  if (peak.tflops <= 0 && device.is_cuda())
+    peak = datasheet_peak(cuda_device_name(device.index), o.dtype == "bfloat16");
+  if (med > 0 && flops_per_rank_step > 0) {
+    result.model_tflops = flops_per_rank_step / med / 1e12;
+    if (peak.tflops > 0) result.mfu = result.model_tflops / peak.tflops;
+  }
   if (data.tokens && finished && o.sample_tokens > 0) {
     if (auto* gpt = dynamic_cast<GPT*>(model.get()))
       result.sample_text = gpt->generate("The whale", o.sample_tokens, 0.8, o.seed);
@@ -428,6 +449,9 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg)
       std::printf("\n   throughput %.0f %s/s (median step %.1f ms), exposed communication %.1f%% of a step\n",
                   data.tokens ? result.tokens_per_s : result.samples_per_s, data.tokens ? "tokens" : "samples",
                   med * 1e3, 100 * result.exposed_comm_share);
+    if (result.mfu >= 0)
+      std::printf("   MFU %.1f%% (%.3g model TFLOP/s per rank; peak %g TFLOP/s: %s)\n", 100 * result.mfu,
+                  result.model_tflops, peak.tflops, peak.source.c_str());
     if (!result.checkpoint_path.empty()) std::printf("   checkpoint %s\n", result.checkpoint_path.c_str());
     if (!o.trace.empty())
       std::printf("   trace %s (open in ui.perfetto.dev or chrome://tracing)\n", o.trace.c_str());

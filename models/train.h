@@ -16,7 +16,7 @@ namespace ddp::models {
 struct TrainOptions {
   std::string model = "gpt";      // mlp | cnn | gpt | branchy
   std::string data = "auto";      // auto | fashion-mnist | moby-dick | synthetic
-  std::string dtype = "float32";  // float32 | float64
+  std::string dtype = "float32";  // float32 | float64 | bfloat16 (float32 weights, bf16 compute)
   std::string device = "auto";    // auto | cpu | cuda
   int64_t batch_size = 16;        // per rank, per micro-step
   int64_t grad_accum = 1;         // micro-steps per optimizer step (all but the last under no_sync)
@@ -57,6 +57,7 @@ struct TrainOptions {
   // without it every rank fails with a collective-mismatch error.
   int64_t uneven_steps = 0;
   bool join = true;
+  double peak_tflops = 0;  // per rank, for MFU (0: the GPU's datasheet figure when known)
   // Tests: this rank's loss of step fault_nan_step (1-based) is replaced by NaN (0: never).
   int64_t fault_nan_step = 0;
   int fault_nan_rank = 0;
@@ -69,6 +70,8 @@ struct TrainResult {
   double samples_per_s = 0, tokens_per_s = 0;
   double wall_s = 0;
   double exposed_comm_share = 0;  // median exposed communication / step time
+  double model_tflops = 0;        // model FLOPs per rank / median step time (gpt, mlp), in TFLOP/s
+  double mfu = -1;                // model_tflops / peak; -1 when no peak is known (CPU without --peak-tflops)
   std::string sample_text;        // gpt
   std::string checkpoint_path;
   std::vector<std::vector<double>> final_params;  // for equivalence tests

@@ -22,7 +22,11 @@ int main(int argc, char** argv) {
   p.add_choice("data", &o.data, {"auto", "fashion-mnist", "moby-dick", "synthetic"},
                "data set (auto: moby-dick for gpt, fashion-mnist for mlp/cnn, synthetic for branchy)");
   p.add("data-path", &o.data_path, "override the data set's location (file for text, folder for IDX)");
-  p.add_choice("dtype", &o.dtype, {"float32", "float64"}, "parameter dtype");
+  p.add_choice(
+      "dtype", &o.dtype, {"float32", "float64", "bfloat16"},
+      "parameter dtype; bfloat16: float32 weights and optimizer, bf16 compute in matmul/linear/attention");
+  p.add("peak-tflops", &o.peak_tflops,
+        "peak TFLOP/s per rank for MFU (0: the NVIDIA datasheet figure of an H100/H200 SXM; none on CPU)");
   p.add("device", &o.device, "auto (a GPU when present), cpu, cuda or cuda:N");
   p.add_choice("backend", &backend, {"auto", "gloo", "nccl"}, "process group backend");
   p.add("batch-size", &o.batch_size, "samples per rank per micro-step", B::at_least(1));

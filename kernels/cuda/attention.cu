@@ -1,14 +1,19 @@
 // attention.cu - CUDA causal self-attention. Heads are split out of (B, T, parts*C) into contiguous
 // (parts, B, n_head, T, hs) blocks so each product is one cuBLAS strided-batched gemm over B * n_head heads;
-// the (T, T) scores get a causal softmax kernel (one block per row, zeros above the diagonal).
+// the (T, T) scores get a causal softmax kernel (one block per row, zeros above the diagonal). The bf16
+// variants (attention_bf16.h) reuse the permutes and softmax kernels and run the products as bf16 tensor-core
+// GEMMs.
 #include <cublas_v2.h>
 
 #include <cmath>
 
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/attention_bf16.h"
+#include "kernels/cuda/bf16.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/softmax.cuh"
 #include "runtime/core/cuda/handles.h"
+#include "runtime/core/cuda/stream.h"
 #include "runtime/core/cuda_check.h"
 
 namespace ddp::kernels::cuda {
@@ -162,5 +167,71 @@ template void attention_backward<float>(const float*, const float*, const float*
                                         int64_t, int64_t, int64_t, cudaStream_t);
 template void attention_backward<double>(const double*, const double*, const double*, double*, double*,
                                          int64_t, int64_t, int64_t, int64_t, cudaStream_t);
+
+// ---- bf16 compute (attention_bf16.h) ----
+namespace {
+// bf16 copies of float32 operands, from the stream-ordered pool; freed (stream-ordered) on destruction.
+struct Bf16Scratch {
+  BFloat16* p = nullptr;
+  cudaStream_t stream;
+  Bf16Scratch(int64_t n, cudaStream_t s) : stream(s) {
+    DDP_CUDA_CHECK(
+        cudaMallocAsync(reinterpret_cast<void**>(&p), static_cast<size_t>(n) * sizeof(BFloat16), s));
+  }
+  ~Bf16Scratch() { cudaFreeAsync(p, stream); }
+  Bf16Scratch(const Bf16Scratch&) = delete;
+  Bf16Scratch& operator=(const Bf16Scratch&) = delete;
+};
+}  // namespace
+
+void attention_forward_bf16(const float* qkv, float* y, float* att, float* scratch, int64_t B, int64_t T,
+                            int64_t C, int64_t n_head, cudaStream_t stream) {
+  if (B * T * C == 0) return;
+  const int64_t hs = C / n_head, heads = B * n_head, BTC = B * T * C;
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hs)));
+  float* q = scratch;  // (3, B, nh, T, hs) float32, then yh (B, nh, T, hs)
+  float* yh = q + 3 * BTC;
+  Bf16Scratch qkv16(3 * BTC, stream), att16(heads * T * T, stream);
+  permute_heads(true, qkv, q, B, T, C, n_head, 3, stream);
+  ddp::cuda::StreamGuard sg(stream);  // the bf16 kernels run on the current stream
+  to_bf16(q, qkv16.p, 3 * BTC);
+  const BFloat16 *q16 = qkv16.p, *k16 = q16 + BTC, *v16 = k16 + BTC;
+  gemm_bf16(false, true, heads, T, T, hs, scale, q16, T * hs, k16, T * hs, 0.f, att, T * T);  // q k^T
+  causal_softmax_forward_kernel<float><<<row_grid(heads * T), row_block(T), 0, stream>>>(att, heads * T, T);
+  DDP_CUDA_CHECK_LAUNCH();
+  to_bf16(att, att16.p, heads * T * T);
+  gemm_bf16(false, false, heads, T, hs, T, 1.f, att16.p, T * T, v16, T * hs, 0.f, yh, T * hs);  // att v
+  permute_heads(false, yh, y, B, T, C, n_head, 1, stream);
+}
+
+void attention_backward_bf16(const float* dy, const float* qkv, const float* att, float* dqkv, float* scratch,
+                             int64_t B, int64_t T, int64_t C, int64_t n_head, cudaStream_t stream) {
+  if (B * T * C == 0) return;
+  const int64_t hs = C / n_head, heads = B * n_head, BTC = B * T * C;
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hs)));
+  float* q = scratch;        // (3, B, nh, T, hs)
+  float* dyh = q + 3 * BTC;  // (B, nh, T, hs)
+  float* dq = dyh + BTC;     // (3, B, nh, T, hs): dq, dk, dv
+  float* dk = dq + BTC;
+  float* dv = dk + BTC;
+  float* datt = dv + BTC;  // (B, nh, T, T)
+  Bf16Scratch qkv16(3 * BTC, stream), dy16(BTC, stream), t16(heads * T * T, stream);
+  permute_heads(true, qkv, q, B, T, C, n_head, 3, stream);
+  permute_heads(true, dy, dyh, B, T, C, n_head, 1, stream);
+  ddp::cuda::StreamGuard sg(stream);
+  to_bf16(q, qkv16.p, 3 * BTC);
+  to_bf16(dyh, dy16.p, BTC);
+  to_bf16(att, t16.p, heads * T * T);
+  const BFloat16 *q16 = qkv16.p, *k16 = q16 + BTC, *v16 = k16 + BTC;
+  gemm_bf16(false, true, heads, T, T, hs, 1.f, dy16.p, T * hs, v16, T * hs, 0.f, datt, T * T);  // dy v^T
+  gemm_bf16(true, false, heads, T, hs, T, 1.f, t16.p, T * T, dy16.p, T * hs, 0.f, dv, T * hs);  // att^T dy
+  causal_softmax_backward_kernel<float>
+      <<<row_grid(heads * T), row_block(T), 0, stream>>>(att, datt, heads * T, T);
+  DDP_CUDA_CHECK_LAUNCH();
+  to_bf16(datt, t16.p, heads * T * T);  // att's bf16 copy is no longer needed: reuse it for dscore
+  gemm_bf16(false, false, heads, T, hs, T, scale, t16.p, T * T, k16, T * hs, 0.f, dq, T * hs);  // ds k
+  gemm_bf16(true, false, heads, T, hs, T, scale, t16.p, T * T, q16, T * hs, 0.f, dk, T * hs);   // ds^T q
+  permute_heads(false, dq, dqkv, B, T, C, n_head, 3, stream);
+}
 
 }  // namespace ddp::kernels::cuda

@@ -73,9 +73,13 @@ struct ConvAlgos {
   cudnnMathType_t bwd_filter_math;
 };
 
-// The first algorithm cuDNN's heuristics rate as usable (they come sorted by expected speed).
+// The first deterministic algorithm cuDNN's heuristics rate as usable (they come sorted by expected speed),
+// else the first usable one.
 template <class Perf>
 const Perf& first_usable(const Perf* perf, int count, const char* direction) {
+  // Deterministic algorithms first (same bits every run, as the bitwise resume needs), in cuDNN's order.
+  for (int i = 0; i < count; ++i)
+    if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].determinism == CUDNN_DETERMINISTIC) return perf[i];
   for (int i = 0; i < count; ++i)
     if (perf[i].status == CUDNN_STATUS_SUCCESS) return perf[i];
   DDP_FAIL("conv2d: cuDNN offers no ", direction, " algorithm for this geometry");

@@ -1,4 +1,4 @@
-// embedding.h - CUDA embedding gather and scatter-add (float32, float64), launched on `stream`.
+// embedding.h - CUDA embedding gather and scatter-adds (float32, float64), launched on `stream`.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -13,10 +13,16 @@ void first_bad_index(const int64_t* indices, int64_t n, int64_t vocab, unsigned 
 template <class T>
 void embedding_forward(const T* weight, const int64_t* indices, int64_t vocab, T* out, int64_t n,
                        int64_t cols, cudaStream_t stream);
-// dweight = 0, then dweight[indices[i], :] += dout[i, :] (atomic adds: the summation order of
-// repeated indices is not fixed).
+// dweight = 0, then dweight[indices[i], :] += dout[i, :] for i in increasing order: deterministic and bitwise
+// equal to kernels/cpu's embedding_backward (a stable radix sort of the indices, then a per-row sum in
+// position order). Indices must be valid (the forward checked them); scratch memory is stream-ordered.
 template <class T>
 void embedding_backward(const T* dout, const int64_t* indices, T* dweight, int64_t n, int64_t vocab,
                         int64_t cols, cudaStream_t stream);
+// The same sum with atomic adds: the summation order of repeated indices is not fixed (run to run the
+// result may differ in the last bits). Not used by the ops; kept for comparison in the GPU benchmarks.
+template <class T>
+void embedding_backward_atomic(const T* dout, const int64_t* indices, T* dweight, int64_t n, int64_t vocab,
+                               int64_t cols, cudaStream_t stream);
 
 }  // namespace ddp::kernels::cuda

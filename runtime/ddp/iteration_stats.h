@@ -1,6 +1,12 @@
 // iteration_stats.h - what the reducer measured in one synchronized iteration: per bucket when it became
 // ready, was launched and completed; backward compute, communication and EXPOSED communication (the time
 // the step waited for communication after backward's last node finished).
+// Which clock (runtime/ddp/step_timing.h): on the CPU, and for CUDA parameters on a backend without device
+// events (Gloo staging), host time stamps. For CUDA parameters on NCCL, CUDA events: ready_s and the finalize
+// times are when the compute stream got there, launched_s / completed_s the NCCL collective's start and end
+// on the comm stream, and exposed communication is how long the compute stream waited in finalize; all
+// seconds since forward's end on the compute stream. Reading them (Reducer::last_stats) waits for those
+// events.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -26,6 +32,9 @@ struct IterationStats {
   double finalize_s = 0;               // the whole end-of-backward callback
   size_t num_unused_marked = 0;        // parameters marked ready with no gradient (find_unused_parameters)
   double unused_search_s = 0;          // the graph traversal after forward (find_unused_parameters)
+  double used_map_sync_s =
+      0;                      // host wait for the used-map's copy to the host (find_unused_parameters on GPU)
+  bool device_clock = false;  // true: the times above come from CUDA events (see below), else host time
   std::vector<BucketTiming> buckets;
   // One line: "iter 3: backward 12.1 ms, comm 8.0 ms, exposed 0.4 ms (3 buckets)".
   std::string summary() const;

@@ -33,12 +33,7 @@ Reducer::Reducer(std::vector<nn::NamedTensor> params, std::shared_ptr<dist::Proc
     DDP_CHECK(dtype_is_floating(p.tensor.dtype()), "DDP: parameter ", p.name, " has dtype ",
               dtype_name(p.tensor.dtype()), "; gradients need a floating dtype");
   }
-  if (opt_.comm_hook == CommHookKind::BF16Compress)
-    for (auto& p : params_)
-      DDP_CHECK(p.tensor.device().is_cuda(),
-                "DDP: the bf16 compression hook needs CUDA parameters (NCCL reduces "
-                "bfloat16; the CPU Gloo path does not); parameter ",
-                p.name, " is on ", p.tensor.device().str(), ". Use the default all-reduce hook on CPU.");
+  // BF16Compress runs on every backend (Gloo and shm reduce bfloat16 on the host, NCCL on the GPU).
   DDP_CHECK(!params_.empty(), "DDP: the module has no parameters; there is nothing to synchronize");
   divide_factor_ = pg_->size();
   std::vector<size_t> order(params_.size());
@@ -148,6 +143,20 @@ Tensor Reducer::slot_view(size_t index) const {
   return buckets_[s.bucket].buffer.slice0(s.offset, s.offset + p.numel()).view(p.shape());
 }
 
+void Reducer::begin_timing() {
+  const Device dev = params_.empty() ? Device::cpu() : params_.front().tensor.device();
+  // Device events only where the backend records them (NCCL); Gloo staging keeps host time.
+  timing_->begin(dev, dev.is_cuda() && pg_->backend_name() == "nccl", buckets_.size());
+}
+
+const IterationStats& Reducer::last_stats() const {
+  if (last_stats_pending_) {
+    last_timing_->fill(last_stats_);
+    last_stats_pending_ = false;
+  }
+  return last_stats_;
+}
+
 double Reducer::since_forward() const {
   return std::chrono::duration<double>(Clock::now() - forward_end_).count();
 }
@@ -160,6 +169,7 @@ void Reducer::set_divide_factor(int ranks) {
 
 void Reducer::prepare_for_backward(const std::vector<Tensor>& outputs) {
   forward_end_ = Clock::now();
+  begin_timing();
   if (!sync_) return;
   if (backward_started_) {
     // A backward that died midway (an op threw) left buckets in flight: wait for them (or, on CUDA, make
@@ -228,6 +238,7 @@ void Reducer::mark_ready(size_t index, bool observed) {
   Bucket& b = buckets_[slots_[index].bucket];
   if (--b.pending == 0) {
     b.timing.ready_s = since_forward();
+    timing_->bucket_ready(b.timing.index);
     if (opt_.overlap) launch_ready_buckets();
   }
 }
@@ -257,6 +268,7 @@ void Reducer::launch(Bucket& b) {
   } else {
     b.work = pg_->allreduce(comm_buffer_of(b.buffer), dist::ReduceOp::Sum);
   }
+  timing_->bucket_launched(b.timing.index, b.work);
 }
 
 void Reducer::finish_communication() {
@@ -265,6 +277,7 @@ void Reducer::finish_communication() {
     const auto finished = b.work->finished_at();  // the collective's own end, not when we looked
     b.completed_at = finished.time_since_epoch().count() != 0 ? finished : Clock::now();
     b.timing.completed_s = std::chrono::duration<double>(b.completed_at - forward_end_).count();
+    timing_->bucket_completed(b.timing.index);
     if (b.compressed.defined()) {
       b.buffer.copy_from(b.compressed);
       b.compressed = Tensor();
@@ -280,7 +293,12 @@ void Reducer::finish_communication() {
 }
 
 void Reducer::write_back() {
-  Tensor used_host = used_map_.defined() ? used_map_.to(Device::cpu()) : Tensor();  // after the work's wait
+  // After the work's wait. On a GPU this copy synchronizes the host with the compute stream (the host must
+  // know which parameters no rank used, to leave their grad none): measured as used_map_sync_s.
+  const auto t_used = Clock::now();
+  Tensor used_host = used_map_.defined() ? used_map_.to(Device::cpu()) : Tensor();
+  if (used_map_.defined())
+    timing_->used_map_sync(std::chrono::duration<double>(Clock::now() - t_used).count());
   const int32_t* used = used_host.defined() ? used_host.data<int32_t>() : nullptr;
   for (size_t i = 0; i < params_.size(); ++i) {
     if (used && used[i] == 0) continue;  // no rank used it: grad stays as it was (none), optimizers skip it
@@ -302,6 +320,7 @@ void Reducer::write_back() {
 
 void Reducer::finalize() {
   const auto t0 = Clock::now();
+  timing_->finalize_begin();
   IterationStats stats;
   stats.iteration = iteration_;
   stats.backward_compute_s = since_forward();
@@ -342,7 +361,12 @@ void Reducer::finalize() {
     stats.communication_s = stats.buckets.empty() ? 0 : last_done - first_launch;
     stats.exposed_communication_s = std::chrono::duration<double>(Clock::now() - t0).count();
     stats.finalize_s = stats.exposed_communication_s;
+    timing_->finalize_end();
+    // Host clock: the step timing's numbers now; device clock: when read (last_stats()), without a sync here.
+    std::swap(timing_, last_timing_);
     last_stats_ = std::move(stats);
+    last_stats_pending_ = true;
+    if (!last_timing_->on_device() || log::enabled(log::Level::Info)) last_stats();  // INFO on a GPU: syncs
     DDP_LOG(Info, last_stats_.summary());
     ++iteration_;
   }

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "runtime/ddp/iteration_stats.h"
+#include "runtime/ddp/step_timing.h"
 #include "runtime/dist/process_group.h"
 #include "runtime/nn/module.h"
 
@@ -70,7 +71,9 @@ class Reducer {
   void shadow_backward();
 
   // The statistics of the last synchronized iteration; the number of such iterations so far.
-  const IterationStats& last_stats() const { return last_stats_; }
+  // The last synchronized iteration's statistics. On the device clock (CUDA parameters on NCCL, see
+  // iteration_stats.h) the first read after an iteration waits for that iteration's events.
+  const IterationStats& last_stats() const;
   int64_t iterations() const { return iteration_; }
   // Parameter indices of each bucket, in launch order.
   std::vector<std::vector<size_t>> bucket_layout() const;
@@ -116,6 +119,7 @@ class Reducer {
   [[noreturn]] void raise_unready(const std::vector<size_t>& unready, const std::string& comm_error);
   Tensor slot_view(size_t index) const;
   double since_forward() const;
+  void begin_timing();  // the step clock of this iteration (host, or CUDA events on NCCL)
 
   std::vector<nn::NamedTensor> params_;
   std::shared_ptr<dist::ProcessGroup> pg_;
@@ -142,7 +146,11 @@ class Reducer {
   double unused_search_s_ = 0;
 
   int64_t iteration_ = 0;
-  IterationStats last_stats_;
+  mutable IterationStats last_stats_;
+  // The measurements of the running iteration and of the last finished one (read lazily by last_stats()).
+  std::unique_ptr<StepTiming> timing_ = std::make_unique<StepTiming>();
+  mutable std::unique_ptr<StepTiming> last_timing_ = std::make_unique<StepTiming>();
+  mutable bool last_stats_pending_ = false;
 };
 
 }  // namespace ddp

@@ -44,6 +44,12 @@ class Work {
   // real end; for NCCL when the watchdog saw the end event (up to its polling period later).
   std::chrono::steady_clock::time_point finished_at();
 
+  // NCCL: timing events (cudaEvent_t) on the communication stream right before and right after the
+  // collective, valid while this Work lives (the reducer's GPU statistics read them); nullptr for other
+  // backends.
+  virtual void* device_start_event() const { return nullptr; }
+  virtual void* device_end_event() const { return nullptr; }
+
   // For backends: marks the work finished, with an error or without. Only the first call counts.
   void finish(std::exception_ptr err = nullptr);
 

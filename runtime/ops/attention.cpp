@@ -4,6 +4,7 @@
 
 #include "kernels/cpu/attention.h"
 #include "runtime/autograd/node.h"
+#include "runtime/ops/mixed_precision.h"
 #ifdef DDP_WITH_CUDA
 #include "kernels/cuda/attention.h"
 #include "runtime/core/cuda/stream.h"
@@ -48,6 +49,7 @@ Tensor causal_self_attention(const Tensor& qkv, int64_t n_head) {
   const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3;
   DDP_CHECK(n_head > 0 && C % n_head == 0, "causal_self_attention: n_head = ", n_head,
             " must be positive and divide C = ", C, " (qkv of shape ", shape_str(qkv.shape()), ")");
+  if (use_bf16_compute(qkv)) return detail::attention_bf16(qkv, n_head);
   Tensor y = Tensor::empty({B, T, C}, qkv.dtype(), qkv.device());
   Tensor att = Tensor::empty({B, n_head, T, T}, qkv.dtype(), qkv.device());
   if (y.numel() > 0) {

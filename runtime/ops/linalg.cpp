@@ -12,6 +12,7 @@
 #include "kernels/cpu/reduce.h"
 #include "runtime/autograd/node.h"
 #include "runtime/ops/device_kernel.h"
+#include "runtime/ops/mixed_precision.h"
 
 #ifdef DDP_WITH_CUDA
 #include "kernels/cuda/gemm.h"
@@ -117,6 +118,8 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
               "matmul: batch dimensions differ: a ", shape_str(a.shape()), " vs b ", shape_str(b.shape()),
               "; batched matmul needs equal leading dimensions (or a 2-D b shared by all)");
   }
+  if (use_bf16_compute(a) && batch * M * N * K > 0)
+    return detail::matmul_bf16(a, b, batch, M, K, N, shared_b);
   Tensor out = Tensor::empty(with_last(a.shape(), N), a.dtype(), a.device());
   const Device dev = a.device();
   DDP_DISPATCH_FLOATING(a.dtype(), "matmul", [&] {
@@ -194,6 +197,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   }
   const int64_t rows =
       in_f > 0 ? x.numel() / in_f : shape_numel(Shape(x.shape().begin(), x.shape().end() - 1));
+  if (use_bf16_compute(x) && rows * out_f * in_f > 0) return detail::linear_bf16(x, weight, bias, rows);
   Tensor y = Tensor::empty(with_last(x.shape(), out_f), x.dtype(), x.device());
   const Device dev = x.device();
   DDP_DISPATCH_FLOATING(x.dtype(), "linear", [&] {

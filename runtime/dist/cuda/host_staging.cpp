@@ -11,6 +11,7 @@
 #include "runtime/core/cuda/stream.h"
 #include "runtime/core/cuda_check.h"
 #include "runtime/core/log.h"
+#include "runtime/dist/deferred_release.h"
 
 namespace ddp::dist::cuda {
 
@@ -68,65 +69,97 @@ cudaStream_t side_stream(int device) {
   return streams[device];
 }
 
+DeferredRelease& parked_stagings() {
+  static DeferredRelease* d = new DeferredRelease();  // never destroyed, like the pinned pool
+  return *d;
+}
+
 }  // namespace
 
-struct HostStaging::Events {
+struct HostStaging::State {
   int device = 0;
+  CommBuffer in, out;       // keepalives of the caller's buffers
+  void* host_in = nullptr;  // pinned blocks from the pool
+  void* host_out = nullptr;
   cudaEvent_t issued = nullptr;  // recorded on the caller's stream at issue
   cudaEvent_t done = nullptr;    // recorded on the side stream after the H2D copy
   bool done_recorded = false;
+
+  // True once the side stream's work on these buffers is over (or was never queued). Non-blocking.
+  bool copies_finished() const {
+    if (!done_recorded) return true;  // copy_in() synchronised its D2H copy; no H2D copy was queued
+    DeviceGuard dg(device);
+    cudaError_t q = cudaEventQuery(done);
+    if (q == cudaErrorNotReady) return false;
+    if (q != cudaSuccess) DDP_LOG(Error, "gloo staging: the H2D copy failed: ", cudaGetErrorString(q));
+    return true;
+  }
+  ~State() {
+    {
+      DeviceGuard dg(device);
+      if (issued) cudaEventDestroy(issued);
+      if (done) cudaEventDestroy(done);
+    }
+    if (host_out != host_in) pinned_pool().give(host_out);
+    pinned_pool().give(host_in);
+    // in/out (the caller's tensors) are released after this body, i.e. after the copy finished.
+  }
 };
 
-HostStaging::HostStaging(const CommBuffer& in, const CommBuffer& out)
-    : in_(in), out_(out), events_(std::make_unique<Events>()) {
+HostStaging::HostStaging(const CommBuffer& in, const CommBuffer& out) : st_(std::make_shared<State>()) {
   DDP_CHECK(in.device.is_cuda() && in.device == out.device, "gloo staging: buffers on ", in.device.str(),
             " and ", out.device.str(), ": expected both on the same CUDA device");
-  events_->device = in.device.index;
-  DeviceGuard dg(events_->device);
-  DDP_CUDA_CHECK(cudaEventCreateWithFlags(&events_->issued, cudaEventDisableTiming));
-  DDP_CUDA_CHECK(cudaEventCreateWithFlags(&events_->done, cudaEventDisableTiming));
-  DDP_CUDA_CHECK(cudaEventRecord(events_->issued, ddp::cuda::current_stream()));
-  host_in_ = pinned_pool().take(in_.nbytes());
-  host_out_ = in_.data == out_.data ? host_in_ : pinned_pool().take(out_.nbytes());
+  parked_stagings().drain();  // release earlier stagings whose copies have finished since
+  State& s = *st_;
+  s.in = in;
+  s.out = out;
+  s.device = in.device.index;
+  DeviceGuard dg(s.device);
+  DDP_CUDA_CHECK(cudaEventCreateWithFlags(&s.issued, cudaEventDisableTiming));
+  DDP_CUDA_CHECK(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming));
+  DDP_CUDA_CHECK(cudaEventRecord(s.issued, ddp::cuda::current_stream()));
+  s.host_in = pinned_pool().take(s.in.nbytes());
+  s.host_out = s.in.data == s.out.data ? s.host_in : pinned_pool().take(s.out.nbytes());
 }
 
 HostStaging::~HostStaging() {
-  {
-    DeviceGuard dg(events_->device);
-    if (events_->done_recorded) {
-      cudaError_t err = cudaEventSynchronize(events_->done);
-      if (err != cudaSuccess)
-        DDP_LOG(Error, "gloo staging: waiting for the H2D copy failed: ", cudaGetErrorString(err));
-    }
-    if (events_->issued) cudaEventDestroy(events_->issued);
-    if (events_->done) cudaEventDestroy(events_->done);
-  }
-  if (host_out_ != host_in_) pinned_pool().give(host_out_);
-  pinned_pool().give(host_in_);
+  if (!st_) return;
+  if (st_->copies_finished()) return;  // st_ (and the caller's buffers) released now
+  std::shared_ptr<State> st = st_;
+  parked_stagings().add([st] { return st->copies_finished(); }, st);
 }
 
+size_t HostStaging::parked() { return parked_stagings().drain(); }
+
+void* HostStaging::host_in() const { return st_->host_in; }
+void* HostStaging::host_out() const { return st_->host_out; }
+
 void HostStaging::copy_in() {
-  DeviceGuard dg(events_->device);
-  cudaStream_t s = side_stream(events_->device);
-  DDP_CUDA_CHECK(cudaStreamWaitEvent(s, events_->issued, 0));
-  if (in_.nbytes() > 0)
-    DDP_CUDA_CHECK(cudaMemcpyAsync(host_in_, in_.data, in_.nbytes(), cudaMemcpyDeviceToHost, s));
+  State& st = *st_;
+  DeviceGuard dg(st.device);
+  cudaStream_t s = side_stream(st.device);
+  DDP_CUDA_CHECK(cudaStreamWaitEvent(s, st.issued, 0));
+  if (st.in.nbytes() > 0)
+    DDP_CUDA_CHECK(cudaMemcpyAsync(st.host_in, st.in.data, st.in.nbytes(), cudaMemcpyDeviceToHost, s));
   DDP_CUDA_CHECK(cudaStreamSynchronize(s));
 }
 
 void HostStaging::copy_out() {
-  DeviceGuard dg(events_->device);
-  cudaStream_t s = side_stream(events_->device);
-  if (out_.nbytes() > 0)
-    DDP_CUDA_CHECK(cudaMemcpyAsync(out_.data, host_out_, out_.nbytes(), cudaMemcpyHostToDevice, s));
-  DDP_CUDA_CHECK(cudaEventRecord(events_->done, s));
-  events_->done_recorded = true;
+  State& st = *st_;
+  DeviceGuard dg(st.device);
+  cudaStream_t s = side_stream(st.device);
+  if (st.out.nbytes() > 0)
+    DDP_CUDA_CHECK(cudaMemcpyAsync(st.out.data, st.host_out, st.out.nbytes(), cudaMemcpyHostToDevice, s));
+  DDP_CUDA_CHECK(cudaEventRecord(st.done, s));
+  st.done_recorded = true;
+  parked_stagings().drain();
 }
 
 void HostStaging::join_current_stream() {
-  if (!events_->done_recorded) return;
-  DeviceGuard dg(events_->device);
-  DDP_CUDA_CHECK(cudaStreamWaitEvent(ddp::cuda::current_stream(), events_->done, 0));
+  State& st = *st_;
+  if (!st.done_recorded) return;
+  DeviceGuard dg(st.device);
+  DDP_CUDA_CHECK(cudaStreamWaitEvent(ddp::cuda::current_stream(), st.done, 0));
 }
 
 }  // namespace ddp::dist::cuda

@@ -17,6 +17,7 @@
 #include "runtime/dist/collective.h"
 #include "runtime/dist/collective_tracker.h"
 #include "runtime/dist/env.h"
+#include "runtime/dist/poll_until.h"
 
 namespace ddp::dist {
 
@@ -63,11 +64,16 @@ class NcclWork : public Work {
   NcclWork(std::string description, int device, bool host_blocking)
       : Work(std::move(description)), device_(device), host_blocking_(host_blocking) {
     DeviceGuard dg(device_);
-    DDP_CUDA_CHECK(cudaEventCreateWithFlags(&end, cudaEventDisableTiming));
+    // With timing: the reducer's statistics measure the collective on the GPU's clock (ddp/step_clock.h).
+    DDP_CUDA_CHECK(cudaEventCreate(&start));
+    DDP_CUDA_CHECK(cudaEventCreate(&end));
   }
   ~NcclWork() override {
-    if (end) cudaEventDestroy(end);  // safe while pending: CUDA releases it once it completed
+    if (start) cudaEventDestroy(start);  // safe while pending: CUDA releases them once completed
+    if (end) cudaEventDestroy(end);
   }
+  void* device_start_event() const override { return start; }
+  void* device_end_event() const override { return end; }
 
   // Stream semantics: the caller's current stream waits on the end event; the host does not block
   // (barrier() blocks the host until every rank arrived).
@@ -78,7 +84,8 @@ class NcclWork : public Work {
   }
 
   CollectiveDesc desc;
-  CommBuffer in, out;  // keepalives until the GPU finished
+  CommBuffer in, out;           // keepalives until the GPU finished
+  cudaEvent_t start = nullptr;  // on the comm stream, once it waited for the caller's stream
   cudaEvent_t end = nullptr;
   std::chrono::steady_clock::time_point deadline;
 
@@ -124,7 +131,68 @@ struct NcclProcessGroup::Impl {
   void watchdog_loop();
   // Fails every pending work (the first with `first_error`) and aborts the communicator. Called with mu held.
   void fail_all(const std::string& first_error);
+  // The communicator is non-blocking (ncclConfig_t::blocking = 0): an NCCL call may return ncclInProgress and
+  // the communicator is usable again once ncclCommGetAsyncError says so. Waits for that until `deadline`;
+  // returns the final state, ncclInProgress when the deadline passed.
+  ncclResult_t settle(ncclResult_t r, std::chrono::steady_clock::time_point deadline) const;
+  // Throws a clear error unless the enqueue `call` (its result r) settles as ncclSuccess within the timeout.
+  void check_enqueue(ncclResult_t r, const char* call) const;
+  // Creates the communicator; on a timeout or an error aborts it and throws the collective-timeout style
+  // error.
+  void create_communicator(const ncclUniqueId& id);
 };
+
+ncclResult_t NcclProcessGroup::Impl::settle(ncclResult_t r,
+                                            std::chrono::steady_clock::time_point deadline) const {
+  if (r != ncclInProgress || comm == nullptr) return r;
+  ncclResult_t state = ncclInProgress;
+  auto query = [&] {
+    ncclResult_t q = ncclCommGetAsyncError(comm, &state);
+    if (q != ncclSuccess) state = q;
+    return state == ncclInProgress ? PollState::InProgress
+                                   : (state == ncclSuccess ? PollState::Done : PollState::Failed);
+  };
+  poll_until(query, deadline);
+  return state;
+}
+
+void NcclProcessGroup::Impl::check_enqueue(ncclResult_t r, const char* call) const {
+  r = settle(r, std::chrono::steady_clock::now() + options.timeout);
+  if (r == ncclSuccess) return;
+  const char* last = ncclGetLastError(comm);
+  DDP_FAIL("nccl: ", call, " failed on rank ", rank, " of ", size, ": ",
+           r == ncclInProgress
+               ? "still in progress after timeout " + std::to_string(options.timeout.count()) + " ms"
+               : std::string(ncclGetErrorString(r)),
+           last && *last ? std::string(" (") + last + ")" : std::string());
+}
+
+void NcclProcessGroup::Impl::create_communicator(const ncclUniqueId& id) {
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;  // returns at once; completion and the deadline are polled below
+  const auto deadline = std::chrono::steady_clock::now() + options.timeout;
+  ncclResult_t r = ncclCommInitRankConfig(&comm, size, id, rank, &config);
+  r = settle(r, deadline);
+  if (r == ncclSuccess) return;
+  const char* last = comm ? ncclGetLastError(comm) : nullptr;
+  const std::string cause = r == ncclInProgress ? std::string("ncclCommInitRankConfig still in progress")
+                                                : std::string(ncclGetErrorString(r));
+  if (comm) {
+    ncclResult_t a = ncclCommAbort(comm);  // unblocks NCCL's init threads of this communicator
+    if (a != ncclSuccess) DDP_LOG(Error, "nccl: ncclCommAbort failed: ", ncclGetErrorString(a));
+    comm = nullptr;
+  }
+  // The same shape as a collective's timeout error (CollectiveTracker::failure_message).
+  DDP_FAIL("nccl communicator creation of group '", prefix, "' failed on rank ", rank, " of ", size,
+           " after timeout ", options.timeout.count(), " ms: ",
+           r == ncclInProgress
+               ? "every rank checked in and got the unique id, but the communicator did not form: a rank "
+                 "crashed or is stuck after the unique-id exchange, or the GPUs cannot reach each other "
+                 "(NCCL_DEBUG=INFO shows the transport NCCL tried; DDP_COLLECTIVE_TIMEOUT_S sets the timeout)"
+               : "NCCL reported an error while creating the communicator (NCCL_DEBUG=INFO shows why)",
+           ". Cause reported by nccl: ", cause,
+           last && *last ? std::string(" (") + last + ")" : std::string());
+}
 
 NcclProcessGroup::NcclProcessGroup(std::shared_ptr<Store> store, int rank, int size, int local_rank,
                                    const ProcessGroupOptions& options)
@@ -174,7 +242,7 @@ NcclProcessGroup::NcclProcessGroup(std::shared_ptr<Store> store, int rank, int s
             " bytes, expected ", sizeof(ncclUniqueId), " (ranks built against different NCCL versions?)");
   ncclUniqueId id;
   std::memcpy(&id, id_bytes.data(), sizeof(id));
-  DDP_NCCL_CHECK(ncclCommInitRank(&s.comm, size, id, rank));
+  s.create_communicator(id);
   DDP_CUDA_CHECK(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking));
   DDP_CUDA_CHECK(cudaMalloc(&s.barrier_scratch, sizeof(float)));
   DDP_LOG(Info, "nccl group '", s.prefix, "': rank ", rank, " of ", size, " on GPU ", s.device);
@@ -191,9 +259,15 @@ NcclProcessGroup::~NcclProcessGroup() {
   s.watchdog.join();  // returns once nothing is pending (completed, failed or timed out)
   {
     DeviceGuard dg(s.device);
-    if (s.comm) {
-      ncclResult_t r = s.aborted ? ncclSuccess : ncclCommDestroy(s.comm);
-      if (r != ncclSuccess) DDP_LOG(Error, "nccl: ncclCommDestroy failed: ", ncclGetErrorString(r));
+    if (s.comm && !s.aborted) {
+      // Non-blocking communicator: finalize (flushes, may be in progress), then destroy; abort if it hangs.
+      ncclResult_t r =
+          s.settle(ncclCommFinalize(s.comm), std::chrono::steady_clock::now() + s.options.timeout);
+      if (r == ncclSuccess) r = ncclCommDestroy(s.comm);
+      if (r != ncclSuccess) {
+        DDP_LOG(Error, "nccl: finalizing the communicator failed (", ncclGetErrorString(r), "); aborting it");
+        ncclCommAbort(s.comm);
+      }
     }
     if (s.stream) cudaStreamDestroy(s.stream);
     if (s.barrier_scratch) cudaFree(s.barrier_scratch);
@@ -229,6 +303,7 @@ std::shared_ptr<Work> NcclProcessGroup::Impl::issue(CollectiveDesc d, CommBuffer
     DDP_CUDA_CHECK(cudaEventRecord(ready, ddp::cuda::current_stream()));
     DDP_CUDA_CHECK(cudaStreamWaitEvent(stream, ready, 0));
     DDP_CUDA_CHECK(cudaEventDestroy(ready));
+    DDP_CUDA_CHECK(cudaEventRecord(work->start, stream));
     launch();
     DDP_CUDA_CHECK(cudaEventRecord(work->end, stream));
   } catch (const std::exception& e) {
@@ -338,7 +413,8 @@ std::shared_ptr<Work> NcclProcessGroup::allreduce(CommBuffer buf, ReduceOp op) {
   size_t n = static_cast<size_t>(buf.numel);
   CommBuffer same = buf;
   return s.issue(d, std::move(buf), std::move(same), false, [&] {
-    DDP_NCCL_CHECK(ncclAllReduce(p, p, n, nccl_dtype(d.dtype), nccl_op(op), s.comm, s.stream));
+    s.check_enqueue(ncclAllReduce(p, p, n, nccl_dtype(d.dtype), nccl_op(op), s.comm, s.stream),
+                    "ncclAllReduce");
   });
 }
 
@@ -351,7 +427,7 @@ std::shared_ptr<Work> NcclProcessGroup::broadcast(CommBuffer buf, int root) {
   size_t n = static_cast<size_t>(buf.numel);
   CommBuffer same = buf;
   return s.issue(d, std::move(buf), std::move(same), false, [&] {
-    DDP_NCCL_CHECK(ncclBroadcast(p, p, n, nccl_dtype(d.dtype), root, s.comm, s.stream));
+    s.check_enqueue(ncclBroadcast(p, p, n, nccl_dtype(d.dtype), root, s.comm, s.stream), "ncclBroadcast");
   });
 }
 
@@ -364,8 +440,9 @@ std::shared_ptr<Work> NcclProcessGroup::allgather(CommBuffer in, CommBuffer out)
   void* src = in.data;
   void* dst = out.data;
   size_t n = static_cast<size_t>(in.numel);
-  return s.issue(d, std::move(in), std::move(out), false,
-                 [&] { DDP_NCCL_CHECK(ncclAllGather(src, dst, n, nccl_dtype(d.dtype), s.comm, s.stream)); });
+  return s.issue(d, std::move(in), std::move(out), false, [&] {
+    s.check_enqueue(ncclAllGather(src, dst, n, nccl_dtype(d.dtype), s.comm, s.stream), "ncclAllGather");
+  });
 }
 
 std::shared_ptr<Work> NcclProcessGroup::reduce_scatter(CommBuffer in, CommBuffer out, ReduceOp op) {
@@ -378,7 +455,8 @@ std::shared_ptr<Work> NcclProcessGroup::reduce_scatter(CommBuffer in, CommBuffer
   void* dst = out.data;
   size_t n = static_cast<size_t>(out.numel);
   return s.issue(d, std::move(in), std::move(out), false, [&] {
-    DDP_NCCL_CHECK(ncclReduceScatter(src, dst, n, nccl_dtype(d.dtype), nccl_op(op), s.comm, s.stream));
+    s.check_enqueue(ncclReduceScatter(src, dst, n, nccl_dtype(d.dtype), nccl_op(op), s.comm, s.stream),
+                    "ncclReduceScatter");
   });
 }
 
@@ -387,8 +465,9 @@ std::shared_ptr<Work> NcclProcessGroup::barrier() {
   CollectiveDesc d{CollectiveKind::Barrier, 0, 0, DType::F32, ReduceOp::Sum, -1, Device::cuda(s.device)};
   CommBuffer none{nullptr, 0, DType::F32, Device::cuda(s.device), nullptr};
   return s.issue(d, none, none, true, [&] {
-    DDP_NCCL_CHECK(
-        ncclAllReduce(s.barrier_scratch, s.barrier_scratch, 1, ncclFloat32, ncclSum, s.comm, s.stream));
+    s.check_enqueue(
+        ncclAllReduce(s.barrier_scratch, s.barrier_scratch, 1, ncclFloat32, ncclSum, s.comm, s.stream),
+        "ncclAllReduce (barrier)");
   });
 }
 

@@ -6,6 +6,9 @@
 // A watchdog thread marks completions, polls ncclCommGetAsyncError, publishes this rank's progress to the
 // store, and aborts the communicator (ncclCommAbort) when a collective passes its timeout, failing it with an
 // error naming the collective, its sequence number, count, dtype and the ranks that did not arrive.
+// The communicator is non-blocking (ncclConfig_t::blocking = 0): its creation is polled against the same
+// timeout and aborted when a rank never completes it (one that died after the unique-id exchange), with an
+// error worded like a collective timeout, instead of hanging in ncclCommInitRank.
 #pragma once
 #include <memory>
 
@@ -17,7 +20,8 @@ namespace ddp::dist {
 class NcclProcessGroup : public ProcessGroup {
  public:
   // Selects the GPU (options.cuda_device, else local_rank % device_count), exchanges the NCCL unique id
-  // through the store (rank 0 publishes it) after all ranks checked in, and creates the communicator.
+  // through the store (rank 0 publishes it) after all ranks checked in, and creates the communicator
+  // (bounded by options.timeout: a clear error instead of a hang when a rank does not take part).
   NcclProcessGroup(std::shared_ptr<Store> store, int rank, int size, int local_rank,
                    const ProcessGroupOptions& options);
   // Waits (bounded by the timeouts) for outstanding collectives, then destroys (or aborts) the communicator.

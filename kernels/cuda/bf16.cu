@@ -1,0 +1,73 @@
+// bf16.cu - GPU bfloat16 conversion kernels and the bf16 tensor-core GEMM through cuBLAS (float32
+// accumulation and output). Row-major wrappers as in gemm.cu: C^T = op(B)^T op(A)^T in cuBLAS's column-major
+// view.
+#include <cuda_bf16.h>
+
+#include <climits>
+
+#include "kernels/cuda/bf16.h"
+#include "kernels/cuda/common.cuh"
+#include "runtime/core/cuda/handles.h"
+#include "runtime/core/cuda/stream.h"
+#include "runtime/core/cuda_check.h"
+
+namespace ddp::kernels::cuda {
+namespace {
+static_assert(sizeof(BFloat16) == sizeof(__nv_bfloat16), "BFloat16 and __nv_bfloat16 must share a layout");
+
+__global__ void to_bf16_kernel(const float* x, __nv_bfloat16* y, int64_t n) {
+  DDP_CUDA_KERNEL_LOOP(i, n) { y[i] = __float2bfloat16(x[i]); }  // round to nearest even
+}
+__global__ void from_bf16_kernel(const __nv_bfloat16* x, float* y, int64_t n) {
+  DDP_CUDA_KERNEL_LOOP(i, n) { y[i] = __bfloat162float(x[i]); }
+}
+__global__ void round_kernel(float* x, int64_t n) {
+  DDP_CUDA_KERNEL_LOOP(i, n) { x[i] = __bfloat162float(__float2bfloat16(x[i])); }
+}
+int as_int(int64_t v, const char* what) {
+  DDP_CHECK(v >= 0 && v <= INT_MAX, "cuda bf16 gemm: ", what, " = ", v,
+            " does not fit cuBLAS's 32-bit sizes");
+  return static_cast<int>(v);
+}
+}  // namespace
+
+void to_bf16(const float* x, BFloat16* y, int64_t n) {
+  if (n == 0) return;
+  to_bf16_kernel<<<grid_for(n), kBlock, 0, ddp::cuda::current_stream()>>>(
+      x, reinterpret_cast<__nv_bfloat16*>(y), n);
+  DDP_CUDA_CHECK_LAUNCH();
+}
+
+void from_bf16(const BFloat16* x, float* y, int64_t n) {
+  if (n == 0) return;
+  from_bf16_kernel<<<grid_for(n), kBlock, 0, ddp::cuda::current_stream()>>>(
+      reinterpret_cast<const __nv_bfloat16*>(x), y, n);
+  DDP_CUDA_CHECK_LAUNCH();
+}
+
+void round_to_bf16(float* x, int64_t n) {
+  if (n == 0) return;
+  round_kernel<<<grid_for(n), kBlock, 0, ddp::cuda::current_stream()>>>(x, n);
+  DDP_CUDA_CHECK_LAUNCH();
+}
+
+void gemm_bf16(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K, float alpha,
+               const BFloat16* A, int64_t stride_a, const BFloat16* B, int64_t stride_b, float beta, float* C,
+               int64_t stride_c) {
+  if (M == 0 || N == 0 || batch == 0) return;
+  DDP_CHECK(K > 0, "cuda bf16 gemm: K = 0 (an empty sum) is not supported; the callers never pass it");
+  const int m = as_int(M, "M"), n = as_int(N, "N"), k = as_int(K, "K"), b = as_int(batch, "batch");
+  const int lda = trans_a ? m : k, ldb = trans_b ? k : n, ldc = n;
+  const cublasOperation_t ta = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasHandle_t h = ddp::cuda::cublas_handle();
+  if (batch == 1) {
+    DDP_CUBLAS_CHECK(cublasGemmEx(h, tb, ta, n, m, k, &alpha, B, CUDA_R_16BF, ldb, A, CUDA_R_16BF, lda, &beta,
+                                  C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  } else {
+    DDP_CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, tb, ta, n, m, k, &alpha, B, CUDA_R_16BF, ldb, stride_b, A,
+                                                CUDA_R_16BF, lda, stride_a, &beta, C, CUDA_R_32F, ldc,
+                                                stride_c, b, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  }
+}
+
+}  // namespace ddp::kernels::cuda

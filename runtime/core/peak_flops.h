@@ -1,0 +1,21 @@
+// peak_flops.h - the peak throughput MFU (model FLOPs utilisation) is measured against, and where the figure
+// comes from. Datasheet figures only (dense, no sparsity), never measured ones: NVIDIA's H100/H200 SXM
+// datasheets give FP32 67 TFLOP/s and BF16 Tensor Core 1,979 TFLOP/s "with sparsity", i.e. 989 dense. float32
+// GEMMs here use cublasSgemm without TF32, so the FP32 figure applies to float32 runs. Unknown GPUs (and
+// CPUs) get 0: the programs then print no MFU unless --peak-tflops is given.
+#pragma once
+#include <string>
+
+namespace ddp {
+
+struct PeakFlops {
+  double tflops = 0;   // 0: unknown
+  std::string source;  // e.g. "NVIDIA H200 datasheet, BF16 Tensor Core dense"
+};
+
+// The datasheet peak for a GPU named `gpu_name` (cudaDeviceProp::name) computing in bf16 or float32.
+PeakFlops datasheet_peak(const std::string& gpu_name, bool bf16);
+// cudaDeviceProp::name of `device`, "" without CUDA or on failure.
+std::string cuda_device_name(int device);
+
+}  // namespace ddp

@@ -1,0 +1,138 @@
+// mixed_precision.cpp - the per-thread bf16 compute mode, conversions to and from bfloat16 on either device,
+// the differentiable rounding op, and the bf16 attention op (kernels/{cpu,cuda}/attention_bf16) between two
+// roundings (qkv in, y out).
+#include "runtime/ops/mixed_precision.h"
+
+#include "kernels/cpu/attention_bf16.h"
+#include "kernels/cpu/bf16.h"
+#include "runtime/autograd/node.h"
+#ifdef DDP_WITH_CUDA
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/attention_bf16.h"
+#include "kernels/cuda/bf16.h"
+#include "runtime/core/cuda/stream.h"
+#endif
+
+namespace ddp::ops {
+namespace {
+thread_local bool t_bf16 = false;
+
+void check_f32(const Tensor& x, const char* what) {
+  DDP_CHECK(x.defined(), what, ": the tensor is undefined");
+  DDP_CHECK(x.dtype() == DType::F32, what, ": expected a float32 tensor, got ", dtype_name(x.dtype()),
+            " (bf16 mixed precision keeps float32 tensors and rounds them; convert with .to(DType::F32))");
+}
+
+struct Bf16RoundBackward final : autograd::Node {
+  std::vector<Tensor> apply(std::vector<Tensor>& grads) override {
+    if (!grads[0].defined()) return {Tensor()};
+    return {round_to_bf16(grads[0])};
+  }
+  const char* name() const override { return "bf16_round"; }
+};
+}  // namespace
+
+bool bf16_compute_enabled() { return t_bf16; }
+Bf16Compute::Bf16Compute(bool on) : prev_(t_bf16) { t_bf16 = on; }
+Bf16Compute::~Bf16Compute() { t_bf16 = prev_; }
+
+Tensor to_bf16(const Tensor& x) {
+  check_f32(x, "to_bf16");
+  Tensor y = Tensor::empty(x.shape(), DType::BF16, x.device());
+#ifdef DDP_WITH_CUDA
+  if (x.device().is_cuda()) {
+    kernels::cuda::to_bf16(x.data<float>(), y.data<BFloat16>(), x.numel());
+    return y;
+  }
+#endif
+  kernels::cpu::to_bf16(x.data<float>(), y.data<BFloat16>(), x.numel());
+  return y;
+}
+
+Tensor round_to_bf16(const Tensor& x) {
+  check_f32(x, "round_to_bf16");
+  Tensor y = x.clone();
+#ifdef DDP_WITH_CUDA
+  if (x.device().is_cuda()) {
+    kernels::cuda::round_to_bf16(y.data<float>(), y.numel());
+    return y;
+  }
+#endif
+  kernels::cpu::round_to_bf16(y.data<float>(), y.numel());
+  return y;
+}
+
+Tensor bf16_round(const Tensor& x) {
+  Tensor y;
+  {
+    autograd::NoGradGuard ng;
+    y = round_to_bf16(x);
+  }
+  if (autograd::needs_grad({&x})) autograd::record(std::make_shared<Bf16RoundBackward>(), {&x}, {&y});
+  return y;
+}
+
+namespace {
+// Forward and backward of the bf16 attention on a rounded qkv (the float32 op's node, with the bf16 kernels).
+struct AttentionBf16Backward final : autograd::Node {
+  Tensor qkv, att;  // qkv: bf16-rounded float32; att: float32 probabilities
+  int64_t n_head = 1;
+  std::vector<Tensor> apply(std::vector<Tensor>& grads) override {
+    if (!grads[0].defined()) return {Tensor()};
+    const Tensor dy = grads[0];  // rounded by the bf16_round after the op
+    const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3;
+    Tensor dqkv = Tensor::empty_like(qkv);
+    if (dqkv.numel() == 0) return {dqkv};
+#ifdef DDP_WITH_CUDA
+    if (qkv.device().is_cuda()) {
+      Tensor scratch = Tensor::empty({kernels::cuda::attention_backward_scratch_elems(B, T, C, n_head)},
+                                     DType::F32, qkv.device());
+      kernels::cuda::attention_backward_bf16(dy.data<float>(), qkv.data<float>(), att.data<float>(),
+                                             dqkv.data<float>(), scratch.data<float>(), B, T, C, n_head,
+                                             cuda::current_stream());
+      return {dqkv};
+    }
+#endif
+    kernels::cpu::attention_backward_bf16(dy.data<float>(), qkv.data<float>(), att.data<float>(),
+                                          dqkv.data<float>(), B, T, C, n_head);
+    return {dqkv};
+  }
+  const char* name() const override { return "causal_self_attention_bf16"; }
+  void release_saved() override { qkv = att = Tensor(); }
+};
+
+Tensor attention_bf16_core(const Tensor& qkv, int64_t n_head) {
+  const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3;
+  Tensor y = Tensor::empty({B, T, C}, DType::F32, qkv.device());
+  Tensor att = Tensor::empty({B, n_head, T, T}, DType::F32, qkv.device());
+  if (y.numel() > 0) {
+#ifdef DDP_WITH_CUDA
+    if (qkv.device().is_cuda()) {
+      Tensor scratch =
+          Tensor::empty({kernels::cuda::attention_forward_scratch_elems(B, T, C)}, DType::F32, qkv.device());
+      kernels::cuda::attention_forward_bf16(qkv.data<float>(), y.data<float>(), att.data<float>(),
+                                            scratch.data<float>(), B, T, C, n_head, cuda::current_stream());
+    } else
+#endif
+    {
+      kernels::cpu::attention_forward_bf16(qkv.data<float>(), y.data<float>(), att.data<float>(), B, T, C,
+                                           n_head);
+    }
+  }
+  if (autograd::needs_grad({&qkv})) {
+    auto node = std::make_shared<AttentionBf16Backward>();
+    node->qkv = qkv;
+    node->att = att;
+    node->n_head = n_head;
+    autograd::record(node, {&qkv}, {&y});
+  }
+  return y;
+}
+}  // namespace
+
+// Called by ops::causal_self_attention after its checks.
+Tensor detail::attention_bf16(const Tensor& qkv, int64_t n_head) {
+  return bf16_round(attention_bf16_core(bf16_round(qkv), n_head));
+}
+
+}  // namespace ddp::ops

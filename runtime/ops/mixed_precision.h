@@ -1,0 +1,59 @@
+// mixed_precision.h - bf16 mixed precision: float32 master weights, optimizer and gradients; bfloat16 compute
+// in matmul, linear and attention. Turned on per thread with a Bf16Compute guard (train --dtype bfloat16,
+// bench_e2e --dtype bf16); tensors stay float32 between ops.
+//
+// Where rounding to bfloat16 (round to nearest even) happens, on both devices:
+//   linear / matmul: both operands are rounded (held as bf16 tensors, also for the backward); the GEMM
+//     multiplies them with float32 accumulation (GPU: cuBLAS bf16 tensor cores, CUBLAS_COMPUTE_32F; CPU: the
+//     exact float32 values of the bf16 operands through the float32 GEMM); the product is rounded. A bias is
+//     added in float32 before that rounding (inside the GEMM, beta = 1). Backward: the incoming gradient is
+//     rounded; dx and dW come from bf16 GEMMs and are rounded; db = float32 column sums of the rounded
+//     gradient, rounded.
+//   causal_self_attention: its input qkv and output y are rounded (gradients: dy and dqkv); every GEMM inside
+//     has bf16 operands and float32 accumulation and output (GPU: cuBLAS bf16 tensor cores): the softmax
+//     probabilities are rounded before att v and att^T dy, the softmax gradient before the dq / dk GEMMs;
+//     scores, softmax, its backward and the saved probabilities stay float32.
+// Everything else (layernorm, gelu, softmax cross-entropy, embedding, optimizer, gradient buckets) is
+// float32. The gradient all-reduce is float32 unless DDPOptions::comm_hook = BF16Compress (bench_e2e
+// --allreduce-dtype). On the CPU the same rounding points make it an exact emulation up to GEMM summation
+// order, so the logic is tested without a GPU (tests/ops_nn/test_mixed_precision.cpp).
+#pragma once
+#include "runtime/tensor/tensor.h"
+
+namespace ddp::ops {
+
+// True while a Bf16Compute guard with on = true is active on this thread.
+bool bf16_compute_enabled();
+
+class Bf16Compute {
+ public:
+  explicit Bf16Compute(bool on = true);
+  ~Bf16Compute();
+  Bf16Compute(const Bf16Compute&) = delete;
+  Bf16Compute& operator=(const Bf16Compute&) = delete;
+
+ private:
+  bool prev_;
+};
+
+// Whether an op on this float tensor computes in bf16 now (mode on and the tensor is float32; float64 ops
+// are never lowered).
+inline bool use_bf16_compute(const Tensor& t) { return bf16_compute_enabled() && t.dtype() == DType::F32; }
+
+// float32 -> bfloat16 tensor on the same device (rounded); no autograd.
+Tensor to_bf16(const Tensor& x);
+// float32 -> float32 holding the bf16-rounded values; no autograd.
+Tensor round_to_bf16(const Tensor& x);
+// Differentiable rounding: forward rounds x, backward rounds the gradient (a cast to bf16 and back).
+Tensor bf16_round(const Tensor& x);
+
+namespace detail {
+// The bf16 paths of ops::matmul / ops::linear / ops::causal_self_attention, called by them after their
+// argument checks when use_bf16_compute(input).
+Tensor matmul_bf16(const Tensor& a, const Tensor& b, int64_t batch, int64_t M, int64_t K, int64_t N,
+                   bool shared_b);
+Tensor linear_bf16(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t rows);
+Tensor attention_bf16(const Tensor& qkv, int64_t n_head);
+}  // namespace detail
+
+}  // namespace ddp::ops
