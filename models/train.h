@@ -33,6 +33,8 @@ struct TrainOptions {
   double first_bucket_mb = 1.0;
   bool find_unused_parameters = false;
   bool gradient_as_bucket_view = false;
+  bool sync_bn = false;  // BatchNorm statistics over all ranks (nn::convert_sync_batchnorm)
+  bool zero = false;     // shard the optimizer state across ranks (ZeroRedundancyOptimizer)
   uint64_t seed = 1234;
   int64_t log_interval = 10;
   int64_t eval_interval = 100;      // 0: only at the end
@@ -59,6 +61,7 @@ struct TrainResult {
   double samples_per_s = 0, tokens_per_s = 0;
   double wall_s = 0;
   double exposed_comm_share = 0;  // median exposed communication / step time
+  int64_t optimizer_state_bytes = 0;  // held by this rank (with --zero: its shard)
   std::string sample_text;        // gpt
   std::string checkpoint_path;
   std::vector<std::vector<double>> final_params;  // for equivalence tests

@@ -38,6 +38,8 @@ int main(int argc, char** argv) {
   p.add("first-bucket-mb", &o.first_bucket_mb, "DDP first bucket cap in MiB");
   p.add("find-unused-parameters", &o.find_unused_parameters, "mark parameters without gradient as ready");
   p.add("gradient-as-bucket-view", &o.gradient_as_bucket_view, "gradients live in the DDP buckets");
+  p.add("sync-bn", &o.sync_bn, "cnn: SyncBatchNorm, batch statistics over all ranks");
+  p.add("zero", &o.zero, "ZeroRedundancyOptimizer: optimizer state sharded across ranks");
   int64_t seed = static_cast<int64_t>(o.seed);
   p.add("seed", &seed, "seed of initialisation and data order");
   p.add("log-interval", &o.log_interval, "steps between log lines");
