@@ -173,6 +173,7 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg)
   dopt.first_bucket_mb = o.first_bucket_mb;
   dopt.find_unused_parameters = o.find_unused_parameters;
   dopt.gradient_as_bucket_view = o.gradient_as_bucket_view;
+  dopt.comm_hook = make_comm_hook(o.comm_hook, static_cast<int>(o.powersgd_rank), o.powersgd_start_iter);
   DistributedDataParallel ddp(model, pg, dopt);
 
   auto make_optimizer = [&o](std::vector<nn::NamedTensor> params) -> std::unique_ptr<optim::Optimizer> {
@@ -408,6 +409,9 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg)
   result.samples_per_s = med > 0 ? static_cast<double>(rows_per_step) / med : 0;
   result.tokens_per_s = result.samples_per_s * static_cast<double>(tokens_per_row);
   result.exposed_comm_share = median(exposed_shares);
+  if (steps_this_run > 0)
+    result.comm_bytes_per_step = static_cast<double>(ddp.reducer().comm_hook().bytes_communicated()) /
+                                 static_cast<double>(steps_this_run);  // one synchronized micro-step each
   if (zero_opt) {
     result.optimizer_state_bytes = zero_opt->local_state_bytes();
   } else {
@@ -444,6 +448,8 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg)
     std::printf("\n   throughput %.0f %s/s (median step %.1f ms), exposed communication %.1f%% of a step\n",
                 data.tokens ? result.tokens_per_s : result.samples_per_s, data.tokens ? "tokens" : "samples",
                 med * 1e3, 100 * result.exposed_comm_share);
+    std::printf("   gradient communication: %s hook, %.3f MiB per step handed to all-reduces by rank 0\n",
+                o.comm_hook.c_str(), result.comm_bytes_per_step / (1024.0 * 1024.0));
     std::printf("   optimizer state on rank 0: %.3f MiB%s\n",
                 static_cast<double>(result.optimizer_state_bytes) / (1024.0 * 1024.0),
                 zero_opt ? " (its ZeRO shard)" : "");

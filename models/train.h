@@ -35,6 +35,9 @@ struct TrainOptions {
   bool gradient_as_bucket_view = false;
   bool sync_bn = false;  // BatchNorm statistics over all ranks (nn::convert_sync_batchnorm)
   bool zero = false;     // shard the optimizer state across ranks (ZeroRedundancyOptimizer)
+  std::string comm_hook = "allreduce";  // allreduce | bf16 | powersgd (runtime/ddp/comm_hook.h)
+  int64_t powersgd_rank = 1;
+  int64_t powersgd_start_iter = 10;
   uint64_t seed = 1234;
   int64_t log_interval = 10;
   int64_t eval_interval = 100;      // 0: only at the end
@@ -62,6 +65,8 @@ struct TrainResult {
   double wall_s = 0;
   double exposed_comm_share = 0;  // median exposed communication / step time
   int64_t optimizer_state_bytes = 0;  // held by this rank (with --zero: its shard)
+  double comm_bytes_per_step = 0;     // handed to the gradient all-reduces by this rank, mean over the run
+                                      // (includes the uncompressed warm-up iterations of PowerSGD)
   std::string sample_text;        // gpt
   std::string checkpoint_path;
   std::vector<std::vector<double>> final_params;  // for equivalence tests

@@ -40,6 +40,10 @@ int main(int argc, char** argv) {
   p.add("gradient-as-bucket-view", &o.gradient_as_bucket_view, "gradients live in the DDP buckets");
   p.add("sync-bn", &o.sync_bn, "cnn: SyncBatchNorm, batch statistics over all ranks");
   p.add("zero", &o.zero, "ZeroRedundancyOptimizer: optimizer state sharded across ranks");
+  p.add_choice("comm-hook", &o.comm_hook, {"allreduce", "bf16", "powersgd"},
+               "gradient communication per bucket (bf16 needs CUDA)");
+  p.add("powersgd-rank", &o.powersgd_rank, "PowerSGD: rank of the gradient approximation");
+  p.add("powersgd-start-iter", &o.powersgd_start_iter, "PowerSGD: plain all-reduce before this iteration (>= 2)");
   int64_t seed = static_cast<int64_t>(o.seed);
   p.add("seed", &seed, "seed of initialisation and data order");
   p.add("log-interval", &o.log_interval, "steps between log lines");

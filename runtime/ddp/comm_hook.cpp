@@ -6,6 +6,13 @@
 
 namespace ddp {
 
+void CommHook::attach(const void* reducer) {
+  DDP_CHECK(reducer_ == nullptr || reducer_ == reducer, "DDP: the ", name(),
+            " comm hook is already used by another DDP reducer; hooks keep per-bucket state, so give every "
+            "DistributedDataParallel (every rank, also ranks that are threads) its own hook object");
+  reducer_ = reducer;
+}
+
 std::shared_ptr<dist::Work> AllreduceHook::run(dist::ProcessGroup& pg, GradBucket& bucket) {
   bytes_ += static_cast<int64_t>(bucket.buffer.nbytes());
   return pg.allreduce(comm_buffer_of(bucket.buffer), dist::ReduceOp::Sum);

@@ -34,9 +34,15 @@ class CommHook {
   virtual std::shared_ptr<dist::Work> run(dist::ProcessGroup& pg, GradBucket& bucket) = 0;
   // Bytes this rank handed to all-reduces so far (each collective's buffer counted once).
   int64_t bytes_communicated() const { return bytes_; }
+  // Called by the reducer that uses this hook: a hook keeps per-bucket state, so it serves one reducer only
+  // (make one hook per rank, also when ranks are threads).
+  void attach(const void* reducer);
 
  protected:
   int64_t bytes_ = 0;
+
+ private:
+  const void* reducer_ = nullptr;
 };
 
 // All-reduce (sum) of the divided gradients in place: the average.

@@ -23,21 +23,42 @@ uint64_t mix(uint64_t a, uint64_t b) {
 }
 }  // namespace
 
-void orthogonalize_columns(Tensor& p, double eps) {
+void orthogonalize_columns(Tensor& p, double eps, uint64_t refill_seed) {
   DDP_CHECK(p.dim() == 2, "orthogonalize_columns: expected a matrix, got ", shape_str(p.shape()));
   const int64_t n = p.size(0), r = p.size(1);
   std::vector<double> v = p.to_double_vector();
+  // Relative residual below which a column counts as dependent: sqrt of the dtype's rounding unit.
+  const double dependent = p.dtype() == DType::F64 ? 1.5e-8 : 3.5e-4;
   for (int64_t j = 0; j < r; ++j) {
-    for (int64_t k = 0; k < j; ++k) {
-      double dot = 0;
-      for (int64_t i = 0; i < n; ++i) dot += v[i * r + j] * v[i * r + k];
-      for (int64_t i = 0; i < n; ++i) v[i * r + j] -= dot * v[i * r + k];
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      double before = 0;
+      for (int64_t i = 0; i < n; ++i) before += v[i * r + j] * v[i * r + j];
+      // Two passes ("twice is enough"): with a rank-deficient matrix (a gradient of lower rank than r, e.g. a
+      // batch smaller than the layer) one pass leaves the residual of a dependent column far from orthogonal.
+      for (int pass = 0; pass < 2; ++pass)
+        for (int64_t k = 0; k < j; ++k) {
+          double dot = 0;
+          for (int64_t i = 0; i < n; ++i) dot += v[i * r + j] * v[i * r + k];
+          for (int64_t i = 0; i < n; ++i) v[i * r + j] -= dot * v[i * r + k];
+        }
+      double norm = 0;
+      for (int64_t i = 0; i < n; ++i) norm += v[i * r + j] * v[i * r + j];
+      norm = std::sqrt(norm);
+      if (norm > dependent * std::sqrt(before)) {
+        const double scale = norm + eps > 0 ? 1.0 / (norm + eps) : 0.0;
+        for (int64_t i = 0; i < n; ++i) v[i * r + j] *= scale;
+        break;
+      }
+      // The column lay in the span of the earlier ones and left only rounding noise, which must not become a
+      // direction. For P: zero (P P^T stays the projection onto P's columns). For Q (refill_seed set): a fresh
+      // random direction, so the next P = M Q can still reach directions the last gradient did not have.
+      Tensor fresh = refill_seed != 0 && attempt == 0
+                         ? Tensor::randn({n}, refill_seed + static_cast<uint64_t>(j), DType::F64)
+                         : Tensor::zeros({n}, DType::F64);
+      const double* f = fresh.data<double>();
+      for (int64_t i = 0; i < n; ++i) v[i * r + j] = f[i];
+      if (refill_seed == 0 || attempt == 1) break;
     }
-    double norm = 0;
-    for (int64_t i = 0; i < n; ++i) norm += v[i * r + j] * v[i * r + j];
-    norm = std::sqrt(norm) + eps;
-    if (norm > 0)
-      for (int64_t i = 0; i < n; ++i) v[i * r + j] /= norm;
   }
   p.copy_from(Tensor::from_vector(v, p.shape(), DType::F64));
 }
@@ -113,7 +134,7 @@ std::shared_ptr<dist::Work> PowerSGDHook::run(dist::ProcessGroup& pg, GradBucket
       const uint64_t seed = mix(mix(opt_.random_seed, bucket.index), mix(k, static_cast<uint64_t>(iter_)));
       q = Tensor::randn({mt.m, mt.r}, seed, buf.dtype()).to(buf.device());
     }
-    orthogonalize_columns(q, opt_.orthogonalization_epsilon);
+    orthogonalize_columns(q, opt_.orthogonalization_epsilon, mix(opt_.random_seed + 1, static_cast<uint64_t>(iter_)));
     Tensor mat = bucket.gradients[mt.grad].view({mt.n, mt.m});
     ps[k] = stage1.slice0(off, off + mt.n * mt.r).view({mt.n, mt.r});
     ps[k].copy_from(ops::matmul(mat, q));

@@ -32,12 +32,9 @@ Reducer::Reducer(std::vector<nn::NamedTensor> params, std::shared_ptr<dist::Proc
     DDP_CHECK(dtype_is_floating(p.tensor.dtype()), "DDP: parameter ", p.name, " has dtype ",
               dtype_name(p.tensor.dtype()), "; gradients need a floating dtype");
   }
-  if (opt_.comm_hook == CommHookKind::BF16Compress)
-    for (auto& p : params_)
-      DDP_CHECK(p.tensor.device().is_cuda(),
-                "DDP: the bf16 compression hook needs CUDA parameters (NCCL reduces "
-                "bfloat16; the CPU Gloo path does not); parameter ",
-                p.name, " is on ", p.tensor.device().str(), ". Use the default all-reduce hook on CPU.");
+  if (!opt_.comm_hook) opt_.comm_hook = std::make_shared<AllreduceHook>();
+  opt_.comm_hook->attach(this);
+  opt_.comm_hook->check_parameters(params_);
   std::vector<size_t> order(params_.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = order.size() - 1 - i;  // reverse registration order
   build_buckets(order);
@@ -200,12 +197,15 @@ void Reducer::launch_ready_buckets() {
 void Reducer::launch(Bucket& b) {
   b.launched_at = Clock::now();
   b.timing.launched_s = std::chrono::duration<double>(b.launched_at - forward_end_).count();
-  if (opt_.comm_hook == CommHookKind::BF16Compress) {
-    b.compressed = b.buffer.to(DType::BF16);
-    b.work = pg_->allreduce(comm_buffer_of(b.compressed), dist::ReduceOp::Sum);
-  } else {
-    b.work = pg_->allreduce(comm_buffer_of(b.buffer), dist::ReduceOp::Sum);
+  GradBucket gb;
+  gb.index = b.timing.index;
+  gb.is_last = b.timing.index + 1 == buckets_.size();
+  gb.buffer = b.buffer;
+  for (size_t k = 0; k < b.params.size(); ++k) {
+    const Tensor& p = params_[b.params[k]].tensor;
+    gb.gradients.push_back(b.buffer.slice0(b.offsets[k], b.offsets[k] + p.numel()).view(p.shape()));
   }
+  b.work = opt_.comm_hook->run(*pg_, gb);
 }
 
 void Reducer::finish_communication() {
@@ -214,10 +214,6 @@ void Reducer::finish_communication() {
     const auto finished = b.work->finished_at();  // the collective's own end, not when we looked
     b.completed_at = finished.time_since_epoch().count() != 0 ? finished : Clock::now();
     b.timing.completed_s = std::chrono::duration<double>(b.completed_at - forward_end_).count();
-    if (b.compressed.defined()) {
-      b.buffer.copy_from(b.compressed);
-      b.compressed = Tensor();
-    }
     if (trace::tracing_enabled()) [[unlikely]] {
       auto& tr = trace::global_tracer();
       tr.complete("allreduce bucket " + std::to_string(b.timing.index), "comm", trace::kCommLane,

@@ -15,14 +15,13 @@
 #include <unordered_map>
 #include <vector>
 
+#include "runtime/ddp/comm_hook.h"
 #include "runtime/ddp/iteration_stats.h"
 #include "runtime/dist/process_group.h"
 #include "runtime/nn/module.h"
 
 namespace ddp {
 
-// What a bucket's communication does. The default all-reduces the (already divided) gradients in place.
-enum class CommHookKind { Allreduce, BF16Compress };
 
 struct ReducerOptions {
   double bucket_cap_mb = 25.0;
@@ -33,7 +32,8 @@ struct ReducerOptions {
   bool overlap = true;
   // Rebuild the buckets once, after the first iteration, from the order gradients really became ready.
   bool rebuild_buckets = true;
-  CommHookKind comm_hook = CommHookKind::Allreduce;
+  // What each bucket's communication does (comm_hook.h); null: AllreduceHook.
+  std::shared_ptr<CommHook> comm_hook;
 };
 
 class Reducer {
@@ -59,13 +59,13 @@ class Reducer {
   // "bucket 0: 3 params, 1.2 MB: fc3.bias, fc3.weight, ..." one line per bucket.
   std::string describe_buckets() const;
   bool buckets_rebuilt() const { return rebuilt_; }
+  CommHook& comm_hook() { return *opt_.comm_hook; }
 
  private:
   struct Bucket {
     std::vector<size_t> params;
     std::vector<int64_t> offsets;  // element offset of each param's slot in buffer
     Tensor buffer;                 // flat, all slots back to back
-    Tensor compressed;             // the comm hook's buffer (bf16), when one is used
     size_t pending = 0;
     std::shared_ptr<dist::Work> work;
     BucketTiming timing;
