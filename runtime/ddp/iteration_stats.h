@@ -26,6 +26,7 @@ struct IterationStats {
   double finalize_s = 0;               // the whole end-of-backward callback
   size_t num_unused_marked = 0;        // parameters marked ready with no gradient (find_unused_parameters)
   double unused_search_s = 0;          // the graph traversal after forward (find_unused_parameters)
+  size_t num_reachability_searches = 0;  // such traversals this iteration (0 with static_graph)
   std::vector<BucketTiming> buckets;
   // One line: "iter 3: backward 12.1 ms, comm 8.0 ms, exposed 0.4 ms (3 buckets)".
   std::string summary() const;

@@ -33,6 +33,11 @@ Reducer::Reducer(std::vector<nn::NamedTensor> params, std::shared_ptr<dist::Proc
               dtype_name(p.tensor.dtype()), "; gradients need a floating dtype");
   }
   if (!opt_.comm_hook) opt_.comm_hook = std::make_shared<AllreduceHook>();
+  if (opt_.static_graph && opt_.find_unused_parameters) {
+    DDP_LOG(Info, "DDP: static_graph makes find_unused_parameters redundant (unused parameters are known after "
+                  "iteration 1); the per-iteration search is off");
+    opt_.find_unused_parameters = false;
+  }
   opt_.comm_hook->attach(this);
   opt_.comm_hook->check_parameters(params_);
   std::vector<size_t> order(params_.size());
@@ -114,6 +119,7 @@ void Reducer::prepare_for_backward(const std::vector<Tensor>& outputs) {
   if (backward_started_)
     reset_iteration();  // a backward that died mid-way (an op threw) leaves nothing behind
   if (!opt_.find_unused_parameters) return;
+  ++searches_;
   const auto t0 = Clock::now();
   reachable_.assign(params_.size(), 0);
   autograd::for_each_reachable_leaf(outputs, [this](TensorImpl* leaf) {
@@ -127,6 +133,10 @@ void Reducer::prepare_for_backward(const std::vector<Tensor>& outputs) {
 void Reducer::on_gradient_ready(size_t index) {
   locally_used_[index] = 1;
   if (!sync_) return;  // no_sync(): the gradient stays in .grad and accumulates
+  if (opt_.static_graph) {
+    static_graph_on_hook(index);
+    return;
+  }
   if (!backward_started_) begin_backward();
   mark_ready(index);
 }
@@ -153,7 +163,7 @@ void Reducer::mark_ready(size_t index) {
       "checkpointing) ran over it, or find_unused_parameters marked it unused although the loss uses it "
       "outside the module's outputs (pass every tensor the loss depends on to prepare_for_backward).");
   ready_[index] = 1;
-  if (iteration_ == 0 && !rebuilt_) ready_order_.push_back(index);
+  if (iteration_ == 0 && !rebuilt_ && !opt_.static_graph) ready_order_.push_back(index);
   if (trace::tracing_enabled()) [[unlikely]]
     trace::trace_instant("ready " + name, "ddp");
 
@@ -229,6 +239,7 @@ void Reducer::write_back() {
   const int32_t* used = used_host.defined() ? used_host.data<int32_t>() : nullptr;
   for (size_t i = 0; i < params_.size(); ++i) {
     if (used && used[i] == 0) continue;  // no rank used it: grad stays as it was (none), optimizers skip it
+    if (opt_.static_graph && static_unused_[i]) continue;
     Tensor slot = slot_view(i);
     Tensor& p = params_[i].tensor;
     if (opt_.gradient_as_bucket_view) {
@@ -243,9 +254,11 @@ void Reducer::write_back() {
 }
 
 void Reducer::finalize() {
+  if (opt_.static_graph && iteration_ == 0) static_graph_end_of_first_backward();
   const auto t0 = Clock::now();
   IterationStats stats;
   stats.iteration = iteration_;
+  stats.num_reachability_searches = searches_;
   stats.backward_compute_s = since_forward();
   stats.num_unused_marked = unused_marked_;
   stats.unused_search_s = unused_search_s_;
@@ -306,6 +319,8 @@ void Reducer::reset_iteration() {
   used_map_ = Tensor();
   used_map_work_.reset();
   unused_marked_ = 0;
+  searches_ = 0;
+  unused_search_s_ = 0;
 }
 
 void Reducer::rebuild_from_ready_order() {

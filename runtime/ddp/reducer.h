@@ -34,6 +34,12 @@ struct ReducerOptions {
   bool rebuild_buckets = true;
   // What each bucket's communication does (comm_hook.h); null: AllreduceHook.
   std::shared_ptr<CommHook> comm_hook;
+  // The graph is the same every iteration (the same parameters used, each by the same number of gradient
+  // hooks). Iteration 1 only counts hook firings per parameter and reduces everything at the end of backward
+  // (with the used-map all-reduce, once); from iteration 2: no reachability search, never-used parameters
+  // known, a parameter is ready when its count is reached (so one used by several backwards - nested, as
+  // activation checkpointing runs - works). Makes find_unused_parameters redundant. See docs/extensions.md.
+  bool static_graph = false;
 };
 
 class Reducer {
@@ -88,6 +94,9 @@ class Reducer {
   void reset_iteration();
   void rebuild_from_ready_order();
   [[noreturn]] void raise_unready(const std::vector<size_t>& unready);
+  // ---- static_graph (reducer_static_graph.cpp) ----
+  void static_graph_on_hook(size_t index);
+  void static_graph_end_of_first_backward();
   Tensor slot_view(size_t index) const;
   double since_forward() const;
 
@@ -113,6 +122,13 @@ class Reducer {
   std::chrono::steady_clock::time_point forward_end_;
   size_t unused_marked_ = 0;
   double unused_search_s_ = 0;
+
+  size_t searches_ = 0;
+
+  // ---- static_graph ----
+  std::vector<int32_t> static_expected_hooks_;  // per parameter: hook firings per backward (iteration 1)
+  std::vector<int32_t> static_pending_hooks_;   // this iteration: firings still to come
+  std::vector<uint8_t> static_unused_;          // no rank used it in iteration 1: grad stays none
 
   int64_t iteration_ = 0;
   IterationStats last_stats_;
