@@ -173,6 +173,7 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg)
   dopt.first_bucket_mb = o.first_bucket_mb;
   dopt.find_unused_parameters = o.find_unused_parameters;
   dopt.gradient_as_bucket_view = o.gradient_as_bucket_view;
+  dopt.static_graph = o.static_graph;
   dopt.comm_hook = make_comm_hook(o.comm_hook, static_cast<int>(o.powersgd_rank), o.powersgd_start_iter);
   DistributedDataParallel ddp(model, pg, dopt);
 

@@ -35,6 +35,7 @@ struct TrainOptions {
   bool gradient_as_bucket_view = false;
   bool sync_bn = false;  // BatchNorm statistics over all ranks (nn::convert_sync_batchnorm)
   bool zero = false;     // shard the optimizer state across ranks (ZeroRedundancyOptimizer)
+  bool static_graph = false;  // DDP static_graph (the same graph every iteration)
   std::string comm_hook = "allreduce";  // allreduce | bf16 | powersgd (runtime/ddp/comm_hook.h)
   int64_t powersgd_rank = 1;
   int64_t powersgd_start_iter = 10;

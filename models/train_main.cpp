@@ -40,6 +40,7 @@ int main(int argc, char** argv) {
   p.add("gradient-as-bucket-view", &o.gradient_as_bucket_view, "gradients live in the DDP buckets");
   p.add("sync-bn", &o.sync_bn, "cnn: SyncBatchNorm, batch statistics over all ranks");
   p.add("zero", &o.zero, "ZeroRedundancyOptimizer: optimizer state sharded across ranks");
+  p.add("static-graph", &o.static_graph, "DDP static_graph: the same graph every iteration (no unused search)");
   p.add_choice("comm-hook", &o.comm_hook, {"allreduce", "bf16", "powersgd"},
                "gradient communication per bucket (bf16 needs CUDA)");
   p.add("powersgd-rank", &o.powersgd_rank, "PowerSGD: rank of the gradient approximation");

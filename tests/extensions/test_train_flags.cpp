@@ -79,3 +79,34 @@ TEST(TrainFlags, SyncBnWithoutBatchNormIsRefused) {
     EXPECT_NE(std::string(e.what()).find("--sync-bn: model mlp has no BatchNorm2d"), std::string::npos) << e.what();
   }
 }
+
+TEST(TrainFlags, PowerSGDWithStaticGraphTrainsTheGpt) {
+  models::TrainOptions o;
+  o.model = "gpt";
+  o.data = "synthetic";
+  o.quiet = true;
+  o.steps = 30;
+  o.warmup_steps = 2;
+  o.batch_size = 8;
+  o.eval_batches = 1;
+  o.eval_interval = 0;
+  o.synthetic_samples = 256;
+  o.context = 16;
+  o.d_model = 16;
+  o.n_head = 2;
+  o.n_layer = 1;
+  o.sample_tokens = 0;
+  o.lr = 1e-2;
+  o.static_graph = true;
+  o.comm_hook = "powersgd";
+  o.powersgd_rank = 2;
+  o.powersgd_start_iter = 3;
+  std::vector<models::TrainResult> r(2);
+  dist::run_threads(2, [&](int rank, dist::ProcessGroup& pg) { r[rank] = models::train(o, borrow(pg)); });
+  EXPECT_LT(r[0].final_train_loss, r[0].first_loss - 0.3);
+  EXPECT_TRUE(r[0].final_params == r[1].final_params);
+  // Compressed from iteration 3: far fewer bytes per step than the parameters' size.
+  int64_t param_bytes = 0;
+  for (auto& p : r[0].final_params) param_bytes += static_cast<int64_t>(p.size() * sizeof(float));
+  EXPECT_LT(r[0].comm_bytes_per_step, 0.5 * static_cast<double>(param_bytes));
+}
