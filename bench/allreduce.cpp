@@ -1,10 +1,14 @@
-// allreduce.cpp - bench_allreduce: an nccl-tests-like all-reduce table over ddp.cpp's process group
-// (Gloo on CPU, NCCL on GPU): per message size the median time and its spread, algbw = bytes / time and
-// busbw = algbw * 2(n-1)/n (comparable to the link bandwidth whatever the rank count), and a correctness
-// check (#wrong). Ends with the least-squares ring alpha-beta fit that calibrates the bucket simulator.
+// allreduce.cpp - bench_allreduce: an nccl-tests-like all-reduce table over ddp.cpp's process groups
+// (shm or Gloo on CPU, NCCL on GPU): per message size the median time and its spread, algbw = bytes / time
+// and busbw = algbw * 2(n-1)/n (comparable to the link bandwidth whatever the rank count), and a correctness
+// check (#wrong). Several backends in one run (--backend shm,gloo) are timed interleaved, iteration by
+// iteration, beside each rank's single-thread memcpy bandwidth of the same size (the copy column), so ratios
+// come from the same conditions on a shared machine. Ends with the least-squares ring alpha-beta fit that
+// calibrates the bucket simulator (one per backend).
 //
-//   bin/ddprun --standalone --nproc-per-node 2 bin/bench_allreduce --max-bytes 64M --json runs/net.json
+//   bin/ddprun --standalone --nproc-per-node 2 bin/bench_allreduce --backend shm,gloo --max-bytes 64M
 #include <cinttypes>
+#include <cstring>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
@@ -15,6 +19,7 @@
 
 #include "runtime/core/cli.h"
 #include "runtime/dist/init.h"
+#include "runtime/dist/process_group_factory.h"
 #include "runtime/sim/network_model.h"
 #include "runtime/sim/sample_stats.h"
 #include "runtime/tensor/tensor.h"
@@ -64,6 +69,28 @@ void wait_device(const ddp::Tensor& t) {
   if (t.device().is_cuda()) (void)t.slice0(0, 1).to(ddp::Device::cpu());
 }
 
+// "shm,gloo" -> {"shm", "gloo"}.
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  size_t b = 0;
+  while (b <= s.size()) {
+    size_t e = s.find(',', b);
+    if (e == std::string::npos) e = s.size();
+    if (e > b) out.push_back(s.substr(b, e - b));
+    b = e + 1;
+  }
+  return out;
+}
+
+struct Timed {
+  std::shared_ptr<ddp::dist::ProcessGroup> pg;
+  std::string name;
+  std::vector<ddp::sim::MeasuredAllreduce> points;
+  nlohmann::ordered_json rows = nlohmann::json::array();
+  double busbw_sum = 0;
+  int rows_n = 0;
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -72,109 +99,152 @@ int main(int argc, char** argv) {
     int factor = 4, iters = 10, warmup = 3;
     ddp::cli::Parser p(
         "bench_allreduce",
-        "All-reduce (sum, float32) timing table over ddp.cpp's process group: time, algbw, busbw, "
-        "correctness, and the ring alpha-beta fit for bucket_sim. Run under ddprun for world > 1.");
+        "All-reduce (sum, float32) timing table over ddp.cpp's process groups: time, algbw, busbw, "
+        "correctness, the single-thread copy bandwidth beside it, and the ring alpha-beta fit for bucket_sim. "
+        "Run under ddprun for world > 1.");
     p.add("min-bytes", &min_s, "smallest message (bytes; K/M/G suffixes)");
     p.add("max-bytes", &max_s, "largest message");
     p.add("factor", &factor, "size multiplier between rows (>= 2)");
     p.add("iters", &iters, "timed all-reduces per size");
     p.add("warmup", &warmup, "untimed all-reduces per size");
-    p.add_choice("backend", &backend, {"auto", "gloo", "nccl"}, "process group backend");
+    p.add("backend", &backend,
+          "process group backend(s), comma-separated, timed interleaved: auto, cpu, shm, gloo, hier, nccl");
     p.add_choice("device", &device_s, {"auto", "cpu", "cuda"}, "buffer device (auto: cuda with nccl)");
-    p.add("json", &json_path, "append one JSON record (points and fit) to this file (rank 0)");
+    p.add("json", &json_path, "append one JSON record (points and fit) per backend to this file (rank 0)");
     p.parse(argc, argv);
     const int64_t min_bytes = parse_size(min_s), max_bytes = parse_size(max_s);
     DDP_CHECK(min_bytes <= max_bytes, "bench_allreduce: --min-bytes (", min_bytes, ") > --max-bytes (",
               max_bytes, ")");
     DDP_CHECK(factor >= 2, "bench_allreduce: --factor ", factor, " must be >= 2");
     DDP_CHECK(iters >= 1 && warmup >= 0, "bench_allreduce: --iters must be >= 1 and --warmup >= 0");
+    const std::vector<std::string> backends = split_list(backend);
+    DDP_CHECK(!backends.empty(), "bench_allreduce: --backend is empty; give e.g. shm or shm,gloo");
+    for (const auto& b : backends) ddp::dist::resolve_backend(b);  // a clear error for unknown names
 
-    auto ctx = ddp::dist::init_distributed(ddp::dist::init_from_env(), backend);
+    auto ctx = ddp::dist::init_distributed(ddp::dist::init_from_env(), backends[0]);
+    std::vector<Timed> groups(backends.size());
+    groups[0].pg = ctx.group;
+    for (size_t i = 1; i < backends.size(); ++i)
+      groups[i].pg = ddp::dist::new_process_group(ctx.env, ctx.store, backends[i]);
+    for (auto& g : groups) g.name = g.pg->backend_name();
     auto& pg = *ctx.group;
     const int rank = pg.rank(), world = pg.size();
-    const std::string resolved = pg.backend_name();
     ddp::Device dev = ddp::Device::cpu();
-    if (device_s == "cuda" || (device_s == "auto" && resolved == "nccl"))
+    if (device_s == "cuda" || (device_s == "auto" && groups[0].name == "nccl"))
       dev = ddp::Device::cuda(ddp::dist::select_cuda_device(ctx.env.local_rank));
 
     if (rank == 0) {
+      std::string names;
+      for (auto& g : groups) names += (names.empty() ? "" : ", ") + g.name;
       std::printf("# bench_allreduce: backend %s, world %d, device %s, float32 sum, %d iters (+%d warmup)\n",
-                  resolved.c_str(), world, dev.str().c_str(), iters, warmup);
-      std::printf("# %12s %12s %12s %12s %12s %10s %10s %7s\n", "size(B)", "count", "time(us)", "p10(us)",
-                  "p90(us)", "algbw", "busbw", "#wrong");
-      std::printf("# %12s %12s %12s %12s %12s %10s %10s %7s\n", "", "", "median", "", "", "(GB/s)", "(GB/s)",
-                  "");
+                  names.c_str(), world, dev.str().c_str(), iters, warmup);
+      std::printf("# copy: one thread's memcpy of the same bytes on each rank, timed between the iterations\n");
+      std::printf("# %12s %12s %8s %12s %12s %12s %10s %10s %7s %10s\n", "size(B)", "count", "backend",
+                  "time(us)", "p10(us)", "p90(us)", "algbw", "busbw", "#wrong", "copy");
+      std::printf("# %12s %12s %8s %12s %12s %12s %10s %10s %7s %10s\n", "", "", "", "median", "", "",
+                  "(GB/s)", "(GB/s)", "", "(GB/s)");
     }
-    std::vector<ddp::sim::MeasuredAllreduce> points;
-    nlohmann::ordered_json rows = nlohmann::json::array();
-    double busbw_sum = 0;
-    int rows_n = 0;
     for (int64_t bytes = min_bytes; bytes <= max_bytes; bytes *= factor) {
       const int64_t count = std::max<int64_t>(1, bytes / 4);
       ddp::Tensor buf = ddp::Tensor::full({count}, 1.0, ddp::DType::F32, dev);
       ddp::dist::CommBuffer cb{buf.raw_data(), buf.numel(), buf.dtype(), buf.device(), buf.storage()};
-      pg.barrier()->wait();
-      for (int i = 0; i < warmup; ++i) pg.allreduce(cb)->wait();
-      wait_device(buf);
-      std::vector<double> times;
-      for (int i = 0; i < iters; ++i) {
-        pg.barrier()->wait();
-        const auto t0 = Clock::now();
-        pg.allreduce(cb)->wait();
-        wait_device(buf);
-        times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+      std::vector<char> copy_src(dev.is_cpu() ? static_cast<size_t>(count) * 4 : 0, 1), copy_dst(copy_src.size());
+      for (auto& g : groups) {
+        g.pg->barrier()->wait();
+        for (int i = 0; i < warmup; ++i) g.pg->allreduce(cb)->wait();
       }
-      // Correctness: rank r contributes r + 1 everywhere; the sum is n(n+1)/2.
-      buf.fill_(rank + 1.0);
-      pg.allreduce(cb)->wait();
-      const double expect = world * (world + 1) / 2.0;
-      int64_t wrong = 0;
-      for (double v : buf.to_double_vector())
-        if (v != expect) ++wrong;
-      // Every rank's median goes to rank 0 through one all-reduce (max): the slowest rank's view.
-      auto st = ddp::sim::summarize(times);
-      ddp::Tensor med = ddp::Tensor::from_data<double>({st.median, static_cast<double>(wrong)}, {2});
-      ddp::dist::CommBuffer mb{med.raw_data(), med.numel(), med.dtype(), med.device(), med.storage()};
-      pg.allreduce(mb, ddp::dist::ReduceOp::Max)->wait();
-      const double t = med.data<double>()[0];
-      const int64_t wrong_any = static_cast<int64_t>(med.data<double>()[1]);
-      const double real_bytes = static_cast<double>(count) * 4;
-      const double algbw = real_bytes / t / 1e9;
-      const double busbw = algbw * (world > 1 ? 2.0 * (world - 1) / world : 1.0);
-      busbw_sum += busbw;
-      ++rows_n;
-      points.push_back({real_bytes, t});
-      if (rank == 0) {
-        std::printf("  %12.0f %12" PRId64 " %12.1f %12.1f %12.1f %10.3f %10.3f %7" PRId64 "\n", real_bytes,
-                    count, t * 1e6, st.p10 * 1e6, st.p90 * 1e6, algbw, busbw, wrong_any);
-        rows.push_back({{"bytes", real_bytes},
-                        {"median_s", t},
-                        {"p10_s", st.p10},
-                        {"p90_s", st.p90},
-                        {"algbw_gbps", algbw},
-                        {"busbw_gbps", busbw},
-                        {"wrong", wrong_any}});
+      wait_device(buf);
+      std::vector<std::vector<double>> times(groups.size());
+      std::vector<double> copy_times;
+      for (int i = 0; i < iters; ++i) {
+        for (size_t k = 0; k < groups.size(); ++k) {
+          groups[k].pg->barrier()->wait();
+          const auto t0 = Clock::now();
+          groups[k].pg->allreduce(cb)->wait();
+          wait_device(buf);
+          times[k].push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+        }
+        if (!copy_src.empty()) {
+          pg.barrier()->wait();  // all ranks copy at once, as they all-reduce at once
+          const auto t0 = Clock::now();
+          std::memcpy(copy_dst.data(), copy_src.data(), copy_src.size());
+          copy_times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+          copy_src[static_cast<size_t>(i) % copy_src.size()] ^= copy_dst[0];  // keep the copy observable
+        }
+      }
+      const double copy_t = copy_times.empty() ? 0 : ddp::sim::summarize(copy_times).median;
+      for (size_t k = 0; k < groups.size(); ++k) {
+        auto& g = groups[k];
+        // Correctness: rank r contributes r + 1 everywhere; the sum is n(n+1)/2.
+        buf.fill_(rank + 1.0);
+        g.pg->allreduce(cb)->wait();
+        const double expect = world * (world + 1) / 2.0;
+        int64_t wrong = 0;
+        for (double v : buf.to_double_vector())
+          if (v != expect) ++wrong;
+        // Every rank's medians go to rank 0 through one all-reduce (max): the slowest rank's view.
+        auto st = ddp::sim::summarize(times[k]);
+        ddp::Tensor med = ddp::Tensor::from_data<double>({st.median, static_cast<double>(wrong), copy_t}, {3});
+        ddp::dist::CommBuffer mb{med.raw_data(), med.numel(), med.dtype(), med.device(), med.storage()};
+        pg.allreduce(mb, ddp::dist::ReduceOp::Max)->wait();
+        const double t = med.data<double>()[0];
+        const int64_t wrong_any = static_cast<int64_t>(med.data<double>()[1]);
+        const double copy_max = med.data<double>()[2];
+        const double real_bytes = static_cast<double>(count) * 4;
+        const double algbw = real_bytes / t / 1e9;
+        const double busbw = algbw * (world > 1 ? 2.0 * (world - 1) / world : 1.0);
+        const double copy_bw = copy_max > 0 ? real_bytes / copy_max / 1e9 : 0;
+        g.busbw_sum += busbw;
+        ++g.rows_n;
+        g.points.push_back({real_bytes, t});
+        if (rank == 0) {
+          std::printf("  %12.0f %12" PRId64 " %8s %12.1f %12.1f %12.1f %10.3f %10.3f %7" PRId64 " %10.3f\n",
+                      real_bytes, count, g.name.c_str(), t * 1e6, st.p10 * 1e6, st.p90 * 1e6, algbw, busbw,
+                      wrong_any, copy_bw);
+          g.rows.push_back({{"bytes", real_bytes},
+                            {"median_s", t},
+                            {"p10_s", st.p10},
+                            {"p90_s", st.p90},
+                            {"algbw_gbps", algbw},
+                            {"busbw_gbps", busbw},
+                            {"wrong", wrong_any},
+                            {"copy_gbps", copy_bw}});
+        }
+      }
+      if (rank == 0 && groups.size() > 1) {
+        // Ratios of the first backend to the others at this size (same run, interleaved).
+        const auto& r0 = groups[0].rows.back();
+        for (size_t k = 1; k < groups.size(); ++k)
+          std::printf("  # %s/%s algbw ratio at %.0f B: %.2fx; %s algbw / copy: %.0f%%\n", groups[0].name.c_str(),
+                      groups[k].name.c_str(), static_cast<double>(r0["bytes"]),
+                      static_cast<double>(r0["algbw_gbps"]) / static_cast<double>(groups[k].rows.back()["algbw_gbps"]),
+                      groups[0].name.c_str(),
+                      static_cast<double>(r0["copy_gbps"]) > 0
+                          ? 100.0 * static_cast<double>(r0["algbw_gbps"]) / static_cast<double>(r0["copy_gbps"])
+                          : 0.0);
       }
       if (bytes > max_bytes / factor) break;  // next size would overflow the range
     }
     if (rank == 0) {
-      std::printf("# Avg bus bandwidth    : %.3f GB/s\n", busbw_sum / std::max(rows_n, 1));
-      nlohmann::ordered_json rec = {{"kind", "allreduce"}, {"backend", resolved}, {"world", world},
-                                    {"device", dev.str()}, {"iters", iters},      {"points", rows}};
-      if (world > 1 && points.size() >= 2) {
-        auto fit = ddp::sim::fit_network_model(points, world, ddp::sim::AllreduceAlgorithm::Ring);
-        std::printf("# ring fit: %s\n", fit.describe().c_str());
-        rec["fit"] = {{"algorithm", "ring"},
-                      {"alpha_s", fit.alpha_s},
-                      {"bandwidth_bytes_per_s", fit.bandwidth_bytes_per_s}};
-      }
-      if (!json_path.empty()) {
-        std::ofstream out(json_path, std::ios::app);
-        DDP_CHECK(out.good(), "bench_allreduce: cannot open --json file ", json_path, " for appending");
-        out << rec.dump() << "\n";
+      for (auto& g : groups) {
+        std::printf("# %s: avg bus bandwidth %.3f GB/s\n", g.name.c_str(), g.busbw_sum / std::max(g.rows_n, 1));
+        nlohmann::ordered_json rec = {{"kind", "allreduce"}, {"backend", g.name}, {"world", world},
+                                      {"device", dev.str()}, {"iters", iters},    {"points", g.rows}};
+        if (world > 1 && g.points.size() >= 2) {
+          auto fit = ddp::sim::fit_network_model(g.points, world, ddp::sim::AllreduceAlgorithm::Ring);
+          std::printf("# %s ring fit: %s\n", g.name.c_str(), fit.describe().c_str());
+          rec["fit"] = {{"algorithm", "ring"},
+                        {"alpha_s", fit.alpha_s},
+                        {"bandwidth_bytes_per_s", fit.bandwidth_bytes_per_s}};
+        }
+        if (!json_path.empty()) {
+          std::ofstream out(json_path, std::ios::app);
+          DDP_CHECK(out.good(), "bench_allreduce: cannot open --json file ", json_path, " for appending");
+          out << rec.dump() << "\n";
+        }
       }
     }
-    pg.barrier()->wait();
+    for (auto& g : groups) g.pg->barrier()->wait();
     return 0;
   } catch (const ddp::cli::UsageError& e) {
     std::fprintf(stderr, "%s\n", e.what());

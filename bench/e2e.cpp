@@ -187,7 +187,8 @@ int main(int argc, char** argv) {
     p.add("batch-size", &batch, "samples per rank (0: the configuration's default)");
     p.add("threads", &threads, "BLAS threads per rank (0: cores / local ranks, at least 1)");
     p.add_choice("device", &device_s, {"auto", "cpu", "cuda"}, "auto: cuda when a GPU is visible");
-    p.add_choice("backend", &backend, {"auto", "gloo", "nccl"}, "process group backend");
+    p.add_choice("backend", &backend, {"auto", "cpu", "shm", "gloo", "hier", "nccl"},
+                 "process group backend (auto: nccl with a GPU, else cpu = shm on one host)");
     p.add_choice("dtype", &dtype_s, {"f32", "bf16"}, "parameter dtype");
     p.add_choice("optimizer", &optimizer_s, {"default", "sgd", "adamw"},
                  "default: sgd for mlp, adamw for gpt");
@@ -220,7 +221,7 @@ int main(int argc, char** argv) {
 
     ddp::Device dev = ddp::Device::cpu();
     if (gpu) dev = ddp::Device::cuda(std::max(0, ddp::dist::select_cuda_device(env.local_rank)));
-    auto ctx = ddp::dist::init_distributed(env, backend == "auto" ? (gpu ? "nccl" : "gloo") : backend);
+    auto ctx = ddp::dist::init_distributed(env, backend == "auto" ? (gpu ? "nccl" : "cpu") : backend);
     const int rank = ctx.group->rank(), world = ctx.group->size();
 
     if (batch <= 0) batch = config == "mlp" ? 64 : (config == "gpt" ? 16 : 8);

@@ -1,4 +1,4 @@
-// local_world.cpp - threads as ranks over a loopback store, with one Gloo group per thread.
+// local_world.cpp - threads as ranks over a loopback store, with one Gloo (or shm/hier) group per thread.
 #include "runtime/dist/local_world.h"
 
 #include <cstdlib>
@@ -8,12 +8,21 @@
 
 #include "runtime/core/error.h"
 #include "runtime/dist/gloo_group.h"
+#include "runtime/dist/shm/hier_group.h"
+#include "runtime/dist/shm/shm_group.h"
 #include "runtime/dist/store_server.h"
 
 namespace ddp::dist {
 
 void run_threads(int world_size, const std::function<void(int, ProcessGroup&, Store&)>& fn,
                  const ProcessGroupOptions& options) {
+  run_threads(world_size, fn, options, "gloo");
+}
+
+void run_threads(int world_size, const std::function<void(int, ProcessGroup&, Store&)>& fn,
+                 const ProcessGroupOptions& options, const std::string& backend) {
+  DDP_CHECK(backend == "gloo" || backend == "shm" || backend == "hier", "run_threads: backend '", backend,
+            "' is unknown: expected gloo, shm or hier");
   DDP_CHECK(world_size >= 1, "run_threads: world size ", world_size, " must be at least 1");
   const std::string token = "local-world";
   StoreServer server("127.0.0.1", 0, token);
@@ -25,8 +34,17 @@ void run_threads(int world_size, const std::function<void(int, ProcessGroup&, St
         auto store = std::make_shared<Store>("127.0.0.1", server.port(), token, options.timeout);
         ProcessGroupOptions opts = options;
         if (opts.name.empty()) opts.name = "local";
-        GlooProcessGroup pg(store->clone(), r, world_size, opts, "127.0.0.1");
-        fn(r, pg, *store);
+        std::unique_ptr<ProcessGroup> pg;
+        if (backend == "shm") {
+          pg = std::make_unique<ShmProcessGroup>(store->clone(), r, world_size, opts);
+        } else if (backend == "hier") {
+          std::vector<int> hosts(world_size);
+          for (int q = 0; q < world_size; ++q) hosts[q] = q % 2;
+          pg = std::make_unique<HierProcessGroup>(store->clone(), r, world_size, opts, "127.0.0.1", hosts);
+        } else {
+          pg = std::make_unique<GlooProcessGroup>(store->clone(), r, world_size, opts, "127.0.0.1");
+        }
+        fn(r, *pg, *store);
       } catch (...) {
         errors[r] = std::current_exception();
       }
@@ -41,6 +59,12 @@ void run_threads(int world_size, const std::function<void(int, ProcessGroup&)>& 
                  const ProcessGroupOptions& options) {
   run_threads(
       world_size, [&fn](int r, ProcessGroup& pg, Store&) { fn(r, pg); }, options);
+}
+
+void run_threads(int world_size, const std::function<void(int, ProcessGroup&)>& fn,
+                 const ProcessGroupOptions& options, const std::string& backend) {
+  run_threads(
+      world_size, [&fn](int r, ProcessGroup& pg, Store&) { fn(r, pg); }, options, backend);
 }
 
 void run_threads(int world_size, const std::function<void(int, ProcessGroup&)>& fn) {

@@ -1,8 +1,9 @@
 // local_world.h - a whole world of ranks inside one process, for tests and tools: run_threads() starts a
-// store on 127.0.0.1 (free port) and one thread per rank, each with its own Gloo group, and runs fn on every
+// store on 127.0.0.1 (free port) and one thread per rank, each with its own Gloo (or shm/hier) group, and runs fn on every
 // rank.
 #pragma once
 #include <functional>
+#include <string>
 
 #include "runtime/dist/process_group.h"
 #include "runtime/dist/store.h"
@@ -18,5 +19,11 @@ void run_threads(int world_size, const std::function<void(int rank, ProcessGroup
 // The same, also handing each rank its own store client.
 void run_threads(int world_size, const std::function<void(int rank, ProcessGroup& pg, Store& store)>& fn,
                  const ProcessGroupOptions& options);
+// The same with another backend: "gloo" (the default above), "shm", or "hier" (the ranks split into two
+// pretend hosts, even and odd ranks, each an shm group, joined by Gloo between rank 0 and rank 1).
+void run_threads(int world_size, const std::function<void(int rank, ProcessGroup& pg, Store& store)>& fn,
+                 const ProcessGroupOptions& options, const std::string& backend);
+void run_threads(int world_size, const std::function<void(int rank, ProcessGroup& pg)>& fn,
+                 const ProcessGroupOptions& options, const std::string& backend);
 
 }  // namespace ddp::dist

@@ -1,6 +1,11 @@
-// process_group_factory.h - picks and builds a backend: new_process_group(env, store, "gloo"|"nccl"|"auto").
-// "auto" is NCCL when this build has CUDA and a GPU is visible, else Gloo. The group talks to the store over
-// its own connection (a clone of the given client), so the caller may keep using the store meanwhile.
+// process_group_factory.h - picks and builds a backend: new_process_group(env, store, backend) with backend
+//   "auto": NCCL when this build has CUDA and a GPU is visible, else "cpu";
+//   "cpu":  "shm" when every rank of the group is on this host (same hostname, boot id, IPC and network
+//           namespace, compared through the store), else "hier" (shm inside each host, Gloo between hosts);
+//           DDP_SHM=0 in the environment makes it "gloo" instead;
+//   "gloo", "nccl", "shm", "hier": that backend (gloo forces TCP even on one host).
+// The group talks to the store over its own connection (a clone of the given client), so the caller may keep
+// using the store meanwhile.
 #pragma once
 #include <memory>
 #include <string>
@@ -17,7 +22,10 @@ std::shared_ptr<ProcessGroup> new_process_group(const DistEnv& env, const std::s
                                                 const std::string& backend,
                                                 const ProcessGroupOptions& options = {});
 
-// The backend "auto" resolves to on this machine: "nccl" or "gloo".
+// What a backend name resolves to without asking the other ranks: "auto" -> "nccl" or "cpu"; checks the name.
 std::string resolve_backend(const std::string& backend);
+
+// DDP_SHM=0 disables the shared-memory backends for "auto"/"cpu" (then Gloo); unset or 1 allows them.
+bool shm_allowed_from_env();
 
 }  // namespace ddp::dist

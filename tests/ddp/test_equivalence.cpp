@@ -1,6 +1,7 @@
 // test_equivalence.cpp - N ranks with per-rank batch b train exactly like one process with batch N*b
 // (float64, relative 1e-10 after 5 SGD-with-momentum steps), for MLP, CNN (BatchNorm) and a GPT-like model,
-// world sizes 1-4, bucket caps tiny / default / huge, with and without gradient_as_bucket_view.
+// world sizes 1-4, bucket caps tiny / default / huge, with and without gradient_as_bucket_view, over each CPU
+// process group (gloo, shm, hier).
 #include <gtest/gtest.h>
 
 #include "models/cnn.h"
@@ -72,9 +73,10 @@ BatchFn gpt_data() {
   };
 }
 
-void check_equivalence(const ModelFactory& make, const BatchFn& data, bool per_slice, int world, Cap cap,
-                       bool view) {
+void check_equivalence(const ModelFactory& make, const BatchFn& data, bool per_slice, const std::string& backend,
+                       int world, Cap cap, bool view) {
   RunConfig run;
+  run.backend = backend;
   run.world = world;
   run.per_rank = 2;
   run.ddp = options_for(cap, view);
@@ -82,27 +84,28 @@ void check_equivalence(const ModelFactory& make, const BatchFn& data, bool per_s
   auto ref = train_reference(make, data, run, per_slice);
   for (int r = 0; r < world; ++r)
     EXPECT_LT(max_relative_difference(ranks[r], ref), 1e-10)
-        << "rank " << r << " world " << world << " cap " << static_cast<int>(cap) << " view " << view;
+        << backend << " rank " << r << " world " << world << " cap " << static_cast<int>(cap) << " view " << view;
 }
 }  // namespace
 
-class Equivalence : public ::testing::TestWithParam<std::tuple<int, Cap, bool>> {};
+class Equivalence : public ::testing::TestWithParam<std::tuple<std::string, int, Cap, bool>> {};
 
 TEST_P(Equivalence, MLP) {
-  auto [world, cap, view] = GetParam();
-  check_equivalence(mlp_factory(), mlp_data(), false, world, cap, view);
+  auto [backend, world, cap, view] = GetParam();
+  check_equivalence(mlp_factory(), mlp_data(), false, backend, world, cap, view);
 }
 TEST_P(Equivalence, CNNWithBatchNorm) {
-  auto [world, cap, view] = GetParam();
-  check_equivalence(cnn_factory(), cnn_data(), true, world, cap, view);
+  auto [backend, world, cap, view] = GetParam();
+  check_equivalence(cnn_factory(), cnn_data(), true, backend, world, cap, view);
 }
 TEST_P(Equivalence, GPT) {
-  auto [world, cap, view] = GetParam();
-  check_equivalence(gpt_factory(), gpt_data(), false, world, cap, view);
+  auto [backend, world, cap, view] = GetParam();
+  check_equivalence(gpt_factory(), gpt_data(), false, backend, world, cap, view);
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldCapView, Equivalence,
-                         ::testing::Combine(::testing::Values(1, 2, 3, 4),
+                         ::testing::Combine(::testing::Values(std::string("gloo"), std::string("shm"), std::string("hier")),
+                                            ::testing::Values(1, 2, 3, 4),
                                             ::testing::Values(Cap::Tiny, Cap::Default, Cap::Huge),
                                             ::testing::Bool()));
 

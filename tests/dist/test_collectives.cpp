@@ -1,8 +1,9 @@
-// test_collectives.cpp - Gloo collectives on thread-ranks (run_threads) for world sizes 1-4: every CPU dtype
-// and reduce op, sizes 0, 1, odd and > 1M elements, many collectives outstanding at once. Integers are
-// checked exactly, floats to the rounding of their dtype, against references computed here from the same
-// inputs.
+// test_collectives.cpp - the collectives of every CPU backend (gloo, shm, hier: see run_threads) on
+// thread-ranks for world sizes 1-4: every CPU dtype and reduce op, sizes 0, 1, odd, several shared-memory
+// chunks and > 1M elements, many collectives outstanding at once. Integers are checked exactly, floats to
+// the rounding of their dtype, against references computed here from the same inputs.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdint>
@@ -10,6 +11,7 @@
 
 #include "runtime/core/error.h"
 #include "runtime/dist/local_world.h"
+#include "runtime/dist/shm/shm_segment.h"
 
 using namespace ddp;
 using namespace ddp::dist;
@@ -71,7 +73,7 @@ double tolerance(double expected) {
 }
 
 template <class T>
-void check_allreduce(int world, const std::vector<int64_t>& sizes) {
+void check_allreduce(const std::string& backend, int world, const std::vector<int64_t>& sizes) {
   const ReduceOp ops[] = {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max, ReduceOp::Min};
   run_threads(
       world,
@@ -96,30 +98,42 @@ void check_allreduce(int world, const std::vector<int64_t>& sizes) {
               double want = reference<T>(op, world, i);
               ASSERT_NEAR(from_t(b[i]), want, tolerance<T>(want))
                   << dtype_name(dtype_of<T>::value) << " " << reduce_op_name(op) << " n=" << n << " i=" << i
-                  << " rank " << rank << " world " << world;
+                  << " rank " << rank << " world " << world << " " << backend;
             }
           }
         }
       },
-      test_options());
+      test_options(), backend);
 }
 
 }  // namespace
 
-class CollectivesByWorld : public ::testing::TestWithParam<int> {};
+const std::vector<std::string> kBackends = {"gloo", "shm", "hier"};
+
+// The shm groups unlink their segments once mapped: nothing of this process is left in /dev/shm.
+void expect_no_shm_segments_of_this_process() {
+  const std::string mine = shm::segment_prefix_of(::getpid());
+  for (const auto& n : shm::list_segments()) EXPECT_NE(n.rfind(mine, 0), 0u) << "left in /dev/shm: " << n;
+}
+
+class CollectivesByWorld : public ::testing::TestWithParam<std::tuple<std::string, int>> {
+ protected:
+  void TearDown() override { expect_no_shm_segments_of_this_process(); }
+  const std::string backend = std::get<0>(GetParam());
+  const int world = std::get<1>(GetParam());
+};
 
 TEST_P(CollectivesByWorld, AllreduceEveryDtypeAndOp) {
-  const int world = GetParam();
-  const std::vector<int64_t> sizes = {0, 1, 7, 1001};
-  check_allreduce<float>(world, sizes);
-  check_allreduce<double>(world, sizes);
-  check_allreduce<int32_t>(world, sizes);
-  check_allreduce<int64_t>(world, sizes);
-  check_allreduce<BFloat16>(world, sizes);
+  // 9000 float64 = 72 KB: past the small-message path of shm (32 KiB), with parts per rank.
+  const std::vector<int64_t> sizes = {0, 1, 7, 1001, 9000};
+  check_allreduce<float>(backend, world, sizes);
+  check_allreduce<double>(backend, world, sizes);
+  check_allreduce<int32_t>(backend, world, sizes);
+  check_allreduce<int64_t>(backend, world, sizes);
+  check_allreduce<BFloat16>(backend, world, sizes);
 }
 
 TEST_P(CollectivesByWorld, BroadcastFromEveryRoot) {
-  const int world = GetParam();
   run_threads(
       world,
       [&](int rank, ProcessGroup& pg) {
@@ -142,11 +156,10 @@ TEST_P(CollectivesByWorld, BroadcastFromEveryRoot) {
           }
         }
       },
-      test_options());
+      test_options(), backend);
 }
 
 TEST_P(CollectivesByWorld, AllgatherInRankOrder) {
-  const int world = GetParam();
   run_threads(
       world,
       [&](int rank, ProcessGroup& pg) {
@@ -166,11 +179,10 @@ TEST_P(CollectivesByWorld, AllgatherInRankOrder) {
             }
         }
       },
-      test_options());
+      test_options(), backend);
 }
 
 TEST_P(CollectivesByWorld, ReduceScatterEveryOp) {
-  const int world = GetParam();
   run_threads(
       world,
       [&](int rank, ProcessGroup& pg) {
@@ -199,11 +211,10 @@ TEST_P(CollectivesByWorld, ReduceScatterEveryOp) {
           }
         }
       },
-      test_options());
+      test_options(), backend);
 }
 
 TEST_P(CollectivesByWorld, BarrierWaitsForEveryRank) {
-  const int world = GetParam();
   run_threads(
       world,
       [&](int rank, ProcessGroup& pg, Store& store) {
@@ -212,12 +223,22 @@ TEST_P(CollectivesByWorld, BarrierWaitsForEveryRank) {
         for (int r = 0; r < world; ++r)
           EXPECT_TRUE(store.try_get("before-barrier/" + std::to_string(r)).has_value()) << "rank " << r;
       },
-      test_options());
+      test_options(), backend);
 }
 
-INSTANTIATE_TEST_SUITE_P(WorldSizes, CollectivesByWorld, ::testing::Values(1, 2, 3, 4));
+INSTANTIATE_TEST_SUITE_P(Backends, CollectivesByWorld,
+                         ::testing::Combine(::testing::ValuesIn(kBackends), ::testing::Values(1, 2, 3, 4)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_world" + std::to_string(std::get<1>(info.param));
+                         });
 
-TEST(Collectives, MoreThanAMillionElements) {
+class Collectives : public ::testing::TestWithParam<std::string> {
+ protected:
+  void TearDown() override { expect_no_shm_segments_of_this_process(); }
+  const std::string backend = GetParam();
+};
+
+TEST_P(Collectives, MoreThanAMillionElements) {
   const int64_t n = (int64_t{1} << 20) + 3;
   run_threads(
       3,
@@ -237,10 +258,10 @@ TEST(Collectives, MoreThanAMillionElements) {
           ASSERT_EQ(m[i], static_cast<int32_t>(i % 1000) * 3) << i;
         }
       },
-      test_options());
+      test_options(), backend);
 }
 
-TEST(Collectives, ManyOutstandingCompleteInIssueOrder) {
+TEST_P(Collectives, ManyOutstandingCompleteInIssueOrder) {
   run_threads(
       2,
       [&](int rank, ProcessGroup& pg) {
@@ -258,10 +279,10 @@ TEST(Collectives, ManyOutstandingCompleteInIssueOrder) {
         for (auto& w : works) EXPECT_TRUE(w->is_completed());
         for (int k = 0; k < kCount; ++k) EXPECT_EQ(values[k], 2 * k + 1);
       },
-      test_options());
+      test_options(), backend);
 }
 
-TEST(Collectives, KeepaliveIsReleasedWhenTheWorkCompletes) {
+TEST_P(Collectives, KeepaliveIsReleasedWhenTheWorkCompletes) {
   run_threads(
       2,
       [&](int, ProcessGroup& pg) {
@@ -273,10 +294,10 @@ TEST(Collectives, KeepaliveIsReleasedWhenTheWorkCompletes) {
         w->wait();
         EXPECT_TRUE(watch.expired());
       },
-      test_options());
+      test_options(), backend);
 }
 
-TEST(Collectives, BadArgumentsAreRejectedAtIssue) {
+TEST_P(Collectives, BadArgumentsAreRejectedAtIssue) {
   run_threads(
       2,
       [&](int, ProcessGroup& pg) {
@@ -295,7 +316,9 @@ TEST(Collectives, BadArgumentsAreRejectedAtIssue) {
         EXPECT_THROW(pg.allreduce(CommBuffer{nullptr, 3, DType::F32, Device::cpu(), nullptr}), Error);
         // Rejected calls take no sequence number, so the ranks stay in step.
         EXPECT_EQ(pg.next_sequence_number(), 0u);
-        EXPECT_EQ(pg.backend_name(), "gloo");
+        EXPECT_EQ(pg.backend_name(), backend);
       },
-      test_options());
+      test_options(), backend);
 }
+
+INSTANTIATE_TEST_SUITE_P(Backends, Collectives, ::testing::ValuesIn(kBackends));

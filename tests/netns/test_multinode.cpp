@@ -1,6 +1,6 @@
 // test_multinode.cpp - ddprun across two "machines": two network namespaces joined by a veth pair, one
 // `ddprun --nnodes 2 --nproc-per-node 2` in each, and tests/progs/dist_worker.cpp as the program (an
-// all-reduce and an all-gather over all 4 ranks). Skips, with the reason, where namespaces are not allowed.
+// all-reduce and an all-gather over all 4 ranks), on Gloo and on the hierarchical shm+Gloo group. Skips, with the reason, where namespaces are not allowed.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -29,6 +29,7 @@ std::string random_token() {
 struct NodeRun {
   std::string token;             // DDP_RUN_TOKEN of this node
   std::vector<std::string> env;  // more NAME=VALUE for this node's ddprun
+  std::string backend = "gloo";  // dist_worker's backend argument
 };
 
 // Starts both nodes' ddprun at once and waits for both. The environment is given through `env` inside the
@@ -50,7 +51,8 @@ std::vector<ProcessResult> run_nodes(const NamespacePair& pair, const std::vecto
                                              pair.node(0).address,
                                              "--master-port",
                                              "29500",
-                                             std::string(DDP_BIN_DIR) + "/testprog_dist_worker"};
+                                             std::string(DDP_BIN_DIR) + "/testprog_dist_worker",
+                                             runs[node].backend};
     cmd.insert(cmd.end(), ddprun.begin(), ddprun.end());
     ProcessOptions opt;
     opt.timeout_s = kNodeTimeoutS;
@@ -125,6 +127,22 @@ TEST_F(MultiNode, AllreduceWithGlooSocketIfname) {
       *pair_, {{token, {"DDP_COLLECTIVE_TIMEOUT_S=20", "GLOO_SOCKET_IFNAME=" + pair_->node(0).iface}},
                {token, {"DDP_COLLECTIVE_TIMEOUT_S=20", "GLOO_SOCKET_IFNAME=" + pair_->node(1).iface}}});
   expect_allreduce_over_four_ranks(results);
+}
+
+// The CPU default ("cpu"): the nodes are separate network namespaces, so separate hosts, and every rank gets
+// the hierarchical group (shm between the two ranks of a node, Gloo between the node leaders).
+TEST_F(MultiNode, CpuDefaultIsHierarchicalAcrossNodes) {
+  const std::string token = random_token();
+  NodeRun run{token, {"DDP_COLLECTIVE_TIMEOUT_S=20"}, "cpu"};
+  auto results = run_nodes(*pair_, {run, run});
+  expect_allreduce_over_four_ranks(results);
+  for (int node = 0; node < kNodes; ++node) {
+    size_t n = 0;
+    for (size_t p = results[node].out.find("backend hier"); p != std::string::npos;
+         p = results[node].out.find("backend hier", p + 1))
+      ++n;
+    EXPECT_EQ(n, static_cast<size_t>(kProcsPerNode)) << describe(results);
+  }
 }
 
 // Node 1 has another token: its ranks are refused by the store on node 0 and say why; node 0 logs the refusal

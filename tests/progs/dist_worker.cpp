@@ -1,5 +1,6 @@
 // dist_worker.cpp - one rank of a multi-process test: reads the launcher environment, joins the world through
 // init_distributed (rank 0 hosts the store), runs an allreduce and an allgather and checks them.
+// `dist_worker [backend]` (default gloo) also prints "backend <name>" of the group it got.
 // Exit 0 when the results are right; 1 with the error on stderr otherwise.
 #include <cstdint>
 #include <cstdio>
@@ -7,12 +8,13 @@
 
 #include "runtime/dist/init.h"
 
-int main() {
+int main(int argc, char** argv) {
   using namespace ddp::dist;
   try {
     DistEnv env = init_from_env();
-    DistContext ctx = init_distributed(env, "gloo");
+    DistContext ctx = init_distributed(env, argc > 1 ? argv[1] : "gloo");
     ProcessGroup& pg = *ctx.group;
+    std::printf("backend %s\n", pg.backend_name().c_str());
     int64_t sum = pg.rank() + 1;
     pg.allreduce(ddp::dist::comm_buffer(&sum, 1))->wait();
     std::vector<int32_t> all(pg.size(), -1);

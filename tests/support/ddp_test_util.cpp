@@ -37,6 +37,8 @@ std::vector<std::vector<std::vector<double>>> train_ddp(const ModelFactory& make
   std::vector<std::vector<std::vector<double>>> step_params(run.world), step_buffers(run.world);
   std::mutex mu;
   int mismatches = 0;
+  dist::ProcessGroupOptions pg_options;
+  pg_options.timeout = std::chrono::seconds(60);
   dist::run_threads(run.world, [&](int rank, dist::ProcessGroup& pg) {
     nn::manual_seed(1000 + rank);  // different initial weights: DDP must broadcast rank 0's
     auto model = make();
@@ -80,7 +82,7 @@ std::vector<std::vector<std::vector<double>>> train_ddp(const ModelFactory& make
       pg.barrier()->wait();
     }
     finals[rank] = snapshot_params(*model);
-  });
+  }, pg_options, run.backend);
   EXPECT_EQ(mismatches, 0) << "ranks' parameters or buffers were not bitwise identical after a step";
   return finals;
 }

@@ -3,6 +3,7 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "runtime/ddp/distributed_data_parallel.h"
@@ -25,6 +26,7 @@ struct RunConfig {
   int steps = 5;
   int accumulation = 1;  // micro-steps per optimizer step (no_sync for all but the last)
   DDPOptions ddp;
+  std::string backend = "gloo";  // process group of the thread ranks: gloo, shm or hier (run_threads)
 };
 
 // Snapshot: the values of every parameter (and buffer), flattened, in registration order.

@@ -1,0 +1,71 @@
+// shm_sync.h - the control block at the head of each rank's shared-memory segment and the waiting on it.
+//
+// Each rank owns one monotonically increasing 32-bit `progress` word (steps of a collective advance it in
+// phases). A rank that needs a peer's data waits until the peer's progress reaches a target: a short bounded
+// spin (each rank here may own a single core, so a long spin would steal it from the computation), then futex
+// sleeps in slices, between which it checks the peer's liveness (pid), the peer's failure flag and the
+// collective's deadline. Writers wake the futex only when someone sleeps on it (a waiter count), so a step
+// with no sleeper costs no system call.
+#pragma once
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+namespace ddp::dist::shm {
+
+inline constexpr uint64_t kMagic = 0x6464707368'6d3031ull;  // "ddpshm01"
+
+// What a rank is doing, so peers can check that they run the same collective (cheap, always on).
+struct CallStamp {
+  std::atomic<uint64_t> seq{~0ull};  // ~0: being written
+  std::atomic<uint64_t> shape{0};    // kind | dtype << 8 | op << 16 | (root + 1) << 24
+  std::atomic<int64_t> count{0};
+};
+
+enum class PeerState : uint32_t { Alive = 0, Closed = 1, Failed = 2 };
+
+struct alignas(64) ControlBlock {
+  uint64_t magic;
+  int32_t pid;
+  uint32_t slot_bytes;
+  alignas(64) std::atomic<uint32_t> progress;  // the futex word
+  std::atomic<uint32_t> sleepers;              // peers sleeping on `progress`
+  alignas(64) std::atomic<uint64_t> arrived;   // 1 + the last collective sequence number reached; 0: none
+  std::atomic<uint32_t> state;                 // PeerState
+  CallStamp call[2];  // by sequence-number parity
+  char failure[256];  // why this rank failed (state == Failed)
+};
+
+inline constexpr size_t kControlBytes = 4096;
+static_assert(sizeof(ControlBlock) <= kControlBytes);
+
+// Publishes a new progress value and wakes sleepers.
+void publish_progress(ControlBlock& cb, uint32_t value);
+// Marks the rank closed/failed and wakes everyone sleeping on it.
+void publish_state(ControlBlock& cb, PeerState s, const std::string& why = "");
+
+// True when progress has reached target (wrap-around safe).
+inline bool reached(uint32_t progress, uint32_t target) {
+  return static_cast<int32_t>(progress - target) >= 0;
+}
+
+// Why a wait ended without the peer reaching the target.
+enum class WaitEnd { Reached, Deadline, PeerDied, PeerClosed, PeerFailed };
+
+struct WaitPolicy {
+  std::chrono::microseconds spin{20};         // DDP_SHM_SPIN_US
+  std::chrono::milliseconds slice{20};        // futex sleep between liveness checks
+};
+WaitPolicy wait_policy_from_env();
+
+// Waits until peer.progress reaches target, or one of the other endings. `same_process` skips the pid check
+// (thread ranks share the pid).
+WaitEnd wait_progress(ControlBlock& peer, uint32_t target, std::chrono::steady_clock::time_point deadline,
+                      const WaitPolicy& policy, bool same_process);
+
+bool pid_alive(pid_t pid);
+
+}  // namespace ddp::dist::shm
