@@ -9,6 +9,7 @@
 // Modes: ddp (overlapped bucket all-reduce), nosync (backward inside ddp.no_sync(): no communication at all,
 // the compute-only reference), nooverlap (DDPOptions.overlap = false: all buckets go after backward), unused
 // (find_unused_parameters = true: graph traversal + used-map all-reduce). See docs/benchmarks.md.
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -27,6 +28,7 @@
 #include "runtime/autograd/engine.h"
 #include "runtime/core/cli.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/simd_target.h"
 #include "runtime/ddp/distributed_data_parallel.h"
 #include "runtime/dist/init.h"
 #include "runtime/ops/loss.h"
@@ -149,6 +151,13 @@ void sync_device(const Tensor& probe) {
   if (probe.device().is_cuda()) (void)probe.slice0(0, 1).to(ddp::Device::cpu());
 }
 
+// Minor page faults of this process so far (a fresh page touched for the first time costs one).
+long minor_faults() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_minflt;
+}
+
 double seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
@@ -254,10 +263,13 @@ int main(int argc, char** argv) {
     auto& tracer = ddp::trace::global_tracer();
     std::vector<double> step_s, fwd_s, bwd_s, bwd_compute_s, comm_s, exposed_s, opt_s;
     const double load_before = load_average();
+    long faults_before = 0;
     for (int it = 0; it < warmup + steps; ++it) {
       const bool measured = it >= warmup;
+      if (it == warmup) faults_before = minor_faults();
       if (measured && it == warmup && !trace_path.empty()) {
         tracer.set_rank(rank);
+        tracer.set_world_size(world);
         tracer.set_enabled(true);
       }
       if (measured) tracer.begin_iteration(it - warmup);
@@ -305,6 +317,7 @@ int main(int argc, char** argv) {
       }
     }
     tracer.set_enabled(false);
+    const double faults_per_step = static_cast<double>(minor_faults() - faults_before) / steps;
     const double load_after = load_average();
     if (!trace_path.empty()) tracer.write_chrome_trace(rank_path(trace_path, rank));
 
@@ -348,6 +361,9 @@ int main(int argc, char** argv) {
                   std::thread::hardware_concurrency(), host, load_before, load_after);
       std::printf("  FLOPs per rank step %.4g (%s); %d measured steps after %d warmup\n",
                   w.flops_per_rank_step, w.flops_rule.c_str(), steps, warmup);
+      std::printf(
+          "  CPU kernels: %s (Highway run-time choice); minor page faults per measured step (rank 0): %.1f\n",
+          ddp::kernels::cpu::simd_target_name(), faults_per_step);
       std::printf("  %-28s %12s %12s %12s %12s %12s\n", "metric", "median", "p10", "p90", "min", "max");
       auto row = [](const char* name, const ddp::sim::SampleStats& s, double scale) {
         std::printf("  %-28s %12.3f %12.3f %12.3f %12.3f %12.3f\n", name, s.median * scale, s.p10 * scale,
@@ -396,6 +412,8 @@ int main(int argc, char** argv) {
               {"load_after", load_after}}},
             {"date", iso_now()},
             {"label", label},
+            {"simd_target", ddp::kernels::cpu::simd_target_name()},
+            {"minor_faults_per_step", faults_per_step},
             {"step_s", stats_json(step)},
             {"forward_s", stats_json(fwd)},
             {"backward_s", stats_json(bwd)},

@@ -5,12 +5,17 @@
 //      FLOPs per iteration = 3 * 2 * rows * in * out; the table after the run gives engine/raw (target
 //      <= 1.10).
 //  (b) per-op dispatch overhead: a 1-element add, without and with autograd recording (target < 1 us).
+//  (c) Kernel_VsCopy/<k>: each CPU kernel on 1M float32 elements (Highway, the instruction set the dispatcher
+//      picked) against memcpy of 4 MiB, interleaved in one loop; counters give both GB/s (bytes the kernel
+//      must read + write) and kernel/copy (the target: >= 0.5). The table after the run lists them.
 // OpenBLAS threads: --blas_threads=N or DDP_BLAS_THREADS=N (default: OpenBLAS's own choice).
 // Run: bench_micro_ops --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <ctime>
 #include <cstring>
@@ -18,7 +23,17 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/activation.h"
+#include "kernels/cpu/broadcast.h"
+#include "kernels/cpu/dropout.h"
+#include "kernels/cpu/embedding.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/layernorm.h"
+#include "kernels/cpu/loss.h"
+#include "kernels/cpu/optim.h"
+#include "kernels/cpu/reduce.h"
+#include "kernels/cpu/simd_target.h"
+#include "kernels/cpu/softmax.h"
 #include "runtime/autograd/engine.h"
 #include "runtime/autograd/node.h"
 #include "runtime/ops/elementwise.h"
@@ -152,6 +167,167 @@ void TinyAdd_RecordGraph(benchmark::State& state) {
 }
 BENCHMARK(TinyAdd_RecordGraph)->Unit(benchmark::kNanosecond);
 
+// (c) kernel throughput against copy bandwidth, 1M float32 elements.
+constexpr int64_t kN = 1 << 20;
+struct KernelCase {
+  const char* name;
+  int reads, writes;  // arrays of kN floats the kernel must read and write
+};
+const KernelCase kKernels[] = {
+    {"relu fwd", 1, 1},
+    {"gelu fwd", 1, 1},
+    {"gelu bwd", 2, 1},
+    {"tanh fwd", 1, 1},
+    {"sigmoid fwd", 1, 1},
+    {"exp fwd", 1, 1},
+    {"log fwd", 1, 1},
+    {"add (same shape)", 2, 1},
+    {"add bias (1024x1024 + 1024)", 1, 1},
+    {"bias grad sum_to_shape", 1, 0},
+    {"softmax fwd (4096x256)", 1, 1},
+    {"log_softmax fwd", 1, 1},
+    {"softmax bwd", 2, 1},
+    {"cross_entropy fwd", 1, 0},
+    {"cross_entropy bwd", 1, 1},
+    {"layernorm fwd (8192x128)", 1, 1},
+    {"layernorm bwd", 2, 1},
+    {"sgd step (momentum)", 3, 2},
+    {"adamw step", 4, 3},
+    {"column sums (linear bias grad)", 1, 0},
+    {"embedding fwd", 1, 1},
+    {"dropout", 1, 1},
+};
+constexpr int kNumKernels = sizeof(kKernels) / sizeof(kKernels[0]);
+
+struct KernelData {
+  std::vector<float> a, b, c, d, e, out, small;
+  std::vector<int64_t> targets, idx;
+  KernelData() : a(kN), b(kN), c(kN), d(kN), e(kN), out(kN), small(8192 * 2), targets(8192), idx(8192) {
+    for (int64_t i = 0; i < kN; ++i) {
+      a[i] = std::sin(0.001f * static_cast<float>(i)) * 3.0f;
+      b[i] = 0.5f + 0.25f * std::cos(0.003f * static_cast<float>(i));
+      c[i] = 0.01f * b[i];
+      d[i] = 0.1f;
+      e[i] = 0.02f;
+    }
+    for (int64_t i = 0; i < 8192; ++i) targets[i] = (i * 7) % 256, idx[i] = (i * 13) % 1024;
+  }
+  void run(int k) {
+    float* o = out.data();
+    const float* x = a.data();
+    switch (k) {
+      case 0:
+        kernels::cpu::relu_forward(x, o, kN);
+        break;
+      case 1:
+        kernels::cpu::gelu_forward(x, o, kN);
+        break;
+      case 2:
+        kernels::cpu::gelu_backward(b.data(), x, o, kN);
+        break;
+      case 3:
+        kernels::cpu::tanh_forward(x, o, kN);
+        break;
+      case 4:
+        kernels::cpu::sigmoid_forward(x, o, kN);
+        break;
+      case 5:
+        kernels::cpu::exp_forward(x, o, kN);
+        break;
+      case 6:
+        kernels::cpu::log_forward(b.data(), o, kN);
+        break;
+      case 7:
+        kernels::cpu::binary_broadcast(x, {kN}, b.data(), {kN}, o, {kN},
+                                       [](float p, float q) { return p + q; });
+        break;
+      case 8:
+        kernels::cpu::binary_broadcast(x, {1024, 1024}, b.data(), {1024}, o, {1024, 1024},
+                                       [](float p, float q) { return p + q; });
+        break;
+      case 9:
+        kernels::cpu::sum_to_shape(x, {1024, 1024}, o, {1024});
+        break;
+      case 10:
+        kernels::cpu::softmax_forward(x, o, 4096, 256);
+        break;
+      case 11:
+        kernels::cpu::log_softmax_forward(x, o, 4096, 256);
+        break;
+      case 12:
+        kernels::cpu::softmax_backward(b.data(), x, o, 4096, 256);
+        break;
+      case 13: {
+        int64_t count = 0;
+        benchmark::DoNotOptimize(kernels::cpu::cross_entropy_forward(x, targets.data(), 4096, 256, false,
+                                                                     -100, small.data(), &count));
+        break;
+      }
+      case 14: {
+        const float dl = 1.0f;
+        kernels::cpu::cross_entropy_backward(x, targets.data(), small.data(), &dl, 4096.0, 4096, 256, false,
+                                             -100, o);
+        break;
+      }
+      case 15:
+        kernels::cpu::layernorm_forward(x, b.data(), c.data(), o, small.data(), small.data() + 8192, 8192,
+                                        128, 1e-5);
+        break;
+      case 16:
+        kernels::cpu::layernorm_backward(b.data(), x, c.data(), small.data(), small.data() + 8192, o,
+                                         d.data(), e.data(), 8192, 128);
+        break;
+      case 17:
+        kernels::cpu::sgd_step(o, c.data(), d.data(), kN, 1e-3, 0.9, 0.0, 0.0, false, false);
+        break;
+      case 18:
+        kernels::cpu::adamw_step(o, c.data(), d.data(), e.data(), kN, 1e-3, 0.9, 0.999, 1e-8, 0.01, 0.5, 0.1);
+        break;
+      case 19:
+        kernels::cpu::sum_middle(x, 1, 1024, 1024, small.data(), 1.0);
+        break;
+      case 20:
+        kernels::cpu::embedding_forward(x, idx.data(), o, 1024, 1024);
+        break;
+      case 21:
+        kernels::cpu::dropout_apply(x, o, kN, kernels::cpu::dropout_key(1), 0,
+                                    kernels::cpu::dropout_threshold(0.1), 1.0f / 0.9f);
+        break;
+    }
+    benchmark::DoNotOptimize(o);
+    benchmark::ClobberMemory();
+  }
+};
+
+void Kernel_VsCopy(benchmark::State& state) {
+  static KernelData data;
+  const int k = static_cast<int>(state.range(0));
+  std::vector<float> src(kN, 1.0f), dst(kN);
+  std::vector<double> tk, tc;
+  using Clock = std::chrono::steady_clock;
+  for (auto _ : state) {
+    const auto t0 = Clock::now();
+    std::memcpy(dst.data(), src.data(), kN * sizeof(float));
+    benchmark::DoNotOptimize(dst.data());
+    benchmark::ClobberMemory();
+    const auto t1 = Clock::now();
+    data.run(k);
+    const auto t2 = Clock::now();
+    tc.push_back(std::chrono::duration<double>(t1 - t0).count());
+    tk.push_back(std::chrono::duration<double>(t2 - t1).count());
+  }
+  const double kernel_bytes =
+      static_cast<double>(kKernels[k].reads + kKernels[k].writes) * kN * sizeof(float);
+  const double copy_bytes = 2.0 * kN * sizeof(float);
+  const double gk = kernel_bytes / median(tk) / 1e9, gc = copy_bytes / median(tc) / 1e9;
+  state.counters["kernel_GBps"] = gk;
+  state.counters["copy_GBps"] = gc;
+  state.counters["kernel_ms"] = median(tk) * 1e3;
+  state.counters["vs_copy"] = gk / gc;
+  state.SetLabel(kKernels[k].name);
+}
+BENCHMARK(Kernel_VsCopy)->DenseRange(0, kNumKernels - 1)->Unit(benchmark::kMicrosecond);
+
 // Prints the usual console table, then the engine/raw table of Linear_Paired (medians when repeated).
 class RatioReporter : public benchmark::ConsoleReporter {
  public:
@@ -160,15 +336,29 @@ class RatioReporter : public benchmark::ConsoleReporter {
     for (const Run& r : runs) {
       const bool single = r.run_type == Run::RT_Iteration && r.repetitions <= 1;
       if (r.error_occurred || !(single || r.aggregate_name == "median")) continue;
-      if (r.run_name.function_name != "Linear_Paired") continue;
       auto get = [&](const char* k) {
         auto it = r.counters.find(k);
         return it == r.counters.end() ? 0.0 : it->second.value;
       };
+      if (r.run_name.function_name == "Kernel_VsCopy") {
+        kernels_.push_back(
+            {r.report_label, get("kernel_ms"), get("kernel_GBps"), get("copy_GBps"), get("vs_copy")});
+        continue;
+      }
+      if (r.run_name.function_name != "Linear_Paired") continue;
       rows_[r.run_name.args] = {get("engine_us"), get("raw_us"), get("ratio")};
     }
   }
   void PrintRatios() const {
+    if (!kernels_.empty()) {
+      std::printf(
+          "\nCPU kernels on 1M float32 elements (%s), against memcpy interleaved in the same loop "
+          "(medians)\n",
+          kernels::cpu::simd_target_name());
+      std::printf("  %-32s %10s %10s %10s %8s\n", "kernel", "ms", "GB/s", "copy GB/s", "vs copy");
+      for (const KernelRow& k : kernels_)
+        std::printf("  %-32s %10.3f %10.2f %10.2f %8.2f\n", k.name.c_str(), k.ms, k.gbps, k.copy, k.ratio);
+    }
     if (rows_.empty()) return;
     std::printf(
         "\nlinear forward+backward (3 GEMMs), engine vs raw cblas, interleaved, median process CPU time\n");
@@ -182,6 +372,11 @@ class RatioReporter : public benchmark::ConsoleReporter {
     double engine_us = 0, raw_us = 0, ratio = 0;
   };
   std::map<std::string, Row> rows_;
+  struct KernelRow {
+    std::string name;
+    double ms, gbps, copy, ratio;
+  };
+  std::vector<KernelRow> kernels_;
 };
 
 // --blas_threads=N (removed from argv before Google Benchmark parses it) or DDP_BLAS_THREADS.

@@ -1,7 +1,7 @@
-// branchy.h - the reference model for parameters that receive no gradient: a shared trunk, two experts of
-// which the data picks one per step (the sign of the batch mean of the first input feature), and a head that
-// is never used. On a step where ranks pick different experts, each expert gets a gradient on some ranks
-// only.
+// branchy.h - the reference model for parameters that receive no gradient: a shared trunk, two
+// experts of which the data picks one per step (the sign of the batch mean of the first input
+// feature), and a head that is never used. On a step where ranks pick different experts, each expert
+// gets a gradient on some ranks only.
 #pragma once
 #include "runtime/nn/layers.h"
 

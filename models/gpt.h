@@ -50,8 +50,8 @@ class GPT : public nn::Module {
   Tensor forward(const Tensor& idx) override;
   // Continues `prompt` by n tokens sampled with temperature (seeded; greedy when temperature == 0).
   std::string generate(const std::string& prompt, int64_t n, double temperature, uint64_t seed);
-  // Multiply-accumulates x2 per token of forward (6x for forward+backward), the usual 6N + attention
-  // estimate.
+  // Multiply-accumulates x2 per token of forward (6x for forward+backward), the
+  // usual 6N + attention estimate.
   double flops_per_token_forward() const;
   GPTConfig config;
 

@@ -15,8 +15,11 @@
 #include "models/branchy.h"
 #include "models/cnn.h"
 #include "models/gpt.h"
+#include "models/make_model.h"
 #include "models/mlp.h"
+#include "models/train_checks.h"
 #include "runtime/autograd/engine.h"
+#include "runtime/checkpoint/checkpoint_dir.h"
 #include "runtime/checkpoint/training_checkpoint.h"
 #include "runtime/core/log.h"
 #include "runtime/data/data_loader.h"
@@ -84,58 +87,10 @@ Data load_data(const TrainOptions& o) {
   return d;
 }
 
-std::shared_ptr<nn::Module> make_model(const TrainOptions& o, DType dtype) {
-  if (o.model == "mlp") {
-    MLPConfig c;
-    c.hidden.assign(static_cast<size_t>(o.depth), o.hidden);
-    c.dtype = dtype;
-    return std::make_shared<MLP>(c);
-  }
-  if (o.model == "cnn") {
-    CNNConfig c;
-    c.dtype = dtype;
-    return std::make_shared<CNN>(c);
-  }
-  if (o.model == "branchy") {
-    BranchyConfig c;
-    c.dtype = dtype;
-    return std::make_shared<Branchy>(c);
-  }
-  if (o.model == "gpt") {
-    GPTConfig c;
-    c.context = o.context;
-    c.d_model = o.d_model;
-    c.n_head = o.n_head;
-    c.n_layer = o.n_layer;
-    c.dropout = o.dropout;
-    c.dtype = dtype;
-    return std::make_shared<GPT>(c);
-  }
-  DDP_FAIL("--model ", o.model, ": expected mlp, cnn, gpt or branchy");
-}
-
-std::string options_json(const TrainOptions& o) {
-  std::ostringstream os;
-  os << "{\"model\":\"" << o.model << "\",\"data\":\"" << o.data << "\",\"dtype\":\"" << o.dtype
-     << "\",\"batch_size\":" << o.batch_size << ",\"grad_accum\":" << o.grad_accum << ",\"optimizer\":\""
-     << o.optimizer << "\",\"lr\":" << o.lr << ",\"seed\":" << o.seed << ",\"context\":" << o.context
-     << ",\"d_model\":" << o.d_model << ",\"n_layer\":" << o.n_layer << ",\"n_head\":" << o.n_head
-     << ",\"hidden\":" << o.hidden << ",\"depth\":" << o.depth << "}";
-  return os.str();
-}
-
 double allreduce_mean(dist::ProcessGroup& pg, double v) {
   Tensor t = Tensor::from_data<double>({v}, {1});
   host_allreduce(pg, t);
   return t.data<double>()[0] / pg.size();
-}
-
-std::string latest_checkpoint(const std::string& dir) {
-  std::ifstream in(dir + "/latest");
-  std::string name;
-  DDP_CHECK(in && std::getline(in, name) && !name.empty(), "--resume auto: no checkpoint in ", dir,
-            " (its file 'latest' is missing); start without --resume or give a checkpoint path");
-  return dir + "/" + name;
 }
 
 double median(std::vector<double> v) {
@@ -149,7 +104,7 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg)
   const auto t_start = Clock::now();
   const int rank = pg->rank(), world = pg->size();
   const bool talk = rank == 0 && !o.quiet;
-  DDP_CHECK(o.batch_size > 0 && o.grad_accum > 0, "--batch-size and --grad-accum must be positive");
+  validate_options(o);
   DDP_CHECK(o.dtype == "float32" || o.dtype == "float64", "--dtype ", o.dtype,
             ": expected float32 or float64");
   const DType dtype = o.dtype == "float64" ? DType::F64 : DType::F32;
@@ -159,6 +114,7 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg)
     device = Device::cuda((local ? std::atoi(local) : rank) % cuda_device_count());
   }
 
+  check_output_paths(o, *pg);
   Data data = load_data(o);
   nn::manual_seed(o.seed);
   auto model = make_model(o, dtype);
@@ -217,9 +173,15 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg)
   int64_t step = 0;
   int64_t epoch = 0;
   bool resumed = false;
+  std::string resumed_from;
   if (!o.resume.empty()) {
-    const std::string path = o.resume == "auto" ? latest_checkpoint(o.checkpoint_dir) : o.resume;
-    auto st = checkpoint::load_training_checkpoint(path, *model, opt.get());
+    const std::string path = resume_path(o);
+    checkpoint::LoadOptions load;
+    load.reset_optimizer = o.reset_optimizer;
+    load.live_config = options_json(o);
+    if (o.reset_optimizer) load.config_keys_may_differ = {"optimizer", "lr"};
+    auto st = checkpoint::load_training_checkpoint(path, *model, opt.get(), load);
+    resumed_from = path;
     DDP_CHECK(st.seed == o.seed, "checkpoint ", path, " was written with --seed ", st.seed,
               ", this run has --seed ", o.seed, "; resume with the same seed");
     step = st.step;
@@ -227,15 +189,17 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg)
     loader.resume({st.epoch, st.batches_in_epoch, 0});
     resumed = true;
     if (talk)
-      std::printf("resumed from %s at step %lld (epoch %lld, batch %lld)\n", path.c_str(),
+      std::printf("resumed from %s at step %lld (epoch %lld, batch %lld)%s\n", path.c_str(),
                   static_cast<long long>(step), static_cast<long long>(st.epoch),
-                  static_cast<long long>(st.batches_in_epoch));
+                  static_cast<long long>(st.batches_in_epoch),
+                  o.reset_optimizer ? "; optimizer state reset (--reset-optimizer)" : "");
   }
   if (!resumed) loader.start_epoch(epoch);
 
   auto& tracer = trace::global_tracer();
   if (!o.trace.empty()) {
     tracer.set_rank(rank);
+    tracer.set_world_size(world);
     tracer.set_enabled(true);
   }
 
@@ -262,7 +226,8 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg)
   auto loss_of = [&](const Tensor& out, const Tensor& y) { return ops::cross_entropy(out, y); };
 
   TrainResult result;
-  std::vector<double> step_times, exposed_shares;
+  LossGuard loss_guard(*pg, resumed_from);
+  std::vector<double> step_times, exposed_shares, all_step_times;
   double last_loss = 0;
   std::vector<double> first_losses, recent_losses;  // loss of the first / last 3 steps of this run
   auto mean_of = [](const std::vector<double>& v) {
@@ -281,7 +246,9 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg)
     int64_t batches = 0;
     while (auto b = val_loader.next()) {
       if (o.eval_batches > 0 && batches >= o.eval_batches) break;
-      Tensor out = model->forward(b->x);
+      Tensor x = b->x;
+      if (!data.tokens && x.dtype() != dtype) x = x.to(dtype);  // as in training (--dtype float64)
+      Tensor out = model->forward(x);
       ops::CrossEntropyOptions sum_rows;
       sum_rows.reduction = ops::LossReduction::Sum;
       Tensor l = ops::cross_entropy(out, b->y, sum_rows);
@@ -316,18 +283,20 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg)
   auto save = [&]() {
     if (o.checkpoint_dir.empty()) return;
     if (zero_opt) zero_opt->consolidate_state_dict(0);  // every rank's shard to rank 0, which writes
+    const std::string name = "ckpt-step" + std::to_string(step) + ".safetensors";
     if (rank == 0) {
       std::filesystem::create_directories(o.checkpoint_dir);
-      const std::string name = "ckpt-step" + std::to_string(step) + ".safetensors";
+      for (const std::string& stale : checkpoint::remove_stale_temp_files(o.checkpoint_dir))
+        if (talk) std::printf("removed %s (left by an interrupted save)\n", stale.c_str());
       auto pos = loader.position();
-      checkpoint::TrainingState st{step, pos.epoch, pos.batches_consumed, o.seed, options_json(o), {}};
+      checkpoint::TrainingState st{step, pos.epoch, pos.batches_consumed, o.seed, options_json(o), {}, {}};
       checkpoint::save_training_checkpoint(o.checkpoint_dir + "/" + name, *model, opt.get(), st);
-      const std::string tmp = o.checkpoint_dir + "/latest.tmp";
-      { std::ofstream(tmp) << name << "\n"; }
-      std::filesystem::rename(tmp, o.checkpoint_dir + "/latest");
-      result.checkpoint_path = o.checkpoint_dir + "/" + name;
-      if (talk) std::printf("checkpoint: %s\n", result.checkpoint_path.c_str());
+      checkpoint::write_latest(o.checkpoint_dir, name);
+      if (talk) std::printf("checkpoint: %s/%s\n", o.checkpoint_dir.c_str(), name.c_str());
+      std::fflush(stdout);
     }
+    result.checkpoint_path = o.checkpoint_dir + "/" + name;
+    loss_guard.saved(result.checkpoint_path);
     pg->barrier()->wait();
   };
 
@@ -369,18 +338,20 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg)
     if (!o.trace.empty()) tracer.end_iteration(step);
     const double dt = seconds_since(t0);
     last_loss = loss_sum / static_cast<double>(o.grad_accum);
+    if (o.fault_nan_step == step + 1 && rank == o.fault_nan_rank) last_loss = NAN;
+    const double mean_loss = loss_guard.mean_loss(last_loss, step + 1);  // every rank stops on NaN / Inf
     recent_losses.push_back(last_loss);
     if (recent_losses.size() > 3) recent_losses.erase(recent_losses.begin());
     if (steps_this_run < 3) first_losses.push_back(last_loss);
     ++step;
     ++steps_this_run;
+    all_step_times.push_back(dt);
     if (steps_this_run > 2) {  // the first steps pay for warm-up (allocation, rebuild)
       step_times.push_back(dt);
       exposed_shares.push_back(ddp.reducer().last_stats().exposed_communication_s / dt);
     }
     const bool log_now = o.log_interval > 0 && (step % o.log_interval == 0 || step == total_steps);
     if (log_now) {
-      const double mean_loss = allreduce_mean(*pg, last_loss);
       const double rows_s = static_cast<double>(rows_per_step) / dt;
       if (talk) {
         if (tty) std::printf("\r\033[K");
@@ -406,7 +377,9 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg)
   const bool finished = step >= total_steps;
   if (finished) evaluate();
   save();
-  const double med = median(step_times);
+  // Steady-state steps exclude the first two (warm-up); a run too short for that reports all its steps.
+  const bool warmup_included = step_times.empty() && !all_step_times.empty();
+  const double med = median(warmup_included ? all_step_times : step_times);
   result.samples_per_s = med > 0 ? static_cast<double>(rows_per_step) / med : 0;
   result.tokens_per_s = result.samples_per_s * static_cast<double>(tokens_per_row);
   result.exposed_comm_share = median(exposed_shares);
@@ -446,9 +419,17 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg)
       else
         std::printf(", val loss %.4f, val accuracy %.2f%%", result.val_loss, 100 * result.val_accuracy);
     }
-    std::printf("\n   throughput %.0f %s/s (median step %.1f ms), exposed communication %.1f%% of a step\n",
-                data.tokens ? result.tokens_per_s : result.samples_per_s, data.tokens ? "tokens" : "samples",
-                med * 1e3, 100 * result.exposed_comm_share);
+    if (all_step_times.empty())
+      std::printf("\n   throughput not measured: no step ran\n");
+    else if (warmup_included)
+      std::printf("\n   throughput %.0f %s/s (median of all %lld steps, %.1f ms, warm-up included: too few steps "
+                  "to leave out the first 2)\n",
+                  data.tokens ? result.tokens_per_s : result.samples_per_s, data.tokens ? "tokens" : "samples",
+                  static_cast<long long>(all_step_times.size()), med * 1e3);
+    else
+      std::printf("\n   throughput %.0f %s/s (median step %.1f ms), exposed communication %.1f%% of a step\n",
+                  data.tokens ? result.tokens_per_s : result.samples_per_s, data.tokens ? "tokens" : "samples",
+                  med * 1e3, 100 * result.exposed_comm_share);
     std::printf("   gradient communication: %s hook, %.3f MiB per step handed to all-reduces by rank 0\n",
                 o.comm_hook.c_str(), result.comm_bytes_per_step / (1024.0 * 1024.0));
     std::printf("   optimizer state on rank 0: %.3f MiB%s\n",
@@ -457,7 +438,8 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg)
     if (!result.checkpoint_path.empty()) std::printf("   checkpoint %s\n", result.checkpoint_path.c_str());
     if (!o.trace.empty())
       std::printf("   trace %s (open in ui.perfetto.dev or chrome://tracing)\n", o.trace.c_str());
-    if (!result.sample_text.empty()) std::printf("   sample: The whale%s\n", result.sample_text.c_str());
+    if (!result.sample_text.empty())
+      std::printf("   sample: %s\n", printable_text("The whale" + result.sample_text).c_str());
     std::fflush(stdout);
   }
   return result;

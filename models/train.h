@@ -1,7 +1,8 @@
 // train.h - the training loop shared by the `train` program, the tests and the benchmarks: one model
 // (mlp, cnn, gpt, branchy), its data (Fashion-MNIST, Moby Dick or synthetic), DDP, an optimizer with warmup +
 // cosine schedule, gradient accumulation through no_sync, periodic evaluation (each sample counted once),
-// checkpoints with exact resume, a Chrome trace, and a log line per logged step from rank 0.
+// checkpoints with exact resume, a Chrome trace, and a log line per logged step from rank 0. The loss is
+// averaged over ranks every step, and a NaN / Inf loss stops every rank (train_checks.h has the checks).
 #pragma once
 #include <functional>
 #include <memory>
@@ -46,6 +47,7 @@ struct TrainOptions {
   std::string checkpoint_dir;       // empty: no checkpoints
   int64_t checkpoint_interval = 0;  // steps; 0: only at the end (when checkpoint_dir is set)
   std::string resume;               // a checkpoint path, or "auto" (latest in checkpoint_dir)
+  bool reset_optimizer = false;     // resume the model but start the optimizer's state afresh
   std::string trace;                // Chrome trace file ("" off); ranks add ".rank<N>"
   int64_t sample_tokens = 200;      // gpt: length of the generated sample at the end
   // model shapes
@@ -56,6 +58,9 @@ struct TrainOptions {
   std::string data_path;   // override the data set's default location
   bool quiet = false;      // no per-step lines (tests)
   int64_t stop_after = 0;  // stop (as if killed) after this many steps; for resume tests
+  // Tests: this rank's loss of step fault_nan_step (1-based) is replaced by NaN (0: never).
+  int64_t fault_nan_step = 0;
+  int fault_nan_rank = 0;
 };
 
 struct TrainResult {

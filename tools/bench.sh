@@ -5,6 +5,13 @@
 # simulator's measured-vs-predicted validation. Everything goes to runs/bench-<date>.json (JSON lines).
 #
 #   tools/bench.sh BUILD_DIR [--quick]      # --quick: few steps (about 3-5 min on 2 cores), else ~10-15 min
+#   tools/bench.sh BUILD_DIR --vs-pytorch   # only the PyTorch comparison (bench/pytorch_twin.py, python3-torch)
+#
+# When Debian's python3-torch is importable, every pass also runs bench/pytorch_twin.py (PyTorch on the same
+# models, shapes, optimizer and threads) right after bench_e2e for mlp and gpt at world 1 and 2 in modes nosync
+# and ddp, and the summary prints PyTorch vs ddp.cpp per configuration with the ratio (bench/compare_pytorch.py).
+# OPENBLAS_CORETYPE, when set (`tools/ddp bench` sets it from the CPU: SkylakeX with AVX-512), reaches both
+# runtimes, so both use the same OpenBLAS kernels.
 #
 # Environment: BENCH_OUT (output directory, default runs), BENCH_REPEATS (passes over the whole table and
 # sweep, interleaved so that slow drifts of the machine's load hit every configuration alike; the summary
@@ -17,12 +24,14 @@
 # validation (3 when an error is above 20%).
 set -euo pipefail
 
-usage() { echo "usage: tools/bench.sh BUILD_DIR [--quick]" >&2; exit 2; }
+usage() { echo "usage: tools/bench.sh BUILD_DIR [--quick | --vs-pytorch]" >&2; exit 2; }
 [[ $# -ge 1 ]] || usage
 BUILD=$1
 QUICK=0
+VS_ONLY=0
 [[ ${2:-} == "--quick" ]] && QUICK=1
-[[ $# -le 2 && ( -z ${2:-} || $QUICK == 1 ) ]] || usage
+[[ ${2:-} == "--vs-pytorch" ]] && VS_ONLY=1
+[[ $# -le 2 && ( -z ${2:-} || $QUICK == 1 || $VS_ONLY == 1 ) ]] || usage
 BIN=$BUILD/bin
 if [[ -n ${BENCH_NICE:-} && -z ${BENCH_OWN_SESSION:-} ]]; then
   export BENCH_OWN_SESSION=1
@@ -83,6 +92,45 @@ run() {
   printf '.'
 }
 
+# Debian's python3 (where python3-torch and python3-matplotlib live) before whatever python3 comes first on PATH.
+PY=""
+for cand in /usr/bin/python3 "$(command -v python3 || true)"; do
+  if [[ -n $cand && -x $cand ]]; then PY=$cand; break; fi
+done
+TORCH=0
+if [[ -n $PY ]] && "$PY" -c 'import torch' 2>/dev/null; then TORCH=1; fi
+
+# vs_pytorch PASS: ddp.cpp then PyTorch, per configuration / world / mode, so both see the same machine load.
+vs_pytorch() {
+  local pass=$1
+  for config in mlp gpt; do
+    for world in 1 2; do
+      for mode in nosync ddp; do
+        [[ $world == 1 && $mode == ddp ]] && continue
+        run $world --config $config --mode $mode --steps "$(steps_of $config)" --label "vs-pytorch pass $pass"
+        local cmd=("$PY" "$HERE/../bench/pytorch_twin.py" --config $config --mode $mode --world $world
+                   --steps "$(steps_of $config)" --warmup "$WARMUP" --json "$JSON" --label "vs-pytorch pass $pass")
+        echo "+ ${cmd[*]}" >>"$LOG"
+        "${cmd[@]}" >>"$LOG" 2>&1 || { echo "bench.sh: failed: ${cmd[*]} (see $LOG)" >&2; exit 1; }
+        printf '.'
+      done
+    done
+  done
+}
+
+if [[ $VS_ONLY == 1 ]]; then
+  [[ $TORCH == 1 ]] || { echo "bench.sh: --vs-pytorch needs python3-torch (apt-get install python3-torch)" >&2; exit 1; }
+  for pass in $(seq 1 "$REPEATS"); do
+    printf 'bench.sh: pass %d/%d: ddp.cpp vs PyTorch (mlp, gpt; world 1 nosync, world 2 nosync and ddp) ' "$pass" "$REPEATS"
+    vs_pytorch "$pass"
+    echo
+  done
+  echo "bench.sh: PyTorch vs ddp.cpp (step medians over $REPEATS pass(es); ratio = ddp.cpp / PyTorch)"
+  "$PY" "$HERE/../bench/compare_pytorch.py" "$JSON"
+  echo "bench.sh: done: $JSON"
+  exit 0
+fi
+
 echo "bench.sh: all-reduce table (Gloo, 2 ranks)"
 "$BIN/ddprun" --standalone --nproc-per-node 2 --local-ranks-filter 0 "$BIN/bench_allreduce" --min-bytes 64K \
   --max-bytes 32M --factor 2 --iters "$AR_ITERS" --json "$JSON" 2>&1 | tee -a "$LOG" | sed 's/^\[rank 0\] //' |
@@ -104,12 +152,11 @@ for pass in $(seq 1 "$REPEATS"); do
     done
     echo
   done
-done
-
-# Debian's python3 (where python3-matplotlib lives) before whatever python3 comes first on PATH (pyenv...).
-PY=""
-for cand in /usr/bin/python3 "$(command -v python3 || true)"; do
-  if [[ -n $cand && -x $cand ]]; then PY=$cand; break; fi
+  if [[ $TORCH == 1 ]]; then
+    printf 'bench.sh: pass %d/%d: ddp.cpp vs PyTorch ' "$pass" "$REPEATS"
+    vs_pytorch "$pass"
+    echo
+  fi
 done
 
 echo "bench.sh: summary (medians over $REPEATS pass(es) of each run's median; rate = all ranks; GF/s per rank)"
@@ -117,6 +164,13 @@ if [[ -n $PY ]]; then
   "$PY" "$HERE/plot_bench.py" "$JSON" --table
 else
   echo "bench.sh: python3 not found; the records are in $JSON"
+fi
+
+if [[ $TORCH == 1 ]]; then
+  echo "bench.sh: PyTorch vs ddp.cpp (step medians over $REPEATS pass(es); ratio = ddp.cpp / PyTorch)"
+  "$PY" "$HERE/../bench/compare_pytorch.py" "$JSON"
+else
+  echo "bench.sh: python3-torch not importable; no PyTorch comparison (apt-get install python3-torch)"
 fi
 
 echo "bench.sh: bucket simulator validation (2 ranks; network fitted from the nooverlap runs, isolated all-reduce fit beside it)"

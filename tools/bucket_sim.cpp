@@ -199,8 +199,8 @@ int validate(const std::string& bench_json, const SimOptions& base, double max_e
             "bucket_sim: --validate needs the network model: --network-json FILE (from "
             "bench_allreduce --json) or --alpha-us and --bandwidth-gbps");
   auto recs = merge_repeats(read_records(bench_json, "e2e"));
-  // Compute times per (config, world): the last nosync record; rank skew of synchronized steps: the nooverlap
-  // record.
+  // Compute times per (config, world): the last nosync record; rank skew of
+  // synchronized steps: the nooverlap record.
   std::map<std::pair<std::string, int>, Json> compute, synced;
   for (auto& r : recs) {
     if (r["mode"] == "nosync") compute[{r["config"].get<std::string>(), r["world"].get<int>()}] = r;

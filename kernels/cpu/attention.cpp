@@ -1,16 +1,72 @@
 // attention.cpp - CPU causal self-attention: per (batch, head), OpenBLAS gemms on strided (T, hs) blocks of
-// qkv and a causal softmax over the rows of the (T, T) score matrix.
-#include "kernels/cpu/attention.h"
+// qkv and a fused causal softmax over the rows of the (T, T) score matrix (row i reads only j <= i: no mask
+// is materialised). The softmax rows are vectorized with Google Highway (per instruction set, run-time
+// choice).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/cpu/attention.cpp"
+#include "hwy/foreach_target.h"  // must come before highway.h
+
+#include "hwy/highway.h"
+#include "kernels/cpu/simd-inl.h"
 
 #include <cblas.h>
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
-#include "kernels/cpu/softmax.h"
+#include "kernels/cpu/attention.h"
 
-namespace ddp::kernels::cpu {
+HWY_BEFORE_NAMESPACE();
+namespace ddp::kernels::cpu::HWY_NAMESPACE {
 namespace {
+// a (T, T): row i becomes softmax of its first i + 1 entries, zeros after.
+template <class S>
+void CausalSoftmax(S* a, int64_t T) {
+  for (int64_t i = 0; i < T; ++i) {
+    S* row = a + i * T;
+    const S sum = RowExpSum(row, row, i + 1, RowMax(row, i + 1));
+    RowAffine(row, row, i + 1, S(1) / sum, S(0));
+    std::memset(row + i + 1, 0, static_cast<size_t>(T - i - 1) * sizeof(S));
+  }
+}
+// ds (T, T) = att * (ds - rowdot(att, ds)) on the causal part, zeros after.
+template <class S>
+void CausalSoftmaxBackward(const S* a, S* ds, int64_t T) {
+  const hn::ScalableTag<S> d;
+  for (int64_t i = 0; i < T; ++i) {
+    const S* ar = a + i * T;
+    S* dr = ds + i * T;
+    const auto s = hn::Set(d, RowDot(ar, dr, i + 1));
+    MapBinary(d, ar, dr, dr, i + 1,
+              [s](auto, auto va, auto vd) HWY_ATTR { return hn::Mul(va, hn::Sub(vd, s)); });
+    std::memset(dr + i + 1, 0, static_cast<size_t>(T - i - 1) * sizeof(S));
+  }
+}
+}  // namespace
+void CausalSoftmaxF32(float* a, int64_t T) { CausalSoftmax(a, T); }
+void CausalSoftmaxF64(double* a, int64_t T) { CausalSoftmax(a, T); }
+void CausalSoftmaxBackwardF32(const float* a, float* ds, int64_t T) { CausalSoftmaxBackward(a, ds, T); }
+void CausalSoftmaxBackwardF64(const double* a, double* ds, int64_t T) { CausalSoftmaxBackward(a, ds, T); }
+}  // namespace ddp::kernels::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace ddp::kernels::cpu {
+HWY_EXPORT(CausalSoftmaxF32);
+HWY_EXPORT(CausalSoftmaxF64);
+HWY_EXPORT(CausalSoftmaxBackwardF32);
+HWY_EXPORT(CausalSoftmaxBackwardF64);
+namespace {
+void causal_softmax(float* a, int64_t T) { HWY_DYNAMIC_DISPATCH(CausalSoftmaxF32)(a, T); }
+void causal_softmax(double* a, int64_t T) { HWY_DYNAMIC_DISPATCH(CausalSoftmaxF64)(a, T); }
+void causal_softmax_backward(const float* a, float* ds, int64_t T) {
+  HWY_DYNAMIC_DISPATCH(CausalSoftmaxBackwardF32)(a, ds, T);
+}
+void causal_softmax_backward(const double* a, double* ds, int64_t T) {
+  HWY_DYNAMIC_DISPATCH(CausalSoftmaxBackwardF64)(a, ds, T);
+}
+
 // Row-major C (M, N) = alpha * op(A) op(B) + beta * C.
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
           const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
@@ -35,18 +91,7 @@ void attention_forward(const S* qkv, S* y, S* att, int64_t B, int64_t T, int64_t
       const S* v = q + 2 * C;
       S* a = att + (b * n_head + h) * T * T;
       gemm(false, true, T, T, hs, scale, q, ld, k, ld, S(0), a, T);  // scores = q k^T / sqrt(hs)
-      for (int64_t i = 0; i < T; ++i) {                              // causal softmax of row i over j <= i
-        S* row = a + i * T;
-        const S m = row_max(row, i + 1);
-        S sum = 0;
-        for (int64_t j = 0; j <= i; ++j) {
-          row[j] = std::exp(row[j] - m);
-          sum += row[j];
-        }
-        const S inv = S(1) / sum;
-        for (int64_t j = 0; j <= i; ++j) row[j] *= inv;
-        for (int64_t j = i + 1; j < T; ++j) row[j] = S(0);
-      }
+      causal_softmax(a, T);
       gemm(false, false, T, hs, T, S(1), a, T, v, ld, S(0), y + b * T * C + h * hs, C);  // y_h = att v
     }
   }
@@ -71,13 +116,7 @@ void attention_backward(const S* dy, const S* qkv, const S* att, S* dqkv, int64_
       S* dv = dq + 2 * C;
       gemm(false, true, T, T, hs, S(1), dyh, C, v, ld, S(0), ds, T);  // datt = dy v^T
       gemm(true, false, T, hs, T, S(1), a, T, dyh, C, S(0), dv, ld);  // dv = att^T dy
-      for (int64_t i = 0; i < T; ++i) {  // softmax backward; masked entries have att = 0 and get 0
-        const S* ar = a + i * T;
-        S* dr = ds + i * T;
-        const S s = row_dot(ar, dr, i + 1);
-        for (int64_t j = 0; j <= i; ++j) dr[j] = ar[j] * (dr[j] - s);
-        for (int64_t j = i + 1; j < T; ++j) dr[j] = S(0);
-      }
+      causal_softmax_backward(a, ds, T);                              // masked entries have att = 0 and get 0
       gemm(false, false, T, hs, T, scale, ds, T, k, ld, S(0), dq, ld);  // dq = dscore k / sqrt(hs)
       gemm(true, false, T, hs, T, scale, ds, T, q, ld, S(0), dk, ld);   // dk = dscore^T q / sqrt(hs)
     }
@@ -92,3 +131,4 @@ template void attention_backward<double>(const double*, const double*, const dou
                                          int64_t, int64_t, int64_t);
 
 }  // namespace ddp::kernels::cpu
+#endif  // HWY_ONCE

@@ -14,6 +14,21 @@ Dims broadcast_shapes(const Dims& a, const Dims& b, bool* ok);
 // Element strides of `in` when read as `out` (0 along broadcast dimensions). in has <= out.size() dims.
 Dims broadcast_strides(const Dims& in, const Dims& out);
 
+// The element count of `in` when it is `out` with only leading dimensions broadcast (in, without its leading
+// 1s, equals a suffix of out: a bias (C) against (B, T, C), a (T, C) table against (B, T, C)); 0 otherwise.
+inline int64_t trailing_block(const Dims& in, const Dims& out) {
+  size_t first = 0;
+  while (first < in.size() && in[first] == 1) ++first;
+  const size_t k = in.size() - first;
+  if (k > out.size()) return 0;
+  int64_t n = 1;
+  for (size_t i = 0; i < k; ++i) {
+    if (in[first + i] != out[out.size() - k + i]) return 0;
+    n *= in[first + i];
+  }
+  return n;
+}
+
 // out[i] = f(a[ia], b[ib]) over the broadcast shape.
 template <class T, class F>
 void binary_broadcast(const T* a, const Dims& ash, const T* b, const Dims& bsh, T* out, const Dims& osh,
@@ -22,6 +37,17 @@ void binary_broadcast(const T* a, const Dims& ash, const T* b, const Dims& bsh, 
   for (int64_t d : osh) n *= d;
   if (ash == osh && bsh == osh) {
     for (int64_t i = 0; i < n; ++i) out[i] = f(a[i], b[i]);
+    return;
+  }
+  // One operand full, the other repeated along leading dimensions: contiguous inner loops (vectorizable).
+  if (int64_t inner = ash == osh ? trailing_block(bsh, osh) : 0; inner > 0) {
+    for (int64_t o = 0; o < n; o += inner)
+      for (int64_t i = 0; i < inner; ++i) out[o + i] = f(a[o + i], b[i]);
+    return;
+  }
+  if (int64_t inner = bsh == osh ? trailing_block(ash, osh) : 0; inner > 0) {
+    for (int64_t o = 0; o < n; o += inner)
+      for (int64_t i = 0; i < inner; ++i) out[o + i] = f(a[i], b[o + i]);
     return;
   }
   const Dims sa = broadcast_strides(ash, osh), sb = broadcast_strides(bsh, osh);
@@ -53,6 +79,12 @@ void sum_to_shape(const T* g, const Dims& gsh, T* out, const Dims& osh) {
     return;
   }
   for (int64_t i = 0; i < m; ++i) out[i] = T(0);
+  // Summing over leading dimensions only: row after row into out (the same order as the walk below).
+  if (trailing_block(osh, gsh) == m && m > 0) {
+    for (int64_t o = 0; o < n; o += m)
+      for (int64_t i = 0; i < m; ++i) out[i] += g[o + i];
+    return;
+  }
   const Dims so = broadcast_strides(osh, gsh);
   const int nd = static_cast<int>(gsh.size());
   std::vector<int64_t> idx(nd, 0);

@@ -1,15 +1,51 @@
-// dropout.cpp - CPU dropout: the counter-based mask of dropout.h applied to a flat array.
+// dropout.cpp - CPU dropout: the counter-based mask of dropout.h applied to a flat array. The loop is plain
+// C++ compiled once per instruction set through Highway's foreach_target (the compiler vectorizes the 64-bit
+// hash with AVX-512DQ's vpmullq or AVX2 emulation), and HWY_DYNAMIC_DISPATCH picks the build for this CPU.
+// Integer arithmetic only, so every instruction set gives the same mask bit for bit.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/cpu/dropout.cpp"
+#include "hwy/foreach_target.h"  // must come before highway.h
+
+#include "hwy/highway.h"
+
 #include "kernels/cpu/dropout.h"
 
+HWY_BEFORE_NAMESPACE();
+namespace ddp::kernels::cpu::HWY_NAMESPACE {
+namespace {
+template <class T>
+void DropoutApply(const T* x, T* y, int64_t n, uint64_t key, uint64_t offset, uint64_t threshold, T scale) {
+  for (int64_t i = 0; i < n; ++i) {
+    const T v = x[i] * scale;  // computed unconditionally so the select vectorizes
+    y[i] = dropout_keep(key, offset + static_cast<uint64_t>(i), threshold) ? v : T(0);
+  }
+}
+}  // namespace
+void DropoutApplyF32(const float* x, float* y, int64_t n, uint64_t key, uint64_t offset, uint64_t threshold,
+                     float scale) {
+  DropoutApply(x, y, n, key, offset, threshold, scale);
+}
+void DropoutApplyF64(const double* x, double* y, int64_t n, uint64_t key, uint64_t offset, uint64_t threshold,
+                     double scale) {
+  DropoutApply(x, y, n, key, offset, threshold, scale);
+}
+}  // namespace ddp::kernels::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
 namespace ddp::kernels::cpu {
+HWY_EXPORT(DropoutApplyF32);
+HWY_EXPORT(DropoutApplyF64);
 
 template <class T>
 void dropout_apply(const T* x, T* y, int64_t n, uint64_t key, uint64_t offset, uint64_t threshold, T scale) {
-  for (int64_t i = 0; i < n; ++i)
-    y[i] = dropout_keep(key, offset + static_cast<uint64_t>(i), threshold) ? x[i] * scale : T(0);
+  if constexpr (sizeof(T) == 4)
+    HWY_DYNAMIC_DISPATCH(DropoutApplyF32)(x, y, n, key, offset, threshold, scale);
+  else
+    HWY_DYNAMIC_DISPATCH(DropoutApplyF64)(x, y, n, key, offset, threshold, scale);
 }
 
 template void dropout_apply<float>(const float*, float*, int64_t, uint64_t, uint64_t, uint64_t, float);
 template void dropout_apply<double>(const double*, double*, int64_t, uint64_t, uint64_t, uint64_t, double);
-
 }  // namespace ddp::kernels::cpu
+#endif  // HWY_ONCE

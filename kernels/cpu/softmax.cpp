@@ -1,55 +1,126 @@
-// softmax.cpp - CPU softmax / log-softmax forward and backward, one row at a time (rows are independent).
-#include "kernels/cpu/softmax.h"
+// softmax.cpp - CPU softmax / log-softmax forward and backward, one row at a time (rows are independent),
+// vectorized with Google Highway (compiled per instruction set, chosen at run time; exp from contrib/math).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/cpu/softmax.cpp"
+#include "hwy/foreach_target.h"  // must come before highway.h
+
+#include "hwy/highway.h"
+#include "kernels/cpu/simd-inl.h"
 
 #include <cmath>
+#include <cstdint>
 
+#include "kernels/cpu/softmax.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace ddp::kernels::cpu::HWY_NAMESPACE {
+namespace {
+template <class T>
+void SoftmaxForward(const T* x, T* y, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* xr = x + r * cols;
+    T* yr = y + r * cols;
+    const T s = RowExpSum(xr, yr, cols, RowMax(xr, cols));
+    RowAffine(yr, yr, cols, T(1) / s, T(0));
+  }
+}
+template <class T>
+void LogSoftmaxForward(const T* x, T* y, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* xr = x + r * cols;
+    const T m = RowMax(xr, cols);
+    const T shift = m + std::log(RowExpSum<T>(xr, nullptr, cols, m));
+    RowAffine(xr, y + r * cols, cols, T(1), -shift);
+  }
+}
+template <class T>
+void SoftmaxBackward(const T* y, const T* dy, T* dx, int64_t rows, int64_t cols) {
+  const hn::ScalableTag<T> d;
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* yr = y + r * cols;
+    const T* dyr = dy + r * cols;
+    const auto s = hn::Set(d, RowDot(yr, dyr, cols));
+    MapBinary(d, yr, dyr, dx + r * cols, cols,
+              [s](auto, auto vy, auto vdy) HWY_ATTR { return hn::Mul(vy, hn::Sub(vdy, s)); });
+  }
+}
+template <class T>
+void LogSoftmaxBackward(const T* y, const T* dy, T* dx, int64_t rows, int64_t cols) {
+  const hn::ScalableTag<T> d;
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* yr = y + r * cols;
+    const T* dyr = dy + r * cols;
+    const auto s = hn::Set(d, RowSum(dyr, cols));
+    MapBinary(d, yr, dyr, dx + r * cols, cols,
+              [s](auto dd, auto vy, auto vdy) HWY_ATTR { return hn::NegMulAdd(hn::Exp(dd, vy), s, vdy); });
+  }
+}
+}  // namespace
+
+#define DDP_SOFTMAX_ENTRY(Name)                                                             \
+  void Name##F32(const float* a, const float* b, float* c, int64_t rows, int64_t cols) {    \
+    Name<float>(a, b, c, rows, cols);                                                       \
+  }                                                                                         \
+  void Name##F64(const double* a, const double* b, double* c, int64_t rows, int64_t cols) { \
+    Name<double>(a, b, c, rows, cols);                                                      \
+  }
+void SoftmaxForwardF32(const float* x, float* y, int64_t rows, int64_t cols) {
+  SoftmaxForward(x, y, rows, cols);
+}
+void SoftmaxForwardF64(const double* x, double* y, int64_t rows, int64_t cols) {
+  SoftmaxForward(x, y, rows, cols);
+}
+void LogSoftmaxForwardF32(const float* x, float* y, int64_t rows, int64_t cols) {
+  LogSoftmaxForward(x, y, rows, cols);
+}
+void LogSoftmaxForwardF64(const double* x, double* y, int64_t rows, int64_t cols) {
+  LogSoftmaxForward(x, y, rows, cols);
+}
+DDP_SOFTMAX_ENTRY(SoftmaxBackward)
+DDP_SOFTMAX_ENTRY(LogSoftmaxBackward)
+#undef DDP_SOFTMAX_ENTRY
+
+}  // namespace ddp::kernels::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
 namespace ddp::kernels::cpu {
+HWY_EXPORT(SoftmaxForwardF32);
+HWY_EXPORT(SoftmaxForwardF64);
+HWY_EXPORT(LogSoftmaxForwardF32);
+HWY_EXPORT(LogSoftmaxForwardF64);
+HWY_EXPORT(SoftmaxBackwardF32);
+HWY_EXPORT(SoftmaxBackwardF64);
+HWY_EXPORT(LogSoftmaxBackwardF32);
+HWY_EXPORT(LogSoftmaxBackwardF64);
 
 template <class T>
 void softmax_forward(const T* x, T* y, int64_t rows, int64_t cols) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const T* xr = x + r * cols;
-    T* yr = y + r * cols;
-    const T m = row_max(xr, cols);
-    for (int64_t c = 0; c < cols; ++c) yr[c] = std::exp(xr[c] - m);
-    const T inv = T(1) / row_sum(yr, cols);
-    for (int64_t c = 0; c < cols; ++c) yr[c] *= inv;
-  }
+  if constexpr (sizeof(T) == 4)
+    HWY_DYNAMIC_DISPATCH(SoftmaxForwardF32)(x, y, rows, cols);
+  else
+    HWY_DYNAMIC_DISPATCH(SoftmaxForwardF64)(x, y, rows, cols);
 }
-
 template <class T>
 void log_softmax_forward(const T* x, T* y, int64_t rows, int64_t cols) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const T* xr = x + r * cols;
-    T* yr = y + r * cols;
-    const T m = row_max(xr, cols);
-    T s = 0;
-    for (int64_t c = 0; c < cols; ++c) s += std::exp(xr[c] - m);
-    const T shift = m + std::log(s);
-    for (int64_t c = 0; c < cols; ++c) yr[c] = xr[c] - shift;
-  }
+  if constexpr (sizeof(T) == 4)
+    HWY_DYNAMIC_DISPATCH(LogSoftmaxForwardF32)(x, y, rows, cols);
+  else
+    HWY_DYNAMIC_DISPATCH(LogSoftmaxForwardF64)(x, y, rows, cols);
 }
-
 template <class T>
 void softmax_backward(const T* y, const T* dy, T* dx, int64_t rows, int64_t cols) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const T* yr = y + r * cols;
-    const T* dyr = dy + r * cols;
-    T* dxr = dx + r * cols;
-    const T s = row_dot(yr, dyr, cols);
-    for (int64_t c = 0; c < cols; ++c) dxr[c] = yr[c] * (dyr[c] - s);
-  }
+  if constexpr (sizeof(T) == 4)
+    HWY_DYNAMIC_DISPATCH(SoftmaxBackwardF32)(y, dy, dx, rows, cols);
+  else
+    HWY_DYNAMIC_DISPATCH(SoftmaxBackwardF64)(y, dy, dx, rows, cols);
 }
-
 template <class T>
 void log_softmax_backward(const T* y, const T* dy, T* dx, int64_t rows, int64_t cols) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const T* yr = y + r * cols;
-    const T* dyr = dy + r * cols;
-    T* dxr = dx + r * cols;
-    const T s = row_sum(dyr, cols);
-    for (int64_t c = 0; c < cols; ++c) dxr[c] = dyr[c] - std::exp(yr[c]) * s;
-  }
+  if constexpr (sizeof(T) == 4)
+    HWY_DYNAMIC_DISPATCH(LogSoftmaxBackwardF32)(y, dy, dx, rows, cols);
+  else
+    HWY_DYNAMIC_DISPATCH(LogSoftmaxBackwardF64)(y, dy, dx, rows, cols);
 }
 
 #define DDP_INSTANTIATE(T)                                                     \
@@ -62,3 +133,4 @@ DDP_INSTANTIATE(double)
 #undef DDP_INSTANTIATE
 
 }  // namespace ddp::kernels::cpu
+#endif  // HWY_ONCE

@@ -1,5 +1,5 @@
-// axpy.h - y = beta*y + alpha*x on the GPU (float32, float64, bfloat16); the engine, optimizers and reducer
-// use it.
+// axpy.h - y = beta*y + alpha*x on the GPU (float32, float64, bfloat16); the engine,
+// optimizers and reducer use it.
 #pragma once
 #include <cuda_runtime.h>
 

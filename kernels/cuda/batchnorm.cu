@@ -1,6 +1,6 @@
-// batchnorm.cu - batch normalization kernels. Statistics and backward sums: one block per channel walking its
-// N planes of H*W values (fixed reduction order, so results repeat bit for bit); apply: one thread per
-// element.
+// batchnorm.cu - batch normalization kernels. Statistics and backward sums: one block per channel
+// walking its N planes of H*W values (fixed reduction order, so results repeat bit for bit);
+// apply: one thread per element.
 #include "kernels/cuda/batchnorm.h"
 #include "kernels/cuda/common.cuh"
 #include "runtime/core/cuda_check.h"

@@ -1,5 +1,5 @@
-// convert.cu - elementwise dtype conversion and fill kernels (float32, float64, bfloat16, int32, int64,
-// uint8).
+// convert.cu - elementwise dtype conversion and fill kernels (float32, float64,
+// bfloat16, int32, int64, uint8).
 #include <cuda_bf16.h>
 
 #include "kernels/cuda/convert.h"

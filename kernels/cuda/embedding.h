@@ -13,8 +13,8 @@ void first_bad_index(const int64_t* indices, int64_t n, int64_t vocab, unsigned 
 template <class T>
 void embedding_forward(const T* weight, const int64_t* indices, int64_t vocab, T* out, int64_t n,
                        int64_t cols, cudaStream_t stream);
-// dweight = 0, then dweight[indices[i], :] += dout[i, :] (atomic adds: the summation order of repeated
-// indices is not fixed).
+// dweight = 0, then dweight[indices[i], :] += dout[i, :] (atomic adds: the summation order of
+// repeated indices is not fixed).
 template <class T>
 void embedding_backward(const T* dout, const int64_t* indices, T* dweight, int64_t n, int64_t vocab,
                         int64_t cols, cudaStream_t stream);

@@ -1,5 +1,5 @@
-// gemm.cu - cuBLAS calls behind the row-major gemm wrappers (operand swap, see gemm.h) and the bias fill
-// kernel.
+// gemm.cu - cuBLAS calls behind the row-major gemm wrappers (operand swap, see
+// gemm.h) and the bias fill kernel.
 #include <climits>
 
 #include "kernels/cuda/common.cuh"

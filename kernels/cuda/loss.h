@@ -9,8 +9,8 @@ namespace ddp::kernels::cuda {
 
 // logits: (rows, cols), targets: (rows). Writes lse: (rows), row_loss: (rows) scratch, loss: (1) the mean
 // (NaN when no row counts) or the sum, count: (1) the number of non-ignored rows, and first_bad: (1) the
-// smallest row whose target is outside [0, cols) and not the ignore index (all bits set when none; such rows
-// are left out of the loss).
+// smallest row whose target is outside [0, cols) and not the ignore index (all bits set when none; such
+// rows are left out of the loss).
 template <class T>
 void cross_entropy_forward(const T* logits, const int64_t* targets, int64_t rows, int64_t cols,
                            bool has_ignore, int64_t ignore_index, bool mean, T* lse, T* row_loss, T* loss,

@@ -46,29 +46,95 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
+// At most this many characters of file content (a name, a JSON value) are quoted in an error message, so
+// a hostile header cannot make the message itself huge.
+constexpr size_t kMaxQuoted = 80;
+
+// `text`, cut to kMaxQuoted characters with a note of the full length when longer.
+std::string excerpt(std::string_view text) {
+  if (text.size() <= kMaxQuoted) return std::string(text);
+  return std::string(text.substr(0, kMaxQuoted)) + "... (" + std::to_string(text.size()) + " characters)";
+}
+
+// A JSON value as text for an error message, bounded like excerpt(). The header's nesting depth was checked
+// before parsing, so dump() cannot recurse deeply; a huge array is still cut.
+std::string excerpt_json(const json& value) {
+  if (value.is_array() && value.size() > kMaxQuoted) return "an array of " + std::to_string(value.size()) + " values";
+  if (value.is_object() && value.size() > kMaxQuoted) return "an object of " + std::to_string(value.size()) + " keys";
+  return excerpt(value.dump(-1, ' ', false, json::error_handler_t::replace));
+}
+
+// nlohmann-json's parse error with the token it quotes ("last read: '...'") cut like excerpt().
+std::string parse_error_text(std::string_view what) {
+  constexpr std::string_view kToken = "last read: '";
+  size_t begin = what.find(kToken);
+  if (begin == std::string_view::npos) return std::string(what.substr(0, 4 * kMaxQuoted));
+  begin += kToken.size();
+  size_t end = what.find("'; ", begin);
+  if (end == std::string_view::npos) end = what.size();
+  return std::string(what.substr(0, begin)) + excerpt(what.substr(begin, end - begin)) +
+         std::string(what.substr(end, 2 * kMaxQuoted));
+}
+
+// Rejects a header nested deeper than a safetensors header can be before nlohmann-json parses it: its
+// parser and dump() recurse once per level, so a 100,000-deep array would overflow the stack.
+void check_nesting(std::string_view text, const std::string& source) {
+  size_t at = 0;
+  if (json_nesting_depth(text, kMaxHeaderDepth, &at) > kMaxHeaderDepth)
+    DDP_BAD_FILE("the header nests deeper than ", kMaxHeaderDepth, " levels at byte ", at,
+                 " (a safetensors header is an object of tensor entries whose shapes are flat arrays)");
+}
+
+// A SAX pass over JSON that records the first key appearing twice in one object. It only tracks keys (one
+// set per open object), so it is O(n log n). (nlohmann's parse callbacks would do this in the same parse,
+// but its callback parser scans the whole parent object each time a child object closes: quadratic in the
+// number of tensors, 20 s for 40,000.)
+class DuplicateKeyFinder : public nlohmann::json_sax<json> {
+ public:
+  std::string duplicate;  // empty when none
+
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override {
+    open_objects_.emplace_back();
+    return true;
+  }
+  bool key(string_t& key) override {
+    if (!open_objects_.empty() && !open_objects_.back().insert(key).second) {
+      duplicate = excerpt(key);
+      return false;  // the first one is reported: stop
+    }
+    return true;
+  }
+  bool end_object() override {
+    if (!open_objects_.empty()) open_objects_.pop_back();
+    return true;
+  }
+  bool start_array(std::size_t) override { return true; }
+  bool end_array() override { return true; }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
+
+ private:
+  std::vector<std::set<std::string>> open_objects_;
+};
+
 // Parses JSON and reports the first key that appears twice in one object (nlohmann keeps the last one
 // silently, which would let a file say two different things about one tensor).
 json parse_rejecting_duplicate_keys(std::string_view text, const std::string& source) {
-  std::vector<std::set<std::string>> open_objects;
-  std::string duplicate;
-  json::parser_callback_t track_keys = [&](int, json::parse_event_t event, json& parsed) {
-    if (event == json::parse_event_t::object_start) {
-      open_objects.emplace_back();
-    } else if (event == json::parse_event_t::object_end) {
-      if (!open_objects.empty()) open_objects.pop_back();
-    } else if (event == json::parse_event_t::key && !open_objects.empty() && parsed.is_string()) {
-      const std::string& key = parsed.get_ref<const std::string&>();
-      if (!open_objects.back().insert(key).second && duplicate.empty()) duplicate = key;
-    }
-    return true;
-  };
   json header;
   try {
-    header = json::parse(text.begin(), text.end(), track_keys, /*allow_exceptions=*/true);
+    header = json::parse(text.begin(), text.end());
   } catch (const json::exception& e) {
-    DDP_BAD_FILE("the header is not valid JSON: ", e.what());
+    DDP_BAD_FILE("the header is not valid JSON: ", parse_error_text(e.what()));
   }
-  if (!duplicate.empty()) DDP_BAD_FILE("the header names '", duplicate, "' twice");
+  DuplicateKeyFinder finder;
+  json::sax_parse(text.begin(), text.end(), &finder);
+  if (!finder.duplicate.empty()) DDP_BAD_FILE("the header names '", finder.duplicate, "' twice");
   return header;
 }
 
@@ -78,7 +144,7 @@ std::map<std::string, std::string> parse_metadata(const json& value, const std::
   std::map<std::string, std::string> metadata;
   for (const auto& [key, v] : value.items()) {
     if (!v.is_string())
-      DDP_BAD_FILE("metadata value of '", key, "' must be a string, got ", v.type_name(), " (", v.dump(),
+      DDP_BAD_FILE("metadata value of '", excerpt(key), "' must be a string, got ", v.type_name(), " (", excerpt_json(v),
                    ")");
     metadata.emplace(key, v.get<std::string>());
   }
@@ -87,50 +153,51 @@ std::map<std::string, std::string> parse_metadata(const json& value, const std::
 
 uint64_t parse_offset(const json& v, const std::string& tensor, const std::string& source) {
   if (v.is_number_unsigned()) return v.get<uint64_t>();
-  if (v.is_number_integer()) DDP_BAD_FILE("tensor '", tensor, "' has a negative data offset ", v.dump());
-  DDP_BAD_FILE("tensor '", tensor, "' has a data offset that is not an integer: ", v.dump());
+  if (v.is_number_integer()) DDP_BAD_FILE("tensor '", tensor, "' has a negative data offset ", excerpt_json(v));
+  DDP_BAD_FILE("tensor '", tensor, "' has a data offset that is not an integer: ", excerpt_json(v));
 }
 
-HeaderEntry parse_entry(const std::string& name, const json& value, uint64_t data_bytes,
+HeaderEntry parse_entry(const std::string& key, const json& value, uint64_t data_bytes,
                         const std::string& source) {
+  const std::string name = excerpt(key);  // as shown in messages
   if (!value.is_object())
     DDP_BAD_FILE("entry '", name, "' must be an object with dtype, shape and data_offsets, got ",
                  value.type_name());
-  for (const auto& [key, v] : value.items()) {
-    if (key != "dtype" && key != "shape" && key != "data_offsets")
-      DDP_BAD_FILE("tensor '", name, "' has an unknown field '", key,
+  for (const auto& [field, v] : value.items()) {
+    if (field != "dtype" && field != "shape" && field != "data_offsets")
+      DDP_BAD_FILE("tensor '", name, "' has an unknown field '", excerpt(field),
                    "' (expected only dtype, shape and data_offsets)");
   }
   for (const char* field : {"dtype", "shape", "data_offsets"}) {
     if (!value.contains(field)) DDP_BAD_FILE("tensor '", name, "' has no \"", field, "\" field");
   }
   HeaderEntry e;
-  e.name = name;
+  e.name = key;
 
   const json& dtype = value["dtype"];
   if (!dtype.is_string())
-    DDP_BAD_FILE("tensor '", name, "' has a dtype that is not a string: ", dtype.dump());
+    DDP_BAD_FILE("tensor '", name, "' has a dtype that is not a string: ", excerpt_json(dtype));
   if (!parse_safetensors_dtype(dtype.get_ref<const std::string&>(), &e.dtype))
-    DDP_BAD_FILE("tensor '", name, "' has dtype ", dtype.dump(),
+    DDP_BAD_FILE("tensor '", name, "' has dtype ", excerpt_json(dtype),
                  ", which ddp.cpp does not support (supported: F32, F64, BF16, I32, I64, U8)");
 
   const json& shape = value["shape"];
-  if (!shape.is_array()) DDP_BAD_FILE("tensor '", name, "' has a shape that is not an array: ", shape.dump());
+  if (!shape.is_array()) DDP_BAD_FILE("tensor '", name, "' has a shape that is not an array: ", excerpt_json(shape));
   for (const json& d : shape) {
     if (d.is_number_unsigned()) {
       if (d.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-        DDP_BAD_FILE("tensor '", name, "' has a dimension too large for int64: ", d.dump());
+        DDP_BAD_FILE("tensor '", name, "' has a dimension too large for int64: ", excerpt_json(d));
       e.shape.push_back(static_cast<int64_t>(d.get<uint64_t>()));
     } else if (d.is_number_integer()) {
-      DDP_BAD_FILE("tensor '", name, "' has a negative dimension ", d.dump(), " in shape ", shape.dump());
+      DDP_BAD_FILE("tensor '", name, "' has a negative dimension ", excerpt_json(d), " in shape ", excerpt_json(shape));
     } else {
-      DDP_BAD_FILE("tensor '", name, "' has a dimension that is not an integer: ", d.dump());
+      DDP_BAD_FILE("tensor '", name, "' has a dimension that is not an integer: ", excerpt_json(d));
     }
   }
 
   const json& offsets = value["data_offsets"];
   if (!offsets.is_array() || offsets.size() != 2)
-    DDP_BAD_FILE("tensor '", name, "' needs data_offsets [begin, end], got ", offsets.dump());
+    DDP_BAD_FILE("tensor '", name, "' needs data_offsets [begin, end], got ", excerpt_json(offsets));
   e.begin = parse_offset(offsets[0], name, source);
   e.end = parse_offset(offsets[1], name, source);
   if (e.begin > e.end)
@@ -155,11 +222,12 @@ void check_tiling(const std::vector<HeaderEntry>& sorted, uint64_t data_bytes, c
   const HeaderEntry* previous = nullptr;
   for (const HeaderEntry& e : sorted) {
     if (e.begin < covered)
-      DDP_BAD_FILE("tensor '", e.name, "' at [", e.begin, ", ", e.end, ") overlaps tensor '", previous->name,
+      DDP_BAD_FILE("tensor '", excerpt(e.name), "' at [", e.begin, ", ", e.end, ") overlaps tensor '",
+                   excerpt(previous->name),
                    "' at [", previous->begin, ", ", previous->end, ")");
     if (e.begin > covered)
       DDP_BAD_FILE("bytes [", covered, ", ", e.begin,
-                   ") of the data section belong to no tensor (gap before '", e.name, "')");
+                   ") of the data section belong to no tensor (gap before '", excerpt(e.name), "')");
     covered = e.end;
     previous = &e;
   }
@@ -169,6 +237,33 @@ void check_tiling(const std::vector<HeaderEntry>& sorted, uint64_t data_bytes, c
 }
 
 }  // namespace
+
+std::string message_excerpt(std::string_view text) { return excerpt(text); }
+
+int json_nesting_depth(std::string_view text, int limit, size_t* where) {
+  int depth = 0, deepest = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\')
+        ++i;  // the escaped character cannot end the string
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      deepest = std::max(deepest, ++depth);
+      if (depth > limit) {
+        if (where) *where = i;
+        return depth;
+      }
+    } else if (c == '}' || c == ']') {
+      --depth;
+    }
+  }
+  return deepest;
+}
 
 std::string_view safetensors_dtype_code(DType t) {
   switch (t) {
@@ -220,6 +315,7 @@ ParsedHeader parse_header(std::string_view json_text, uint64_t data_bytes, const
   if (nul != std::string_view::npos)
     DDP_BAD_FILE("the header is not valid JSON: it contains a NUL byte at offset ", nul,
                  " (headers are padded with spaces, not NULs)");
+  check_nesting(json_text, source);
   json header = parse_rejecting_duplicate_keys(json_text, source);
   if (!header.is_object()) DDP_BAD_FILE("the header must be a JSON object, got ", header.type_name());
 

@@ -25,6 +25,19 @@ struct ParsedHeader {
   std::map<std::string, std::string> metadata;
 };
 
+// Deepest nesting of objects and arrays a header may have: the header object, a tensor entry (or the
+// metadata object), a shape or data_offsets array. Checked on the raw text before the JSON parser runs.
+inline constexpr int kMaxHeaderDepth = 3;
+
+// The deepest nesting of objects and arrays in JSON text (brackets inside strings do not count), without
+// parsing it. Stops at the first bracket deeper than `limit` and returns that depth, with its byte offset in
+// *where when given. Run before a recursive JSON parser on untrusted text.
+int json_nesting_depth(std::string_view text, int limit, size_t* where = nullptr);
+
+// `text` for an error message: at most 80 characters, then "... (N characters)". Names and values read from a
+// file go through it, so a hostile file cannot make an error message huge.
+std::string message_excerpt(std::string_view text);
+
 // Parses `json_text` and checks it against a data section of `data_bytes` bytes: known dtypes, non-negative
 // dims, shape x dtype size == offsets length, offsets in range, contiguous, covering the section, no
 // duplicate keys anywhere. Throws ddp::Error that starts with "safetensors file '<source>': ".

@@ -1,11 +1,18 @@
 // training_checkpoint.h - a whole training state in one safetensors file: the module's parameters and
 // buffers ("model.<name>"), the optimizer's state ("optim.<name>.<state>"), and in the metadata the step,
-// epoch, position in the epoch, seeds and a free-form JSON of the run's configuration. Rank 0 writes (the
-// write is atomic); every rank reads. Loading checks every name, shape and dtype against the live model and
-// says exactly what does not match.
+// epoch, position in the epoch, seeds, the optimizer's kind, a CRC-32 of every tensor and a free-form JSON of
+// the run's configuration. Rank 0 writes (the write is atomic); every rank reads.
+//
+// Loading is all or nothing: every check runs before anything is copied, and any mismatch is an error naming
+// the file, the tensor or metadata field, and the fix. Checked: the format, every tensor's checksum, every
+// model tensor's presence, shape and dtype, no unknown tensor, the optimizer's kind and, per parameter, its
+// complete state (a missing, renamed or extra "optim.*" tensor is an error, not a state silently reset to
+// zero), and non-negative step / epoch / position. LoadOptions::reset_optimizer skips the optimizer part on
+// purpose. Version 1 files (no checksums, no optimizer kind) still load, with a warning.
 #pragma once
 #include <map>
 #include <string>
+#include <vector>
 
 #include "runtime/nn/module.h"
 #include "runtime/optim/optimizer.h"
@@ -19,15 +26,31 @@ struct TrainingState {
   uint64_t seed = 0;
   std::string config_json;                   // the run's flags, for humans and for checking a resume
   std::map<std::string, std::string> extra;  // anything else (e.g. a dropout generator offset)
+  // Filled by a load: the optimizer that wrote the file ("adamw", "sgd"; "" when none or unknown).
+  std::string optimizer;
+};
+
+struct LoadOptions {
+  // Load the model and the position, but leave the optimizer's state fresh: for switching optimizers, or to
+  // discard a state on purpose. Without it, a checkpoint of another optimizer is an error.
+  bool reset_optimizer = false;
+  // The configuration of the resuming run (a flat JSON object, like TrainingState::config_json). When set,
+  // every key it shares with the checkpoint's "config" must have the same value, except the keys listed in
+  // config_keys_may_differ; a difference is an error naming the key ("--batch-size") and both values.
+  std::string live_config;
+  std::vector<std::string> config_keys_may_differ;
 };
 
 // Writes module (+ optimizer state when given) and state to path atomically.
 void save_training_checkpoint(const std::string& path, const nn::Module& module,
                               const optim::Optimizer* optimizer, const TrainingState& state);
 
-// Loads into module (+ optimizer) in place and returns the state. Throws ddp::Error naming the file and the
-// first problem: a missing or unexpected tensor, a shape or dtype mismatch, missing metadata.
+// Loads into module (+ optimizer unless options.reset_optimizer) in place and returns the state. Throws
+// ddp::Error naming the file and the first problem; nothing is modified when it throws.
 TrainingState load_training_checkpoint(const std::string& path, nn::Module& module,
-                                       optim::Optimizer* optimizer);
+                                       optim::Optimizer* optimizer, const LoadOptions& options = {});
+
+// "adamw", "sgd", or "" for an optimizer this file does not know.
+std::string optimizer_kind(const optim::Optimizer& optimizer);
 
 }  // namespace ddp::checkpoint

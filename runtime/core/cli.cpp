@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
@@ -72,6 +73,25 @@ int edit_distance(const std::string& a, const std::string& b) {
   return prev[b.size()];
 }
 
+bool Bounds::contains(double v) const {
+  if (min_open ? !(v > min) : !(v >= min)) return false;
+  if (max_open ? !(v < max) : !(v <= max)) return false;
+  return true;
+}
+
+std::string Bounds::text() const {
+  const bool has_min = min > -1e308, has_max = max < 1e308;
+  if (has_min && has_max) return "in " + std::string(min_open ? "(" : "[") + to_text(min) + ", " + to_text(max) +
+                                 (max_open ? ")" : "]");
+  if (has_min) return (min_open ? "> " : ">= ") + to_text(min);
+  if (has_max) return (max_open ? "< " : "<= ") + to_text(max);
+  return "any number";
+}
+
+void Parser::check_bounds(const std::string& flag, const std::string& text, double v, const Bounds& b) const {
+  if (!b.contains(v)) fail(flag + " must be " + b.text() + ", got " + text);
+}
+
 namespace detail {
 void fail_choice(const std::string& program, const std::string& flag, const std::string& value,
                  const std::vector<std::string>& allowed) {
@@ -130,8 +150,39 @@ void Parser::add(const std::string& name, int64_t* value, const std::string& hel
 
 void Parser::add(const std::string& name, double* value, const std::string& help) {
   add_option({name, "FLOAT", help, to_text(*value), false, "", false, [this, value](auto& flag, auto& v) {
-                if (!parse_double(v, value)) fail(flag + " expects a number, got '" + v + "'");
+                double x;
+                if (!parse_double(v, &x)) fail(flag + " expects a number, got '" + v + "'");
+                if (!std::isfinite(x)) fail(flag + " expects a finite number, got '" + v + "'");
+                *value = x;
               }});
+}
+
+// The bounded variants parse like the plain ones, then check the range.
+void Parser::add(const std::string& name, int* value, const std::string& help, Bounds bounds) {
+  add(name, value, help);
+  auto plain = options_.back().set;
+  options_.back().set = [this, value, plain, bounds](auto& flag, auto& v) {
+    plain(flag, v);
+    check_bounds(flag, v, *value, bounds);
+  };
+}
+
+void Parser::add(const std::string& name, int64_t* value, const std::string& help, Bounds bounds) {
+  add(name, value, help);
+  auto plain = options_.back().set;
+  options_.back().set = [this, value, plain, bounds](auto& flag, auto& v) {
+    plain(flag, v);
+    check_bounds(flag, v, static_cast<double>(*value), bounds);
+  };
+}
+
+void Parser::add(const std::string& name, double* value, const std::string& help, Bounds bounds) {
+  add(name, value, help);
+  auto plain = options_.back().set;
+  options_.back().set = [this, value, plain, bounds](auto& flag, auto& v) {
+    plain(flag, v);
+    check_bounds(flag, v, *value, bounds);
+  };
 }
 
 void Parser::add(const std::string& name, std::string* value, const std::string& help) {
@@ -205,8 +256,20 @@ void Parser::fail_unknown(const std::string& flag) const {
   fail("unknown flag " + shown + "; run '" + program_ + " --help' to list the flags");
 }
 
+void Parser::record(Option& opt, const std::string& spelled, const std::string& value) {
+  opt.set(spelled, value);
+  auto [earlier, first_time] = given_as_.try_emplace(opt.name, spelled, value);
+  const auto& [was_spelled, was_value] = earlier->second;
+  if (!first_time && was_value != value && (was_spelled != spelled || opt.name == "local-rank"))
+    fail(was_spelled + "=" + was_value + " and " + spelled + "=" + value +
+         " give one option two different values; pass it once");
+  earlier->second = {spelled, value};
+  opt.given = true;
+}
+
 bool Parser::parse(const std::vector<std::string>& args) {
   rest_.clear();
+  given_as_.clear();
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--") {
@@ -243,22 +306,20 @@ bool Parser::parse(const std::vector<std::string>& args) {
     if (!opt && !has_value && name.rfind("no-", 0) == 0) {
       Option* negated = find(name.substr(3));
       if (negated && negated->is_flag && negated->metavar.empty()) {  // bool flags only
-        negated->set(spelled, "false");
-        negated->given = true;
+        record(*negated, spelled, "false");
         continue;
       }
     }
     if (!opt) fail_unknown(a);
     if (opt->is_flag) {
-      opt->set(spelled, has_value ? value : opt->implicit);
+      record(*opt, spelled, has_value ? value : opt->implicit);
     } else {
       if (!has_value) {
         if (i + 1 >= args.size()) fail(spelled + " needs a value (" + opt->metavar + ")");
         value = args[++i];
       }
-      opt->set(spelled, value);
+      record(*opt, spelled, value);
     }
-    opt->given = true;
   }
   finish_local_rank();
   return true;

@@ -14,12 +14,18 @@
 // - Every parser accepts --local-rank N (any spelling) and the LOCAL_RANK environment variable, because
 //   launchers pass one or the other (torchrun: env; torch.distributed.launch: --local-rank / --local_rank).
 //   The flag wins; both given with different values is an error.
+// - An option given twice with different values is an error when the two spellings differ
+//   ("--local_rank=1 --local-rank 0": two sources disagree) and, for --local-rank, always; the same spelling
+//   twice is an override and the last value wins.
+// - Numbers: FLOAT options reject nan and inf; an option declared with Bounds rejects values outside them.
+//   Either error names the flag, the rule and the value ("train: --lr must be > 0, got -1").
 // - "--" ends the options; everything after it is positional.
 // The parser is written by hand (no CLI11) so the runtime library needs no extra dependency and the error
 // messages are exactly ours.
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -33,6 +39,19 @@ namespace ddp::cli {
 class UsageError : public Error {
  public:
   using Error::Error;
+};
+
+// The allowed range of a numeric option, checked when it is parsed: p.add("lr", &lr, "...", Bounds::above(0)).
+struct Bounds {
+  double min = -1e308, max = 1e308;
+  bool min_open = false, max_open = false;  // open: the end itself is excluded
+
+  static Bounds at_least(double v) { return {v, 1e308, false, false}; }
+  static Bounds above(double v) { return {v, 1e308, true, false}; }
+  // [lo, hi], or [lo, hi) with hi_open.
+  static Bounds between(double lo, double hi, bool hi_open = false) { return {lo, hi, false, hi_open}; }
+  bool contains(double v) const;
+  std::string text() const;  // ">= 0", "> 0", "in [0, 1)"
 };
 
 // Levenshtein distance between two strings (insert, delete, substitute each cost 1).
@@ -51,6 +70,10 @@ class Parser {
   void add(const std::string& name, double* value, const std::string& help);
   void add(const std::string& name, std::string* value, const std::string& help);
   void add(const std::string& name, bool* value, const std::string& help);
+  // Numeric options whose value must lie within `bounds`.
+  void add(const std::string& name, int* value, const std::string& help, Bounds bounds);
+  void add(const std::string& name, int64_t* value, const std::string& help, Bounds bounds);
+  void add(const std::string& name, double* value, const std::string& help, Bounds bounds);
   // A string that must be one of `allowed`; a bad value names the flag and the allowed values.
   void add_choice(const std::string& name, std::string* value, std::vector<std::string> allowed,
                   const std::string& help);
@@ -99,6 +122,9 @@ class Parser {
     std::function<void(const std::string& flag, const std::string& value)> set;
   };
   void add_option(Option opt);
+  // Sets `opt` from one occurrence on the command line and rejects a conflicting earlier one.
+  void record(Option& opt, const std::string& spelled, const std::string& value);
+  void check_bounds(const std::string& flag, const std::string& text, double v, const Bounds& b) const;
   Option* find(const std::string& name);
   [[noreturn]] void fail(const std::string& msg) const;
   [[noreturn]] void fail_unknown(const std::string& flag) const;
@@ -109,6 +135,7 @@ class Parser {
   std::vector<std::string>* positionals_ = nullptr;
   std::string positional_metavar_, positional_help_;
   bool stop_at_positional_ = false;
+  std::map<std::string, std::pair<std::string, std::string>> given_as_;  // option -> last spelling, value
   std::vector<std::string> rest_;
   bool local_rank_enabled_ = true;
   int local_rank_flag_ = -1;

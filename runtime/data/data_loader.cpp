@@ -1,5 +1,5 @@
-// data_loader.cpp - epoch planning (sampler indices cut into batches), the prefetch thread and its queue, and
-// resume.
+// data_loader.cpp - epoch planning (sampler indices cut into batches), the prefetch
+// thread and its queue, and resume.
 #include "runtime/data/data_loader.h"
 
 #include <chrono>

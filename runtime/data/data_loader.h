@@ -1,5 +1,5 @@
-// data_loader.h - the DataLoader: batches of one rank's share of a Dataset, epoch by epoch, prepared ahead by
-// a background thread.
+// data_loader.h - the DataLoader: batches of one rank's share of a Dataset, epoch by epoch,
+// prepared ahead by a background thread.
 //
 //   DataLoader loader(dataset, {.batch_size = 64, .num_replicas = world, .rank = rank, .seed = 42,
 //                               .device = Device::cuda(local_rank)});

@@ -1,5 +1,5 @@
-// dataset.cpp - the parts of the Dataset interface shared by every dataset: the pageable-memory overload and
-// the index check.
+// dataset.cpp - the parts of the Dataset interface shared by every dataset: the
+// pageable-memory overload and the index check.
 #include "runtime/data/dataset.h"
 
 #include "runtime/core/error.h"

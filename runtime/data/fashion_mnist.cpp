@@ -14,6 +14,14 @@ Split parse_split(const std::string& s) {
 
 const char* split_name(Split s) { return s == Split::Train ? "train" : "test"; }
 
+Tensor normalize_fashion_mnist(const uint8_t* pixels, const Shape& shape) {
+  Tensor out = Tensor::empty(shape, DType::F32);
+  float* img = out.data<float>();
+  const float scale = 1.0f / (255.0f * kFashionMnistStd), shift = kFashionMnistMean / kFashionMnistStd;
+  for (int64_t i = 0; i < out.numel(); ++i) img[i] = static_cast<float>(pixels[i]) * scale - shift;
+  return out;
+}
+
 FashionMnist load_fashion_mnist(const std::string& dir, Split split) {
   const std::string prefix = dir + (split == Split::Train ? "/train" : "/t10k");
   const std::string images_path = prefix + "-images-idx3-ubyte.gz";
@@ -25,11 +33,7 @@ FashionMnist load_fashion_mnist(const std::string& dir, Split split) {
 
   const int64_t n = dims[0];
   FashionMnist out;
-  out.images = Tensor::empty({n, 1, 28, 28}, DType::F32);
-  float* img = out.images.data<float>();
-  const float scale = 1.0f / (255.0f * kFashionMnistStd), shift = kFashionMnistMean / kFashionMnistStd;
-  for (size_t i = 0; i < raw.images.data.size(); ++i)
-    img[i] = static_cast<float>(raw.images.data[i]) * scale - shift;
+  out.images = normalize_fashion_mnist(raw.images.data.data(), {n, 1, 28, 28});
 
   out.labels = Tensor::empty({n}, DType::I64);
   int64_t* lab = out.labels.data<int64_t>();

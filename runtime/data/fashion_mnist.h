@@ -28,6 +28,10 @@ struct FashionMnist {
   Tensor labels;  // int64 (N), each in 0..9
 };
 
+// Pixel bytes (any shape) -> float32 of the same shape, normalised as above, in float32 arithmetic:
+// p * (1 / (255 * std)) - mean / std. tools/ddp_torch.py repeats exactly this for PyTorch.
+Tensor normalize_fashion_mnist(const uint8_t* pixels, const Shape& shape);
+
 // Reads <dir>/train-*-ubyte.gz (60000 samples) or <dir>/t10k-*-ubyte.gz (10000). Errors name the file and,
 // when it is missing, the package to install.
 FashionMnist load_fashion_mnist(const std::string& dir = kFashionMnistDir, Split split = Split::Train);

@@ -8,8 +8,8 @@
 
 namespace ddp::data {
 
-// Writes `bytes` gzip-compressed to `path` (replacing it). level: 1 (fast) .. 9 (small). Errors name the
-// path.
+// Writes `bytes` gzip-compressed to `path` (replacing it). level: 1 (fast) .. 9
+// (small). Errors name the path.
 void write_gzip_file(const std::string& path, const std::vector<uint8_t>& bytes, int level = 6);
 
 }  // namespace ddp::data

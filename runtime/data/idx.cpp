@@ -1,6 +1,6 @@
-// idx.cpp - IDX parsing over zlib's gz* interface, which reads gzip'd and plain files alike. Data is read in
-// chunks as it arrives, so a corrupt header that claims billions of elements fails on the size check
-// instead of allocating them.
+// idx.cpp - IDX parsing over zlib's gz* interface, which reads gzip'd and plain files alike. Data is
+// read in chunks as it arrives, so a corrupt header that claims billions of elements fails on the size
+// check instead of allocating them.
 #include "runtime/data/idx.h"
 
 #include <zlib.h>

@@ -7,9 +7,8 @@
 // Images are magic 0x00000803 (N, rows, cols), labels 0x00000801 (N).
 //
 // Validation is strict: a wrong magic, a header or data cut short (also a gzip stream cut short or failing
-// its checksum), bytes left over after the data, a zero dimension, or label and image counts that differ
-// all raise ddp::Error naming the file and the problem. A missing file names the Debian package that
-// installs it.
+// its checksum), bytes left over after the data, a zero dimension, or label and image counts that differ all
+// raise ddp::Error naming the file and the problem. A missing file names the Debian package that installs it.
 #pragma once
 #include <cstdint>
 #include <string>

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdio>
 
 #include "runtime/core/error.h"
 
@@ -28,6 +29,10 @@ CollectiveTracker::~CollectiveTracker() {
 
 void CollectiveTracker::mark_arrived(uint64_t seq) {
   if (size_ == 1) return;
+  started_ns_ = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                    std::chrono::steady_clock::now().time_since_epoch())
+                    .count();
+  started_seq_ = seq;
   {
     std::lock_guard<std::mutex> g(publish_mu_);
     to_publish_ = seq;
@@ -70,10 +75,41 @@ std::vector<CollectiveTracker::Straggler> CollectiveTracker::missing_ranks(uint6
   return out;
 }
 
+namespace {
+// Transport errors that mean the other end of a connection went away (exited, killed, its node's launcher
+// stopped), as opposed to a timeout.
+bool peer_closed(const std::string& cause) {
+  for (const char* s : {"Connection reset by peer", "Connection closed by peer", "Broken pipe",
+                        "closed the connection", "Connection refused", "ECONNRESET", "EPIPE"})
+    if (cause.find(s) != std::string::npos) return true;
+  return false;
+}
+
+std::string seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), s < 10 ? "%.2f s" : "%.0f s", s);
+  return buf;
+}
+}  // namespace
+
 std::string CollectiveTracker::failure_message(const CollectiveDesc& d, const std::string& backend,
                                                const std::string& cause) {
+  std::string when = "after timeout " + std::to_string(timeout_.count()) + " ms";
+  if (started_seq_ == d.seq) {
+    const double elapsed = static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                   std::chrono::steady_clock::now().time_since_epoch())
+                                                   .count() -
+                                               started_ns_) *
+                           1e-9;
+    when = seconds(elapsed) + " after it started (timeout " + std::to_string(timeout_.count()) + " ms)";
+  }
+  const bool closed = peer_closed(cause);
   std::string msg = backend + " " + d.str() + " failed on rank " + std::to_string(rank_) + " of " +
-                    std::to_string(size_) + " after timeout " + std::to_string(timeout_.count()) + " ms: ";
+                    std::to_string(size_) + " " + when + ": ";
+  if (closed)
+    msg +=
+        "a peer closed its connection - a rank exited or was killed, or its node's launcher was stopped "
+        "(look for the first failure in the other ranks' output); ";
   std::vector<Straggler> missing;
   std::string store_problem;
   try {
@@ -84,7 +120,8 @@ std::string CollectiveTracker::failure_message(const CollectiveDesc& d, const st
   if (!store_problem.empty()) {
     msg += "could not ask the store which ranks arrived (" + store_problem + ")";
   } else if (missing.empty()) {
-    msg += "all ranks arrived at this collective, so the transport failed or a rank is too slow";
+    msg += closed ? "all ranks had arrived at this collective"
+                  : "all ranks arrived at this collective, so the transport failed or a rank is too slow";
   } else {
     msg += "rank(s) ";
     for (size_t i = 0; i < missing.size(); ++i) {

@@ -14,6 +14,7 @@
 #include "runtime/dist/collective.h"
 #include "runtime/dist/store.h"
 
+#include <atomic>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -42,7 +43,9 @@ class CollectiveTracker {
   std::vector<Straggler> missing_ranks(uint64_t seq);
 
   // The error text of a collective that did not finish in time (or failed in the transport): names the
-  // collective, its sequence number, count and dtype, this rank, and the ranks that did not arrive.
+  // collective, its sequence number, count and dtype, this rank, how long after its start it failed, what
+  // the cause means (a peer that closed its connection = a rank or its node's launcher went away) and the
+  // ranks that did not arrive.
   std::string failure_message(const CollectiveDesc& d, const std::string& backend, const std::string& cause);
 
   // Debug mode: publishes this rank's call for d.seq, reads every other rank's and throws ddp::Error
@@ -69,6 +72,9 @@ class CollectiveTracker {
   std::condition_variable publish_cv_;
   std::optional<uint64_t> to_publish_;
   bool stop_ = false;
+  // When this rank started its latest collective (for "failed after X s" in failure messages).
+  std::atomic<uint64_t> started_seq_{~uint64_t{0}};
+  std::atomic<int64_t> started_ns_{0};
 };
 
 }  // namespace ddp::dist

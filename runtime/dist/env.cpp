@@ -61,6 +61,9 @@ void read_master(const Vars& v, DistEnv& e, bool single_node) {
   if (auto a = v.str("MASTER_ADDR")) {
     if (a->empty()) v.fail("MASTER_ADDR is empty: expected the host name or IP address of rank 0");
     e.master_addr = *a;
+    // An IPv6 address may come in URL brackets: [::1].
+    if (e.master_addr.size() > 2 && e.master_addr.front() == '[' && e.master_addr.back() == ']')
+      e.master_addr = e.master_addr.substr(1, e.master_addr.size() - 2);
   } else if (!single_node) {
     v.fail(
         "MASTER_ADDR is not set: expected the host name or IP address of rank 0 (needed when ranks span "
@@ -68,6 +71,40 @@ void read_master(const Vars& v, DistEnv& e, bool single_node) {
   }
   if (auto p = v.integer("MASTER_PORT", 1, 65535, "a TCP port 1..65535")) e.master_port = *p;
   if (auto t = v.str("DDP_RUN_TOKEN")) e.token = *t;
+}
+
+// The store choice and the attempt's identity, read for every launcher.
+void read_store(const Vars& v, DistEnv& e) {
+  if (auto id = v.str("TORCHELASTIC_RUN_ID"); id && !id->empty()) e.run_id = *id;
+  if (auto n = v.integer("TORCHELASTIC_RESTART_COUNT", 0, 1 << 30, "a non-negative integer"))
+    e.restart_count = *n;
+  bool agent = false;
+  if (auto a = v.str("TORCHELASTIC_USE_AGENT_STORE")) {
+    if (*a == "True" || *a == "true" || *a == "1")
+      agent = true;
+    else if (!(*a == "False" || *a == "false" || *a == "0" || a->empty()))
+      v.fail("TORCHELASTIC_USE_AGENT_STORE='", *a, "' is not valid: expected True or False");
+  }
+  std::string choice = v.str("DDP_STORE").value_or("auto");
+  if (choice == "auto")
+    e.store = agent ? StoreKind::Torch : StoreKind::Ddp;
+  else if (choice == "torch")
+    e.store = StoreKind::Torch;
+  else if (choice == "ddp")
+    e.store = StoreKind::Ddp;
+  else
+    v.fail("DDP_STORE='", choice, "' is not valid: expected auto, ddp (rank 0 hosts our store) or torch ",
+           "(PyTorch's TCPStore at MASTER_ADDR:MASTER_PORT, hosted by torchrun's agent)");
+  std::string proto = v.str("DDP_TORCH_STORE_PROTOCOL").value_or("auto");
+  if (proto == "auto")
+    e.torch_protocol = TorchProtocol::Auto;
+  else if (proto == "1" || proto == "1.13")
+    e.torch_protocol = TorchProtocol::V1;
+  else if (proto == "2")
+    e.torch_protocol = TorchProtocol::V2;
+  else
+    v.fail("DDP_TORCH_STORE_PROTOCOL='", proto,
+           "' is not valid: expected auto, 1 (PyTorch 1.x) or 2 (PyTorch 2.x)");
 }
 
 void check_consistent(const Vars& v, const DistEnv& e, const std::string& rank_var,
@@ -102,6 +139,7 @@ DistEnv from_torchrun(const EnvLookup& lookup) {
       v.integer("LOCAL_WORLD_SIZE", 1, kMaxRanks, "a positive integer").value_or(e.world_size);
   check_consistent(v, e, "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE");
   read_master(v, e, e.local_world_size == e.world_size);
+  read_store(v, e);
   return e;
 }
 
@@ -181,6 +219,7 @@ DistEnv from_slurm(const EnvLookup& lookup) {
     }
   }
   read_master(v, e, true);
+  read_store(v, e);
   return e;
 }
 
@@ -199,6 +238,7 @@ DistEnv from_openmpi(const EnvLookup& lookup) {
   check_consistent(v, e, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
                    "OMPI_COMM_WORLD_LOCAL_SIZE");
   read_master(v, e, e.local_world_size == e.world_size);
+  read_store(v, e);
   return e;
 }
 

@@ -6,6 +6,8 @@
 #include <optional>
 #include <string>
 
+#include "runtime/dist/store.h"
+
 namespace ddp::dist {
 
 struct DistEnv {
@@ -17,6 +19,13 @@ struct DistEnv {
   int master_port = 29500;
   std::string token;              // DDP_RUN_TOKEN: every store client must present it ("" when unset)
   std::string launcher = "none";  // "torchrun/ddprun", "slurm", "mpirun" or "none"
+  // Which store the ranks share: ours (rank 0 hosts it) or PyTorch's, hosted by torchrun's agent when it sets
+  // TORCHELASTIC_USE_AGENT_STORE=True. DDP_STORE=ddp|torch|auto overrides; DDP_TORCH_STORE_PROTOCOL=1|2|auto
+  // picks PyTorch's wire protocol (docs/launcher.md).
+  StoreKind store = StoreKind::Ddp;
+  TorchProtocol torch_protocol = TorchProtocol::Auto;
+  std::string run_id = "none";  // TORCHELASTIC_RUN_ID
+  int restart_count = 0;        // TORCHELASTIC_RESTART_COUNT: the launcher's attempt number
 };
 
 // Reads a variable; nullopt when unset. Tests pass a map-backed lookup.

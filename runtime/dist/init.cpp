@@ -1,7 +1,9 @@
-// init.cpp - store hosting by rank 0, client connection and group creation.
+// init.cpp - store hosting by rank 0 (or PyTorch's agent store), client connection and group creation.
 #include "runtime/dist/init.h"
 
+#include "runtime/core/log.h"
 #include "runtime/dist/process_group_factory.h"
+#include "runtime/dist/store_setup.h"
 
 namespace ddp::dist {
 
@@ -9,15 +11,12 @@ DistContext init_distributed(const DistEnv& env, const std::string& backend,
                              const ProcessGroupOptions& options) {
   DistContext ctx;
   ctx.env = env;
-  const bool loopback = env.master_addr == "localhost" || env.master_addr.rfind("127.", 0) == 0;
-  if (env.world_size == 1) {
-    ctx.env.master_addr = "127.0.0.1";
-    ctx.server = std::make_unique<StoreServer>("127.0.0.1", 0, env.token);
-    ctx.env.master_port = ctx.server->port();
-  } else if (env.rank == 0) {
-    ctx.server = std::make_unique<StoreServer>(loopback ? env.master_addr : "", env.master_port, env.token);
-  }
-  ctx.store = std::make_shared<Store>(ctx.env.master_addr, ctx.env.master_port, env.token, options.timeout);
+  StorePlan plan = plan_store(env);
+  if (!plan.warning.empty()) DDP_LOG(Warn, plan.warning);
+  if (plan.host_server) ctx.server = start_store_server(plan);
+  ctx.env.master_addr = plan.address.host;
+  ctx.env.master_port = plan.address.port;
+  ctx.store = std::make_shared<Store>(plan.address, options.timeout);
   ctx.group = new_process_group(ctx.env, ctx.store, backend, options);
   return ctx;
 }

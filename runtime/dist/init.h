@@ -20,8 +20,9 @@ struct DistContext {
   std::shared_ptr<ProcessGroup> group;
 };
 
-// A world of one needs no launcher: its store listens on a free loopback port. Otherwise rank 0 listens on
-// MASTER_PORT (all interfaces unless MASTER_ADDR is a loopback address). Store calls use options.timeout.
+// A world of one needs no launcher: its store listens on a free loopback port. Under torchrun's agent store
+// (TORCHELASTIC_USE_AGENT_STORE=True) every rank connects to PyTorch's store. Otherwise rank 0 listens on
+// MASTER_ADDR:MASTER_PORT (store_setup.h). Store calls use options.timeout.
 DistContext init_distributed(const DistEnv& env, const std::string& backend = "auto",
                              const ProcessGroupOptions& options = {});
 

@@ -1,6 +1,6 @@
 // local_world.h - a whole world of ranks inside one process, for tests and tools: run_threads() starts a
-// store on 127.0.0.1 (free port) and one thread per rank, each with its own Gloo (or shm/hier) group, and runs fn on every
-// rank.
+// store on 127.0.0.1 (free port) and one thread per rank, each with its own Gloo (or shm/hier) group, and
+// runs fn on every rank.
 #pragma once
 #include <functional>
 #include <string>

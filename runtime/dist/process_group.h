@@ -91,8 +91,8 @@ class ProcessGroup {
   int rank() const { return rank_; }
   int size() const { return size_; }
 
-  // In place: every rank ends with the reduction of all ranks' buffers (Avg = Sum / size; integer Avg
-  // truncates).
+  // In place: every rank ends with the reduction of all ranks' buffers
+  // (Avg = Sum / size; integer Avg truncates).
   virtual std::shared_ptr<Work> allreduce(CommBuffer buf, ReduceOp op = ReduceOp::Sum) = 0;
   // In place: every rank ends with root's buffer.
   virtual std::shared_ptr<Work> broadcast(CommBuffer buf, int root) = 0;

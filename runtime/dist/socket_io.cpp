@@ -193,7 +193,8 @@ void set_nodelay(int fd) {
 }
 
 std::string local_address_towards(const std::string& host) {
-  if (host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1") return "127.0.0.1";
+  if (host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1" || resolves_to_loopback(host))
+    return "127.0.0.1";
   AddrInfo ai;
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -213,6 +214,25 @@ std::string local_address_towards(const std::string& host) {
     if (inet_ntop(addr.ss_family, src, buf, sizeof(buf))) return buf;
   }
   DDP_FAIL("no local address routes to '", host, "'; set GLOO_SOCKET_IFNAME to the network interface to use");
+}
+
+bool resolves_to_loopback(const std::string& host) {
+  AddrInfo ai;
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &ai.list) != 0) return false;
+  bool any = false;
+  for (addrinfo* p = ai.list; p; p = p->ai_next) {
+    bool loop = false;
+    if (p->ai_family == AF_INET)
+      loop = (ntohl(reinterpret_cast<sockaddr_in*>(p->ai_addr)->sin_addr.s_addr) >> 24) == 127;
+    else if (p->ai_family == AF_INET6)
+      loop = IN6_IS_ADDR_LOOPBACK(&reinterpret_cast<sockaddr_in6*>(p->ai_addr)->sin6_addr);
+    if (!loop) return false;
+    any = true;
+  }
+  return any;
 }
 
 }  // namespace ddp::dist::net

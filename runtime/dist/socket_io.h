@@ -59,4 +59,6 @@ namespace ddp::dist::net {
 // The local IP address this host uses to reach `host` (a UDP connect, nothing is sent); "127.0.0.1" for a
 // loopback host. Throws ddp::Error when host cannot be resolved or routed.
 std::string local_address_towards(const std::string& host);
+// True when host resolves only to loopback addresses (127.0.0.0/8, ::1); false when unresolvable.
+bool resolves_to_loopback(const std::string& host);
 }  // namespace ddp::dist::net

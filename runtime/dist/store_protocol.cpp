@@ -1,6 +1,14 @@
 // store_protocol.cpp - frame encoding and decoding for the store (little-endian, length-prefixed).
 #include "runtime/dist/store_protocol.h"
 
+#include <sys/random.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "runtime/core/error.h"
+#include "runtime/dist/sha256.h"
+
 namespace ddp::dist::proto {
 
 Writer& Writer::u8(uint8_t v) {
@@ -56,7 +64,7 @@ std::string Reader::str() {
   return s;
 }
 
-FrameResult read_frame(int fd, std::string& body, net::Clock::time_point deadline) {
+FrameResult read_frame(int fd, std::string& body, net::Clock::time_point deadline, uint32_t max_bytes) {
   unsigned char len_bytes[4];
   switch (net::recv_exact(fd, len_bytes, 4, deadline)) {
     case net::RecvResult::Closed:
@@ -68,7 +76,7 @@ FrameResult read_frame(int fd, std::string& body, net::Clock::time_point deadlin
   }
   uint32_t n = 0;
   for (int i = 0; i < 4; ++i) n |= static_cast<uint32_t>(len_bytes[i]) << (8 * i);
-  if (n > kMaxMessageBytes) return FrameResult::TooLarge;
+  if (n > max_bytes) return FrameResult::TooLarge;
   body.resize(n);
   switch (net::recv_exact(fd, body.data(), n, deadline)) {
     case net::RecvResult::Closed:
@@ -79,6 +87,35 @@ FrameResult read_frame(int fd, std::string& body, net::Clock::time_point deadlin
       break;
   }
   return FrameResult::Ok;
+}
+
+namespace {
+std::string proof(const char* label, const std::string& token, const std::string& cn, const std::string& sn) {
+  Digest d = hmac_sha256(token, std::string(label) + cn + sn);
+  return std::string(reinterpret_cast<const char*>(d.data()), d.size());
+}
+}  // namespace
+
+std::string server_proof(const std::string& token, const std::string& client_nonce,
+                         const std::string& server_nonce) {
+  return proof("ddp-store server", token, client_nonce, server_nonce);
+}
+
+std::string client_proof(const std::string& token, const std::string& client_nonce,
+                         const std::string& server_nonce) {
+  return proof("ddp-store client", token, client_nonce, server_nonce);
+}
+
+std::string random_nonce() {
+  std::string n(kNonceBytes, '\0');
+  size_t got = 0;
+  while (got < n.size()) {
+    ssize_t r = getrandom(n.data() + got, n.size() - got, 0);
+    if (r < 0 && errno == EINTR) continue;
+    DDP_CHECK(r > 0, "cannot read random bytes for the store handshake: ", std::strerror(errno));
+    got += static_cast<size_t>(r);
+  }
+  return n;
 }
 
 }  // namespace ddp::dist::proto

@@ -37,6 +37,9 @@ std::string failure_summary(const std::vector<WorkerOutcome>& workers, size_t ro
                   w.log_file.empty() ? "-" : w.log_file.c_str(), note.c_str());
     out += row;
   }
+  for (const WorkerOutcome& w : workers)
+    if (w.failed() && !w.error_message.empty())
+      out += "ddprun: rank " + std::to_string(w.rank) + " error: " + w.error_message + "\n";
   const WorkerOutcome& r = workers.at(root);
   out += "ddprun: root cause: rank " + std::to_string(r.rank) + " (local rank " +
          std::to_string(r.local_rank) + ", pid " + std::to_string(r.pid) + ") ended with " + r.describe() +

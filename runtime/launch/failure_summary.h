@@ -1,6 +1,7 @@
 // failure_summary.h - how a worker ended and the table ddprun prints when a run fails for good:
 // one row per worker (rank, local rank, pid, exit code or signal name, elapsed time, log file), the first
-// failure marked "root cause". Formatting only; the supervisor fills the records.
+// failure marked "root cause", then the error message each failed worker left in its error file. Formatting
+// only; the supervisor fills the records.
 #pragma once
 #include <string>
 #include <sys/types.h>
@@ -17,7 +18,8 @@ struct WorkerOutcome {
   int signal = 0;                    // when a signal ended it (exit_code unused)
   bool stopped_by_launcher = false;  // ddprun sent it SIGTERM/SIGKILL because another worker failed
   double elapsed_s = 0;
-  std::string log_file;  // empty without --log-dir
+  std::string log_file;       // empty without --log-dir
+  std::string error_message;  // what the worker wrote to its TORCHELASTIC_ERROR_FILE ("" when nothing)
 
   bool failed() const { return exited && (signal != 0 || exit_code != 0); }
   // The code a shell would report: the exit code, or 128 + signal.

@@ -29,6 +29,7 @@ struct LaunchFlags {
   double grace_period = 5.0;
   std::string local_rank_arg = "none";
   std::string run_id;
+  bool allow_many_workers = false;
 };
 
 void declare(cli::Parser& p, LaunchFlags& f) {
@@ -53,6 +54,9 @@ void declare(cli::Parser& p, LaunchFlags& f) {
       "local-rank-arg", &f.local_rank_arg, {"none", "dash", "underscore"}, "dash",
       "legacy: also pass --local-rank=N (dash) or --local_rank=N (underscore) right after PROGRAM in each "
       "worker's arguments");
+  p.add("allow-many-workers", &f.allow_many_workers,
+        "start more than " + std::to_string(kWorkersPerCoreCap) +
+            " workers per CPU core (refused otherwise: usually a typo that would exhaust memory)");
   p.add("run-id", &f.run_id,
         "TORCHELASTIC_RUN_ID for the workers (default: random with --standalone, else none)");
 }
@@ -111,6 +115,10 @@ std::vector<int> resolve_filter(const std::string& text, int nproc) {
 
 }  // namespace
 
+int max_plausible_workers(int cpu_cores, int gpus) {
+  return std::max({kWorkersPerCoreCap * std::max(cpu_cores, 1), gpus, 8});
+}
+
 bool LaunchConfig::shows_on_console(int local_rank) const {
   return local_ranks_filter.empty() || std::find(local_ranks_filter.begin(), local_ranks_filter.end(),
                                                  local_rank) != local_ranks_filter.end();
@@ -136,6 +144,18 @@ std::optional<LaunchConfig> parse_launch_config(const std::vector<std::string>& 
     throw cli::UsageError("ddprun: no PROGRAM given; usage: ddprun [options] PROGRAM [ARGS...]");
   c.program = p.rest();
   c.nproc_per_node = resolve_nproc(f.nproc_per_node);
+  c.allow_many_workers = f.allow_many_workers;
+  if (!c.allow_many_workers) {
+    const int cores = cpu_core_count();
+    const int cap = max_plausible_workers(cores, c.nproc_per_node > 8 ? cuda_device_count() : 0);
+    if (c.nproc_per_node > cap)
+      throw cli::UsageError("ddprun: --nproc-per-node " + std::to_string(c.nproc_per_node) + " would start " +
+                            std::to_string(c.nproc_per_node) + " workers on this host with " +
+                            std::to_string(cores) + " CPU cores (more than " +
+                            std::to_string(kWorkersPerCoreCap) +
+                            " per core exhausts memory and threads); use at most " + std::to_string(cap) +
+                            ", or add --allow-many-workers if you mean it");
+  }
   c.nnodes = resolve_nnodes(f.nnodes);
   if (f.node_rank < 0 || f.node_rank >= c.nnodes)
     throw cli::UsageError("ddprun: --node-rank " + std::to_string(f.node_rank) + " is outside [0, " +

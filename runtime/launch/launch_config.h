@@ -12,7 +12,8 @@ namespace ddp::launch {
 enum class LocalRankArg { None, Dash, Underscore };  // nothing (env only), --local-rank=N, --local_rank=N
 
 struct LaunchConfig {
-  int nproc_per_node = 1;  // workers on this node (resolved from N | cpu | gpu | auto)
+  int nproc_per_node = 1;           // workers on this node (resolved from N | cpu | gpu | auto)
+  bool allow_many_workers = false;  // --allow-many-workers: skip the plausibility cap on nproc_per_node
   int nnodes = 1;
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
@@ -40,5 +41,9 @@ struct LaunchConfig {
 std::optional<LaunchConfig> parse_launch_config(const std::vector<std::string>& args);
 // ddprun's --help text.
 std::string launch_help();
+// The most workers per node ddprun starts without --allow-many-workers: kWorkersPerCoreCap per CPU core (or
+// one per GPU when there are more GPUs), at least 8.
+inline constexpr int kWorkersPerCoreCap = 4;
+int max_plausible_workers(int cpu_cores, int gpus);
 
 }  // namespace ddp::launch

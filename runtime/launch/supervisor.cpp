@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "runtime/core/error.h"
+#include "runtime/launch/error_file.h"
 #include "runtime/launch/failure_summary.h"
 #include "runtime/launch/host.h"
 #include "runtime/launch/line_buffer.h"
@@ -53,6 +54,7 @@ struct Worker {
   WorkerOutcome outcome;
   Stream out, err;
   int log_fd = -1;
+  std::string error_file;  // TORCHELASTIC_ERROR_FILE of this worker
   Clock::time_point started;
   bool running = false;
 };
@@ -78,6 +80,7 @@ class Supervisor {
 
   const LaunchConfig& c_;
   std::map<std::string, std::string> inherited_;
+  std::string error_dir_;  // without --log-dir: a private temporary folder for the workers' error files
   sigset_t handled_{}, old_mask_{};
   int sigfd_ = -1;
   std::vector<Worker> workers_;
@@ -89,6 +92,10 @@ class Supervisor {
 
 Supervisor::~Supervisor() {
   signal_running(SIGKILL);  // only reached with workers alive when an error interrupted the supervisor
+  if (!error_dir_.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(error_dir_, ec);
+  }
   if (sigfd_ >= 0) {
     ::close(sigfd_);
     ::sigprocmask(SIG_SETMASK, &old_mask_, nullptr);
@@ -108,7 +115,7 @@ void Supervisor::install_signals() {
 void Supervisor::spawn(Worker& w, int attempt) {
   const int local = w.outcome.local_rank;
   std::vector<std::string> args = worker_args(c_, local);
-  std::vector<std::string> env = worker_environment(c_, local, attempt, inherited_);
+  std::vector<std::string> env = worker_environment(c_, local, attempt, inherited_, w.error_file);
   std::vector<char*> argv, envp;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -171,6 +178,19 @@ void Supervisor::start_attempt(int attempt) {
     Worker& w = workers_[static_cast<size_t>(local)];
     w.outcome.local_rank = local;
     w.outcome.rank = c_.global_rank(local);
+    // Where the worker writes its error message (torchrun's layout under --log-dir).
+    if (!dir.empty()) {
+      std::error_code ec;
+      std::filesystem::create_directories(dir + "/" + std::to_string(local), ec);
+      w.error_file = ec ? "" : dir + "/" + std::to_string(local) + "/error.json";
+    } else if (!error_dir_.empty()) {
+      w.error_file = error_dir_ + "/attempt_" + std::to_string(attempt) + "_rank_" +
+                     std::to_string(w.outcome.rank) + ".json";
+    }
+    if (!w.error_file.empty()) {
+      std::error_code ec;
+      std::filesystem::remove(w.error_file, ec);  // never show an older run's message
+    }
     if (!dir.empty()) {
       w.outcome.log_file = dir + "/rank_" + std::to_string(w.outcome.rank) + ".log";
       w.log_fd = ::open(w.outcome.log_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -248,6 +268,8 @@ void Supervisor::reap() {
         w.outcome.exit_code = WEXITSTATUS(status);
       read_stream(w, w.out, true);  // everything it wrote is in the pipe by now
       read_stream(w, w.err, true);
+      if (w.outcome.failed() && !w.error_file.empty())
+        w.outcome.error_message = read_error_file(w.error_file).value_or("");
       if (w.log_fd >= 0) ::close(w.log_fd);
       w.log_fd = -1;
       if (w.outcome.failed() && root_ < 0 && !stopping_) {
@@ -319,9 +341,11 @@ Supervisor::End Supervisor::monitor() {
 
 int Supervisor::run() {
   install_signals();
-  if (limits_threads(c_, inherited_))
-    note("setting OMP_NUM_THREADS=1 and OPENBLAS_NUM_THREADS=1 for the " + std::to_string(c_.nproc_per_node) +
-         " workers (unset before); export them to choose another value");
+  if (std::string n = thread_limit_note(c_, inherited_); !n.empty()) note(n);
+  if (c_.log_dir.empty()) {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "ddprun-errors-XXXXXX").string();
+    if (::mkdtemp(tmpl.data())) error_dir_ = tmpl;
+  }
   for (int attempt = 0;; ++attempt) {
     start_attempt(attempt);
     End end = monitor();

@@ -10,6 +10,22 @@ bool limits_threads(const LaunchConfig& c, const std::map<std::string, std::stri
          (!inherited.count("OMP_NUM_THREADS") || !inherited.count("OPENBLAS_NUM_THREADS"));
 }
 
+std::string thread_limit_note(const LaunchConfig& c, const std::map<std::string, std::string>& inherited) {
+  if (!limits_threads(c, inherited)) return "";
+  std::string set, kept;
+  for (const char* var : {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"}) {
+    auto it = inherited.find(var);
+    if (it == inherited.end())
+      set += std::string(set.empty() ? "" : " and ") + var + "=1";
+    else
+      kept += std::string(kept.empty() ? "" : ", ") + var + "=" + it->second;
+  }
+  std::string note =
+      "setting " + set + " for the " + std::to_string(c.nproc_per_node) + " workers (unset before";
+  if (!kept.empty()) note += "; keeping " + kept + " as exported";
+  return note + "); export them to choose another value";
+}
+
 std::map<std::string, std::string> worker_env_overrides(const LaunchConfig& c, int local_rank,
                                                         int restart_count,
                                                         const std::map<std::string, std::string>& inherited) {
@@ -30,6 +46,7 @@ std::map<std::string, std::string> worker_env_overrides(const LaunchConfig& c, i
   env["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(c.max_restarts);
   env["TORCHELASTIC_RUN_ID"] = c.run_id;
   env["DDP_RUN_TOKEN"] = c.token;
+  env["DDPRUN_PREFIXES_OUTPUT"] = "1";  // ddprun puts "[rank N] " before each line: the logger leaves its own out
   if (c.nproc_per_node > 1) {
     // Several processes each running one thread per core oversubscribe the CPU; torchrun does the same.
     for (const char* var : {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"})
@@ -40,9 +57,11 @@ std::map<std::string, std::string> worker_env_overrides(const LaunchConfig& c, i
 }
 
 std::vector<std::string> worker_environment(const LaunchConfig& c, int local_rank, int restart_count,
-                                            const std::map<std::string, std::string>& inherited) {
+                                            const std::map<std::string, std::string>& inherited,
+                                            const std::string& error_file) {
   std::map<std::string, std::string> all = inherited;
   for (auto& [k, v] : worker_env_overrides(c, local_rank, restart_count, inherited)) all[k] = v;
+  if (!error_file.empty()) all["TORCHELASTIC_ERROR_FILE"] = error_file;
   std::vector<std::string> out;
   out.reserve(all.size());
   for (auto& [k, v] : all) out.push_back(k + "=" + v);

@@ -18,9 +18,13 @@ std::map<std::string, std::string> worker_env_overrides(const LaunchConfig& c, i
                                                         const std::map<std::string, std::string>& inherited);
 // True when worker_env_overrides() limits the thread counts (ddprun prints a one-line note then).
 bool limits_threads(const LaunchConfig& c, const std::map<std::string, std::string>& inherited);
+// That note, naming exactly the variables set and those kept from the environment ("" when none is set).
+std::string thread_limit_note(const LaunchConfig& c, const std::map<std::string, std::string>& inherited);
 // The worker's full environment: `inherited` with the overrides applied, as "KEY=VALUE" strings.
+// `error_file` (when not empty) becomes TORCHELASTIC_ERROR_FILE: where a failing worker writes its message.
 std::vector<std::string> worker_environment(const LaunchConfig& c, int local_rank, int restart_count,
-                                            const std::map<std::string, std::string>& inherited);
+                                            const std::map<std::string, std::string>& inherited,
+                                            const std::string& error_file = "");
 // PROGRAM ARGS..., with --local-rank=N / --local_rank=N right after PROGRAM in the legacy modes.
 std::vector<std::string> worker_args(const LaunchConfig& c, int local_rank);
 // This process's environment as a map.

@@ -4,6 +4,7 @@
 
 #include "kernels/cpu/activation.h"
 #include "runtime/autograd/node.h"
+#include "runtime/ops/device_kernel.h"
 
 #ifdef DDP_WITH_CUDA
 #include "kernels/cuda/activation.h"
@@ -33,76 +34,42 @@ const char* act_name(Act a) {
 // True when the backward reads the op's output y rather than its input x.
 bool backward_uses_output(Act a) { return a == Act::Tanh || a == Act::Sigmoid || a == Act::Exp; }
 
-// The CPU and CUDA kernels share their names, so one switch per direction serves both namespaces.
-#define DDP_ACT_FORWARD(NS)         \
-  switch (a) {                      \
-    case Act::Relu:                 \
-      NS::relu_forward(x, y, n);    \
-      break;                        \
-    case Act::Gelu:                 \
-      NS::gelu_forward(x, y, n);    \
-      break;                        \
-    case Act::Tanh:                 \
-      NS::tanh_forward(x, y, n);    \
-      break;                        \
-    case Act::Sigmoid:              \
-      NS::sigmoid_forward(x, y, n); \
-      break;                        \
-    case Act::Exp:                  \
-      NS::exp_forward(x, y, n);     \
-      break;                        \
-    case Act::Log:                  \
-      NS::log_forward(x, y, n);     \
-      break;                        \
-  }
-#define DDP_ACT_BACKWARD(NS)                 \
-  switch (a) {                               \
-    case Act::Relu:                          \
-      NS::relu_backward(g, saved, dx, n);    \
-      break;                                 \
-    case Act::Gelu:                          \
-      NS::gelu_backward(g, saved, dx, n);    \
-      break;                                 \
-    case Act::Tanh:                          \
-      NS::tanh_backward(g, saved, dx, n);    \
-      break;                                 \
-    case Act::Sigmoid:                       \
-      NS::sigmoid_backward(g, saved, dx, n); \
-      break;                                 \
-    case Act::Exp:                           \
-      NS::exp_backward(g, saved, dx, n);     \
-      break;                                 \
-    case Act::Log:                           \
-      NS::log_backward(g, saved, dx, n);     \
-      break;                                 \
-  }
-
 template <class T>
 void run_forward(Act a, Device dev, const T* x, T* y, int64_t n) {
-#ifdef DDP_WITH_CUDA
-  if (dev.is_cuda()) {
-    DDP_ACT_FORWARD(kernels::cuda)
-    return;
+  switch (a) {
+    case Act::Relu:
+      return DDP_KERNEL(dev, relu_forward, x, y, n);
+    case Act::Gelu:
+      return DDP_KERNEL(dev, gelu_forward, x, y, n);
+    case Act::Tanh:
+      return DDP_KERNEL(dev, tanh_forward, x, y, n);
+    case Act::Sigmoid:
+      return DDP_KERNEL(dev, sigmoid_forward, x, y, n);
+    case Act::Exp:
+      return DDP_KERNEL(dev, exp_forward, x, y, n);
+    case Act::Log:
+      return DDP_KERNEL(dev, log_forward, x, y, n);
   }
-#endif
-  (void)dev;
-  DDP_ACT_FORWARD(kernels::cpu)
 }
 
 // saved is x or y, see backward_uses_output.
 template <class T>
 void run_backward(Act a, Device dev, const T* g, const T* saved, T* dx, int64_t n) {
-#ifdef DDP_WITH_CUDA
-  if (dev.is_cuda()) {
-    DDP_ACT_BACKWARD(kernels::cuda)
-    return;
+  switch (a) {
+    case Act::Relu:
+      return DDP_KERNEL(dev, relu_backward, g, saved, dx, n);
+    case Act::Gelu:
+      return DDP_KERNEL(dev, gelu_backward, g, saved, dx, n);
+    case Act::Tanh:
+      return DDP_KERNEL(dev, tanh_backward, g, saved, dx, n);
+    case Act::Sigmoid:
+      return DDP_KERNEL(dev, sigmoid_backward, g, saved, dx, n);
+    case Act::Exp:
+      return DDP_KERNEL(dev, exp_backward, g, saved, dx, n);
+    case Act::Log:
+      return DDP_KERNEL(dev, log_backward, g, saved, dx, n);
   }
-#endif
-  (void)dev;
-  DDP_ACT_BACKWARD(kernels::cpu)
 }
-#undef DDP_ACT_FORWARD
-#undef DDP_ACT_BACKWARD
 
 struct ActivationBackward final : autograd::Node {
   Act act;
@@ -123,9 +90,7 @@ struct ActivationBackward final : autograd::Node {
 
 Tensor activation(Act act, const Tensor& x) {
   DDP_CHECK(x.defined(), act_name(act), ": input is undefined");
-#ifndef DDP_WITH_CUDA
-  DDP_CHECK(x.device().is_cpu(), act_name(act), " on ", x.device().str(), " needs a CUDA build");
-#endif
+  check_device_built(act_name(act), x.device());
   Tensor y = Tensor::empty_like(x);
   DDP_DISPATCH_FLOATING(x.dtype(), act_name(act), [&] {
     run_forward<scalar_t>(act, x.device(), x.data<scalar_t>(), y.data<scalar_t>(), x.numel());

@@ -1,5 +1,5 @@
-// activation.h - differentiable pointwise activations (same shape in and out; float32/float64 on CPU,
-// float32/float64 on CUDA).
+// activation.h - differentiable pointwise activations (same shape in and out; float32/float64 on
+// CPU, float32/float64 on CUDA).
 #pragma once
 #include "runtime/tensor/tensor.h"
 

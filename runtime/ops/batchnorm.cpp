@@ -4,6 +4,7 @@
 
 #include "kernels/cpu/batchnorm.h"
 #include "runtime/autograd/node.h"
+#include "runtime/ops/device_kernel.h"
 #ifdef DDP_WITH_CUDA
 #include "kernels/cuda/batchnorm.h"
 #include "runtime/core/cuda/stream.h"
@@ -46,18 +47,9 @@ struct BatchNorm2dBackward final : autograd::Node {
     if (next_edges[2].valid()) dbias = Tensor::empty_like(mean);
     DDP_DISPATCH_FLOATING(x.dtype(), "batch_norm2d backward", [&] {
       using T = scalar_t;
-#ifdef DDP_WITH_CUDA
-      if (x.device().is_cuda()) {
-        kernels::cuda::batch_norm_backward(dy.data<T>(), x.data<T>(), mean.data<T>(), invstd.data<T>(),
-                                           ptr_or_null<T>(weight), ptr_or_null<T>(dx),
-                                           ptr_or_null<T>(dweight), ptr_or_null<T>(dbias), geometry, training,
-                                           ddp::cuda::current_stream());
-        return;
-      }
-#endif
-      kernels::cpu::batch_norm_backward(dy.data<T>(), x.data<T>(), mean.data<T>(), invstd.data<T>(),
-                                        ptr_or_null<T>(weight), ptr_or_null<T>(dx), ptr_or_null<T>(dweight),
-                                        ptr_or_null<T>(dbias), geometry, training);
+      DDP_KERNEL_ON_STREAM(x.device(), batch_norm_backward, dy.data<T>(), x.data<T>(), mean.data<T>(),
+                           invstd.data<T>(), ptr_or_null<T>(weight), ptr_or_null<T>(dx),
+                           ptr_or_null<T>(dweight), ptr_or_null<T>(dbias), geometry, training);
     });
     return {dx, dweight, dbias};
   }
@@ -95,31 +87,17 @@ Tensor batch_norm2d(const Tensor& x, const Tensor& weight, const Tensor& bias, c
   Tensor y = Tensor::empty_like(x);
   DDP_DISPATCH_FLOATING(x.dtype(), "batch_norm2d", [&] {
     using T = scalar_t;
-#ifdef DDP_WITH_CUDA
-    if (x.device().is_cuda()) {
-      cudaStream_t stream = ddp::cuda::current_stream();
-      if (training) {
-        kernels::cuda::batch_norm_stats(x.data<T>(), g, eps, momentum, mean.data<T>(), invstd.data<T>(),
-                                        ptr_or_null<T>(running_mean), ptr_or_null<T>(running_var), stream);
-      } else {
-        mean.copy_from(running_mean);  // a snapshot: later training steps may move the buffer before backward
-        kernels::cuda::batch_norm_running_invstd(running_var.data<T>(), g.channels, eps, invstd.data<T>(),
-                                                 stream);
-      }
-      kernels::cuda::batch_norm_apply(x.data<T>(), mean.data<T>(), invstd.data<T>(), ptr_or_null<T>(weight),
-                                      ptr_or_null<T>(bias), y.data<T>(), g, stream);
-      return;
-    }
-#endif
+    const Device dev = x.device();
     if (training) {
-      kernels::cpu::batch_norm_stats(x.data<T>(), g, eps, momentum, mean.data<T>(), invstd.data<T>(),
-                                     ptr_or_null<T>(running_mean), ptr_or_null<T>(running_var));
+      DDP_KERNEL_ON_STREAM(dev, batch_norm_stats, x.data<T>(), g, eps, momentum, mean.data<T>(),
+                           invstd.data<T>(), ptr_or_null<T>(running_mean), ptr_or_null<T>(running_var));
     } else {
-      mean.copy_from(running_mean);
-      kernels::cpu::batch_norm_running_invstd(running_var.data<T>(), g.channels, eps, invstd.data<T>());
+      mean.copy_from(running_mean);  // a snapshot: later training steps may move the buffer before backward
+      DDP_KERNEL_ON_STREAM(dev, batch_norm_running_invstd, running_var.data<T>(), g.channels, eps,
+                           invstd.data<T>());
     }
-    kernels::cpu::batch_norm_apply(x.data<T>(), mean.data<T>(), invstd.data<T>(), ptr_or_null<T>(weight),
-                                   ptr_or_null<T>(bias), y.data<T>(), g);
+    DDP_KERNEL_ON_STREAM(dev, batch_norm_apply, x.data<T>(), mean.data<T>(), invstd.data<T>(),
+                         ptr_or_null<T>(weight), ptr_or_null<T>(bias), y.data<T>(), g);
   });
   if (autograd::needs_grad({&x, &weight, &bias})) {
     auto node = std::make_shared<BatchNorm2dBackward>();

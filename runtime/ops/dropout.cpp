@@ -4,6 +4,7 @@
 
 #include "kernels/cpu/dropout.h"
 #include "runtime/autograd/node.h"
+#include "runtime/ops/device_kernel.h"
 #ifdef DDP_WITH_CUDA
 #include "kernels/cuda/dropout.h"
 #include "runtime/core/cuda/stream.h"
@@ -20,16 +21,8 @@ struct MaskParams {
 void apply_mask(const Tensor& x, Tensor& y, const MaskParams& m) {
   DDP_DISPATCH_FLOATING(x.dtype(), "dropout", [&] {
     const scalar_t scale = static_cast<scalar_t>(m.scale);
-#ifdef DDP_WITH_CUDA
-    if (x.device().is_cuda()) {
-      kernels::cuda::dropout_apply(x.data<scalar_t>(), y.data<scalar_t>(), x.numel(), m.key, m.offset,
-                                   m.threshold, scale, cuda::current_stream());
-      return;
-    }
-#endif
-    DDP_CHECK(x.device().is_cpu(), "dropout on ", x.device().str(), " is not available in this build");
-    kernels::cpu::dropout_apply(x.data<scalar_t>(), y.data<scalar_t>(), x.numel(), m.key, m.offset,
-                                m.threshold, scale);
+    DDP_KERNEL_ON_STREAM(x.device(), dropout_apply, x.data<scalar_t>(), y.data<scalar_t>(), x.numel(), m.key,
+                         m.offset, m.threshold, scale);
   });
 }
 

@@ -5,6 +5,7 @@
 
 #include "kernels/cpu/broadcast.h"
 #include "runtime/autograd/node.h"
+#include "runtime/ops/device_kernel.h"
 
 #ifdef DDP_WITH_CUDA
 #include "kernels/cuda/elementwise.h"
@@ -33,9 +34,7 @@ Shape broadcast_or_fail(const char* what, const Tensor& a, const Tensor& b) {
             dtype_name(b.dtype()), "); convert one with .to(dtype)");
   DDP_CHECK(a.device() == b.device(), what, ": devices differ (", a.device().str(), " vs ", b.device().str(),
             ")");
-#ifndef DDP_WITH_CUDA
-  DDP_CHECK(a.device().is_cpu(), what, " on ", a.device().str(), " needs a CUDA build");
-#endif
+  check_device_built(what, a.device());
   bool ok;
   Shape s = kernels::cpu::broadcast_shapes(a.shape(), b.shape(), &ok);
   DDP_CHECK(ok, what, ": shapes ", shape_str(a.shape()), " and ", shape_str(b.shape()), " do not broadcast");
@@ -89,13 +88,7 @@ Tensor reduce_to(const Tensor& g, const Shape& shape) {
   if (g.shape() == shape) return g;
   Tensor out = Tensor::empty(shape, g.dtype(), g.device());
   DDP_DISPATCH_FLOATING(g.dtype(), "sum_to_shape", [&] {
-#ifdef DDP_WITH_CUDA
-    if (g.device().is_cuda()) {
-      kernels::cuda::sum_to_shape(g.data<scalar_t>(), g.shape(), out.data<scalar_t>(), shape);
-      return;
-    }
-#endif
-    kernels::cpu::sum_to_shape(g.data<scalar_t>(), g.shape(), out.data<scalar_t>(), shape);
+    DDP_KERNEL(g.device(), sum_to_shape, g.data<scalar_t>(), g.shape(), out.data<scalar_t>(), shape);
   });
   return out;
 }
@@ -151,9 +144,7 @@ Tensor binary(BinOp op, const Tensor& a, const Tensor& b) {
 
 // y = alpha * x + beta
 Tensor affine_forward(const Tensor& x, double alpha, double beta) {
-#ifndef DDP_WITH_CUDA
-  DDP_CHECK(x.device().is_cpu(), "scalar op on ", x.device().str(), " needs a CUDA build");
-#endif
+  check_device_built("scalar op", x.device());
   Tensor out = Tensor::empty_like(x);
   DDP_DISPATCH_FLOATING(x.dtype(), "scalar op", [&] {
 #ifdef DDP_WITH_CUDA

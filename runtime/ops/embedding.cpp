@@ -4,6 +4,7 @@
 
 #include "kernels/cpu/embedding.h"
 #include "runtime/autograd/node.h"
+#include "runtime/ops/device_kernel.h"
 #ifdef DDP_WITH_CUDA
 #include "kernels/cuda/embedding.h"
 #include "runtime/core/cuda/stream.h"
@@ -21,15 +22,8 @@ struct EmbeddingBackward final : autograd::Node {
     Tensor dweight = Tensor::empty(weight_shape, dtype, g.device());
     const int64_t vocab = weight_shape[0], cols = weight_shape[1], n = indices.numel();
     DDP_DISPATCH_FLOATING(dtype, "embedding backward", [&] {
-#ifdef DDP_WITH_CUDA
-      if (g.device().is_cuda()) {
-        kernels::cuda::embedding_backward(g.data<scalar_t>(), indices.data<int64_t>(),
-                                          dweight.data<scalar_t>(), n, vocab, cols, cuda::current_stream());
-        return;
-      }
-#endif
-      kernels::cpu::embedding_backward(g.data<scalar_t>(), indices.data<int64_t>(), dweight.data<scalar_t>(),
-                                       n, vocab, cols);
+      DDP_KERNEL_ON_STREAM(g.device(), embedding_backward, g.data<scalar_t>(), indices.data<int64_t>(),
+                           dweight.data<scalar_t>(), n, vocab, cols);
     });
     return {dweight};
   }

@@ -3,6 +3,7 @@
 
 #include "kernels/cpu/layernorm.h"
 #include "runtime/autograd/node.h"
+#include "runtime/ops/device_kernel.h"
 #ifdef DDP_WITH_CUDA
 #include "kernels/cuda/layernorm.h"
 #include "runtime/core/cuda/stream.h"
@@ -23,17 +24,9 @@ struct LayerNormBackward final : autograd::Node {
       scalar_t* pdx = dx.defined() ? dx.data<scalar_t>() : nullptr;
       scalar_t* pdw = dweight.defined() ? dweight.data<scalar_t>() : nullptr;
       scalar_t* pdb = dbias.defined() ? dbias.data<scalar_t>() : nullptr;
-#ifdef DDP_WITH_CUDA
-      if (x.device().is_cuda()) {
-        kernels::cuda::layernorm_backward(
-            grads[0].data<scalar_t>(), x.data<scalar_t>(), weight.data<scalar_t>(), mean.data<scalar_t>(),
-            rstd.data<scalar_t>(), pdx, pdw, pdb, rows, cols, cuda::current_stream());
-        return;
-      }
-#endif
-      kernels::cpu::layernorm_backward(grads[0].data<scalar_t>(), x.data<scalar_t>(), weight.data<scalar_t>(),
-                                       mean.data<scalar_t>(), rstd.data<scalar_t>(), pdx, pdw, pdb, rows,
-                                       cols);
+      DDP_KERNEL_ON_STREAM(x.device(), layernorm_backward, grads[0].data<scalar_t>(), x.data<scalar_t>(),
+                           weight.data<scalar_t>(), mean.data<scalar_t>(), rstd.data<scalar_t>(), pdx, pdw,
+                           pdb, rows, cols);
     });
     return {dx, dweight, dbias};
   }
@@ -66,18 +59,9 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
   Tensor rstd = Tensor::empty({rows}, x.dtype(), x.device());
   if (rows > 0) {
     DDP_DISPATCH_FLOATING(x.dtype(), "layer_norm", [&] {
-#ifdef DDP_WITH_CUDA
-      if (x.device().is_cuda()) {
-        kernels::cuda::layernorm_forward(x.data<scalar_t>(), weight.data<scalar_t>(), bias.data<scalar_t>(),
-                                         y.data<scalar_t>(), mean.data<scalar_t>(), rstd.data<scalar_t>(),
-                                         rows, cols, eps, cuda::current_stream());
-        return;
-      }
-#endif
-      DDP_CHECK(x.device().is_cpu(), "layer_norm on ", x.device().str(), " is not available in this build");
-      kernels::cpu::layernorm_forward(x.data<scalar_t>(), weight.data<scalar_t>(), bias.data<scalar_t>(),
-                                      y.data<scalar_t>(), mean.data<scalar_t>(), rstd.data<scalar_t>(), rows,
-                                      cols, eps);
+      DDP_KERNEL_ON_STREAM(x.device(), layernorm_forward, x.data<scalar_t>(), weight.data<scalar_t>(),
+                           bias.data<scalar_t>(), y.data<scalar_t>(), mean.data<scalar_t>(),
+                           rstd.data<scalar_t>(), rows, cols, eps);
     });
   }
   if (autograd::needs_grad({&x, &weight, &bias})) {

@@ -11,6 +11,7 @@
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/reduce.h"
 #include "runtime/autograd/node.h"
+#include "runtime/ops/device_kernel.h"
 
 #ifdef DDP_WITH_CUDA
 #include "kernels/cuda/gemm.h"
@@ -24,41 +25,24 @@ namespace {
 template <class T>
 void gemm_on(Device dev, bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, const T* B,
              T beta, T* C) {
-#ifdef DDP_WITH_CUDA
-  if (dev.is_cuda()) return kernels::cuda::gemm(ta, tb, M, N, K, alpha, A, B, beta, C);
-#endif
-  (void)dev;
-  kernels::cpu::gemm(ta, tb, M, N, K, alpha, A, B, beta, C);
+  DDP_KERNEL(dev, gemm, ta, tb, M, N, K, alpha, A, B, beta, C);
 }
 
 template <class T>
 void gemm_batched_on(Device dev, bool ta, bool tb, int64_t batch, int64_t M, int64_t N, int64_t K, const T* A,
                      int64_t sa, const T* B, int64_t sb, T* C, int64_t sc) {
-#ifdef DDP_WITH_CUDA
-  if (dev.is_cuda())
-    return kernels::cuda::gemm_batched(ta, tb, batch, M, N, K, T(1), A, sa, B, sb, T(0), C, sc);
-#endif
-  (void)dev;
-  kernels::cpu::gemm_batched(ta, tb, batch, M, N, K, T(1), A, sa, B, sb, T(0), C, sc);
+  DDP_KERNEL(dev, gemm_batched, ta, tb, batch, M, N, K, T(1), A, sa, B, sb, T(0), C, sc);
 }
 
 template <class T>
 void fill_rows_on(Device dev, const T* bias, int64_t rows, int64_t n, T* out) {
-#ifdef DDP_WITH_CUDA
-  if (dev.is_cuda()) return kernels::cuda::fill_rows(bias, rows, n, out);
-#endif
-  (void)dev;
-  kernels::cpu::fill_rows(bias, rows, n, out);
+  DDP_KERNEL(dev, fill_rows, bias, rows, n, out);
 }
 
 // out (n) = sum over rows of g (rows, n)
 template <class T>
 void column_sums_on(Device dev, const T* g, int64_t rows, int64_t n, T* out) {
-#ifdef DDP_WITH_CUDA
-  if (dev.is_cuda()) return kernels::cuda::sum_middle(g, 1, rows, n, out, 1.0);
-#endif
-  (void)dev;
-  kernels::cpu::sum_middle(g, 1, rows, n, out, 1.0);
+  DDP_KERNEL(dev, sum_middle, g, 1, rows, n, out, 1.0);
 }
 
 void check_pair(const char* op, const char* na, const Tensor& a, const char* nb, const Tensor& b) {
@@ -67,9 +51,7 @@ void check_pair(const char* op, const char* na, const Tensor& a, const char* nb,
             dtype_name(b.dtype()), "; convert one with .to(dtype)");
   DDP_CHECK(a.device() == b.device(), op, ": ", na, " is on ", a.device().str(), " but ", nb, " is on ",
             b.device().str(), "; move one with .to(device)");
-#ifndef DDP_WITH_CUDA
-  DDP_CHECK(a.device().is_cpu(), op, " on ", a.device().str(), " needs a CUDA build");
-#endif
+  check_device_built(op, a.device());
 }
 
 Shape with_last(const Shape& s, int64_t last) {

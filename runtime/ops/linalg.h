@@ -11,8 +11,8 @@ namespace ddp::ops {
 // a: (..., M, K), b: (K, N) shared by every batch entry -> (..., M, N) (one GEMM over all leading dims)
 Tensor matmul(const Tensor& a, const Tensor& b);
 
-// x: (..., in), weight: (out, in) (PyTorch layout), bias: (out) or undefined -> (..., out) = x weight^T +
-// bias
+// x: (..., in), weight: (out, in) (PyTorch layout), bias: (out) or undefined ->
+// (..., out) = x weight^T + bias
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 
 }  // namespace ddp::ops

@@ -6,6 +6,7 @@
 
 #include "kernels/cpu/loss.h"
 #include "runtime/autograd/node.h"
+#include "runtime/ops/device_kernel.h"
 #ifdef DDP_WITH_CUDA
 #include "kernels/cuda/loss.h"
 #include "runtime/core/cuda/stream.h"
@@ -68,15 +69,8 @@ struct MseBackward final : autograd::Node {
     DDP_DISPATCH_FLOATING(pred.dtype(), "mse_loss backward", [&] {
       scalar_t* dp = dpred.defined() ? dpred.data<scalar_t>() : nullptr;
       scalar_t* dt = dtarget.defined() ? dtarget.data<scalar_t>() : nullptr;
-#ifdef DDP_WITH_CUDA
-      if (pred.device().is_cuda()) {
-        kernels::cuda::mse_backward(pred.data<scalar_t>(), target.data<scalar_t>(), grads[0].data<scalar_t>(),
-                                    pred.numel(), dp, dt, cuda::current_stream());
-        return;
-      }
-#endif
-      kernels::cpu::mse_backward(pred.data<scalar_t>(), target.data<scalar_t>(), grads[0].data<scalar_t>(),
-                                 pred.numel(), dp, dt);
+      DDP_KERNEL_ON_STREAM(pred.device(), mse_backward, pred.data<scalar_t>(), target.data<scalar_t>(),
+                           grads[0].data<scalar_t>(), pred.numel(), dp, dt);
     });
     return {dpred, dtarget};
   }

@@ -5,6 +5,7 @@
 
 #include "kernels/cpu/pool.h"
 #include "runtime/autograd/node.h"
+#include "runtime/ops/device_kernel.h"
 #ifdef DDP_WITH_CUDA
 #include "kernels/cuda/pool.h"
 #include "runtime/core/cuda/stream.h"
@@ -53,14 +54,8 @@ struct MaxPool2dBackward final : autograd::Node {
     Tensor dx = Tensor::empty(in_shape, dy.dtype(), dy.device());
     const int32_t* idx = static_cast<const int32_t*>(argmax.raw_data());
     DDP_DISPATCH_FLOATING(dy.dtype(), "max_pool2d backward", [&] {
-#ifdef DDP_WITH_CUDA
-      if (dy.device().is_cuda()) {
-        kernels::cuda::max_pool2d_backward(dy.data<scalar_t>(), idx, dx.data<scalar_t>(), geometry,
-                                           ddp::cuda::current_stream());
-        return;
-      }
-#endif
-      kernels::cpu::max_pool2d_backward(dy.data<scalar_t>(), idx, dx.data<scalar_t>(), geometry);
+      DDP_KERNEL_ON_STREAM(dy.device(), max_pool2d_backward, dy.data<scalar_t>(), idx, dx.data<scalar_t>(),
+                           geometry);
     });
     return {dx};
   }
@@ -78,14 +73,8 @@ struct AvgPool2dBackward final : autograd::Node {
               "avg_pool2d backward: gradient has shape ", shape_str(dy.shape()));
     Tensor dx = Tensor::empty(in_shape, dy.dtype(), dy.device());
     DDP_DISPATCH_FLOATING(dy.dtype(), "avg_pool2d backward", [&] {
-#ifdef DDP_WITH_CUDA
-      if (dy.device().is_cuda()) {
-        kernels::cuda::avg_pool2d_backward(dy.data<scalar_t>(), dx.data<scalar_t>(), geometry,
-                                           ddp::cuda::current_stream());
-        return;
-      }
-#endif
-      kernels::cpu::avg_pool2d_backward(dy.data<scalar_t>(), dx.data<scalar_t>(), geometry);
+      DDP_KERNEL_ON_STREAM(dy.device(), avg_pool2d_backward, dy.data<scalar_t>(), dx.data<scalar_t>(),
+                           geometry);
     });
     return {dx};
   }
@@ -100,14 +89,7 @@ Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t paddi
   Tensor argmax = Tensor::empty(out_shape(x, g), DType::I32, x.device());
   int32_t* idx = static_cast<int32_t*>(argmax.raw_data());
   DDP_DISPATCH_FLOATING(x.dtype(), "max_pool2d", [&] {
-#ifdef DDP_WITH_CUDA
-    if (x.device().is_cuda()) {
-      kernels::cuda::max_pool2d_forward(x.data<scalar_t>(), y.data<scalar_t>(), idx, g,
-                                        ddp::cuda::current_stream());
-      return;
-    }
-#endif
-    kernels::cpu::max_pool2d_forward(x.data<scalar_t>(), y.data<scalar_t>(), idx, g);
+    DDP_KERNEL_ON_STREAM(x.device(), max_pool2d_forward, x.data<scalar_t>(), y.data<scalar_t>(), idx, g);
   });
   if (autograd::needs_grad({&x})) {
     auto node = std::make_shared<MaxPool2dBackward>();
@@ -123,14 +105,7 @@ Tensor avg_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t paddi
   const PoolGeometry g = pool_geometry("avg_pool2d", x, kernel, stride, padding);
   Tensor y = Tensor::empty(out_shape(x, g), x.dtype(), x.device());
   DDP_DISPATCH_FLOATING(x.dtype(), "avg_pool2d", [&] {
-#ifdef DDP_WITH_CUDA
-    if (x.device().is_cuda()) {
-      kernels::cuda::avg_pool2d_forward(x.data<scalar_t>(), y.data<scalar_t>(), g,
-                                        ddp::cuda::current_stream());
-      return;
-    }
-#endif
-    kernels::cpu::avg_pool2d_forward(x.data<scalar_t>(), y.data<scalar_t>(), g);
+    DDP_KERNEL_ON_STREAM(x.device(), avg_pool2d_forward, x.data<scalar_t>(), y.data<scalar_t>(), g);
   });
   if (autograd::needs_grad({&x})) {
     auto node = std::make_shared<AvgPool2dBackward>();

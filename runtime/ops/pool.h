@@ -5,10 +5,10 @@
 
 namespace ddp::ops {
 
-// x: (N, C, H, W) -> (N, C, Ho, Wo), Ho = (H + 2*padding - kernel) / stride + 1 (Wo alike).
-// stride 0 means stride = kernel; padding <= kernel / 2 (padded cells never win a max and count as zeros
-// in an average). Max-pool ties go to the first maximum in row-major window order; backward routes each
-// gradient to that position.
+// x: (N, C, H, W) -> (N, C, Ho, Wo), Ho = (H + 2*padding - kernel) / stride + 1 (Wo alike). stride
+// 0 means stride = kernel; padding <= kernel / 2 (padded cells never win a max and count as zeros
+// in an average). Max-pool ties go to the first maximum in row-major window order; backward routes
+// each gradient to that position.
 Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride = 0, int64_t padding = 0);
 Tensor avg_pool2d(const Tensor& x, int64_t kernel, int64_t stride = 0, int64_t padding = 0);
 

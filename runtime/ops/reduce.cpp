@@ -4,6 +4,7 @@
 
 #include "kernels/cpu/reduce.h"
 #include "runtime/autograd/node.h"
+#include "runtime/ops/device_kernel.h"
 
 #ifdef DDP_WITH_CUDA
 #include "kernels/cuda/reduce.h"
@@ -14,21 +15,13 @@ namespace {
 template <class T>
 void sum_dims_on(Device dev, const T* x, const Shape& shape, const std::vector<bool>& mask, T* out,
                  double scale) {
-#ifdef DDP_WITH_CUDA
-  if (dev.is_cuda()) return kernels::cuda::sum_dims(x, shape, mask, out, scale);
-#endif
-  (void)dev;
-  kernels::cpu::sum_dims(x, shape, mask, out, scale);
+  DDP_KERNEL(dev, sum_dims, x, shape, mask, out, scale);
 }
 
 template <class T>
 void expand_dims_on(Device dev, const T* g, const Shape& shape, const std::vector<bool>& mask, T* out,
                     double scale) {
-#ifdef DDP_WITH_CUDA
-  if (dev.is_cuda()) return kernels::cuda::expand_dims(g, shape, mask, out, scale);
-#endif
-  (void)dev;
-  kernels::cpu::expand_dims(g, shape, mask, out, scale);
+  DDP_KERNEL(dev, expand_dims, g, shape, mask, out, scale);
 }
 
 struct SumBackward final : autograd::Node {
@@ -51,9 +44,7 @@ struct SumBackward final : autograd::Node {
 // The shared forward: out_shape is the result shape, mask the reduced dimensions of x.
 Tensor reduce(const char* op, const Tensor& x, const std::vector<bool>& mask, const Shape& out_shape,
               double scale) {
-#ifndef DDP_WITH_CUDA
-  DDP_CHECK(x.device().is_cpu(), op, " on ", x.device().str(), " needs a CUDA build");
-#endif
+  check_device_built(op, x.device());
   Tensor out = Tensor::empty(out_shape, x.dtype(), x.device());
   DDP_DISPATCH_FLOATING(x.dtype(), op, [&] {
     sum_dims_on(x.device(), x.data<scalar_t>(), x.shape(), mask, out.data<scalar_t>(), scale);

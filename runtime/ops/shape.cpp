@@ -10,6 +10,7 @@
 
 #include "kernels/cpu/shape.h"
 #include "runtime/autograd/node.h"
+#include "runtime/ops/device_kernel.h"
 
 #ifdef DDP_WITH_CUDA
 #include "kernels/cuda/shape.h"
@@ -26,30 +27,18 @@ int64_t normalize_dim(const char* op, int64_t d, int64_t nd) {
 
 void check_device(const char* op, const Tensor& x) {
   DDP_CHECK(x.defined(), op, ": input is undefined");
-#ifndef DDP_WITH_CUDA
-  DDP_CHECK(x.device().is_cpu(), op, " on ", x.device().str(), " needs a CUDA build");
-#else
-  (void)op;
-#endif
+  check_device_built(op, x.device());
 }
 
 void copy_blocks_on(Device dev, const void* src, int64_t src_pitch, void* dst, int64_t dst_pitch,
                     int64_t rows, int64_t width) {
   if (rows == 0 || width == 0) return;
-#ifdef DDP_WITH_CUDA
-  if (dev.is_cuda()) return kernels::cuda::copy_blocks(src, src_pitch, dst, dst_pitch, rows, width);
-#endif
-  (void)dev;
-  kernels::cpu::copy_blocks(src, src_pitch, dst, dst_pitch, rows, width);
+  DDP_KERNEL(dev, copy_blocks, src, src_pitch, dst, dst_pitch, rows, width);
 }
 
 void permute_on(Device dev, const void* x, const Shape& shape, const std::vector<int64_t>& perm, void* out,
                 size_t elem) {
-#ifdef DDP_WITH_CUDA
-  if (dev.is_cuda()) return kernels::cuda::permute(x, shape, perm, out, elem);
-#endif
-  (void)dev;
-  kernels::cpu::permute(x, shape, perm, out, elem);
+  DDP_KERNEL(dev, permute, x, shape, perm, out, elem);
 }
 
 // x seen along dim as (outer, n, inner).

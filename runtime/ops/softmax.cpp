@@ -4,9 +4,9 @@
 
 #include "kernels/cpu/softmax.h"
 #include "runtime/autograd/node.h"
+#include "runtime/ops/device_kernel.h"
 #ifdef DDP_WITH_CUDA
 #include "kernels/cuda/softmax.h"
-#include "runtime/core/cuda/stream.h"
 #endif
 
 namespace ddp::ops {
@@ -14,50 +14,25 @@ namespace {
 const char* op_name(bool log) { return log ? "log_softmax" : "softmax"; }
 
 void forward_kernel(bool log, const Tensor& x, Tensor& y, int64_t rows, int64_t cols) {
-#ifdef DDP_WITH_CUDA
-  if (x.device().is_cuda()) {
-    DDP_DISPATCH_FLOATING(x.dtype(), op_name(log), [&] {
-      if (log)
-        kernels::cuda::log_softmax_forward(x.data<scalar_t>(), y.data<scalar_t>(), rows, cols,
-                                           cuda::current_stream());
-      else
-        kernels::cuda::softmax_forward(x.data<scalar_t>(), y.data<scalar_t>(), rows, cols,
-                                       cuda::current_stream());
-    });
-    return;
-  }
-#endif
-  DDP_CHECK(x.device().is_cpu(), op_name(log), " on ", x.device().str(), " is not available in this build");
   DDP_DISPATCH_FLOATING(x.dtype(), op_name(log), [&] {
+    const scalar_t* px = x.data<scalar_t>();
+    scalar_t* py = y.data<scalar_t>();
     if (log)
-      kernels::cpu::log_softmax_forward(x.data<scalar_t>(), y.data<scalar_t>(), rows, cols);
+      DDP_KERNEL_ON_STREAM(x.device(), log_softmax_forward, px, py, rows, cols);
     else
-      kernels::cpu::softmax_forward(x.data<scalar_t>(), y.data<scalar_t>(), rows, cols);
+      DDP_KERNEL_ON_STREAM(x.device(), softmax_forward, px, py, rows, cols);
   });
 }
 
 void backward_kernel(bool log, const Tensor& y, const Tensor& dy, Tensor& dx, int64_t rows, int64_t cols) {
-#ifdef DDP_WITH_CUDA
-  if (y.device().is_cuda()) {
-    DDP_DISPATCH_FLOATING(y.dtype(), op_name(log), [&] {
-      const scalar_t* py = y.data<scalar_t>();
-      const scalar_t* pdy = dy.data<scalar_t>();
-      scalar_t* pdx = dx.data<scalar_t>();
-      if (log)
-        kernels::cuda::log_softmax_backward(py, pdy, pdx, rows, cols, cuda::current_stream());
-      else
-        kernels::cuda::softmax_backward(py, pdy, pdx, rows, cols, cuda::current_stream());
-    });
-    return;
-  }
-#endif
   DDP_DISPATCH_FLOATING(y.dtype(), op_name(log), [&] {
+    const scalar_t* py = y.data<scalar_t>();
+    const scalar_t* pdy = dy.data<scalar_t>();
+    scalar_t* pdx = dx.data<scalar_t>();
     if (log)
-      kernels::cpu::log_softmax_backward(y.data<scalar_t>(), dy.data<scalar_t>(), dx.data<scalar_t>(), rows,
-                                         cols);
+      DDP_KERNEL_ON_STREAM(y.device(), log_softmax_backward, py, pdy, pdx, rows, cols);
     else
-      kernels::cpu::softmax_backward(y.data<scalar_t>(), dy.data<scalar_t>(), dx.data<scalar_t>(), rows,
-                                     cols);
+      DDP_KERNEL_ON_STREAM(y.device(), softmax_backward, py, pdy, pdx, rows, cols);
   });
 }
 

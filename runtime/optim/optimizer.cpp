@@ -1,8 +1,10 @@
-// optimizer.cpp - the update rules (CPU loops; CUDA through kernels/cuda/optim), state export, clipping.
+// optimizer.cpp - the update rules (fused kernels: kernels/cpu/optim and kernels/cuda/optim), state export,
+// clipping.
 #include "runtime/optim/optimizer.h"
 
 #include <cmath>
 
+#include "kernels/cpu/optim.h"
 #include "runtime/autograd/node.h"
 #include "runtime/tensor/tensor_math.h"
 
@@ -43,21 +45,9 @@ void SGD::step() {
     }
 #endif
     DDP_DISPATCH_FLOATING(p.dtype(), "SGD", [&] {
-      scalar_t* w = p.data<scalar_t>();
-      const scalar_t* gr = g.data<scalar_t>();
-      scalar_t* buf = momentum_[i].defined() ? momentum_[i].data<scalar_t>() : nullptr;
-      const scalar_t lr = static_cast<scalar_t>(lr_), mom = static_cast<scalar_t>(opt_.momentum),
-                     damp = static_cast<scalar_t>(opt_.dampening),
-                     wd = static_cast<scalar_t>(opt_.weight_decay);
-      for (int64_t j = 0, n = p.numel(); j < n; ++j) {
-        scalar_t d = gr[j];
-        if (wd != 0) d += wd * w[j];
-        if (buf) {
-          buf[j] = first ? d : mom * buf[j] + (1 - damp) * d;
-          d = opt_.nesterov ? d + mom * buf[j] : buf[j];
-        }
-        w[j] -= lr * d;
-      }
+      kernels::cpu::sgd_step(p.data<scalar_t>(), g.data<scalar_t>(),
+                             momentum_[i].defined() ? momentum_[i].data<scalar_t>() : nullptr, p.numel(), lr_,
+                             opt_.momentum, opt_.dampening, opt_.weight_decay, opt_.nesterov, first);
     });
   }
 }
@@ -117,22 +107,9 @@ void AdamW::step() {
     }
 #endif
     DDP_DISPATCH_FLOATING(p.dtype(), "AdamW", [&] {
-      scalar_t* w = p.data<scalar_t>();
-      const scalar_t* gr = g.data<scalar_t>();
-      scalar_t* m = m_[i].data<scalar_t>();
-      scalar_t* v = v_[i].data<scalar_t>();
-      const scalar_t lr = static_cast<scalar_t>(lr_), b1 = static_cast<scalar_t>(opt_.beta1),
-                     b2 = static_cast<scalar_t>(opt_.beta2), eps = static_cast<scalar_t>(opt_.eps),
-                     decay = static_cast<scalar_t>(1 - lr_ * opt_.weight_decay);
-      const scalar_t step_size = static_cast<scalar_t>(lr_ / bc1);
-      const scalar_t sqrt_bc2 = static_cast<scalar_t>(std::sqrt(bc2));
-      (void)lr;
-      for (int64_t j = 0, n = p.numel(); j < n; ++j) {
-        w[j] *= decay;
-        m[j] = b1 * m[j] + (1 - b1) * gr[j];
-        v[j] = b2 * v[j] + (1 - b2) * gr[j] * gr[j];
-        w[j] -= step_size * m[j] / (std::sqrt(v[j]) / sqrt_bc2 + eps);
-      }
+      kernels::cpu::adamw_step(p.data<scalar_t>(), g.data<scalar_t>(), m_[i].data<scalar_t>(),
+                               v_[i].data<scalar_t>(), p.numel(), lr_, opt_.beta1, opt_.beta2, opt_.eps,
+                               opt_.weight_decay, bc1, bc2);
     });
   }
 }

@@ -1,10 +1,12 @@
-// storage.cpp - CPU allocation and the device-independent parts of Storage.
+// storage.cpp - the device-independent parts of Storage; CPU memory comes from the caching allocator
+// (cpu_allocator.h).
 #include "runtime/tensor/storage.h"
 
 #include <cstdlib>
 #include <cstring>
 
 #include "runtime/core/error.h"
+#include "runtime/tensor/cpu_allocator.h"
 
 namespace ddp {
 
@@ -19,9 +21,7 @@ std::shared_ptr<Storage> Storage::allocate(size_t nbytes, Device device, bool pi
   } else if (s->pinned_) {
     s->data_ = detail::pinned_allocate(nbytes);
   } else {
-    size_t rounded = (nbytes + 63) / 64 * 64;
-    s->data_ = std::aligned_alloc(64, rounded);
-    DDP_CHECK(s->data_ != nullptr, "out of host memory allocating ", nbytes, " bytes");
+    s->data_ = cpu_allocate(nbytes);
   }
   return s;
 }
@@ -37,7 +37,7 @@ Storage::~Storage() {
   } else if (pinned_) {
     detail::pinned_free(data_);
   } else {
-    std::free(data_);
+    cpu_free(data_, nbytes_);
   }
 }
 

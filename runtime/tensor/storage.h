@@ -1,6 +1,7 @@
 // storage.h - a ref-counted block of memory on one device; views of a tensor share it.
-// CPU memory is 64-byte aligned; CUDA memory comes from the stream-ordered pool (cudaMallocAsync), never a
-// cudaMalloc per op, and is freed on its stream after every stream that used it has caught up.
+// CPU memory is 64-byte aligned and comes from the caching allocator (cpu_allocator.h); CUDA memory comes
+// from the stream-ordered pool (cudaMallocAsync), never a cudaMalloc per op, and is freed on its stream after
+// every stream that used it has caught up.
 #pragma once
 #include <cstddef>
 #include <memory>

@@ -6,8 +6,6 @@
 #include <random>
 #include <sstream>
 
-#include "runtime/autograd/node.h"
-
 #ifdef DDP_WITH_CUDA
 #include "kernels/cuda/convert.h"
 #include "runtime/core/cuda/stream.h"
@@ -276,15 +274,6 @@ void Tensor::fill_(double value) {
 }
 
 void Tensor::zero_() { detail::fill_bytes_zero(raw_data(), device(), nbytes()); }
-
-Tensor& Tensor::set_requires_grad(bool r) {
-  DDP_CHECK(is_leaf(), "set_requires_grad on a non-leaf tensor (it was produced by ", impl_->grad_fn->name(),
-            "); call detach() first");
-  DDP_CHECK(!r || dtype_is_floating(dtype()), "requires_grad needs a floating dtype, not ",
-            dtype_name(dtype()));
-  impl_->requires_grad = r;
-  return *this;
-}
 
 Tensor Tensor::detach() const {
   auto impl = std::make_shared<TensorImpl>();

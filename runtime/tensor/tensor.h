@@ -123,7 +123,7 @@ class Tensor {
 
   // ---- autograd ----
   bool requires_grad() const { return impl_->requires_grad || impl_->grad_fn != nullptr; }
-  Tensor& set_requires_grad(bool r);  // only on leaves
+  Tensor& set_requires_grad(bool r);  // only on leaves (defined in runtime/autograd/tensor_autograd.cpp)
   bool is_leaf() const { return impl_->grad_fn == nullptr; }
   Tensor grad() const { return Tensor(impl_->grad); }
   void set_grad(const Tensor& g) { impl_->grad = g.impl_; }

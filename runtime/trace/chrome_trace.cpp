@@ -1,8 +1,12 @@
 // chrome_trace.cpp - the Chrome trace-event JSON of a Tracer, and merging per-rank files onto one time axis.
 // File layout (docs/trace.md): {"traceEvents": [metadata events, events...], "displayTimeUnit": "ms",
 // "otherData": {"ddp_trace_format": 1, "rank": r, "start_unix_us": t0}}; ts/dur in microseconds since t0.
+// Viewers draw the complete events of one tid as a stack and Perfetto drops an event that starts inside
+// another and ends after it, so such events (bucket all-reduces queued behind each other) are written on
+// extra tracks of their lane: tid lane + k * kExtraTrackTidStride, named "<lane> <k + 1>".
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <set>
@@ -55,6 +59,36 @@ ojson read_trace_file(const std::string& path) {
   }
 }
 
+// For each event, the track of its lane it goes on: 0 (the lane itself) or k >= 1 (extra track k). A track
+// keeps the stack of its open events; an event fits when the innermost still-open one contains it whole.
+// Events are visited by start time, longer first on ties, so a parent always precedes what it contains.
+std::vector<int> assign_tracks(const std::vector<Event>& events) {
+  std::vector<size_t> order(events.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    if (events[a].ts_ns != events[b].ts_ns) return events[a].ts_ns < events[b].ts_ns;
+    return events[a].dur_ns > events[b].dur_ns;
+  });
+  std::map<Lane, std::vector<std::vector<int64_t>>> open_ends;  // lane -> track -> ends of open events
+  std::vector<int> track(events.size(), 0);
+  for (size_t i : order) {
+    const Event& e = events[i];
+    if (e.phase != 'X') continue;
+    const int64_t end = e.ts_ns + e.dur_ns;
+    auto& tracks = open_ends[e.lane];
+    size_t k = 0;
+    for (; k < tracks.size(); ++k) {
+      auto& stack = tracks[k];
+      while (!stack.empty() && stack.back() <= e.ts_ns) stack.pop_back();
+      if (stack.empty() || end <= stack.back()) break;
+    }
+    if (k == tracks.size()) tracks.emplace_back();
+    tracks[k].push_back(end);
+    track[i] = static_cast<int>(k);
+  }
+  return track;
+}
+
 }  // namespace
 
 std::string Tracer::chrome_trace_json() const {
@@ -62,14 +96,24 @@ std::string Tracer::chrome_trace_json() const {
   ojson events = ojson::array();
   events.push_back(metadata_event("process_name", pid, 0, {{"name", "rank " + std::to_string(pid)}}));
   events.push_back(metadata_event("process_sort_index", pid, 0, {{"sort_index", pid}}));
+  const std::vector<Event> recorded = this->events();
+  const std::vector<int> track = assign_tracks(recorded);
+  std::map<Lane, int> tracks_of_lane;
+  for (size_t i = 0; i < recorded.size(); ++i)
+    tracks_of_lane[recorded[i].lane] = std::max(tracks_of_lane[recorded[i].lane], track[i] + 1);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     for (const auto& [lane, name] : lane_names_) {
-      events.push_back(metadata_event("thread_name", pid, lane, {{"name", name}}));
-      events.push_back(metadata_event("thread_sort_index", pid, lane, {{"sort_index", lane}}));
+      for (int k = 0; k < std::max(1, tracks_of_lane[lane]); ++k) {
+        const Lane tid = lane + k * kExtraTrackTidStride;
+        events.push_back(metadata_event("thread_name", pid, tid,
+                                        {{"name", k == 0 ? name : name + " " + std::to_string(k + 1)}}));
+        events.push_back(metadata_event("thread_sort_index", pid, tid, {{"sort_index", lane * 1000 + k}}));
+      }
     }
   }
-  for (const Event& e : this->events()) {
+  for (size_t i = 0; i < recorded.size(); ++i) {
+    const Event& e = recorded[i];
     ojson j = {{"name", e.name},
                {"cat", e.category},
                {"ph", std::string(1, e.phase)},
@@ -77,7 +121,7 @@ std::string Tracer::chrome_trace_json() const {
     if (e.phase == 'X') j["dur"] = static_cast<double>(e.dur_ns) / 1000.0;
     if (e.phase == 'i') j["s"] = "t";
     j["pid"] = pid;
-    j["tid"] = e.lane;
+    j["tid"] = e.lane + track[i] * kExtraTrackTidStride;
     ojson args = ojson::object();
     for (int i = 0; i < e.num_args; ++i) args[e.args[i].key ? e.args[i].key : "?"] = e.args[i].value;
     j["args"] = std::move(args);
@@ -87,6 +131,7 @@ std::string Tracer::chrome_trace_json() const {
       {"traceEvents", std::move(events)},
       {"displayTimeUnit", "ms"},
       {"otherData", {{"ddp_trace_format", kTraceFormat}, {"rank", pid}, {"start_unix_us", start_unix_us_}}}};
+  if (world_size() > 0) doc["otherData"]["world_size"] = world_size();
   return doc.dump();
 }
 
@@ -144,6 +189,9 @@ void merge_chrome_traces(const std::vector<std::string>& inputs, const std::stri
                  {"start_unix_us", base},
                  {"ranks", std::move(ranks)},
                  {"merged_from", std::move(merged_from)}}}};
+  for (const Input& f : files)
+    if (f.doc["otherData"].contains("world_size"))
+      doc["otherData"]["world_size"] = f.doc["otherData"]["world_size"];
   write_text_file(output, doc.dump());
 }
 

@@ -118,6 +118,8 @@ Lane Tracer::add_lane(const std::string& name) {
   DDP_CHECK(!name.empty(), "Tracer::add_lane: give the lane a name (it labels the track in the viewer)");
   std::lock_guard<std::mutex> lock(mutex_);
   Lane lane = std::max<Lane>(16, lane_names_.rbegin()->first + 1);
+  DDP_CHECK(lane < kExtraTrackTidStride, "Tracer::add_lane: at most ", kExtraTrackTidStride - 16,
+            " named lanes per tracer ('", name, "' would be one more)");
   lane_names_[lane] = name;
   return lane;
 }

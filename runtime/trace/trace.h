@@ -31,6 +31,9 @@ using Lane = int32_t;
 inline constexpr Lane kIterationLane = 0;  // "iterations"
 inline constexpr Lane kComputeLane = 1;    // "compute"
 inline constexpr Lane kCommLane = 2;       // "comm"
+// Lanes are < kExtraTrackTidStride. The JSON writer puts events of a lane that partially overlap each other
+// (Perfetto would drop them) on extra tracks with tid lane + k * kExtraTrackTidStride (k = 1, 2, ...).
+inline constexpr Lane kExtraTrackTidStride = 1000;
 
 // An integer argument of an event. `key` must be a string with static lifetime (a literal).
 struct Arg {
@@ -70,6 +73,10 @@ class Tracer {
   // The Chrome pid of this process's events and the "rank N" process name. Default 0.
   void set_rank(int rank) { rank_.store(rank, std::memory_order_relaxed); }
   int rank() const { return rank_.load(std::memory_order_relaxed); }
+  // The job's world size, written as otherData.world_size (0, the default: unknown, not written). Lets a
+  // viewer tell a world of one, whose all-reduces are no-ops, from one rank's file of a larger job.
+  void set_world_size(int world) { world_size_.store(world, std::memory_order_relaxed); }
+  int world_size() const { return world_size_.load(std::memory_order_relaxed); }
   // Names a new lane (for example "cuda compute stream") and returns its id.
   Lane add_lane(const std::string& name);
 
@@ -81,8 +88,8 @@ class Tracer {
   // Wall-clock time (microseconds since the Unix epoch) of the tracer's time 0: aligns ranks' files.
   int64_t start_unix_us() const { return start_unix_us_; }
 
-  // A complete event with explicit times (e.g. measured with CUDA events, converted with to_trace_ns).
-  // At most kMaxArgs arguments.
+  // A complete event with explicit times (e.g. measured with CUDA events, converted with
+  // to_trace_ns). At most kMaxArgs arguments.
   void complete(std::string_view name, const char* category, Lane lane, int64_t begin_ns, int64_t end_ns,
                 std::initializer_list<Arg> args = {});
   // An instant marker at now_ns().
@@ -116,6 +123,7 @@ class Tracer {
   const bool is_global_;
   std::atomic<bool> enabled_{false};
   std::atomic<int> rank_{0};
+  std::atomic<int> world_size_{0};
   const std::chrono::steady_clock::time_point start_;
   const int64_t start_unix_us_;
   std::atomic<int64_t> iteration_begin_ns_{-1};
@@ -174,7 +182,8 @@ inline void trace_instant(std::string_view name, const char* category, Lane lane
 }
 
 // Merges per-rank trace files into one: each file's events are shifted by (its start_unix_us - the earliest
-// start_unix_us), so all ranks share one time axis. Two inputs with the same rank are an error.
+// start_unix_us), so all ranks share one time axis. Two inputs with the same rank are an error. The inputs'
+// world_size (when they have one) is kept.
 void merge_chrome_traces(const std::vector<std::string>& inputs, const std::string& output);
 
 }  // namespace ddp::trace

@@ -6,6 +6,12 @@
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/reduce.h"
 
+// The installed headers need no configuration macro; the exported target must not define the library's own
+// build switch in a consumer's code.
+#ifdef DDP_WITH_CUDA
+#error "the installed ddp::runtime forces DDP_WITH_CUDA on its consumers"
+#endif
+
 int main() {
   using namespace ddp;
   Tensor w = Tensor::from_vector({2.0, 3.0}, {2}, DType::F64).set_requires_grad(true);

@@ -1,7 +1,7 @@
-// test_data_loader.cpp - the DataLoader over small datasets whose rows carry their own index: coverage per
-// epoch across simulated ranks, shuffling per epoch and seed, prefetching equal to synchronous loading,
-// resume at (epoch, position), early destruction, evaluation mode, error propagation, and the GPU path
-// (skipped without a GPU).
+// test_data_loader.cpp - the DataLoader over small datasets whose rows carry their own index: coverage
+// per epoch across simulated ranks, shuffling per epoch and seed, prefetching equal to synchronous
+// loading, resume at (epoch, position), early destruction, evaluation mode, error propagation, and the
+// GPU path (skipped without a GPU).
 #include <gtest/gtest.h>
 
 #include <chrono>

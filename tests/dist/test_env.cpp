@@ -188,3 +188,78 @@ TEST(DistEnv, SelectCudaDeviceWithoutGpu) {
   if (ddp::cuda_device_count() > 0) GTEST_SKIP() << "a GPU is present";
   EXPECT_EQ(select_cuda_device(3), -1);
 }
+
+// ---- which store, and where rank 0 listens (store_setup.h) --------------------------------------
+
+#include "runtime/dist/store_setup.h"
+
+namespace {
+std::map<std::string, std::string> torchrun_vars(int rank) {
+  return {{"RANK", std::to_string(rank)}, {"WORLD_SIZE", "2"},          {"LOCAL_RANK", std::to_string(rank)},
+          {"LOCAL_WORLD_SIZE", "2"},      {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"}};
+}
+}  // namespace
+
+TEST(StoreChoice, TorchrunsAgentStoreIsUsedAndNamespacedByRunAndAttempt) {
+  auto vars = torchrun_vars(0);
+  vars["TORCHELASTIC_USE_AGENT_STORE"] = "True";
+  vars["TORCHELASTIC_RUN_ID"] = "job42";
+  vars["TORCHELASTIC_RESTART_COUNT"] = "1";
+  DistEnv e = parse(vars);
+  EXPECT_EQ(e.store, StoreKind::Torch);
+  EXPECT_EQ(e.run_id, "job42");
+  EXPECT_EQ(e.restart_count, 1);
+  StorePlan p = plan_store(e);
+  EXPECT_FALSE(p.host_server);  // the agent hosts it; rank 0 must not take the port
+  EXPECT_EQ(p.address.kind, StoreKind::Torch);
+  EXPECT_EQ(p.address.key_prefix, "ddp/job42/attempt_1/");
+  EXPECT_EQ(p.warning, "");
+  // A run token does not apply to PyTorch's store: rank 0 says so.
+  vars["DDP_RUN_TOKEN"] = "abc";
+  EXPECT_NE(plan_store(parse(vars)).warning.find("does not apply"), std::string::npos);
+  vars["TORCHELASTIC_USE_AGENT_STORE"] = "False";
+  EXPECT_EQ(parse(vars).store, StoreKind::Ddp);
+}
+
+TEST(StoreChoice, ExplicitSelectionAndBadValuesNameTheVariable) {
+  auto vars = torchrun_vars(1);
+  vars["DDP_STORE"] = "torch";
+  vars["DDP_TORCH_STORE_PROTOCOL"] = "2";
+  DistEnv e = parse(vars);
+  EXPECT_EQ(e.store, StoreKind::Torch);
+  EXPECT_EQ(e.torch_protocol, TorchProtocol::V2);
+  vars["DDP_STORE"] = "pytorch";
+  EXPECT_NE(error_of(vars).find("DDP_STORE='pytorch'"), std::string::npos) << error_of(vars);
+  vars["DDP_STORE"] = "ddp";
+  vars["DDP_TORCH_STORE_PROTOCOL"] = "3";
+  EXPECT_NE(error_of(vars).find("DDP_TORCH_STORE_PROTOCOL='3'"), std::string::npos);
+  vars.erase("DDP_TORCH_STORE_PROTOCOL");
+  vars["TORCHELASTIC_USE_AGENT_STORE"] = "maybe";
+  EXPECT_NE(error_of(vars).find("TORCHELASTIC_USE_AGENT_STORE='maybe'"), std::string::npos);
+}
+
+TEST(StoreChoice, WithoutATokenRankZeroWarnsAndListensOnMasterAddrOnly) {
+  auto vars = torchrun_vars(0);
+  vars["MASTER_ADDR"] = "127.0.0.1";
+  StorePlan p = plan_store(parse(vars));
+  EXPECT_TRUE(p.host_server);
+  EXPECT_EQ(p.bind_host, "127.0.0.1");
+  EXPECT_NE(p.warning.find("no DDP_RUN_TOKEN"), std::string::npos) << p.warning;
+  EXPECT_NE(p.warning.find("export DDP_RUN_TOKEN="), std::string::npos) << p.warning;
+  vars["DDP_RUN_TOKEN"] = "t";
+  EXPECT_EQ(plan_store(parse(vars)).warning, "");
+  // Only rank 0 hosts (and warns).
+  EXPECT_FALSE(plan_store(parse(torchrun_vars(1))).host_server);
+  EXPECT_EQ(plan_store(parse(torchrun_vars(1))).warning, "");
+  // Multi-node with a MASTER_ADDR that resolves to loopback here: other nodes must reach it, listen on all.
+  auto multi = torchrun_vars(0);
+  multi["WORLD_SIZE"] = "4";
+  multi["MASTER_ADDR"] = "localhost";
+  EXPECT_EQ(plan_store(parse(multi)).bind_host, "");
+}
+
+TEST(StoreChoice, Ipv6MasterAddrInBracketsIsAccepted) {
+  auto vars = torchrun_vars(0);
+  vars["MASTER_ADDR"] = "[::1]";
+  EXPECT_EQ(parse(vars).master_addr, "::1");
+}

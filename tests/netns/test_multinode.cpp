@@ -146,7 +146,8 @@ TEST_F(MultiNode, CpuDefaultIsHierarchicalAcrossNodes) {
 }
 
 // Node 1 has another token: its ranks are refused by the store on node 0 and say why; node 0 logs the refusal
-// and gives up after its collective timeout instead of waiting forever.
+// (the clients detect the wrong token from the server's proof) and gives up after its collective timeout
+// instead of waiting forever.
 TEST_F(MultiNode, WrongTokenOnOneNodeFailsBothWithTheReason) {
   auto results = run_nodes(*pair_, {{random_token(), {"DDP_COLLECTIVE_TIMEOUT_S=3"}},
                                     {random_token(), {"DDP_COLLECTIVE_TIMEOUT_S=3"}}});
@@ -156,7 +157,8 @@ TEST_F(MultiNode, WrongTokenOnOneNodeFailsBothWithTheReason) {
     EXPECT_NE((results[node].out + results[node].err).find("wrong run token"), std::string::npos)
         << describe(results);
   }
-  EXPECT_NE(results[1].err.find("refused this client"), std::string::npos) << describe(results);
+  EXPECT_NE(results[1].err.find("could not prove that it knows this run's token"), std::string::npos)
+      << describe(results);
   EXPECT_NE(results[0].err.find("did not appear"), std::string::npos) << describe(results);
 }
 

@@ -1,6 +1,6 @@
-// test_reduce.cpp - sum and mean over all elements and over chosen dimensions (keepdim, negative dims,
-// several non-adjacent dims, size-1 dims): forward against plain loops, accuracy of long float32 sums,
-// gradients.
+// test_reduce.cpp - sum and mean over all elements and over chosen dimensions (keepdim,
+// negative dims, several non-adjacent dims, size-1 dims): forward against plain loops, accuracy
+// of long float32 sums, gradients.
 #include <gtest/gtest.h>
 
 #include <algorithm>

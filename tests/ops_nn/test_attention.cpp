@@ -1,6 +1,5 @@
-// test_attention.cpp - causal_self_attention against a plain float64 reference (explicit loops over
-// batch, head, query, key), causality, gradcheck (GPT-2 shapes in miniature), float32 vs float64, CUDA
-// parity.
+// test_attention.cpp - causal_self_attention against a plain float64 reference (explicit loops over batch,
+// head, query, key), causality, gradcheck (GPT-2 shapes in miniature), float32 vs float64, CUDA parity.
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -1,5 +1,5 @@
-// test_embedding.cpp - embedding gather and scatter-add backward (repeated indices sum), bad indices,
-// gradcheck, CUDA parity.
+// test_embedding.cpp - embedding gather and scatter-add backward (repeated indices sum), bad
+// indices, gradcheck, CUDA parity.
 #include <gtest/gtest.h>
 
 #include "runtime/ops/embedding.h"

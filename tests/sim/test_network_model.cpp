@@ -1,5 +1,5 @@
-// test_network_model.cpp - the ring and tree all-reduce formulas on hand-computed cases, and the alpha-beta
-// fit.
+// test_network_model.cpp - the ring and tree all-reduce formulas on hand-computed
+// cases, and the alpha-beta fit.
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -1,5 +1,5 @@
-// handles.cpp - lazily created per-thread, per-device library handles (never destroyed: they live as long as
-// the thread's CUDA context).
+// handles.cpp - lazily created per-thread, per-device library handles (never destroyed: they live as long
+// as the thread's CUDA context).
 #include "runtime/core/cuda/handles.h"
 
 #include <unordered_map>

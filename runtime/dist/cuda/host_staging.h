@@ -1,9 +1,9 @@
-// host_staging.h - one collective's trip of CUDA buffers through pinned host memory, for the Gloo backend.
-// At issue (caller thread) an event is recorded on the caller's current stream of the buffer's device. On the
-// Gloo thread a per-device side stream waits on it, copies device -> pinned host, the host collective runs,
-// then host -> device on the side stream and an end event is recorded. Work::wait() makes the caller's
-// current stream wait on that end event. Plain C++ interface: gloo_group.cpp includes it only when
-// DDP_WITH_CUDA.
+// host_staging.h - one collective's trip of CUDA buffers through pinned host memory, for the Gloo
+// backend. At issue (caller thread) an event is recorded on the caller's current stream of the buffer's
+// device. On the Gloo thread a per-device side stream waits on it, copies device -> pinned host, the
+// host collective runs, then host -> device on the side stream and an end event is recorded.
+// Work::wait() makes the caller's current stream wait on that end event. Plain C++ interface:
+// gloo_group.cpp includes it only when DDP_WITH_CUDA.
 #pragma once
 #include <memory>
 

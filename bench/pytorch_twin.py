@@ -1,0 +1,190 @@
+#!/usr/bin/env python3
+"""pytorch_twin.py - PyTorch's side of bench_e2e: the same models, shapes, optimizer and thread counts, timed the
+same way (forward + loss, backward, optimizer step + zero_grad(set_to_none=True) per step; medians of the
+measured steps; world > 1 as one process per rank with gloo on loopback, the step of the slowest rank).
+tools/bench.sh runs it interleaved with bench_e2e when Debian's python3-torch is installed.
+
+  python3 bench/pytorch_twin.py --config gpt --mode nosync --world 1 --threads 2 --steps 20
+  python3 bench/pytorch_twin.py --config mlp --mode ddp --world 2 --json runs/b.json
+
+Configurations (bench/e2e.cpp): mlp 784-1024-1024-10 ReLU, batch 64/rank, SGD lr 0.01; gpt vocab 256, context
+64, d 128, 4 heads, 2 blocks, GELU (tanh form), batch 16/rank, AdamW lr 3e-4 wd 0.01. Attention is the explicit
+q k^T / sqrt(hs) -> causal softmax -> att v (what torch 1.13's nn.functional offers; ddp.cpp does the same).
+"""
+import argparse
+import json
+import math
+import os
+import socket
+import statistics
+import sys
+import time
+
+
+def build(config, rank, torch, nn, F):
+    torch.manual_seed(1234)
+    if config == "mlp":
+        model = nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10))
+        batch = 64
+        x = torch.randn(batch, 784, generator=torch.Generator().manual_seed(100 + rank))
+        y = torch.tensor([(i * 7 + rank) % 10 for i in range(batch)], dtype=torch.long)
+        return model, x, y, batch
+
+    vocab, context, d, heads, layers, batch = 256, 64, 128, 4, 2, 16
+
+    class Attention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.qkv = nn.Linear(d, 3 * d)
+            self.proj = nn.Linear(d, d)
+            # a plain attribute, not a buffer: DDP would broadcast buffers, and gloo has no bool type
+            self.mask = torch.tril(torch.ones(context, context, dtype=torch.bool))
+
+        def forward(self, x):
+            B, T, C = x.shape
+            q, k, v = self.qkv(x).split(C, dim=2)
+            q, k, v = (t.view(B, T, heads, C // heads).transpose(1, 2) for t in (q, k, v))
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(C // heads))
+            att = att.masked_fill(~self.mask[:T, :T], float("-inf")).softmax(dim=-1)
+            return self.proj((att @ v).transpose(1, 2).contiguous().view(B, T, C))
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+            self.attn = Attention()
+            self.fc, self.fc_proj = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+        def forward(self, x):
+            h = x + self.attn(self.ln1(x))
+            return h + self.fc_proj(F.gelu(self.fc(self.ln2(h)), approximate="tanh"))
+
+    class GPT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wte, self.wpe = nn.Embedding(vocab, d), nn.Embedding(context, d)
+            self.blocks = nn.ModuleList([Block() for _ in range(layers)])
+            self.ln_f = nn.LayerNorm(d)
+            self.head = nn.Linear(d, vocab, bias=False)
+
+        def forward(self, idx):
+            T = idx.shape[1]
+            h = self.wte(idx) + self.wpe(torch.arange(T))
+            for b in self.blocks:
+                h = b(h)
+            return self.head(self.ln_f(h))
+
+    s = (0x9E3779B97F4A7C15 * (rank + 1)) % (1 << 64)
+    tokens = []
+    for _ in range(batch * context):
+        s = (s * 6364136223846793005 + 1442695040888963407) % (1 << 64)
+        tokens.append((s >> 33) % vocab)
+    targets = tokens[1:] + tokens[:1]
+    x = torch.tensor(tokens, dtype=torch.long).view(batch, context)
+    y = torch.tensor(targets, dtype=torch.long).view(batch, context)
+    return GPT(), x, y, batch
+
+
+def run_rank(rank, args, port, out_q):
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+    torch.set_num_threads(args.threads)
+    group = None
+    if args.world > 1:
+        import torch.distributed as dist
+        os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+        dist.init_process_group("gloo", rank=rank, world_size=args.world)
+        group = dist
+    model, x, y, batch = build(args.config, rank, torch, nn, F)
+    optimizer = args.optimizer if args.optimizer != "default" else ("sgd" if args.config == "mlp" else "adamw")
+    if args.world > 1:
+        model = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=args.bucket_cap_mb)
+    if optimizer == "sgd":
+        opt = torch.optim.SGD(model.parameters(), lr=args.lr or 0.01)
+    else:
+        opt = torch.optim.AdamW(model.parameters(), lr=args.lr or 3e-4, weight_decay=0.01)
+    steps, fwd, bwd, optim = [], [], [], []
+    for it in range(args.warmup + args.steps):
+        t0 = time.perf_counter()
+        ctx = model.no_sync() if (args.world > 1 and args.mode == "nosync") else _null()
+        with ctx:
+            logits = model(x)
+            loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), y.view(-1))
+            t1 = time.perf_counter()
+            loss.backward()
+        t2 = time.perf_counter()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        t3 = time.perf_counter()
+        if it >= args.warmup:
+            steps.append(t3 - t0)
+            fwd.append(t1 - t0)
+            bwd.append(t2 - t1)
+            optim.append(t3 - t2)
+    if group is not None:
+        t = torch.tensor(steps, dtype=torch.float64)
+        group.all_reduce(t, op=group.ReduceOp.MAX)
+        steps = t.tolist()
+        group.barrier()
+        group.destroy_process_group()
+    if rank == 0:
+        out_q.put({"step_s": statistics.median(steps), "forward_s": statistics.median(fwd),
+                   "backward_s": statistics.median(bwd), "optimizer_s": statistics.median(optim),
+                   "optimizer": optimizer, "torch": torch.__version__, "batch_per_rank": batch})
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--config", choices=["mlp", "gpt"], default="mlp")
+    p.add_argument("--mode", choices=["ddp", "nosync"], default="ddp")
+    p.add_argument("--world", type=int, default=1)
+    p.add_argument("--threads", type=int, default=0, help="intra-op threads per rank (0: cores / world)")
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--optimizer", choices=["default", "sgd", "adamw"], default="default")
+    p.add_argument("--lr", type=float, default=0.0)
+    p.add_argument("--bucket-cap-mb", type=float, default=25.0)
+    p.add_argument("--json", default="", help="append one JSON record to FILE")
+    p.add_argument("--label", default="")
+    args = p.parse_args()
+    if args.threads <= 0:
+        args.threads = max(1, (os.cpu_count() or 1) // args.world)
+    import torch.multiprocessing as mp
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    if args.world == 1:
+        run_rank(0, args, port, q)
+    else:
+        procs = [ctx.Process(target=run_rank, args=(r, args, port, q)) for r in range(args.world)]
+        for pr in procs:
+            pr.start()
+        for pr in procs:
+            pr.join()
+        if any(pr.exitcode != 0 for pr in procs):
+            sys.exit("pytorch_twin: a rank failed")
+    r = q.get()
+    rec = {"kind": "pytorch", "config": args.config, "mode": args.mode, "world": args.world,
+           "threads": args.threads, "steps": args.steps, "warmup": args.warmup, "label": args.label,
+           "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "load": os.getloadavg()[0], **r}
+    print(f"pytorch_twin: {args.config} {args.mode} world {args.world} threads {args.threads} "
+          f"({r['optimizer']}, torch {r['torch']}): step {r['step_s'] * 1e3:.3f} ms, forward "
+          f"{r['forward_s'] * 1e3:.3f}, backward {r['backward_s'] * 1e3:.3f}, optimizer {r['optimizer_s'] * 1e3:.3f}")
+    if args.json:
+        with open(args.json, "a") as f:
+            f.write(json.dumps(rec) + "\n")
+
+
+if __name__ == "__main__":
+    main()

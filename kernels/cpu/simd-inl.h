@@ -1,0 +1,188 @@
+// simd-inl.h - per-instruction-set loop helpers shared by the Highway CPU kernels (kernels/cpu/*.cpp that
+// re-include themselves through hwy/foreach_target.h). Included once per target from inside those files,
+// after hwy/highway.h; the include guard toggles with HWY_TARGET_TOGGLE as Highway's *-inl.h headers do.
+//
+// The loops run whole vectors and finish the tail (n % lanes elements) through a zero-padded stack buffer,
+// so every element of an array goes through the same vector code (the same rounding) whatever n is.
+#if defined(DDP_KERNELS_CPU_SIMD_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef DDP_KERNELS_CPU_SIMD_INL_H_
+#undef DDP_KERNELS_CPU_SIMD_INL_H_
+#else
+#define DDP_KERNELS_CPU_SIMD_INL_H_
+#endif
+
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+#include "hwy/highway.h"
+#include "hwy/contrib/math/math-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace ddp::kernels::cpu::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Bytes of the widest vector of any x86 target (AVX-512); tail buffers are this big.
+constexpr size_t kMaxVectorBytes = 64;
+
+// y[i] = f(d, x[i]) over n elements; y may alias x.
+template <class D, class F>
+HWY_INLINE void MapUnary(D d, const hn::TFromD<D>* x, hn::TFromD<D>* y, int64_t n, F f) {
+  using T = hn::TFromD<D>;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  int64_t i = 0;
+  for (; i + N <= n; i += N) hn::StoreU(f(d, hn::LoadU(d, x + i)), d, y + i);
+  if (i < n) {
+    alignas(64) T bx[kMaxVectorBytes / sizeof(T)] = {};
+    const size_t rest = static_cast<size_t>(n - i) * sizeof(T);
+    std::memcpy(bx, x + i, rest);
+    hn::Store(f(d, hn::Load(d, bx)), d, bx);
+    std::memcpy(y + i, bx, rest);
+  }
+}
+
+// y[i] = f(d, a[i], b[i]); y may alias a or b.
+template <class D, class F>
+HWY_INLINE void MapBinary(D d, const hn::TFromD<D>* a, const hn::TFromD<D>* b, hn::TFromD<D>* y, int64_t n,
+                          F f) {
+  using T = hn::TFromD<D>;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  int64_t i = 0;
+  for (; i + N <= n; i += N) hn::StoreU(f(d, hn::LoadU(d, a + i), hn::LoadU(d, b + i)), d, y + i);
+  if (i < n) {
+    alignas(64) T ba[kMaxVectorBytes / sizeof(T)] = {}, bb[kMaxVectorBytes / sizeof(T)] = {};
+    const size_t rest = static_cast<size_t>(n - i) * sizeof(T);
+    std::memcpy(ba, a + i, rest);
+    std::memcpy(bb, b + i, rest);
+    hn::Store(f(d, hn::Load(d, ba), hn::Load(d, bb)), d, ba);
+    std::memcpy(y + i, ba, rest);
+  }
+}
+
+// y[i] = f(d, a[i], b[i], c[i]); y may alias any input.
+template <class D, class F>
+HWY_INLINE void MapTernary(D d, const hn::TFromD<D>* a, const hn::TFromD<D>* b, const hn::TFromD<D>* c,
+                           hn::TFromD<D>* y, int64_t n, F f) {
+  using T = hn::TFromD<D>;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  int64_t i = 0;
+  for (; i + N <= n; i += N)
+    hn::StoreU(f(d, hn::LoadU(d, a + i), hn::LoadU(d, b + i), hn::LoadU(d, c + i)), d, y + i);
+  if (i < n) {
+    alignas(64) T ba[kMaxVectorBytes / sizeof(T)] = {}, bb[kMaxVectorBytes / sizeof(T)] = {},
+                                       bc[kMaxVectorBytes / sizeof(T)] = {};
+    const size_t rest = static_cast<size_t>(n - i) * sizeof(T);
+    std::memcpy(ba, a + i, rest);
+    std::memcpy(bb, b + i, rest);
+    std::memcpy(bc, c + i, rest);
+    hn::Store(f(d, hn::Load(d, ba), hn::Load(d, bb), hn::Load(d, bc)), d, ba);
+    std::memcpy(y + i, ba, rest);
+  }
+}
+
+// sigmoid(z) = 1 / (1 + exp(-z)) without overflow: e = exp(-|z|) is in (0, 1], then 1/(1+e) for z >= 0 and
+// e/(1+e) below. NaN stays NaN.
+template <class D, class V>
+HWY_INLINE V Sigmoid(D d, V z) {
+  const V one = hn::Set(d, 1);
+  const V e = hn::Exp(d, hn::Neg(hn::Abs(z)));
+  const V r = hn::Div(one, hn::Add(one, e));
+  const V s = hn::IfThenElse(hn::Lt(z, hn::Zero(d)), hn::Mul(e, r), r);
+  return hn::IfThenElse(hn::IsNaN(z), z, s);
+}
+
+// Sum of all lanes as a scalar.
+template <class D, class V>
+HWY_INLINE hn::TFromD<D> ReduceSum(D d, V v) {
+  return hn::GetLane(hn::SumOfLanes(d, v));
+}
+
+// The first `count` (< lanes) elements of p, the other lanes set to pad.
+template <class D>
+HWY_INLINE hn::Vec<D> LoadTail(D d, const hn::TFromD<D>* p, int64_t count, hn::TFromD<D> pad) {
+  using T = hn::TFromD<D>;
+  alignas(64) T buf[kMaxVectorBytes / sizeof(T)];
+  for (size_t i = 0; i < hn::Lanes(d); ++i) buf[i] = static_cast<int64_t>(i) < count ? p[i] : pad;
+  return hn::Load(d, buf);
+}
+// Stores the first `count` (< lanes) lanes of v to p.
+template <class D>
+HWY_INLINE void StoreTail(D d, hn::Vec<D> v, hn::TFromD<D>* p, int64_t count) {
+  using T = hn::TFromD<D>;
+  alignas(64) T buf[kMaxVectorBytes / sizeof(T)];
+  hn::Store(v, d, buf);
+  std::memcpy(p, buf, static_cast<size_t>(count) * sizeof(T));
+}
+
+// ---- row operations of the softmax family (n >= 1) ----
+template <class T>
+HWY_INLINE T RowMax(const T* x, int64_t n) {
+  const hn::ScalableTag<T> d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  auto m = hn::Set(d, -std::numeric_limits<T>::infinity());
+  int64_t i = 0;
+  for (; i + N <= n; i += N) m = hn::Max(m, hn::LoadU(d, x + i));
+  if (i < n) m = hn::Max(m, LoadTail(d, x + i, n - i, -std::numeric_limits<T>::infinity()));
+  return hn::GetLane(hn::MaxOfLanes(d, m));
+}
+template <class T>
+HWY_INLINE T RowSum(const T* x, int64_t n) {
+  const hn::ScalableTag<T> d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  auto s0 = hn::Zero(d), s1 = hn::Zero(d);
+  int64_t i = 0;
+  for (; i + 2 * N <= n; i += 2 * N) {
+    s0 = hn::Add(s0, hn::LoadU(d, x + i));
+    s1 = hn::Add(s1, hn::LoadU(d, x + i + N));
+  }
+  for (; i + N <= n; i += N) s0 = hn::Add(s0, hn::LoadU(d, x + i));
+  if (i < n) s1 = hn::Add(s1, LoadTail(d, x + i, n - i, T(0)));
+  return ReduceSum(d, hn::Add(s0, s1));
+}
+template <class T>
+HWY_INLINE T RowDot(const T* x, const T* y, int64_t n) {
+  const hn::ScalableTag<T> d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  auto s0 = hn::Zero(d), s1 = hn::Zero(d);
+  int64_t i = 0;
+  for (; i + 2 * N <= n; i += 2 * N) {
+    s0 = hn::MulAdd(hn::LoadU(d, x + i), hn::LoadU(d, y + i), s0);
+    s1 = hn::MulAdd(hn::LoadU(d, x + i + N), hn::LoadU(d, y + i + N), s1);
+  }
+  for (; i + N <= n; i += N) s0 = hn::MulAdd(hn::LoadU(d, x + i), hn::LoadU(d, y + i), s0);
+  if (i < n) s1 = hn::MulAdd(LoadTail(d, x + i, n - i, T(0)), LoadTail(d, y + i, n - i, T(0)), s1);
+  return ReduceSum(d, hn::Add(s0, s1));
+}
+// y = exp(scale * x - shift) (y may be null: sum only); returns the sum of those values.
+template <class T>
+HWY_INLINE T RowExpSum(const T* x, T* y, int64_t n, T shift, T scale = T(1)) {
+  const hn::ScalableTag<T> d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const auto vs = hn::Set(d, shift), vc = hn::Set(d, scale);
+  auto s = hn::Zero(d);
+  int64_t i = 0;
+  for (; i + N <= n; i += N) {
+    const auto e = hn::Exp(d, hn::MulSub(vc, hn::LoadU(d, x + i), vs));
+    if (y) hn::StoreU(e, d, y + i);
+    s = hn::Add(s, e);
+  }
+  if (i < n) {
+    // pad -inf: exp(-inf) = 0 adds nothing
+    const auto e =
+        hn::Exp(d, hn::MulSub(vc, LoadTail(d, x + i, n - i, -std::numeric_limits<T>::infinity()), vs));
+    if (y) StoreTail(d, e, y + i, n - i);
+    s = hn::Add(s, e);
+  }
+  return ReduceSum(d, s);
+}
+// y = a * x + b (y may alias x).
+template <class T>
+HWY_INLINE void RowAffine(const T* x, T* y, int64_t n, T a, T b) {
+  const hn::ScalableTag<T> d;
+  const auto va = hn::Set(d, a), vb = hn::Set(d, b);
+  MapUnary(d, x, y, n, [va, vb](auto, auto v) HWY_ATTR { return hn::MulAdd(va, v, vb); });
+}
+}  // namespace ddp::kernels::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // include guard

@@ -1,1 +1,0 @@
-// empty.cpp - keeps ddp_models a valid library before any model exists.

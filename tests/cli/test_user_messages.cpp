@@ -1,0 +1,101 @@
+// test_user_messages.cpp - what users read: error lines without source locations (kept with DDP_DEBUG=INFO),
+// one "[rank N]" prefix under ddprun, and the train program's errors for paths and --resume auto.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+
+#include "runtime/core/error.h"
+#include "runtime/core/log.h"
+#include "tests/support/run_process.h"
+
+namespace ddp {
+namespace {
+
+std::string train_path() { return std::string(DDP_BIN_DIR) + "/train"; }
+
+testing::ProcessResult run_train(const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {train_path(), "--model", "mlp", "--data", "synthetic", "--hidden", "8",
+                                   "--synthetic-samples", "64", "--batch-size", "8", "--eval-batches", "1"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  testing::ProcessOptions po;
+  po.unset_env = {"LOCAL_RANK", "RANK", "WORLD_SIZE", "DDP_DEBUG"};
+  po.timeout_s = 60;
+  return testing::run_process(argv, po);
+}
+
+struct LevelGuard {
+  log::Level saved = log::level();
+  ~LevelGuard() {
+    log::set_level(saved);
+    log::set_rank(-1);
+    ::unsetenv("DDPRUN_PREFIXES_OUTPUT");
+  }
+};
+
+}  // namespace
+
+TEST(UserMessages, SourceLocationsAreLeftOutUnlessDebugging) {
+  LevelGuard guard;
+  std::string what;
+  try {
+    DDP_FAIL("checkpoint 'x': tensor 'a' is missing");
+  } catch (const Error& e) {
+    what = e.what();
+  }
+  ASSERT_NE(what.find(".cpp:"), std::string::npos) << "ddp::Error keeps the location for developers: " << what;
+  log::set_level(log::Level::Warn);
+  EXPECT_EQ(log::for_user(what), "checkpoint 'x': tensor 'a' is missing");
+  log::set_level(log::Level::Info);  // DDP_DEBUG=INFO
+  EXPECT_EQ(log::for_user(what), what);
+  // Nested errors ("rank 1 failed: <its error>") lose every location; ordinary colons stay.
+  EXPECT_EQ(log::strip_source_locations(
+                "runtime/dist/gloo_group.cpp:250: allreduce failed: (runtime/dist/store.cpp:88: peer closed) "
+                "at 10:42: see x.cpp"),
+            "allreduce failed: (peer closed) at 10:42: see x.cpp");
+  EXPECT_EQ(log::strip_source_locations("/abs/path/models/gpt.h:7: bad"), "bad");
+}
+
+TEST(UserMessages, ErrorLinesCarryOneRankPrefixAndNoLocation) {
+  LevelGuard guard;
+  log::set_level(log::Level::Warn);
+  log::set_rank(0);
+  ::testing::internal::CaptureStderr();
+  DDP_LOG(Error, "runtime/dist/gloo_group.cpp:250: the peer closed the connection");
+  std::string alone = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(alone, "[rank 0] ddp ERROR: the peer closed the connection\n");
+  ::setenv("DDPRUN_PREFIXES_OUTPUT", "1", 1);  // ddprun puts "[rank 0] " in front of every line itself
+  ::testing::internal::CaptureStderr();
+  DDP_LOG(Error, "runtime/dist/gloo_group.cpp:250: the peer closed the connection");
+  std::string launched = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(launched, "ddp ERROR: the peer closed the connection\n");
+}
+
+TEST(UserMessages, TrainErrorsHaveNoSourceLocation) {
+  auto r = run_train({"--resume", "auto"});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("--resume auto looks for the newest checkpoint in --checkpoint-dir, which is not set"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find(".cpp:"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find(" in  ()"), std::string::npos) << r.err;
+}
+
+TEST(UserMessages, UnwritableOutputPathsFailBeforeTheFirstStep) {
+  auto ckpt = run_train({"--steps", "3", "--checkpoint-dir", "/proc/ddp_no_such_dir/x"});
+  EXPECT_EQ(ckpt.exit_code, 1);
+  EXPECT_NE(ckpt.err.find("--checkpoint-dir /proc/ddp_no_such_dir/x: cannot create the folder"),
+            std::string::npos)
+      << ckpt.err;
+  EXPECT_NE(ckpt.err.find("before the first step"), std::string::npos) << ckpt.err;
+  EXPECT_EQ(ckpt.out.find("step "), std::string::npos) << "trained before failing: " << ckpt.out;
+
+  auto trace = run_train({"--steps", "3", "--trace", "/nonexistent/dir/t.json"});
+  EXPECT_EQ(trace.exit_code, 1);
+  EXPECT_NE(trace.err.find("--trace /nonexistent/dir/t.json: the folder '/nonexistent/dir' does not exist"),
+            std::string::npos)
+      << trace.err;
+  EXPECT_EQ(trace.out.find("step "), std::string::npos) << "trained before failing: " << trace.out;
+}
+
+}  // namespace ddp

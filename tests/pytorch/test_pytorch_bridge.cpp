@@ -1,0 +1,153 @@
+// test_pytorch_bridge.cpp - ddp.cpp checkpoints and PyTorch agree (tools/ddp_torch.py, docs/pytorch.md): for
+// each reference model, `train` writes a float64 checkpoint after 2 steps; ddp.cpp (tools/checkpoint_loss)
+// and PyTorch (the twin ddp_torch.py loads it into) compute the loss of one fixed batch, take one optimizer
+// step from the checkpoint's optimizer state and compute it again: both agree to 1e-12. Then the reverse:
+// PyTorch's model and optimizer after its step, written as a ddp.cpp checkpoint, give ddp.cpp PyTorch's loss,
+// and one more step on each side agrees again. Skipped, with the reason, without a python3 that has PyTorch
+// (Debian: python3-torch).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "runtime/checkpoint/safetensors.h"
+#include "tests/support/run_process.h"
+
+namespace {
+namespace fs = std::filesystem;
+using ddp::testing::ProcessResult;
+using ddp::testing::run_process;
+
+ProcessResult run(const std::vector<std::string>& argv) {
+  ddp::testing::ProcessOptions options;
+  options.set_env = {{"OPENBLAS_NUM_THREADS", "1"}, {"OMP_NUM_THREADS", "1"}};
+  options.timeout_s = 120;
+  return run_process(argv, options);
+}
+std::string output(const ProcessResult& r) { return r.out + r.err + (r.timed_out ? "\n(timed out)" : ""); }
+
+// Debian's interpreter first (a pyenv or venv python3 on PATH usually lacks the Debian package). Asked once.
+const std::vector<std::string>& python_with_torch() {
+  static const std::vector<std::string> found = [] {
+    for (std::vector<std::string> py : {std::vector<std::string>{"/usr/bin/python3"},
+                                        std::vector<std::string>{"/usr/bin/env", "python3"}}) {
+      std::vector<std::string> probe = py;
+      probe.insert(probe.end(), {"-c", "import torch"});
+      if (run(probe).exit_code == 0) return py;
+    }
+    return std::vector<std::string>();
+  }();
+  return found;
+}
+
+// A fixed batch as tools/checkpoint_loss and ddp_torch.py read it: "tokens" (6, 17) for gpt, else "pixels"
+// (6, 1, 28, 28) bytes and "labels" (6).
+void write_batch(const std::string& path, const std::string& model) {
+  uint64_t s = 0x9E3779B97F4A7C15ull;
+  auto next = [&](uint64_t n) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    return (s >> 33) % n;
+  };
+  if (model == "gpt") {
+    std::vector<int64_t> tokens(6 * 17);
+    for (auto& t : tokens) t = static_cast<int64_t>(next(256));
+    ddp::checkpoint::write_safetensors(
+        path, {{"tokens", ddp::DType::I64, {6, 17}, tokens.data(), tokens.size() * 8}});
+    return;
+  }
+  std::vector<uint8_t> pixels(6 * 28 * 28);
+  for (auto& p : pixels) p = static_cast<uint8_t>(next(256));
+  std::vector<int64_t> labels(6);
+  for (auto& l : labels) l = static_cast<int64_t>(next(10));
+  ddp::checkpoint::write_safetensors(
+      path, {{"pixels", ddp::DType::U8, {6, 1, 28, 28}, pixels.data(), pixels.size()},
+             {"labels", ddp::DType::I64, {6}, labels.data(), labels.size() * 8}});
+}
+
+struct Losses {
+  double before = NAN, after = NAN, after2 = NAN;  // the batch's loss, after one step, after two
+};
+Losses parse_losses(const std::string& out) {
+  Losses l;
+  auto value = [&](const char* key) {
+    std::smatch m;
+    return std::regex_search(out, m, std::regex(std::string("(^|\\n)") + key + " ([-+0-9.eE]+|nan|inf)"))
+               ? std::stod(m[2])
+               : NAN;
+  };
+  l.before = value("loss");
+  l.after = value("loss_after_step");
+  l.after2 = value("loss_after_step2");
+  return l;
+}
+
+void expect_close(double cpp, double torch, const std::string& what) {
+  ASSERT_TRUE(std::isfinite(cpp) && std::isfinite(torch))
+      << what << ": ddp.cpp " << cpp << ", PyTorch " << torch;
+  EXPECT_LE(std::abs(cpp - torch), 1e-12 * std::max(1.0, std::abs(cpp)))
+      << what << ": ddp.cpp " << cpp << " vs PyTorch " << torch << " (difference " << cpp - torch << ")";
+}
+
+class PyTorchBridge : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(PyTorchBridge, LossOfOneBatchAgreesInFloat64BothWays) {
+  const std::vector<std::string>& py = python_with_torch();
+  if (py.empty())
+    GTEST_SKIP() << "no python3 with PyTorch: apt-get install python3-torch (tools/ddp test does)";
+  const std::string model = GetParam();
+  const fs::path dir = fs::temp_directory_path() / ("ddp_torch_" + model + "_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string script = DDP_SOURCE_DIR "/tools/ddp_torch.py";
+  const std::string ckpt_dir = (dir / "ckpt").string(), batch = (dir / "batch.safetensors").string();
+
+  // A float64 checkpoint after 2 steps, so the optimizer has state (momentum, AdamW moments and steps).
+  std::string flags =
+      "--data synthetic --dtype float64 --steps 2 --batch-size 8 --synthetic-samples 64 --eval-batches 1 "
+      "--log-interval 0 --sample-tokens 0 --weight-decay 0.01 --lr 0.01 --threads 1";
+  if (model == "mlp") flags += " --hidden 32 --depth 2 --optimizer sgd";
+  if (model == "cnn") flags += " --optimizer sgd --momentum 0.8";
+  if (model == "gpt") flags += " --context 16 --d-model 32 --n-head 2 --n-layer 2 --optimizer adamw";
+  std::vector<std::string> train = {DDP_BIN_DIR "/train", "--model", model, "--checkpoint-dir", ckpt_dir};
+  std::istringstream words(flags);
+  for (std::string w; words >> w;) train.push_back(w);
+  ProcessResult r = run(train);
+  ASSERT_EQ(r.exit_code, 0) << output(r);
+  const std::string ckpt = ckpt_dir + "/ckpt-step2.safetensors";
+  ASSERT_TRUE(fs::exists(ckpt)) << output(r);
+  write_batch(batch, model);
+
+  // ddp.cpp: the loss under the checkpoint, and after one step from its optimizer state.
+  r = run({DDP_BIN_DIR "/checkpoint_loss", "--checkpoint", ckpt, "--batch", batch, "--step"});
+  ASSERT_EQ(r.exit_code, 0) << output(r);
+  const Losses cpp = parse_losses(r.out);
+  // PyTorch: the same, a second step, and its state after the first step as a ddp.cpp checkpoint.
+  const std::string back = (dir / "from_torch.safetensors").string();
+  std::vector<std::string> loss_cmd = py;
+  loss_cmd.insert(loss_cmd.end(),
+                  {script, "loss", ckpt, batch, "--steps", "2", "--save-after-step", "1", back});
+  r = run(loss_cmd);
+  ASSERT_EQ(r.exit_code, 0) << output(r);
+  const Losses torch = parse_losses(r.out);
+  expect_close(cpp.before, torch.before, model + ": loss of the batch under the checkpoint");
+  expect_close(cpp.after, torch.after, model + ": loss after one optimizer step from the checkpoint's state");
+  EXPECT_GT(std::abs(cpp.before - cpp.after), 1e-6)
+      << "the step changed nothing: the comparison proves nothing";
+
+  // PyTorch -> ddp.cpp: PyTorch's model and optimizer after its step, loaded and stepped by ddp.cpp.
+  r = run({DDP_BIN_DIR "/checkpoint_loss", "--checkpoint", back, "--batch", batch, "--step"});
+  ASSERT_EQ(r.exit_code, 0) << output(r);
+  const Losses cpp_back = parse_losses(r.out);
+  expect_close(cpp_back.before, torch.after, model + ": PyTorch's stepped model loaded into ddp.cpp");
+  expect_close(cpp_back.after, torch.after2, model + ": one more step from PyTorch's optimizer state");
+  fs::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(ReferenceModels, PyTorchBridge, ::testing::Values("mlp", "cnn", "gpt"));
+
+}  // namespace
