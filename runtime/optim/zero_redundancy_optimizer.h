@@ -49,6 +49,7 @@ class ZeroRedundancyOptimizer : public Optimizer {
   std::map<std::string, Tensor> local_state() const { return inner_->state(); }
   int64_t local_state_bytes() const;
   const std::vector<int>& owners() const { return owner_; }
+  const Optimizer& inner() const { return *inner_; }  // its kind is the checkpoint's optimizer kind
   int64_t owned_numel(int rank) const;
 
  private:
