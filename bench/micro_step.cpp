@@ -2,6 +2,7 @@
 // batch 64 (forward, cross-entropy, backward, SGD; 6 * 1,863,690 * 64 = 0.716 GFLOP per step) with one and
 // two BLAS threads, the tiny GPT (vocab 256, context 64, d 128, 4 heads, 2 blocks, batch 16), and the cost of
 // tracing: the same DDP step (world of one, Gloo) with the tracer off and on (target: on costs < 2%).
+// gradient_as_bucket_view against the default gradient handling (DDPStepBucketView).
 // Ceiling: the machine's BLAS peak (micro_ops' raw GEMM rows).
 #include <benchmark/benchmark.h>
 
@@ -119,6 +120,41 @@ void GPTStepFindUnused(benchmark::State& state) {
   state.SetLabel(state.range(0) ? "find_unused_parameters on" : "off");
 }
 BENCHMARK(GPTStepFindUnused)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// gradient_as_bucket_view (issue 10): the MLP's DDP step (world 1, Gloo) with gradients in their own memory
+// and zero_grad() setting them to none (range 0, the default), against gradients that ARE views of the bucket
+// buffers and zero_grad(set_to_none = false) zeroing them in place (range 1). Counter "grad MB new/step":
+// gradient memory that is new this step (allocated by the step) - 0 when the buckets are the gradients.
+void DDPStepBucketView(benchmark::State& state) {
+  kernels::cpu::set_blas_threads(1);
+  static dist::DistContext ctx = dist::init_distributed(dist::DistEnv{}, "gloo");
+  const bool view = state.range(0) == 1;
+  nn::manual_seed(1);
+  auto model = std::make_shared<models::MLP>(models::MLPConfig{});
+  DDPOptions o;
+  o.gradient_as_bucket_view = view;
+  DistributedDataParallel ddp(model, ctx.group, o);
+  optim::SGD opt(model->named_parameters(), {.lr = 0.01});
+  Tensor x = Tensor::randn({64, 784}, 2), y = labels(64, 10);
+  auto params = model->parameters();
+  std::vector<std::weak_ptr<Storage>> last(params.size());  // expired: that memory was freed since
+  double new_bytes = 0;
+  int64_t steps = 0;
+  for (auto _ : state) {
+    autograd::backward(ops::cross_entropy(ddp.forward(x), y));
+    for (size_t i = 0; i < params.size(); ++i) {
+      const auto& mem = params[i].grad().storage();
+      if (steps > 0 && last[i].lock() != mem) new_bytes += static_cast<double>(params[i].grad().nbytes());
+      last[i] = mem;
+    }
+    ++steps;
+    opt.step();
+    opt.zero_grad(/*set_to_none=*/!view);
+  }
+  state.counters["grad MB new/step"] = steps > 1 ? new_bytes / 1e6 / static_cast<double>(steps - 1) : 0;
+  state.SetLabel(view ? "bucket view, zero in place" : "own grads, set to none");
+}
+BENCHMARK(DDPStepBucketView)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 }  // namespace
 
 BENCHMARK_MAIN();

@@ -29,6 +29,7 @@
 #include "runtime/ddp/distributed_data_parallel.h"
 #include "runtime/ddp/host_collectives.h"
 #include "runtime/nn/sync_batchnorm.h"
+#include "runtime/ddp/join.h"
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/loss.h"
 #include "runtime/optim/lr_schedule.h"
@@ -167,6 +168,15 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg)
 
   const int64_t steps_per_epoch = loader.batches_per_epoch() / o.grad_accum;
   const int64_t total_steps = o.steps > 0 ? o.steps : std::max<int64_t>(1, o.epochs) * steps_per_epoch;
+  // Uneven data (--uneven-steps): this rank's own number of steps; every rank runs the first common_steps,
+  // so side collectives (log all-reduce, evaluation, checkpoints) happen only there. Join shadows the rest.
+  DDP_CHECK(o.uneven_steps >= 0, "--uneven-steps must be >= 0, got ", o.uneven_steps);
+  const int64_t my_steps = total_steps - o.uneven_steps * rank;
+  const int64_t common_steps = total_steps - o.uneven_steps * (world - 1);
+  DDP_CHECK(common_steps >= 1, "--uneven-steps ", o.uneven_steps, " leaves rank ", world - 1,
+            " no step of the ", total_steps, "; use at most ", (total_steps - 1) / std::max(1, world - 1));
+  std::unique_ptr<Join> join;
+  if (o.uneven_steps > 0 && o.join) join = std::make_unique<Join>(ddp);
   optim::WarmupCosine schedule{o.lr, o.lr * o.min_lr_ratio, std::min(o.warmup_steps, total_steps),
                                total_steps, o.schedule != "constant"};
 
@@ -300,7 +310,7 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg)
     pg->barrier()->wait();
   };
 
-  while (step < total_steps) {
+  while (step < my_steps) {
     const auto t0 = Clock::now();
     if (!o.trace.empty()) tracer.begin_iteration(step);
     const double lr = schedule.at(step);
@@ -333,13 +343,17 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg)
     {
       trace::TraceScope ts("optimizer", "optimizer");
       opt->step();
-      opt->zero_grad();
+      opt->zero_grad(/*set_to_none=*/!o.gradient_as_bucket_view);  // bucket views: zero in place, keep them
     }
     if (!o.trace.empty()) tracer.end_iteration(step);
     const double dt = seconds_since(t0);
     last_loss = loss_sum / static_cast<double>(o.grad_accum);
     if (o.fault_nan_step == step + 1 && rank == o.fault_nan_rank) last_loss = NAN;
-    const double mean_loss = loss_guard.mean_loss(last_loss, step + 1);  // every rank stops on NaN / Inf
+    // Every rank stops on NaN / Inf (one all-reduce per step). Past the steps every rank runs (uneven data),
+    // a collective here would have no Join shadow: each rank checks its own loss.
+    DDP_CHECK(step + 1 <= common_steps || std::isfinite(last_loss), "training stopped at step ", step + 1,
+              ": the loss is not finite on rank ", rank, " (", last_loss, "); the parameters have diverged");
+    const double mean_loss = step + 1 <= common_steps ? loss_guard.mean_loss(last_loss, step + 1) : last_loss;
     recent_losses.push_back(last_loss);
     if (recent_losses.size() > 3) recent_losses.erase(recent_losses.begin());
     if (steps_this_run < 3) first_losses.push_back(last_loss);
@@ -351,6 +365,7 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg)
       exposed_shares.push_back(ddp.reducer().last_stats().exposed_communication_s / dt);
     }
     const bool log_now = o.log_interval > 0 && (step % o.log_interval == 0 || step == total_steps);
+    const bool all_ranks_here = step <= common_steps;  // past it, some rank has stopped (uneven data)
     if (log_now) {
       const double rows_s = static_cast<double>(rows_per_step) / dt;
       if (talk) {
@@ -367,14 +382,18 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg)
                   static_cast<long long>(step), static_cast<long long>(total_steps));
       std::fflush(stdout);
     }
-    if (o.eval_interval > 0 && step % o.eval_interval == 0 && step < total_steps) evaluate();
-    if (o.checkpoint_interval > 0 && step % o.checkpoint_interval == 0 && step < total_steps) save();
+    if (o.eval_interval > 0 && step % o.eval_interval == 0 && step < total_steps && all_ranks_here)
+      evaluate();
+    if (o.checkpoint_interval > 0 && step % o.checkpoint_interval == 0 && step < total_steps &&
+        all_ranks_here)
+      save();
     if (o.stop_after > 0 && steps_this_run >= o.stop_after) break;
   }
+  if (join) join->join();  // shadows the ranks with more steps; then everyone has the last joiner's model
   result.steps_done = step;
   result.first_loss = allreduce_mean(*pg, mean_of(first_losses));
   result.final_train_loss = allreduce_mean(*pg, mean_of(recent_losses));
-  const bool finished = step >= total_steps;
+  const bool finished = step >= my_steps;
   if (finished) evaluate();
   save();
   // Steady-state steps exclude the first two (warm-up); a run too short for that reports all its steps.

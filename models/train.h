@@ -58,6 +58,11 @@ struct TrainOptions {
   std::string data_path;   // override the data set's default location
   bool quiet = false;      // no per-step lines (tests)
   int64_t stop_after = 0;  // stop (as if killed) after this many steps; for resume tests
+  // Uneven data on purpose: rank r runs uneven_steps * r steps fewer, as if its shard were shorter. With
+  // join (the default) the ranks that finish early shadow the others (ddp::Join) and the run ends cleanly;
+  // without it every rank fails with a collective-mismatch error.
+  int64_t uneven_steps = 0;
+  bool join = true;
   // Tests: this rank's loss of step fault_nan_step (1-based) is replaced by NaN (0: never).
   int64_t fault_nan_step = 0;
   int fault_nan_rank = 0;

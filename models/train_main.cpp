@@ -8,6 +8,7 @@
 #include "runtime/core/log.h"
 #include "runtime/dist/env.h"
 #include "runtime/dist/init.h"
+#include "runtime/dist/process_group_factory.h"
 #include "runtime/launch/error_file.h"
 
 int main(int argc, char** argv) {
@@ -67,6 +68,9 @@ int main(int argc, char** argv) {
   p.add("n-layer", &o.n_layer, "gpt: blocks", B::at_least(1));
   p.add("dropout", &o.dropout, "gpt: dropout", B::between(0, 1, true));
   p.add("synthetic-samples", &o.synthetic_samples, "size of synthetic data sets", B::at_least(1));
+  p.add("uneven-steps", &o.uneven_steps,
+        "uneven data on purpose: rank r runs this many steps fewer per rank index (shows Join)", B::at_least(0));
+  p.add("join", &o.join, "with uneven steps, ranks that finish early shadow the others (DDP Join)");
   p.add("threads", &threads, "BLAS threads per rank (0: OPENBLAS_NUM_THREADS or the library default)", B::at_least(0));
   try {
     p.parse(argc, argv);
@@ -74,7 +78,8 @@ int main(int argc, char** argv) {
     dist::DistEnv env = dist::init_from_env();
     log::set_rank(env.world_size > 1 ? env.rank : -1);
     if (threads > 0) kernels::cpu::set_blas_threads(threads);
-    auto ctx = dist::init_distributed(env, backend);
+    // "auto": from the device the parameters will live on (not merely whether a GPU is visible).
+    auto ctx = dist::init_distributed(env, dist::resolve_backend(backend, Device::parse(o.device)));
     models::train(o, ctx.group);
     return 0;
   } catch (const cli::UsageError& e) {

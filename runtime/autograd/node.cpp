@@ -29,8 +29,11 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>& grad_outputs) {
     DDP_CHECK(shape_numel(v.shape) == g.numel(), "gradient of ", (v.name.empty() ? "a parameter" : v.name),
               " has shape ", shape_str(g.shape()), " but the parameter has shape ", shape_str(v.shape));
     if (!v.grad) {
-      // Steal the incoming tensor when nobody else holds it; otherwise copy so .grad never aliases.
-      Tensor owned = g.impl_ptr().use_count() == 1 ? g : g.clone();
+      // Take the incoming tensor over only when nothing else can see its memory: no other handle to its
+      // TensorImpl AND no other TensorImpl on its storage (a view, e.g. the same gradient handed by an add's
+      // backward to two reshape backwards). Otherwise copy, so that no two .grad ever alias.
+      const bool unshared = g.impl_ptr().use_count() == 1 && g.storage() && g.storage().use_count() == 1;
+      Tensor owned = unshared ? g : g.clone();
       v.grad = owned.view(v.shape).impl_ptr();
     } else {
       Tensor acc(v.grad);

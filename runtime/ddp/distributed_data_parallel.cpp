@@ -42,8 +42,8 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   if (pg_->size() > 1) {
     verify_same_model();
     autograd::NoGradGuard ng;
-    broadcast_from_rank0(module_->parameters());
-    broadcast_from_rank0(module_->buffers());
+    broadcast_from(module_->parameters(), 0);
+    broadcast_from(module_->buffers(), 0);
   }
   reducer_ = std::make_unique<Reducer>(module_->named_parameters(), pg_, options_);
 }
@@ -98,26 +98,76 @@ void DistributedDataParallel::verify_same_model() {
   throw Error(os.str());
 }
 
-void DistributedDataParallel::broadcast_from_rank0(const std::vector<Tensor>& tensors) {
+void DistributedDataParallel::broadcast_from(const std::vector<Tensor>& tensors, int root) {
   std::vector<std::shared_ptr<dist::Work>> works;
   const bool nccl = pg_->backend_name() == "nccl";
   for (const Tensor& t : tensors) {
     if (t.numel() == 0) continue;
     if (nccl && t.device().is_cpu()) {  // host buffers (e.g. generator states) go through the GPU
       Tensor h = t;
-      host_broadcast(*pg_, h, 0);
+      host_broadcast(*pg_, h, root);
     } else {
-      works.push_back(pg_->broadcast(comm_buffer_of(t), 0));
+      works.push_back(pg_->broadcast(comm_buffer_of(t), root));
     }
   }
   for (auto& w : works) w->wait();
 }
 
+void DistributedDataParallel::broadcast_buffers_from(int root) {
+  if (!options_.broadcast_buffers || pg_->size() == 1) return;
+  autograd::NoGradGuard ng;
+  broadcast_from(module_->buffers(), root);
+}
+
 void DistributedDataParallel::before_forward() {
-  if (options_.broadcast_buffers && pg_->size() > 1 && reducer_->sync()) {
-    autograd::NoGradGuard ng;
-    broadcast_from_rank0(module_->buffers());
+  if (!reducer_->sync()) return;
+  int root = 0;
+  if (join_enabled_ && autograd::grad_enabled()) {
+    // A synchronized training iteration: tell joined ranks to shadow it (Join).
+    std::vector<int32_t> active = exchange_activity(true);
+    int count = 0;
+    for (int r = 0; r < pg_->size(); ++r)
+      if (active[static_cast<size_t>(r)]) {
+        ++count;
+        root = r;  // buffers come from the highest rank still training (a joined rank's are stale)
+      }
+    reducer_->set_divide_factor(divide_by_initial_world_size_ ? pg_->size() : count);
   }
+  broadcast_buffers_from(root);
+}
+
+void DistributedDataParallel::enable_join(bool divide_by_initial_world_size) {
+  join_enabled_ = true;
+  divide_by_initial_world_size_ = divide_by_initial_world_size;
+}
+
+void DistributedDataParallel::disable_join() {
+  join_enabled_ = false;
+  reducer_->set_divide_factor(pg_->size());
+}
+
+std::vector<int32_t> DistributedDataParallel::exchange_activity(bool active) {
+  std::vector<int32_t> flags(static_cast<size_t>(pg_->size()), 0);
+  flags[static_cast<size_t>(pg_->rank())] = active ? 1 : 0;
+  Tensor t = Tensor::from_data<int32_t>(flags, {pg_->size()});
+  host_allreduce(*pg_, t);
+  return std::vector<int32_t>(t.data<int32_t>(), t.data<int32_t>() + pg_->size());
+}
+
+void DistributedDataParallel::shadow_iteration(int root) {
+  broadcast_buffers_from(root);
+  reducer_->shadow_backward();
+}
+
+void DistributedDataParallel::sync_final_model(bool last_joiner) {
+  if (pg_->size() == 1) return;
+  Tensor who = Tensor::from_data<int32_t>({last_joiner ? pg_->rank() : -1}, {1});
+  host_allreduce(*pg_, who, dist::ReduceOp::Max);
+  const int root = who.data<int32_t>()[0];
+  DDP_CHECK(root >= 0, "DDP Join: no rank says it joined last; every rank must call Join::join()");
+  autograd::NoGradGuard ng;
+  broadcast_from(module_->parameters(), root);
+  broadcast_from(module_->buffers(), root);
 }
 
 void DistributedDataParallel::after_forward(const std::vector<Tensor>& outputs) {

@@ -49,6 +49,20 @@ class DistributedDataParallel {
   };
   [[nodiscard]] NoSyncGuard no_sync() { return NoSyncGuard(*reducer_); }
 
+  // ---- Join (join.h drives these; see docs/ddp-step.md "Join") ----
+  // With join enabled, every synchronized forward first all-reduces which ranks are still training (one
+  // int32 per rank), broadcasts buffers from the highest of them, and sets the gradient divisor.
+  void enable_join(bool divide_by_initial_world_size);
+  void disable_join();
+  bool join_enabled() const { return join_enabled_; }
+  // The all-reduce of the activity flags: entry r is 1 when rank r is training this iteration.
+  std::vector<int32_t> exchange_activity(bool active);
+  // A joined rank's part of one synchronized iteration of the others (buffers from `root`, then the
+  // reducer's shadow backward).
+  void shadow_iteration(int root);
+  // Makes every rank's parameters and buffers equal to those of the highest rank with last_joiner = true.
+  void sync_final_model(bool last_joiner);
+
   nn::Module& module() { return *module_; }
   const std::shared_ptr<nn::Module>& module_ptr() const { return module_; }
   Reducer& reducer() { return *reducer_; }
@@ -57,12 +71,15 @@ class DistributedDataParallel {
 
  private:
   void verify_same_model();
-  void broadcast_from_rank0(const std::vector<Tensor>& tensors);
+  void broadcast_from(const std::vector<Tensor>& tensors, int root);
+  void broadcast_buffers_from(int root);
 
   std::shared_ptr<nn::Module> module_;
   std::shared_ptr<dist::ProcessGroup> pg_;
   DDPOptions options_;
   std::unique_ptr<Reducer> reducer_;
+  bool join_enabled_ = false;
+  bool divide_by_initial_world_size_ = true;
 };
 
 }  // namespace ddp

@@ -1,5 +1,6 @@
-// reducer.cpp - bucket slots, the gradient-ready hook, in-order launch, end-of-backward finalize, the
-// unused-parameter error, and the one-time bucket rebuild. Read reducer.h first.
+// reducer.cpp - bucket layout and slots, the gradient-ready hook, in-order launch, end-of-backward finalize,
+// the unused-parameter error, the one-time bucket rebuild (agreed by all ranks), and the Join shadow of a
+// backward. Read reducer.h first.
 #include "runtime/ddp/reducer.h"
 
 #include <algorithm>
@@ -40,9 +41,11 @@ Reducer::Reducer(std::vector<nn::NamedTensor> params, std::shared_ptr<dist::Proc
   }
   opt_.comm_hook->attach(this);
   opt_.comm_hook->check_parameters(params_);
+  DDP_CHECK(!params_.empty(), "DDP: the module has no parameters; there is nothing to synchronize");
+  divide_factor_ = pg_->size();
   std::vector<size_t> order(params_.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = order.size() - 1 - i;  // reverse registration order
-  build_buckets(order);
+  build_buckets(layout_of_rank0(layout_for(order)));  // ranks with different caps still agree
   ready_.assign(params_.size(), 0);
   locally_used_.assign(params_.size(), 0);
   for (size_t i = 0; i < params_.size(); ++i) index_of_.emplace(params_[i].tensor.impl(), i);
@@ -55,21 +58,59 @@ Reducer::Reducer(std::vector<nn::NamedTensor> params, std::shared_ptr<dist::Proc
 
 Reducer::~Reducer() {
   for (auto& p : params_) p.tensor.impl()->remove_post_accumulate_hooks(this);
-  for (auto& b : buckets_) {
-    if (!b.work) continue;
-    try {
-      b.work->wait();
-    } catch (...) {
-      // already reported to whoever waited; a destructor must not throw
-    }
-  }
+  wait_for_outstanding_work();
 }
 
-void Reducer::build_buckets(const std::vector<size_t>& order) {
+Reducer::Layout Reducer::layout_for(const std::vector<size_t>& order) const {
   std::vector<BucketParamInfo> infos;
   for (auto& p : params_) infos.push_back({p.tensor.nbytes(), p.tensor.dtype(), p.tensor.device()});
-  auto groups = assign_buckets(infos, order, static_cast<size_t>(opt_.first_bucket_mb * kMiB),
-                               static_cast<size_t>(opt_.bucket_cap_mb * kMiB));
+  return assign_buckets(infos, order, static_cast<size_t>(opt_.first_bucket_mb * kMiB),
+                        static_cast<size_t>(opt_.bucket_cap_mb * kMiB));
+}
+
+Reducer::Layout Reducer::layout_of_rank0(const Layout& mine) {
+  if (pg_->size() == 1) return mine;
+  // Flat: [number of buckets, size of each bucket (padded to n), the parameter indices in bucket order].
+  const size_t n = params_.size();
+  std::vector<int64_t> flat(1 + 2 * n, 0);
+  flat[0] = static_cast<int64_t>(mine.size());
+  size_t at = 1 + n;
+  for (size_t b = 0; b < mine.size(); ++b) {
+    flat[1 + b] = static_cast<int64_t>(mine[b].size());
+    for (size_t i : mine[b]) flat[at++] = static_cast<int64_t>(i);
+  }
+  Tensor t = Tensor::from_data<int64_t>(flat, {static_cast<int64_t>(flat.size())});
+  host_broadcast(*pg_, t, 0);
+  const int64_t* v = t.data<int64_t>();
+  auto bad = [&](const std::string& why) {
+    DDP_FAIL("rank ", pg_->rank(), ": DDP: the bucket layout broadcast by rank 0 does not fit this rank's ",
+             n, " parameters (", why, "): the ranks' models differ. Every rank must build the same model.");
+  };
+  if (v[0] < 1 || v[0] > static_cast<int64_t>(n)) bad(std::to_string(v[0]) + " buckets");
+  Layout layout(static_cast<size_t>(v[0]));
+  std::vector<uint8_t> seen(n, 0);
+  at = 1 + n;
+  for (size_t b = 0; b < layout.size(); ++b) {
+    if (v[1 + b] < 1 || at + static_cast<size_t>(v[1 + b]) > flat.size()) bad("bucket sizes");
+    for (int64_t k = 0; k < v[1 + b]; ++k) {
+      const int64_t i = v[at++];
+      if (i < 0 || i >= static_cast<int64_t>(n) || seen[static_cast<size_t>(i)])
+        bad("not a permutation of the parameters");
+      seen[static_cast<size_t>(i)] = 1;
+      const Tensor& p = params_[static_cast<size_t>(i)].tensor;
+      if (!layout[b].empty()) {
+        const Tensor& first = params_[layout[b].front()].tensor;
+        if (p.dtype() != first.dtype() || p.device() != first.device())
+          bad("bucket " + std::to_string(b) + " mixes dtypes or devices");
+      }
+      layout[b].push_back(static_cast<size_t>(i));
+    }
+  }
+  if (at != 1 + 2 * n) bad("bucket sizes do not add up to the parameter count");
+  return layout;
+}
+
+void Reducer::build_buckets(const Layout& groups) {
   std::vector<Bucket> buckets(groups.size());
   slots_.assign(params_.size(), Slot{});
   for (size_t b = 0; b < groups.size(); ++b) {
@@ -113,11 +154,21 @@ double Reducer::since_forward() const {
   return std::chrono::duration<double>(Clock::now() - forward_end_).count();
 }
 
+void Reducer::set_divide_factor(int ranks) {
+  DDP_CHECK(ranks >= 1 && ranks <= pg_->size(), "Reducer::set_divide_factor: ", ranks, " ranks; expected 1..",
+            pg_->size());
+  divide_factor_ = ranks;
+}
+
 void Reducer::prepare_for_backward(const std::vector<Tensor>& outputs) {
   forward_end_ = Clock::now();
   if (!sync_) return;
-  if (backward_started_)
-    reset_iteration();  // a backward that died mid-way (an op threw) leaves nothing behind
+  if (backward_started_) {
+    // A backward that died midway (an op threw) left buckets in flight: wait for them (or, on CUDA, make
+    // this stream wait) before this iteration writes into their buffers again.
+    wait_for_outstanding_work();
+    reset_iteration();
+  }
   if (!opt_.find_unused_parameters) return;
   ++searches_;
   const auto t0 = Clock::now();
@@ -138,7 +189,7 @@ void Reducer::on_gradient_ready(size_t index) {
     return;
   }
   if (!backward_started_) begin_backward();
-  mark_ready(index);
+  mark_ready(index, /*observed=*/true);
 }
 
 void Reducer::begin_backward() {
@@ -149,12 +200,12 @@ void Reducer::begin_backward() {
     for (size_t i = 0; i < params_.size(); ++i) {
       if (reachable_[i] || ready_[i]) continue;
       ++unused_marked_;
-      mark_ready(i);  // contributes zeros (or what earlier no_sync steps accumulated)
+      mark_ready(i, /*observed=*/false);  // contributes zeros (or what earlier no_sync steps accumulated)
     }
   }
 }
 
-void Reducer::mark_ready(size_t index) {
+void Reducer::mark_ready(size_t index, bool observed) {
   const std::string& name = params_[index].name;
   DDP_CHECK(
       !ready_[index], "rank ", pg_->rank(), ": DDP: parameter ", name, " (index ", index,
@@ -163,19 +214,19 @@ void Reducer::mark_ready(size_t index) {
       "checkpointing) ran over it, or find_unused_parameters marked it unused although the loss uses it "
       "outside the module's outputs (pass every tensor the loss depends on to prepare_for_backward).");
   ready_[index] = 1;
-  if (iteration_ == 0 && !rebuilt_ && !opt_.static_graph) ready_order_.push_back(index);
+  if (observed && !rebuilt_ && !opt_.static_graph) ready_order_.push_back(index);
   if (trace::tracing_enabled()) [[unlikely]]
     trace::trace_instant("ready " + name, "ddp");
 
   Tensor slot = slot_view(index);
   Tensor grad = params_[index].tensor.grad();
-  const double inv_world = 1.0 / pg_->size();
+  const double inv = 1.0 / divide_factor_;
   if (grad.defined()) {
     const bool is_view = grad.storage() == slot.storage() && grad.impl()->offset == slot.impl()->offset;
     if (is_view) {
-      scale_(slot, inv_world);
+      scale_(slot, inv);  // gradient_as_bucket_view: backward accumulated straight into the bucket
     } else {
-      copy_scaled_(slot, grad, inv_world);  // copy and divide in one pass
+      copy_scaled_(slot, grad, inv);  // copy and divide in one pass
       if (opt_.gradient_as_bucket_view) params_[index].tensor.set_grad(slot);
     }
   } else {
@@ -243,7 +294,10 @@ void Reducer::write_back() {
     Tensor slot = slot_view(i);
     Tensor& p = params_[i].tensor;
     if (opt_.gradient_as_bucket_view) {
-      p.set_grad(slot);
+      Tensor g = p.grad();
+      const bool is_view =
+          g.defined() && g.storage() == slot.storage() && g.impl()->offset == slot.impl()->offset;
+      if (!is_view) p.set_grad(slot);  // already the view (in-place zero_grad): keep it, allocate nothing
     } else if (p.grad().defined()) {
       Tensor g = p.grad();
       g.copy_from(slot);
@@ -264,46 +318,81 @@ void Reducer::finalize() {
   stats.unused_search_s = unused_search_s_;
   trace::trace_instant("finalize", "ddp");
 
+  // Parameters that got no gradient (find_unused_parameters off): all-reduce zeros for them anyway, so this
+  // rank issues exactly the collectives the others issue, then raise below.
   std::vector<size_t> unready;
   for (size_t i = 0; i < params_.size(); ++i)
     if (!ready_[i]) unready.push_back(i);
-  if (!unready.empty()) {
-    // Keep the process group in step with the other ranks before raising: launch what is left (zeros for the
-    // missing gradients) and wait, so no collective of this rank stays half-issued.
-    for (size_t i : unready) {
-      slot_view(i).zero_();
-      ready_[i] = 1;
-      --buckets_[slots_[i].bucket].pending;
-    }
-    try {
-      launch_ready_buckets();
-      finish_communication();
-    } catch (...) {
-      // the error below is the one that explains what happened
-    }
-    reset_iteration();
-    raise_unready(unready);
+  for (size_t i : unready) {
+    slot_view(i).zero_();
+    ready_[i] = 1;
+    --buckets_[slots_[i].bucket].pending;
   }
-
-  launch_ready_buckets();  // overlap off: everything goes now
-  finish_communication();
+  try {
+    launch_ready_buckets();  // overlap off, or the zeros above: everything left goes now
+    finish_communication();
+  } catch (const std::exception& e) {
+    wait_for_outstanding_work();
+    reset_iteration();
+    if (!unready.empty()) raise_unready(unready, e.what());
+    throw;
+  }
+  // Also on the error path: this rank's .grad then holds the same averaged gradients as every other rank's,
+  // so a rank that catches the error and steps keeps its replica identical to the others.
   write_back();
 
-  for (auto& b : buckets_) stats.buckets.push_back(b.timing);
-  double first_launch = 1e300, last_done = 0;
-  for (auto& t : stats.buckets) {
-    first_launch = std::min(first_launch, t.launched_s);
-    last_done = std::max(last_done, t.completed_s);
+  if (unready.empty()) {
+    for (auto& b : buckets_) stats.buckets.push_back(b.timing);
+    double first_launch = 1e300, last_done = 0;
+    for (auto& t : stats.buckets) {
+      first_launch = std::min(first_launch, t.launched_s);
+      last_done = std::max(last_done, t.completed_s);
+    }
+    stats.communication_s = stats.buckets.empty() ? 0 : last_done - first_launch;
+    stats.exposed_communication_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    stats.finalize_s = stats.exposed_communication_s;
+    last_stats_ = std::move(stats);
+    DDP_LOG(Info, last_stats_.summary());
+    ++iteration_;
   }
-  stats.communication_s = stats.buckets.empty() ? 0 : last_done - first_launch;
-  stats.exposed_communication_s = std::chrono::duration<double>(Clock::now() - t0).count();
-  stats.finalize_s = stats.exposed_communication_s;
-  last_stats_ = std::move(stats);
-  DDP_LOG(Info, last_stats_.summary());
-
-  ++iteration_;
+  maybe_rebuild(unready.empty());  // collective: every rank reaches it, on the error path too
   reset_iteration();
-  if (iteration_ == 1 && opt_.rebuild_buckets && !rebuilt_) rebuild_from_ready_order();
+  if (!unready.empty()) raise_unready(unready, "");
+}
+
+void Reducer::shadow_backward() {
+  DDP_CHECK(!backward_started_, "rank ", pg_->rank(),
+            ": DDP Join: shadow_backward called while this rank's own backward is running");
+  for (auto& b : buckets_) {
+    b.buffer.zero_();
+    b.pending = 0;
+  }
+  std::fill(ready_.begin(), ready_.end(), 1);
+  std::fill(locally_used_.begin(), locally_used_.end(), 0);  // the used-map: this rank used nothing
+  try {
+    launch_ready_buckets();
+    finish_communication();
+  } catch (...) {
+    wait_for_outstanding_work();
+    reset_iteration();
+    throw;
+  }
+  maybe_rebuild(false);  // no rebuild from an iteration this rank did not compute
+  reset_iteration();
+}
+
+void Reducer::wait_for_outstanding_work() {
+  // Gloo: blocks until the collective finished. NCCL: the current stream waits for it, so the next kernel
+  // that writes the bucket runs after the all-reduce read it. Errors were (or will be) reported elsewhere.
+  auto settle = [](const std::shared_ptr<dist::Work>& w) {
+    if (!w) return;
+    try {
+      w->wait();
+    } catch (...) {
+    }
+  };
+  for (auto& b : buckets_) settle(b.work);
+  settle(used_map_work_);
 }
 
 void Reducer::reset_iteration() {
@@ -321,36 +410,49 @@ void Reducer::reset_iteration() {
   unused_marked_ = 0;
   searches_ = 0;
   unused_search_s_ = 0;
+  ready_order_.clear();  // a failed iteration's order must not leak into the next one's
+}
+
+void Reducer::maybe_rebuild(bool this_rank_ok) {
+  if (rebuilt_ || !opt_.rebuild_buckets) return;
+  // Every rank decides the same: rebuild only if the iteration succeeded on all of them (a rank that raised
+  // the unused-parameter error, or a Join shadow, says no). One int per iteration, until the rebuild.
+  Tensor ok = Tensor::from_data<int32_t>({this_rank_ok ? 1 : 0}, {1});
+  host_allreduce(*pg_, ok, dist::ReduceOp::Min);
+  if (ok.data<int32_t>()[0] == 1) rebuild_from_ready_order();
 }
 
 void Reducer::rebuild_from_ready_order() {
-  // Rank 0's observed order decides for everyone: buckets must be identical on all ranks.
+  // The measured order of the parameters whose hooks fired; a parameter without a gradient in this
+  // iteration (find_unused_parameters) keeps its place of the default order, right after its predecessor
+  // there - not first, where its early "ready" would put it and hold bucket 0 back in later iterations.
   const size_t n = params_.size();
-  std::vector<int64_t> order;
-  std::vector<uint8_t> seen(n, 0);
+  std::vector<uint8_t> observed(n, 0);
+  for (size_t i : ready_order_) observed[i] = 1;
+  std::vector<size_t> front;                  // unobserved, before any observed one in default order
+  std::vector<std::vector<size_t>> after(n);  // after[i]: the unobserved ones that follow observed i there
+  size_t last_observed = SIZE_MAX;
+  for (size_t k = n; k-- > 0;) {  // the default order: reverse registration
+    if (observed[k])
+      last_observed = k;
+    else if (last_observed != SIZE_MAX)
+      after[last_observed].push_back(k);
+    else
+      front.push_back(k);
+  }
+  std::vector<size_t> order = front;
   for (size_t i : ready_order_) {
-    order.push_back(static_cast<int64_t>(i));
-    seen[i] = 1;
+    order.push_back(i);
+    order.insert(order.end(), after[i].begin(), after[i].end());
   }
-  for (size_t k = n; k-- > 0;)
-    if (!seen[k]) order.push_back(static_cast<int64_t>(k));
-  Tensor t = Tensor::from_data<int64_t>(order, {static_cast<int64_t>(n)});
-  host_broadcast(*pg_, t, 0);
-  const int64_t* o = t.data<int64_t>();
-  std::vector<size_t> final_order(o, o + n);
-  std::vector<uint8_t> check(n, 0);
-  for (size_t i : final_order) {
-    DDP_CHECK(i < n && !check[i], "DDP: the bucket order broadcast by rank 0 is not a permutation of ", n,
-              " parameters: the ranks' models differ");
-    check[i] = 1;
-  }
-  build_buckets(final_order);
-  ready_order_.clear();
+  DDP_CHECK(order.size() == n, "DDP internal: rebuild order has ", order.size(), " of ", n, " parameters");
+  // Rank 0's layout (bucket boundaries included) decides for everyone: buckets must be identical.
+  build_buckets(layout_of_rank0(layout_for(order)));
   rebuilt_ = true;
   DDP_LOG(Detail, "reducer: buckets rebuilt from the measured gradient-ready order\n", describe_buckets());
 }
 
-void Reducer::raise_unready(const std::vector<size_t>& unready) {
+void Reducer::raise_unready(const std::vector<size_t>& unready, const std::string& comm_error) {
   std::ostringstream os;
   os << "rank " << pg_->rank() << ": DDP finished this backward but " << unready.size()
      << " parameter(s) received no gradient (they took no part in computing the loss):\n";
@@ -362,8 +464,13 @@ void Reducer::raise_unready(const std::vector<size_t>& unready) {
         "traversal per "
         "iteration), or\n"
      << "    2. make every forward output take part in the loss (e.g. add 0 * output.sum()) so that every "
-        "parameter gets a gradient.\n"
-     << "  The other ranks were kept in step: the missing gradients were all-reduced as zeros.";
+        "parameter gets a gradient.\n";
+  if (comm_error.empty())
+    os << "  The other ranks were kept in step: the missing gradients were all-reduced as zeros, and this "
+          "rank's .grad holds the same averaged gradients as theirs, so catching this error and stepping "
+          "keeps the replicas identical.";
+  else
+    os << "  Keeping the other ranks in step failed too: " << comm_error;
   throw Error(os.str());
 }
 

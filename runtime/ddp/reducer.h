@@ -7,6 +7,13 @@
 // This is the only place where autograd and dist meet. It never blocks the host on CUDA (the comm stream
 // waits on events of the compute stream and vice versa); on CPU the all-reduces run on the process group's
 // thread while the main thread continues backward.
+//
+// When ranks disagree (docs/ddp-step.md, "When ranks disagree") every rank still issues the same collectives:
+// a rank with missing gradients all-reduces zeros for them and raises afterwards; the one-time bucket
+// rebuild happens only after an iteration that every rank agrees succeeded (a one-int all-reduce, issued only
+// until the rebuild happened), with rank 0's whole bucket layout broadcast; a backward that died midway is
+// waited for before its buffers are reused; and a rank that ran out of data shadows the others' iterations
+// with zeros (shadow_backward, for Join).
 #pragma once
 #include <chrono>
 #include <functional>
@@ -30,7 +37,9 @@ struct ReducerOptions {
   bool gradient_as_bucket_view = false;
   // false: no all-reduce starts before backward finished (for measuring what overlap buys).
   bool overlap = true;
-  // Rebuild the buckets once, after the first iteration, from the order gradients really became ready.
+  // Rebuild the buckets once, after the first iteration that succeeded on every rank, from the order
+  // gradients really became ready (parameters without a gradient in that iteration keep their place of the
+  // default order).
   bool rebuild_buckets = true;
   // What each bucket's communication does (comm_hook.h); null: AllreduceHook.
   std::shared_ptr<CommHook> comm_hook;
@@ -56,6 +65,15 @@ class Reducer {
   // false inside no_sync(): hooks leave gradients to accumulate locally.
   void set_sync(bool sync) { sync_ = sync; }
   bool sync() const { return sync_; }
+  // What gradients are divided by before the sum-all-reduce: the world size (default), or, for Join with
+  // divide_by_initial_world_size = false, the number of ranks still training in this iteration.
+  void set_divide_factor(int ranks);
+
+  // Join: this rank has no batch for the others' current synchronized iteration. Issues exactly the
+  // collectives their backward issues (every bucket all-reduced as zeros, the used-map with nothing used,
+  // the rebuild agreement). .grad is not written (with gradient_as_bucket_view it is the bucket, which ends
+  // holding the others' averaged gradients); Join replaces this rank's parameters at the end anyway.
+  void shadow_backward();
 
   // The statistics of the last synchronized iteration; the number of such iterations so far.
   const IterationStats& last_stats() const { return last_stats_; }
@@ -82,18 +100,26 @@ class Reducer {
     int64_t offset = 0;
   };
 
-  void build_buckets(const std::vector<size_t>& order);
+  // Buckets as lists of parameter indices, in launch order.
+  using Layout = std::vector<std::vector<size_t>>;
+  Layout layout_for(const std::vector<size_t>& order) const;
+  // Every rank adopts rank 0's layout (a broadcast), after checking it fits this rank's parameters.
+  Layout layout_of_rank0(const Layout& mine);
+  void build_buckets(const Layout& layout);
   void on_gradient_ready(size_t index);
   void begin_backward();
-  void mark_ready(size_t index);
+  // `observed`: the parameter's own hook fired (it counts for the ready order of the rebuild).
+  void mark_ready(size_t index, bool observed);
   void launch_ready_buckets();
   void launch(Bucket& b);
   void finalize();
   void finish_communication();
   void write_back();
+  void wait_for_outstanding_work();
   void reset_iteration();
+  void maybe_rebuild(bool this_rank_ok);
   void rebuild_from_ready_order();
-  [[noreturn]] void raise_unready(const std::vector<size_t>& unready);
+  [[noreturn]] void raise_unready(const std::vector<size_t>& unready, const std::string& comm_error);
   // ---- static_graph (reducer_static_graph.cpp) ----
   void static_graph_on_hook(size_t index);
   void static_graph_end_of_first_backward();
@@ -118,7 +144,8 @@ class Reducer {
   Tensor used_map_;                    // int32 all-reduced with the last bucket
   std::shared_ptr<dist::Work> used_map_work_;
   size_t next_to_launch_ = 0;
-  std::vector<size_t> ready_order_;  // first iteration: order hooks fired (for the rebuild)
+  std::vector<size_t> ready_order_;  // until the rebuild: the order hooks fired in this iteration
+  int divide_factor_ = 1;            // set_divide_factor; the world size unless Join says otherwise
   std::chrono::steady_clock::time_point forward_end_;
   size_t unused_marked_ = 0;
   double unused_search_s_ = 0;

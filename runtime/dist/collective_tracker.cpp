@@ -27,15 +27,39 @@ CollectiveTracker::~CollectiveTracker() {
   if (publisher_.joinable()) publisher_.join();
 }
 
-void CollectiveTracker::mark_arrived(uint64_t seq) {
-  if (size_ == 1) return;
+std::string arrival_signature(const CollectiveDesc& d) {
+  std::string s = collective_name(d.kind);
+  if (d.kind == CollectiveKind::Barrier) return s;
+  s += " (" + std::to_string(d.count) + " x " + std::string(dtype_name(d.dtype));
+  if (d.kind == CollectiveKind::Allreduce || d.kind == CollectiveKind::ReduceScatter)
+    s += std::string(", ") + reduce_op_name(d.op);
+  if (d.kind == CollectiveKind::Broadcast) s += ", root " + std::to_string(d.root);
+  return s + ")";
+}
+
+void CollectiveTracker::note_start(uint64_t seq) {
   started_ns_ = std::chrono::duration_cast<std::chrono::nanoseconds>(
                     std::chrono::steady_clock::now().time_since_epoch())
                     .count();
   started_seq_ = seq;
+}
+
+void CollectiveTracker::mark_arrived(uint64_t seq) {
+  if (size_ == 1) return;
+  note_start(seq);
   {
     std::lock_guard<std::mutex> g(publish_mu_);
-    to_publish_ = seq;
+    to_publish_ = std::to_string(seq) + "|";
+  }
+  publish_cv_.notify_one();
+}
+
+void CollectiveTracker::mark_arrived(const CollectiveDesc& d) {
+  if (size_ == 1) return;
+  note_start(d.seq);
+  {
+    std::lock_guard<std::mutex> g(publish_mu_);
+    to_publish_ = std::to_string(d.seq) + "|" + arrival_signature(d);
   }
   publish_cv_.notify_one();
 }
@@ -46,11 +70,11 @@ void CollectiveTracker::publish_loop() {
   for (;;) {
     publish_cv_.wait(lock, [this] { return stop_ || to_publish_.has_value(); });
     if (!to_publish_) return;  // stopping with nothing left to write
-    const uint64_t seq = *to_publish_;
+    const std::string value = std::move(*to_publish_);
     to_publish_.reset();
     lock.unlock();
     try {
-      publish_store_->set(k, std::to_string(seq));
+      publish_store_->set(k, value);
     } catch (const std::exception&) {
       // The store is gone (shutdown, or rank 0 died): the collective itself will report the failure.
     }
@@ -59,19 +83,30 @@ void CollectiveTracker::publish_loop() {
   }
 }
 
-std::vector<CollectiveTracker::Straggler> CollectiveTracker::missing_ranks(uint64_t seq) {
-  std::vector<Straggler> out;
+std::vector<CollectiveTracker::Mark> CollectiveTracker::marks() {
+  std::vector<Mark> out;
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;  // this rank is here (its own published mark may lag)
-    auto v = store_->try_get(key("arrived/" + std::to_string(r)));
-    if (!v) {
-      out.push_back({r, std::nullopt});
-      continue;
+    Mark m{r, std::nullopt, ""};
+    if (auto v = store_->try_get(key("arrived/" + std::to_string(r)))) {
+      const std::string& text = *v;
+      uint64_t last = 0;
+      auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), last);
+      if (ec == std::errc()) {
+        m.last_arrived = last;
+        const size_t used = static_cast<size_t>(p - text.data());
+        if (used < text.size() && text[used] == '|') m.call = text.substr(used + 1);
+      }
     }
-    uint64_t last = 0;
-    auto [p, ec] = std::from_chars(v->data(), v->data() + v->size(), last);
-    if (ec != std::errc() || last < seq) out.push_back({r, last});
+    out.push_back(std::move(m));
   }
+  return out;
+}
+
+std::vector<CollectiveTracker::Straggler> CollectiveTracker::missing_ranks(uint64_t seq) {
+  std::vector<Straggler> out;
+  for (auto& m : marks())
+    if (!m.last_arrived || *m.last_arrived < seq) out.push_back(m);
   return out;
 }
 
@@ -110,31 +145,60 @@ std::string CollectiveTracker::failure_message(const CollectiveDesc& d, const st
     msg +=
         "a peer closed its connection - a rank exited or was killed, or its node's launcher was stopped "
         "(look for the first failure in the other ranks' output); ";
-  std::vector<Straggler> missing;
+  std::vector<Mark> all;
   std::string store_problem;
   try {
-    missing = missing_ranks(d.seq);
+    all = marks();
   } catch (const std::exception& e) {
     store_problem = e.what();
   }
-  if (!store_problem.empty()) {
-    msg += "could not ask the store which ranks arrived (" + store_problem + ")";
-  } else if (missing.empty()) {
-    msg += closed ? "all ranks had arrived at this collective"
-                  : "all ranks arrived at this collective, so the transport failed or a rank is too slow";
-  } else {
+  if (!store_problem.empty())
+    return msg + "could not ask the store which ranks arrived (" + store_problem + "). Cause reported by " +
+           backend + ": " + cause;
+  const std::string mine = arrival_signature(d);
+  std::vector<Mark> missing, different;
+  bool all_calls_known = true;
+  for (auto& m : all) {
+    if (!m.last_arrived || *m.last_arrived < d.seq) {
+      missing.push_back(m);
+    } else if (*m.last_arrived == d.seq) {
+      if (m.call.empty())
+        all_calls_known = false;
+      else if (m.call != mine)
+        different.push_back(m);
+    }
+  }
+  auto last_str = [](const Mark& m) {
+    return m.last_arrived ? "#" + std::to_string(*m.last_arrived) : std::string("none");
+  };
+  if (!different.empty()) {
+    msg += "collective mismatch at sequence number " + std::to_string(d.seq) + ": this rank (" +
+           std::to_string(rank_) + ") calls " + mine;
+    for (auto& m : different) msg += ", rank " + std::to_string(m.rank) + " calls " + m.call;
+    msg +=
+        ". The ranks issue different collectives at the same point: typically one rank ran out of data and "
+        "went on to other work while the others kept training (uneven inputs: use ddp::Join, or give every "
+        "rank the same number of steps), or a rank took a different code path";
+  } else if (!missing.empty()) {
     msg += "rank(s) ";
     for (size_t i = 0; i < missing.size(); ++i) {
       if (i) msg += ", ";
-      msg += std::to_string(missing[i].rank);
-      msg += " (last reached: ";
-      msg += missing[i].last_arrived ? std::string(1, '#').append(std::to_string(*missing[i].last_arrived))
-                                     : std::string("none");
-      msg += ")";
+      msg += std::to_string(missing[i].rank) + " (last reached: " + last_str(missing[i]) + ")";
     }
     msg +=
         " did not arrive at this collective. A rank skipped it, crashed or is stuck: every rank must issue "
         "the same collectives in the same order (DDP_DEBUG_COLLECTIVES=1 checks this)";
+  } else if (closed) {
+    msg += "all ranks had arrived at this collective";
+  } else if (all_calls_known) {
+    msg += "all ranks arrived at this collective with the same call (" + mine +
+           "), so the transport failed or a rank is too slow";
+  } else {
+    msg +=
+        "all ranks arrived at this sequence number (" + backend +
+        " does not report their calls, so a mismatch of kind or size is possible: "
+        "DDP_DEBUG_COLLECTIVES=1 compares them), so the transport failed, a rank is too slow, or the calls "
+        "differ";
   }
   return msg + ". Cause reported by " + backend + ": " + cause;
 }

@@ -1,7 +1,8 @@
 // gloo_group.cpp - the Gloo process group: a queue of collectives drained by one worker thread, each
 // collective preceded by its arrival mark in the store (and the debug-mode call check), executed with Gloo's
-// TCP algorithms on host memory, and turned into a clear error (collective, sequence number, missing ranks)
-// when it fails.
+// TCP algorithms on host memory under a tag derived from its sequence number and its call (gloo_tag), and
+// turned into a clear error (collective, sequence number, missing ranks or each rank's differing call) when
+// it fails.
 #include "runtime/dist/gloo_group.h"
 
 #include <gloo/allgather.h>
@@ -85,6 +86,18 @@ gloo::transport::tcp::attr device_attr(const ProcessGroupOptions& options, const
     attr.hostname = net::local_address_towards(master_addr);
   }
   return attr;
+}
+
+// The Gloo tag of a collective. Gloo matches messages by (peer, prefix of the algorithm, tag); if two ranks
+// run different collectives under one tag, a larger message lands in a smaller buffer and Gloo aborts the
+// process from its transport thread ("op.preamble.length <= op.nbytes"). So the tag holds, besides the low
+// 12 bits of the sequence number (c10d's per-group counter), 20 bits of a hash of the call (kind, count,
+// dtype, op, root): ranks that disagree use different tags, never exchange a byte, and time out into an
+// error that names both calls (collective_tracker.h). The ranks of a group are never 4096 collectives apart.
+uint32_t gloo_tag(const CollectiveDesc& d) {
+  uint32_t h = 2166136261u;  // FNV-1a
+  for (char c : arrival_signature(d)) h = (h ^ static_cast<uint8_t>(c)) * 16777619u;
+  return (static_cast<uint32_t>(d.seq & 0xfffu) << 20) | (h & 0xfffffu);
 }
 
 }  // namespace
@@ -214,7 +227,7 @@ void GlooProcessGroup::Impl::run(Task& t) {
   }
   try {
     if (size > 1) {
-      tracker->mark_arrived(d.seq);
+      tracker->mark_arrived(d);
       if (options.debug_collectives) tracker->check_same_call(d);
     }
     void* in = t.in.data;
@@ -255,7 +268,7 @@ void GlooProcessGroup::Impl::run(Task& t) {
 void GlooProcessGroup::Impl::execute(const CollectiveDesc& d, void* in, void* out) {
   const size_t n = static_cast<size_t>(d.count);
   const size_t bytes = n * dtype_size(d.dtype);
-  const uint32_t tag = static_cast<uint32_t>(d.seq);
+  const uint32_t tag = gloo_tag(d);
   auto allreduce_host = [&](void* data, size_t count) {
     if (size == 1 || count == 0) return;
     gloo::AllreduceOptions opts(context);

@@ -29,6 +29,11 @@ std::string resolve_backend(const std::string& backend) {
   return backend;
 }
 
+std::string resolve_backend(const std::string& backend, Device params) {
+  if (backend == "auto") return params.is_cuda() ? resolve_backend("nccl") : "cpu";
+  return resolve_backend(backend);
+}
+
 bool shm_allowed_from_env() {
   const char* v = std::getenv("DDP_SHM");
   if (!v || !*v || std::strcmp(v, "1") == 0) return true;

@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "runtime/core/device.h"
 #include "runtime/dist/env.h"
 #include "runtime/dist/process_group.h"
 #include "runtime/dist/store.h"
@@ -24,6 +25,9 @@ std::shared_ptr<ProcessGroup> new_process_group(const DistEnv& env, const std::s
 
 // What a backend name resolves to without asking the other ranks: "auto" -> "nccl" or "cpu"; checks the name.
 std::string resolve_backend(const std::string& backend);
+// The backend for parameters on `params`: "auto" is NCCL for CUDA parameters and "cpu" for CPU ones (a CPU
+// run on a GPU host must not get NCCL, which moves device memory only); other names are checked as above.
+std::string resolve_backend(const std::string& backend, Device params);
 
 // DDP_SHM=0 disables the shared-memory backends for "auto"/"cpu" (then Gloo); unset or 1 allows them.
 bool shm_allowed_from_env();

@@ -15,8 +15,14 @@
 
 namespace ddp::optim {
 
-void Optimizer::zero_grad() {
-  for (auto& p : params_) p.tensor.impl()->grad.reset();
+void Optimizer::zero_grad(bool set_to_none) {
+  for (auto& p : params_) {
+    if (set_to_none) {
+      p.tensor.impl()->grad.reset();
+    } else if (p.tensor.impl()->grad) {
+      p.tensor.grad().zero_();
+    }
+  }
 }
 
 SGD::SGD(std::vector<nn::NamedTensor> params, SGDOptions options)

@@ -15,7 +15,10 @@ class Optimizer {
   explicit Optimizer(std::vector<nn::NamedTensor> params, double lr) : params_(std::move(params)), lr_(lr) {}
   virtual ~Optimizer() = default;
   virtual void step() = 0;
-  void zero_grad();  // grads to none
+  // set_to_none (PyTorch's default): grads become none, the next backward allocates new ones. false: grads
+  // are zeroed in place and keep their memory - with DDP's gradient_as_bucket_view they stay views of the
+  // bucket buffers, so a step allocates and copies no gradient at all.
+  void zero_grad(bool set_to_none = true);
   double lr() const { return lr_; }
   void set_lr(double lr) { lr_ = lr; }
   int64_t steps() const { return steps_; }

@@ -48,7 +48,7 @@ std::vector<std::vector<std::vector<double>>> train_ddp(const ModelFactory& make
     const int64_t rows_per_step = run.per_rank * run.world * run.accumulation;
     for (int step = 0; step < run.steps; ++step) {
       Batch full = data(step, rows_per_step);
-      opt.zero_grad();
+      opt.zero_grad(run.set_to_none);
       for (int micro = 0; micro < run.accumulation; ++micro) {
         const int64_t base = micro * run.per_rank * run.world + rank * run.per_rank;
         Batch mine = full.rows(base, base + run.per_rank);

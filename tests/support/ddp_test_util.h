@@ -24,7 +24,8 @@ struct RunConfig {
   int world = 2;
   int64_t per_rank = 3;  // rows per rank per micro-step
   int steps = 5;
-  int accumulation = 1;  // micro-steps per optimizer step (no_sync for all but the last)
+  int accumulation = 1;     // micro-steps per optimizer step (no_sync for all but the last)
+  bool set_to_none = true;  // zero_grad mode of the DDP ranks (false: zero in place, keeps bucket views)
   DDPOptions ddp;
   std::string backend = "gloo";  // process group of the thread ranks: gloo, shm or hier (run_threads)
 };
