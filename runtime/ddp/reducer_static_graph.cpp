@@ -25,7 +25,7 @@ void Reducer::static_graph_on_hook(size_t index) {
       for (size_t i = 0; i < n; ++i)
         if (static_expected_hooks_[i] == 0) {
           ++unused_marked_;
-          mark_ready(i);  // never used on this rank: contributes zeros, known since iteration 1
+          mark_ready(i, /*observed=*/false);  // never used on this rank: contributes zeros, known since iteration 1
         }
     }
   }
@@ -44,7 +44,7 @@ void Reducer::static_graph_on_hook(size_t index) {
           "(with find_unused_parameters = true if some parameters go unused).";
     throw Error(os.str());
   }
-  if (--static_pending_hooks_[index] == 0) mark_ready(index);
+  if (--static_pending_hooks_[index] == 0) mark_ready(index, /*observed=*/true);
 }
 
 void Reducer::static_graph_end_of_first_backward() {
@@ -58,7 +58,7 @@ void Reducer::static_graph_end_of_first_backward() {
   for (size_t i = 0; i < n; ++i) {
     static_unused_[i] = t.data<int32_t>()[i] == 0 ? 1 : 0;
     if (!static_expected_hooks_[i]) ++unused_marked_;
-    mark_ready(i);  // everything goes out now, in bucket order (no overlap in this iteration)
+    mark_ready(i, /*observed=*/false);  // everything goes out now, in bucket order (no overlap in this iteration)
   }
 }
 
