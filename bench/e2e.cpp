@@ -252,7 +252,7 @@ int main(int argc, char** argv) {
     opts.first_bucket_mb = first_mb;
     opts.overlap = mode != "nooverlap";
     opts.find_unused_parameters = mode == "unused";
-    if (allreduce_dtype == "bf16") opts.comm_hook = ddp::CommHookKind::BF16Compress;
+    if (allreduce_dtype == "bf16") opts.comm_hook = std::make_shared<ddp::BF16CompressHook>();
     ddp::DistributedDataParallel model(w.model, ctx.group, opts);
     if (optimizer_s == "default") optimizer_s = config == "mlp" ? "sgd" : "adamw";
     if (optimizer_s == "sgd") {

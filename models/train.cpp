@@ -29,12 +29,14 @@
 #include "runtime/data/text_dataset.h"
 #include "runtime/ddp/distributed_data_parallel.h"
 #include "runtime/ddp/host_collectives.h"
+#include "runtime/nn/sync_batchnorm.h"
 #include "runtime/ddp/join.h"
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/loss.h"
 #include "runtime/ops/mixed_precision.h"
 #include "runtime/optim/lr_schedule.h"
 #include "runtime/optim/optimizer.h"
+#include "runtime/optim/zero_redundancy_optimizer.h"
 #include "runtime/trace/trace.h"
 
 namespace ddp::models {
@@ -123,23 +125,33 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg)
   nn::manual_seed(o.seed);
   auto model = make_model(o, dtype);
   model->to(device);
+  if (o.sync_bn) {
+    model = nn::convert_sync_batchnorm(model, pg);
+    DDP_CHECK(nn::count_sync_batchnorm(*model) > 0, "--sync-bn: model ", o.model,
+              " has no BatchNorm2d layer to synchronize (use --model cnn)");
+  }
   DDPOptions dopt;
   dopt.bucket_cap_mb = o.bucket_cap_mb;
   dopt.first_bucket_mb = o.first_bucket_mb;
   dopt.find_unused_parameters = o.find_unused_parameters;
   dopt.gradient_as_bucket_view = o.gradient_as_bucket_view;
+  dopt.static_graph = o.static_graph;
+  dopt.comm_hook = make_comm_hook(o.comm_hook, static_cast<int>(o.powersgd_rank), o.powersgd_start_iter);
   DistributedDataParallel ddp(model, pg, dopt);
 
-  std::unique_ptr<optim::Optimizer> opt;
-  if (o.optimizer == "sgd")
-    opt = std::make_unique<optim::SGD>(
-        model->named_parameters(),
-        optim::SGDOptions{.lr = o.lr, .momentum = o.momentum, .weight_decay = o.weight_decay});
-  else if (o.optimizer == "adamw")
-    opt = std::make_unique<optim::AdamW>(model->named_parameters(),
-                                         optim::AdamWOptions{.lr = o.lr, .weight_decay = o.weight_decay});
-  else
+  auto make_optimizer = [&o](std::vector<nn::NamedTensor> params) -> std::unique_ptr<optim::Optimizer> {
+    if (o.optimizer == "sgd")
+      return std::make_unique<optim::SGD>(
+          std::move(params), optim::SGDOptions{.lr = o.lr, .momentum = o.momentum, .weight_decay = o.weight_decay});
+    if (o.optimizer == "adamw")
+      return std::make_unique<optim::AdamW>(std::move(params),
+                                            optim::AdamWOptions{.lr = o.lr, .weight_decay = o.weight_decay});
     DDP_FAIL("--optimizer ", o.optimizer, ": expected sgd or adamw");
+  };
+  std::unique_ptr<optim::Optimizer> opt =
+      o.zero ? std::make_unique<optim::ZeroRedundancyOptimizer>(model->named_parameters(), pg, make_optimizer)
+             : make_optimizer(model->named_parameters());
+  auto* zero_opt = dynamic_cast<optim::ZeroRedundancyOptimizer*>(opt.get());
 
   data::DataLoaderOptions lo;
   lo.batch_size = o.batch_size;
@@ -285,6 +297,7 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg)
   };
   auto save = [&]() {
     if (o.checkpoint_dir.empty()) return;
+    if (zero_opt) zero_opt->consolidate_state_dict(0);  // every rank's shard to rank 0, which writes
     const std::string name = "ckpt-step" + std::to_string(step) + ".safetensors";
     if (rank == 0) {
       std::filesystem::create_directories(o.checkpoint_dir);
@@ -410,6 +423,14 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg)
     result.model_tflops = flops_per_rank_step / med / 1e12;
     if (peak.tflops > 0) result.mfu = result.model_tflops / peak.tflops;
   }
+  if (steps_this_run > 0)
+    result.comm_bytes_per_step = static_cast<double>(ddp.reducer().comm_hook().bytes_communicated()) /
+                                 static_cast<double>(steps_this_run);  // one synchronized micro-step each
+  if (zero_opt) {
+    result.optimizer_state_bytes = zero_opt->local_state_bytes();
+  } else {
+    for (auto& [k, t] : opt->state()) result.optimizer_state_bytes += static_cast<int64_t>(t.nbytes());
+  }
   if (data.tokens && finished && o.sample_tokens > 0) {
     if (auto* gpt = dynamic_cast<GPT*>(model.get()))
       result.sample_text = gpt->generate("The whale", o.sample_tokens, 0.8, o.seed);
@@ -452,6 +473,11 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg)
     if (result.mfu >= 0)
       std::printf("   MFU %.1f%% (%.3g model TFLOP/s per rank; peak %g TFLOP/s: %s)\n", 100 * result.mfu,
                   result.model_tflops, peak.tflops, peak.source.c_str());
+    std::printf("   gradient communication: %s hook, %.3f MiB per step handed to all-reduces by rank 0\n",
+                o.comm_hook.c_str(), result.comm_bytes_per_step / (1024.0 * 1024.0));
+    std::printf("   optimizer state on rank 0: %.3f MiB%s\n",
+                static_cast<double>(result.optimizer_state_bytes) / (1024.0 * 1024.0),
+                zero_opt ? " (its ZeRO shard)" : "");
     if (!result.checkpoint_path.empty()) std::printf("   checkpoint %s\n", result.checkpoint_path.c_str());
     if (!o.trace.empty())
       std::printf("   trace %s (open in ui.perfetto.dev or chrome://tracing)\n", o.trace.c_str());

@@ -34,6 +34,12 @@ struct TrainOptions {
   double first_bucket_mb = 1.0;
   bool find_unused_parameters = false;
   bool gradient_as_bucket_view = false;
+  bool sync_bn = false;  // BatchNorm statistics over all ranks (nn::convert_sync_batchnorm)
+  bool zero = false;     // shard the optimizer state across ranks (ZeroRedundancyOptimizer)
+  bool static_graph = false;  // DDP static_graph (the same graph every iteration)
+  std::string comm_hook = "allreduce";  // allreduce | bf16 | powersgd (runtime/ddp/comm_hook.h)
+  int64_t powersgd_rank = 1;
+  int64_t powersgd_start_iter = 10;
   uint64_t seed = 1234;
   int64_t log_interval = 10;
   int64_t eval_interval = 100;      // 0: only at the end
@@ -72,6 +78,9 @@ struct TrainResult {
   double exposed_comm_share = 0;  // median exposed communication / step time
   double model_tflops = 0;        // model FLOPs per rank / median step time (gpt, mlp), in TFLOP/s
   double mfu = -1;                // model_tflops / peak; -1 when no peak is known (CPU without --peak-tflops)
+  int64_t optimizer_state_bytes = 0;  // held by this rank (with --zero: its shard)
+  double comm_bytes_per_step = 0;     // handed to the gradient all-reduces by this rank, mean over the run
+                                      // (includes the uncompressed warm-up iterations of PowerSGD)
   std::string sample_text;        // gpt
   std::string checkpoint_path;
   std::vector<std::vector<double>> final_params;  // for equivalence tests

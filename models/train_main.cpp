@@ -45,6 +45,13 @@ int main(int argc, char** argv) {
   p.add("first-bucket-mb", &o.first_bucket_mb, "DDP first bucket cap in MiB", B::above(0));
   p.add("find-unused-parameters", &o.find_unused_parameters, "mark parameters without gradient as ready");
   p.add("gradient-as-bucket-view", &o.gradient_as_bucket_view, "gradients live in the DDP buckets");
+  p.add("sync-bn", &o.sync_bn, "cnn: SyncBatchNorm, batch statistics over all ranks");
+  p.add("zero", &o.zero, "ZeroRedundancyOptimizer: optimizer state sharded across ranks");
+  p.add("static-graph", &o.static_graph, "DDP static_graph: the same graph every iteration (no unused search)");
+  p.add_choice("comm-hook", &o.comm_hook, {"allreduce", "bf16", "powersgd"},
+               "gradient communication per bucket (bf16 needs CUDA)");
+  p.add("powersgd-rank", &o.powersgd_rank, "PowerSGD: rank of the gradient approximation");
+  p.add("powersgd-start-iter", &o.powersgd_start_iter, "PowerSGD: plain all-reduce before this iteration (>= 2)");
   int64_t seed = static_cast<int64_t>(o.seed);
   p.add("seed", &seed, "seed of initialisation and data order", B::at_least(0));
   p.add("log-interval", &o.log_interval, "steps between log lines", B::at_least(0));

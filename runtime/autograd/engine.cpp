@@ -15,6 +15,7 @@ uint64_t new_epoch() { return g_epoch.fetch_add(1, std::memory_order_relaxed) + 
 
 struct BackwardState {
   std::vector<std::function<void()>> callbacks;
+  BackwardState* outer = nullptr;  // the backward this one runs inside (nested), if any
 };
 thread_local BackwardState* t_state = nullptr;
 
@@ -33,6 +34,13 @@ struct NewestFirst {
   bool operator()(const Node* a, const Node* b) const { return a->sequence_nr < b->sequence_nr; }
 };
 }  // namespace
+
+void queue_end_of_outermost_backward_callback(std::function<void()> fn) {
+  DDP_CHECK(t_state != nullptr, "queue_end_of_outermost_backward_callback called outside of a backward pass");
+  BackwardState* s = t_state;
+  while (s->outer) s = s->outer;
+  s->callbacks.push_back(std::move(fn));
+}
 
 bool in_backward() { return t_state != nullptr; }
 
@@ -94,6 +102,7 @@ void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& gra
 
   BackwardState state;
   BackwardState* outer = t_state;
+  state.outer = outer;
   t_state = &state;
   struct Restore {
     BackwardState* outer;

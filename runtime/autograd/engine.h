@@ -22,6 +22,9 @@ inline void backward(const Tensor& loss, BackwardOptions options = {}) { backwar
 // backward, e.g. from a hook); callbacks run in registration order; an exception from one stops the rest and
 // propagates out of backward().
 void queue_end_of_backward_callback(std::function<void()> fn);
+// Like queue_end_of_backward_callback, but on the outermost backward of this thread when backwards are nested
+// (a node that runs its own backward, e.g. activation checkpointing): fn runs after everything.
+void queue_end_of_outermost_backward_callback(std::function<void()> fn);
 // True while a backward runs on this thread.
 bool in_backward();
 

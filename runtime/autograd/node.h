@@ -73,6 +73,19 @@ class NoGradGuard {
   bool prev_;
 };
 
+// Enables graph recording in its scope, also inside a backward (a node that recomputes its forward, as
+// activation checkpointing does).
+class EnableGradGuard {
+ public:
+  EnableGradGuard();
+  ~EnableGradGuard();
+  EnableGradGuard(const EnableGradGuard&) = delete;
+  EnableGradGuard& operator=(const EnableGradGuard&) = delete;
+
+ private:
+  bool prev_;
+};
+
 // ---- helpers for ops ----
 // True when grad mode is on and any input requires grad.
 inline bool needs_grad(std::initializer_list<const Tensor*> inputs) {

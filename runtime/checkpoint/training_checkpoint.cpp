@@ -10,6 +10,7 @@
 #include "runtime/checkpoint/checksum.h"
 #include "runtime/checkpoint/config_match.h"
 #include "runtime/checkpoint/optimizer_state_check.h"
+#include "runtime/optim/zero_redundancy_optimizer.h"
 #include "runtime/checkpoint/safetensors.h"
 #include "runtime/checkpoint/safetensors_header.h"
 #include "runtime/core/log.h"
@@ -113,6 +114,7 @@ Tensor tensor_from(const NamedBuffer& b) {
 }  // namespace
 
 std::string optimizer_kind(const optim::Optimizer& optimizer) {
+  if (auto* z = dynamic_cast<const optim::ZeroRedundancyOptimizer*>(&optimizer)) return optimizer_kind(z->inner());
   if (dynamic_cast<const optim::AdamW*>(&optimizer)) return "adamw";
   if (dynamic_cast<const optim::SGD*>(&optimizer)) return "sgd";
   return "";

@@ -35,6 +35,7 @@ struct IterationStats {
   double used_map_sync_s =
       0;                      // host wait for the used-map's copy to the host (find_unused_parameters on GPU)
   bool device_clock = false;  // true: the times above come from CUDA events (see below), else host time
+  size_t num_reachability_searches = 0;  // such traversals this iteration (0 with static_graph)
   std::vector<BucketTiming> buckets;
   // One line: "iter 3: backward 12.1 ms, comm 8.0 ms, exposed 0.4 ms (3 buckets)".
   std::string summary() const;

@@ -33,7 +33,14 @@ Reducer::Reducer(std::vector<nn::NamedTensor> params, std::shared_ptr<dist::Proc
     DDP_CHECK(dtype_is_floating(p.tensor.dtype()), "DDP: parameter ", p.name, " has dtype ",
               dtype_name(p.tensor.dtype()), "; gradients need a floating dtype");
   }
-  // BF16Compress runs on every backend (Gloo and shm reduce bfloat16 on the host, NCCL on the GPU).
+  if (!opt_.comm_hook) opt_.comm_hook = std::make_shared<AllreduceHook>();
+  if (opt_.static_graph && opt_.find_unused_parameters) {
+    DDP_LOG(Info, "DDP: static_graph makes find_unused_parameters redundant (unused parameters are known after "
+                  "iteration 1); the per-iteration search is off");
+    opt_.find_unused_parameters = false;
+  }
+  opt_.comm_hook->attach(this);
+  opt_.comm_hook->check_parameters(params_);
   DDP_CHECK(!params_.empty(), "DDP: the module has no parameters; there is nothing to synchronize");
   divide_factor_ = pg_->size();
   std::vector<size_t> order(params_.size());
@@ -178,6 +185,7 @@ void Reducer::prepare_for_backward(const std::vector<Tensor>& outputs) {
     reset_iteration();
   }
   if (!opt_.find_unused_parameters) return;
+  ++searches_;
   const auto t0 = Clock::now();
   reachable_.assign(params_.size(), 0);
   autograd::for_each_reachable_leaf(outputs, [this](TensorImpl* leaf) {
@@ -191,6 +199,10 @@ void Reducer::prepare_for_backward(const std::vector<Tensor>& outputs) {
 void Reducer::on_gradient_ready(size_t index) {
   locally_used_[index] = 1;
   if (!sync_) return;  // no_sync(): the gradient stays in .grad and accumulates
+  if (opt_.static_graph) {
+    static_graph_on_hook(index);
+    return;
+  }
   if (!backward_started_) begin_backward();
   mark_ready(index, /*observed=*/true);
 }
@@ -217,7 +229,7 @@ void Reducer::mark_ready(size_t index, bool observed) {
       "checkpointing) ran over it, or find_unused_parameters marked it unused although the loss uses it "
       "outside the module's outputs (pass every tensor the loss depends on to prepare_for_backward).");
   ready_[index] = 1;
-  if (observed && !rebuilt_) ready_order_.push_back(index);
+  if (observed && !rebuilt_ && !opt_.static_graph) ready_order_.push_back(index);
   if (trace::tracing_enabled()) [[unlikely]]
     trace::trace_instant("ready " + name, "ddp");
 
@@ -262,12 +274,15 @@ void Reducer::launch_ready_buckets() {
 void Reducer::launch(Bucket& b) {
   b.launched_at = Clock::now();
   b.timing.launched_s = std::chrono::duration<double>(b.launched_at - forward_end_).count();
-  if (opt_.comm_hook == CommHookKind::BF16Compress) {
-    b.compressed = b.buffer.to(DType::BF16);
-    b.work = pg_->allreduce(comm_buffer_of(b.compressed), dist::ReduceOp::Sum);
-  } else {
-    b.work = pg_->allreduce(comm_buffer_of(b.buffer), dist::ReduceOp::Sum);
+  GradBucket gb;
+  gb.index = b.timing.index;
+  gb.is_last = b.timing.index + 1 == buckets_.size();
+  gb.buffer = b.buffer;
+  for (size_t k = 0; k < b.params.size(); ++k) {
+    const Tensor& p = params_[b.params[k]].tensor;
+    gb.gradients.push_back(b.buffer.slice0(b.offsets[k], b.offsets[k] + p.numel()).view(p.shape()));
   }
+  b.work = opt_.comm_hook->run(*pg_, gb);
   timing_->bucket_launched(b.timing.index, b.work);
 }
 
@@ -278,10 +293,6 @@ void Reducer::finish_communication() {
     b.completed_at = finished.time_since_epoch().count() != 0 ? finished : Clock::now();
     b.timing.completed_s = std::chrono::duration<double>(b.completed_at - forward_end_).count();
     timing_->bucket_completed(b.timing.index);
-    if (b.compressed.defined()) {
-      b.buffer.copy_from(b.compressed);
-      b.compressed = Tensor();
-    }
     if (trace::tracing_enabled()) [[unlikely]] {
       auto& tr = trace::global_tracer();
       tr.complete("allreduce bucket " + std::to_string(b.timing.index), "comm", trace::kCommLane,
@@ -302,6 +313,7 @@ void Reducer::write_back() {
   const int32_t* used = used_host.defined() ? used_host.data<int32_t>() : nullptr;
   for (size_t i = 0; i < params_.size(); ++i) {
     if (used && used[i] == 0) continue;  // no rank used it: grad stays as it was (none), optimizers skip it
+    if (opt_.static_graph && static_unused_[i]) continue;
     Tensor slot = slot_view(i);
     Tensor& p = params_[i].tensor;
     if (opt_.gradient_as_bucket_view) {
@@ -319,10 +331,12 @@ void Reducer::write_back() {
 }
 
 void Reducer::finalize() {
+  if (opt_.static_graph && iteration_ == 0) static_graph_end_of_first_backward();
   const auto t0 = Clock::now();
   timing_->finalize_begin();
   IterationStats stats;
   stats.iteration = iteration_;
+  stats.num_reachability_searches = searches_;
   stats.backward_compute_s = since_forward();
   stats.num_unused_marked = unused_marked_;
   stats.unused_search_s = unused_search_s_;
@@ -418,12 +432,13 @@ void Reducer::reset_iteration() {
   for (auto& b : buckets_) {
     b.pending = b.params.size();
     b.work.reset();
-    b.compressed = Tensor();
   }
   next_to_launch_ = 0;
   used_map_ = Tensor();
   used_map_work_.reset();
   unused_marked_ = 0;
+  searches_ = 0;
+  unused_search_s_ = 0;
   ready_order_.clear();  // a failed iteration's order must not leak into the next one's
 }
 

@@ -22,6 +22,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "runtime/ddp/comm_hook.h"
 #include "runtime/ddp/iteration_stats.h"
 #include "runtime/ddp/step_timing.h"
 #include "runtime/dist/process_group.h"
@@ -29,8 +30,6 @@
 
 namespace ddp {
 
-// What a bucket's communication does. The default all-reduces the (already divided) gradients in place.
-enum class CommHookKind { Allreduce, BF16Compress };
 
 struct ReducerOptions {
   double bucket_cap_mb = 25.0;
@@ -43,7 +42,14 @@ struct ReducerOptions {
   // gradients really became ready (parameters without a gradient in that iteration keep their place of the
   // default order).
   bool rebuild_buckets = true;
-  CommHookKind comm_hook = CommHookKind::Allreduce;
+  // What each bucket's communication does (comm_hook.h); null: AllreduceHook.
+  std::shared_ptr<CommHook> comm_hook;
+  // The graph is the same every iteration (the same parameters used, each by the same number of gradient
+  // hooks). Iteration 1 only counts hook firings per parameter and reduces everything at the end of backward
+  // (with the used-map all-reduce, once); from iteration 2: no reachability search, never-used parameters
+  // known, a parameter is ready when its count is reached (so one used by several backwards - nested, as
+  // activation checkpointing runs - works). Makes find_unused_parameters redundant. See docs/extensions.md.
+  bool static_graph = false;
 };
 
 class Reducer {
@@ -80,13 +86,13 @@ class Reducer {
   // "bucket 0: 3 params, 1.2 MB: fc3.bias, fc3.weight, ..." one line per bucket.
   std::string describe_buckets() const;
   bool buckets_rebuilt() const { return rebuilt_; }
+  CommHook& comm_hook() { return *opt_.comm_hook; }
 
  private:
   struct Bucket {
     std::vector<size_t> params;
     std::vector<int64_t> offsets;  // element offset of each param's slot in buffer
     Tensor buffer;                 // flat, all slots back to back
-    Tensor compressed;             // the comm hook's buffer (bf16), when one is used
     size_t pending = 0;
     std::shared_ptr<dist::Work> work;
     BucketTiming timing;
@@ -117,6 +123,9 @@ class Reducer {
   void maybe_rebuild(bool this_rank_ok);
   void rebuild_from_ready_order();
   [[noreturn]] void raise_unready(const std::vector<size_t>& unready, const std::string& comm_error);
+  // ---- static_graph (reducer_static_graph.cpp) ----
+  void static_graph_on_hook(size_t index);
+  void static_graph_end_of_first_backward();
   Tensor slot_view(size_t index) const;
   double since_forward() const;
   void begin_timing();  // the step clock of this iteration (host, or CUDA events on NCCL)
@@ -144,6 +153,13 @@ class Reducer {
   std::chrono::steady_clock::time_point forward_end_;
   size_t unused_marked_ = 0;
   double unused_search_s_ = 0;
+
+  size_t searches_ = 0;
+
+  // ---- static_graph ----
+  std::vector<int32_t> static_expected_hooks_;  // per parameter: hook firings per backward (iteration 1)
+  std::vector<int32_t> static_pending_hooks_;   // this iteration: firings still to come
+  std::vector<uint8_t> static_unused_;          // no rank used it in iteration 1: grad stays none
 
   int64_t iteration_ = 0;
   mutable IterationStats last_stats_;

@@ -46,6 +46,12 @@ BatchNorm2d::BatchNorm2d(int64_t c, double momentum_, double eps_, DType dtype)
   running_mean = register_buffer("running_mean", Tensor::zeros({c}, dtype));
   running_var = register_buffer("running_var", Tensor::ones({c}, dtype));
 }
+BatchNorm2d::BatchNorm2d(const SharedState& s, double momentum_, double eps_) : momentum(momentum_), eps(eps_) {
+  weight = register_parameter("weight", s.weight);
+  bias = register_parameter("bias", s.bias);
+  running_mean = register_buffer("running_mean", s.running_mean);
+  running_var = register_buffer("running_var", s.running_var);
+}
 Tensor BatchNorm2d::forward(const Tensor& x) {
   return ops::batch_norm2d(x, weight, bias, running_mean, running_var, is_training(), momentum, eps);
 }
@@ -88,6 +94,10 @@ Sequential::Sequential(std::vector<std::shared_ptr<Module>> layers) {
 void Sequential::push_back(std::shared_ptr<Module> layer) {
   register_module(std::to_string(layers_.size()), layer);
   layers_.push_back(std::move(layer));
+}
+void Sequential::replace_child(const std::string& name, std::shared_ptr<Module> m) {
+  Module::replace_child(name, m);
+  layers_.at(std::stoul(name)) = std::move(m);
 }
 Tensor Sequential::forward(const Tensor& x) {
   Tensor h = x;

@@ -35,6 +35,13 @@ class BatchNorm2d : public Module {
   Tensor forward(const Tensor& x) override;
   Tensor weight, bias, running_mean, running_var;
   double momentum, eps;
+
+ protected:
+  // Registers the given tensors themselves (shared, not copied): for layers that take over another's state.
+  struct SharedState {
+    Tensor weight, bias, running_mean, running_var;
+  };
+  BatchNorm2d(const SharedState& state, double momentum, double eps);
 };
 
 class LayerNorm : public Module {
@@ -96,6 +103,7 @@ class Sequential : public Module {
   void push_back(std::shared_ptr<Module> layer);
   Tensor forward(const Tensor& x) override;
   size_t size() const { return layers_.size(); }
+  void replace_child(const std::string& name, std::shared_ptr<Module> m) override;
 
  private:
   std::vector<std::shared_ptr<Module>> layers_;
@@ -113,6 +121,12 @@ class ModuleList : public Module {
   size_t size() const { return items_.size(); }
   auto begin() { return items_.begin(); }
   auto end() { return items_.end(); }
+  void replace_child(const std::string& name, std::shared_ptr<Module> m) override {
+    auto typed = std::dynamic_pointer_cast<M>(m);
+    DDP_CHECK(typed != nullptr, "ModuleList::replace_child(", name, "): the new module is not of the list's type");
+    Module::replace_child(name, m);
+    items_.at(std::stoul(name)) = std::move(typed);
+  }
 
  private:
   std::vector<std::shared_ptr<M>> items_;

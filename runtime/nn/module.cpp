@@ -96,6 +96,16 @@ void Module::to(DType dtype) {
   for (auto& [n, m] : children_) m->to(dtype);
 }
 
+void Module::replace_child(const std::string& name, std::shared_ptr<Module> m) {
+  DDP_CHECK(m != nullptr, "Module::replace_child(", name, "): the new module is null");
+  for (auto& [n, c] : children_)
+    if (n == name) {
+      c = std::move(m);
+      return;
+    }
+  DDP_FAIL("Module::replace_child: no child named '", name, "'");
+}
+
 void Module::zero_grad() {
   for (auto& nt : named_parameters()) nt.tensor.impl()->grad.reset();
 }

@@ -42,6 +42,14 @@ class Module {
   // Sets every parameter's grad to none (optimizers then skip parameters that get no gradient).
   void zero_grad();
 
+  // The direct submodules, in registration order; replace_child swaps one for another module (model surgery,
+  // e.g. convert_sync_batchnorm). Containers that keep their own typed list (Sequential, ModuleList) override
+  // it to update that list too.
+  const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& named_children() const {
+    return children_;
+  }
+  virtual void replace_child(const std::string& name, std::shared_ptr<Module> m);
+
  protected:
   Tensor& register_parameter(const std::string& name, Tensor t);
   Tensor& register_buffer(const std::string& name, Tensor t);

@@ -14,7 +14,7 @@
 //     probabilities are rounded before att v and att^T dy, the softmax gradient before the dq / dk GEMMs;
 //     scores, softmax, its backward and the saved probabilities stay float32.
 // Everything else (layernorm, gelu, softmax cross-entropy, embedding, optimizer, gradient buckets) is
-// float32. The gradient all-reduce is float32 unless DDPOptions::comm_hook = BF16Compress (bench_e2e
+// float32. The gradient all-reduce is float32 unless DDPOptions::comm_hook = BF16CompressHook (bench_e2e
 // --allreduce-dtype). On the CPU the same rounding points make it an exact emulation up to GEMM summation
 // order, so the logic is tested without a GPU (tests/ops_nn/test_mixed_precision.cpp).
 #pragma once

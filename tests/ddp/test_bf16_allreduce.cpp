@@ -1,4 +1,4 @@
-// test_bf16_allreduce.cpp - the gradient all-reduce in bfloat16 (DDPOptions::comm_hook = BF16Compress,
+// test_bf16_allreduce.cpp - the gradient all-reduce in bfloat16 (DDPOptions::comm_hook = BF16CompressHook,
 // bench_e2e --allreduce-dtype bf16), on the CPU through Gloo: the averaged gradients are bf16 values, close
 // to the float32 all-reduce's (within 3% of each parameter's largest gradient), and not equal to them (the
 // buckets really travelled as bf16); ranks agree bitwise.
@@ -16,11 +16,11 @@
 using namespace ddp;
 
 namespace {
-std::vector<std::vector<double>> grads_after_one_step(CommHookKind hook, int rank, dist::ProcessGroup& pg) {
+std::vector<std::vector<double>> grads_after_one_step(bool bf16, int rank, dist::ProcessGroup& pg) {
   nn::manual_seed(9);
   auto model = std::make_shared<models::MLP>(models::MLPConfig{16, {32}, 4, DType::F32});
   DDPOptions o;
-  o.comm_hook = hook;
+  if (bf16) o.comm_hook = std::make_shared<BF16CompressHook>();  // else the default all-reduce
   o.bucket_cap_mb = o.first_bucket_mb = 0.001;  // several buckets
   DistributedDataParallel ddp(
       model, std::shared_ptr<dist::ProcessGroup>(std::shared_ptr<dist::ProcessGroup>{}, &pg), o);
@@ -36,8 +36,8 @@ std::vector<std::vector<double>> grads_after_one_step(CommHookKind hook, int ran
 TEST(Bf16Allreduce, GradientsAreBf16ValuesCloseToFloat32OnGloo) {
   std::vector<std::vector<std::vector<double>>> f32(2), bf16(2);
   dist::run_threads(2, [&](int r, dist::ProcessGroup& pg) {
-    f32[r] = grads_after_one_step(CommHookKind::Allreduce, r, pg);
-    bf16[r] = grads_after_one_step(CommHookKind::BF16Compress, r, pg);
+    f32[r] = grads_after_one_step(false, r, pg);
+    bf16[r] = grads_after_one_step(true, r, pg);
   });
   EXPECT_TRUE(bf16[0] == bf16[1]) << "ranks disagree";
   bool any_different = false;
