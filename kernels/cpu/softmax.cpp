@@ -52,7 +52,7 @@ void LogSoftmaxBackward(const T* y, const T* dy, T* dx, int64_t rows, int64_t co
     const T* dyr = dy + r * cols;
     const auto s = hn::Set(d, RowSum(dyr, cols));
     MapBinary(d, yr, dyr, dx + r * cols, cols,
-              [s](auto dd, auto vy, auto vdy) HWY_ATTR { return hn::NegMulAdd(hn::Exp(dd, vy), s, vdy); });
+              [s](auto dd, auto vy, auto vdy) HWY_ATTR { return hn::NegMulAdd(ExpFast(dd, vy), s, vdy); });
   }
 }
 }  // namespace
