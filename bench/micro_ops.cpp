@@ -31,6 +31,7 @@
 #include "kernels/cpu/layernorm.h"
 #include "kernels/cpu/loss.h"
 #include "kernels/cpu/optim.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/cpu/reduce.h"
 #include "kernels/cpu/simd_target.h"
 #include "kernels/cpu/softmax.h"
@@ -299,15 +300,22 @@ struct KernelData {
   }
 };
 
+// Kernel_VsCopy/<k>/<threads>: the kernel and the copy both run with a thread budget of `threads` (the copy
+// split across the pool like an elementwise kernel), so the ratio compares like with like.
 void Kernel_VsCopy(benchmark::State& state) {
   static KernelData data;
   const int k = static_cast<int>(state.range(0));
+  const int threads = static_cast<int>(state.range(1));
+  const int saved_budget = kernels::cpu::thread_budget();
+  kernels::cpu::set_thread_budget(threads);
   std::vector<float> src(kN, 1.0f), dst(kN);
   std::vector<double> tk, tc;
   using Clock = std::chrono::steady_clock;
   for (auto _ : state) {
     const auto t0 = Clock::now();
-    std::memcpy(dst.data(), src.data(), kN * sizeof(float));
+    kernels::cpu::parallel_for(kN, 64, kernels::cpu::kParallelMinElements, [&](int64_t b, int64_t e) {
+      std::memcpy(dst.data() + b, src.data() + b, static_cast<size_t>(e - b) * sizeof(float));
+    });
     benchmark::DoNotOptimize(dst.data());
     benchmark::ClobberMemory();
     const auto t1 = Clock::now();
@@ -324,9 +332,12 @@ void Kernel_VsCopy(benchmark::State& state) {
   state.counters["copy_GBps"] = gc;
   state.counters["kernel_ms"] = median(tk) * 1e3;
   state.counters["vs_copy"] = gk / gc;
-  state.SetLabel(kKernels[k].name);
+  state.SetLabel(std::string(kKernels[k].name) + (threads > 1 ? " [" + std::to_string(threads) + " threads]" : ""));
+  kernels::cpu::set_thread_budget(saved_budget);
 }
-BENCHMARK(Kernel_VsCopy)->DenseRange(0, kNumKernels - 1)->Unit(benchmark::kMicrosecond);
+BENCHMARK(Kernel_VsCopy)
+    ->ArgsProduct({benchmark::CreateDenseRange(0, kNumKernels - 1, 1), {1, 2}})
+    ->Unit(benchmark::kMicrosecond);
 
 // Prints the usual console table, then the engine/raw table of Linear_Paired (medians when repeated).
 class RatioReporter : public benchmark::ConsoleReporter {
@@ -391,8 +402,9 @@ void apply_blas_threads(int* argc, char** argv) {
       argv[out++] = argv[i];
   }
   *argc = out;
-  if (threads > 0) kernels::cpu::set_blas_threads(threads);
-  std::printf("OpenBLAS threads: %d\n", kernels::cpu::blas_threads());
+  if (threads > 0) kernels::cpu::set_thread_budget(threads);
+  std::printf("OpenBLAS threads: %d (thread budget %d; Kernel_VsCopy sets its own)\n", kernels::cpu::blas_threads(),
+              kernels::cpu::thread_budget());
 }
 }  // namespace
 

@@ -16,6 +16,7 @@
 #include <limits>
 
 #include "kernels/cpu/activation.h"
+#include "kernels/cpu/parallel.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace ddp::kernels::cpu::HWY_NAMESPACE {
@@ -153,10 +154,12 @@ namespace ddp::kernels::cpu {
   HWY_EXPORT(Name##F64);                                      \
   template <class T>                                          \
   void Public(const T* x, T* y, int64_t n) {                  \
-    if constexpr (sizeof(T) == 4)                             \
-      HWY_DYNAMIC_DISPATCH(Name##F32)(x, y, n);               \
-    else                                                      \
-      HWY_DYNAMIC_DISPATCH(Name##F64)(x, y, n);               \
+    parallel_for(n, 64, kParallelMinElements, [&](int64_t b, int64_t e) { \
+      if constexpr (sizeof(T) == 4)                           \
+        HWY_DYNAMIC_DISPATCH(Name##F32)(x + b, y + b, e - b); \
+      else                                                    \
+        HWY_DYNAMIC_DISPATCH(Name##F64)(x + b, y + b, e - b); \
+    });                                                       \
   }                                                           \
   template void Public<float>(const float*, float*, int64_t); \
   template void Public<double>(const double*, double*, int64_t);
@@ -165,10 +168,12 @@ namespace ddp::kernels::cpu {
   HWY_EXPORT(Name##F64);                                                    \
   template <class T>                                                        \
   void Public(const T* g, const T* s, T* dx, int64_t n) {                   \
-    if constexpr (sizeof(T) == 4)                                           \
-      HWY_DYNAMIC_DISPATCH(Name##F32)(g, s, dx, n);                         \
-    else                                                                    \
-      HWY_DYNAMIC_DISPATCH(Name##F64)(g, s, dx, n);                         \
+    parallel_for(n, 64, kParallelMinElements, [&](int64_t b, int64_t e) {   \
+      if constexpr (sizeof(T) == 4)                                         \
+        HWY_DYNAMIC_DISPATCH(Name##F32)(g + b, s + b, dx + b, e - b);       \
+      else                                                                  \
+        HWY_DYNAMIC_DISPATCH(Name##F64)(g + b, s + b, dx + b, e - b);       \
+    });                                                                     \
   }                                                                         \
   template void Public<float>(const float*, const float*, float*, int64_t); \
   template void Public<double>(const double*, const double*, double*, int64_t);

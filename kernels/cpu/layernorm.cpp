@@ -7,11 +7,14 @@
 #include "hwy/highway.h"
 #include "kernels/cpu/simd-inl.h"
 
+#include <algorithm>
 #include <cmath>
+#include <utility>
 #include <cstdint>
 #include <vector>
 
 #include "kernels/cpu/layernorm.h"
+#include "kernels/cpu/parallel.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace ddp::kernels::cpu::HWY_NAMESPACE {
@@ -101,18 +104,48 @@ HWY_EXPORT(LayerNormBackwardF64);
 template <class T>
 void layernorm_forward(const T* x, const T* weight, const T* bias, T* y, T* mean, T* rstd, int64_t rows,
                        int64_t cols, double eps) {
-  if constexpr (sizeof(T) == 4)
-    HWY_DYNAMIC_DISPATCH(LayerNormForwardF32)(x, weight, bias, y, mean, rstd, rows, cols, eps);
-  else
-    HWY_DYNAMIC_DISPATCH(LayerNormForwardF64)(x, weight, bias, y, mean, rstd, rows, cols, eps);
+  const int64_t min_rows = std::max<int64_t>(1, kParallelMinElements / std::max<int64_t>(cols, 1));
+  parallel_for(rows, 1, min_rows, [&](int64_t b, int64_t e) {
+    const int64_t o = b * cols;
+    if constexpr (sizeof(T) == 4)
+      HWY_DYNAMIC_DISPATCH(LayerNormForwardF32)(x + o, weight, bias, y + o, mean + b, rstd + b, e - b, cols, eps);
+    else
+      HWY_DYNAMIC_DISPATCH(LayerNormForwardF64)(x + o, weight, bias, y + o, mean + b, rstd + b, e - b, cols, eps);
+  });
 }
 template <class T>
 void layernorm_backward(const T* dy, const T* x, const T* weight, const T* mean, const T* rstd, T* dx,
                         T* dweight, T* dbias, int64_t rows, int64_t cols) {
-  if constexpr (sizeof(T) == 4)
-    HWY_DYNAMIC_DISPATCH(LayerNormBackwardF32)(dy, x, weight, mean, rstd, dx, dweight, dbias, rows, cols);
-  else
-    HWY_DYNAMIC_DISPATCH(LayerNormBackwardF64)(dy, x, weight, mean, rstd, dx, dweight, dbias, rows, cols);
+  // dweight and dbias sum over rows: per block of kBlockRows rows (a fixed split, whatever the thread
+  // count) into its own partial row, then the partials are added in block order in double.
+  constexpr int64_t kBlockRows = 64;
+  const int64_t blocks = (rows + kBlockRows - 1) / kBlockRows;
+  const bool partials = (dweight || dbias) && blocks > 1;
+  std::vector<T> pw(partials && dweight ? static_cast<size_t>(blocks * cols) : 0),
+      pb(partials && dbias ? static_cast<size_t>(blocks * cols) : 0);
+  const int64_t min_blocks = std::max<int64_t>(1, kParallelMinElements / std::max<int64_t>(kBlockRows * cols, 1));
+  parallel_for(blocks, 1, min_blocks, [&](int64_t b0, int64_t b1) {
+    for (int64_t blk = b0; blk < b1; ++blk) {
+      const int64_t r0 = blk * kBlockRows, n = std::min(rows, r0 + kBlockRows) - r0, o = r0 * cols;
+      T* dw = !dweight ? nullptr : partials ? pw.data() + blk * cols : dweight;
+      T* db = !dbias ? nullptr : partials ? pb.data() + blk * cols : dbias;
+      if constexpr (sizeof(T) == 4)
+        HWY_DYNAMIC_DISPATCH(LayerNormBackwardF32)(dy + o, x + o, weight, mean + r0, rstd + r0,
+                                                   dx ? dx + o : nullptr, dw, db, n, cols);
+      else
+        HWY_DYNAMIC_DISPATCH(LayerNormBackwardF64)(dy + o, x + o, weight, mean + r0, rstd + r0,
+                                                   dx ? dx + o : nullptr, dw, db, n, cols);
+    }
+  });
+  if (!partials) return;
+  for (auto [out, part] : {std::pair<T*, const std::vector<T>*>{dweight, &pw}, {dbias, &pb}}) {
+    if (!out) continue;
+    for (int64_t c = 0; c < cols; ++c) {
+      double acc = 0;
+      for (int64_t blk = 0; blk < blocks; ++blk) acc += static_cast<double>((*part)[blk * cols + c]);
+      out[c] = static_cast<T>(acc);
+    }
+  }
 }
 
 template void layernorm_forward<float>(const float*, const float*, const float*, float*, float*, float*,

@@ -1,0 +1,46 @@
+// parallel.h - the rank's CPU thread budget, shared by OpenBLAS and the intra-op thread pool that splits the
+// large non-BLAS kernels (elementwise, row-wise, column sums) across that budget.
+//
+// One budget per process. set_thread_budget(n) gives OpenBLAS n threads and the pool n - 1 workers (the
+// calling thread is the n-th). Never set, the budget follows OpenBLAS's own thread count (OPENBLAS_NUM_THREADS;
+// ddprun sets it to 1 when several ranks share a host), so a 1-thread rank starts no pool thread at all.
+// BLAS and pool work never overlap: both are entered from the rank's compute thread and return only when
+// their work is done, and between jobs the pool's workers sleep on a condition variable (they never spin),
+// so the cores are OpenBLAS's while a GEMM runs. Debian's OpenBLAS is the pthread flavour (no OpenMP here).
+// Another backend with its own threads (oneDNN) should size itself with thread_budget() in the same way.
+//
+// Determinism: parallel_for hands out contiguous ranges whose boundaries are multiples of `align`; for
+// elementwise kernels any split gives bitwise-identical results. Reductions must not depend on the split:
+// they sum fixed blocks (sizes independent of the thread count) and combine the block results in order.
+// A call made while the pool is busy (another thread's kernel, or from inside a task) runs serially.
+#pragma once
+#include <cstdint>
+
+namespace ddp::kernels::cpu {
+
+// The rank's threads for compute: OpenBLAS threads and pool threads (pool workers + the caller). n >= 1.
+void set_thread_budget(int n);
+// The budget now (set_thread_budget's value, else OpenBLAS's thread count).
+int thread_budget();
+// Pool worker threads started so far in this process (tests: a budget of 1 starts none).
+int pool_threads_started();
+
+// Below this many elements (of one pass over memory) an op stays on the calling thread: the pool's wake-up
+// (a futex wake and a context switch, ~5-20 us here) costs more than it saves. Measured with
+// bench_micro_ops Parallel_Threshold (docs/benchmarks.md).
+constexpr int64_t kParallelMinElements = 1 << 15;
+
+namespace detail {
+using RangeFn = void (*)(void* ctx, int64_t begin, int64_t end);
+void parallel_run(int64_t n, int64_t align, int64_t min_per_thread, RangeFn fn, void* ctx);
+}  // namespace detail
+
+// Calls body(begin, end) over disjoint ranges covering [0, n), on up to thread_budget() threads; a range has
+// at least min_per_thread items, and every boundary is a multiple of align. Serially: body(0, n).
+template <class F>
+void parallel_for(int64_t n, int64_t align, int64_t min_per_thread, F&& body) {
+  auto call = [](void* ctx, int64_t b, int64_t e) { (*static_cast<F*>(ctx))(b, e); };
+  detail::parallel_run(n, align, min_per_thread, call, &body);
+}
+
+}  // namespace ddp::kernels::cpu
