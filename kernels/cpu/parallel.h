@@ -15,6 +15,7 @@
 // A call made while the pool is busy (another thread's kernel, or from inside a task) runs serially.
 #pragma once
 #include <cstdint>
+#include <type_traits>
 
 namespace ddp::kernels::cpu {
 
@@ -39,8 +40,9 @@ void parallel_run(int64_t n, int64_t align, int64_t min_per_thread, RangeFn fn, 
 // at least min_per_thread items, and every boundary is a multiple of align. Serially: body(0, n).
 template <class F>
 void parallel_for(int64_t n, int64_t align, int64_t min_per_thread, F&& body) {
-  auto call = [](void* ctx, int64_t b, int64_t e) { (*static_cast<F*>(ctx))(b, e); };
-  detail::parallel_run(n, align, min_per_thread, call, &body);
+  using Body = std::remove_reference_t<F>;
+  auto call = [](void* ctx, int64_t b, int64_t e) { (*static_cast<Body*>(ctx))(b, e); };
+  detail::parallel_run(n, align, min_per_thread, call, const_cast<void*>(static_cast<const void*>(&body)));
 }
 
 }  // namespace ddp::kernels::cpu

@@ -1,10 +1,67 @@
-// reduce.cpp - the CPU reduction kernels: contiguous passes the compiler can vectorise, with short block sums
-// in the input type folded into double accumulators.
-#include "kernels/cpu/reduce.h"
+// reduce.cpp - the CPU reduction kernels: short block sums in the input type folded into double
+// accumulators. The column sums (sum over the middle dimension, e.g. a bias gradient summed over rows) are
+// vectorized with Google Highway (compiled per instruction set, chosen at run time) and split across the
+// thread budget by columns, so every column's summation order is the same for any thread count.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/cpu/reduce.cpp"
+#include "hwy/foreach_target.h"  // must come before highway.h
+
+#include "hwy/highway.h"
 
 #include <algorithm>
+#include <cstdint>
 
+#include "kernels/cpu/parallel.h"
+#include "kernels/cpu/reduce.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace ddp::kernels::cpu::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+// acc[j] (double, w columns) += sum of rows k0..k1 of x (row stride `stride`) at columns 0..w-1, the rows
+// summed four at a time in the input type ((r0 + r1) + (r2 + r3), then into a per-block partial) and the
+// partial converted to double once per block of rows.
+template <class In>
+void ColumnBlockSum(const In* x, int64_t stride, int64_t k0, int64_t k1, int64_t w, double* acc) {
+  const hn::ScalableTag<In> d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  int64_t j = 0;
+  for (; j + N <= w; j += N) {
+    auto part = hn::Zero(d);
+    int64_t k = k0;
+    for (; k + 4 <= k1; k += 4) {
+      const In* r0 = x + k * stride + j;
+      part = hn::Add(part, hn::Add(hn::Add(hn::LoadU(d, r0), hn::LoadU(d, r0 + stride)),
+                                   hn::Add(hn::LoadU(d, r0 + 2 * stride), hn::LoadU(d, r0 + 3 * stride))));
+    }
+    for (; k < k1; ++k) part = hn::Add(part, hn::LoadU(d, x + k * stride + j));
+    alignas(64) In buf[64 / sizeof(In)];
+    hn::Store(part, d, buf);
+    for (int64_t l = 0; l < N; ++l) acc[j + l] += static_cast<double>(buf[l]);
+  }
+  for (; j < w; ++j) {  // the last columns: the same association as a vector lane
+    In part = In(0);
+    int64_t k = k0;
+    for (; k + 4 <= k1; k += 4) {
+      const In* r0 = x + k * stride + j;
+      part += (r0[0] + r0[stride]) + (r0[2 * stride] + r0[3 * stride]);
+    }
+    for (; k < k1; ++k) part += x[k * stride + j];
+    acc[j] += static_cast<double>(part);
+  }
+}
+void ColumnBlockSumF32(const float* x, int64_t s, int64_t k0, int64_t k1, int64_t w, double* acc) {
+  ColumnBlockSum(x, s, k0, k1, w, acc);
+}
+void ColumnBlockSumF64(const double* x, int64_t s, int64_t k0, int64_t k1, int64_t w, double* acc) {
+  ColumnBlockSum(x, s, k0, k1, w, acc);
+}
+}  // namespace ddp::kernels::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
 namespace ddp::kernels::cpu {
+HWY_EXPORT(ColumnBlockSumF32);
+HWY_EXPORT(ColumnBlockSumF64);
 
 std::vector<DimGroup> group_dims(const Dims& shape, const std::vector<bool>& reduced) {
   std::vector<DimGroup> groups;
@@ -52,32 +109,26 @@ void sum_middle(const In* x, int64_t outer, int64_t r, int64_t inner, Out* out, 
     return;
   }
   constexpr int64_t kTile = 512;  // columns per pass: the accumulators stay in L1
-  double acc[kTile];
-  In part[kTile];
   for (int64_t o = 0; o < outer; ++o) {
-    for (int64_t j0 = 0; j0 < inner; j0 += kTile) {
-      const int64_t w = std::min(kTile, inner - j0);
-      std::fill(acc, acc + w, 0.0);
-      for (int64_t k0 = 0; k0 < r; k0 += kBlockRows) {
-        const int64_t k1 = std::min(r, k0 + kBlockRows);
-        std::fill(part, part + w, In(0));
-        int64_t k = k0;
-        for (; k + 4 <= k1; k += 4) {  // four rows per pass over `part`
-          const In* r0 = x + (o * r + k) * inner + j0;
-          const In* r1 = r0 + inner;
-          const In* r2 = r1 + inner;
-          const In* r3 = r2 + inner;
-          for (int64_t j = 0; j < w; ++j) part[j] += (r0[j] + r1[j]) + (r2[j] + r3[j]);
-        }
-        for (; k < k1; ++k) {
-          const In* row = x + (o * r + k) * inner + j0;
-          for (int64_t j = 0; j < w; ++j) part[j] += row[j];
-        }
-        for (int64_t j = 0; j < w; ++j) acc[j] += static_cast<double>(part[j]);
-      }
-      Out* dst = out + o * inner + j0;
-      for (int64_t j = 0; j < w; ++j) dst[j] = static_cast<Out>(acc[j] * scale);
-    }
+    const In* xo = x + o * r * inner;
+    Out* dst = out + o * inner;
+    // Columns split across the thread budget (each column summed in the same order by any split).
+    parallel_for(inner, 16, std::max<int64_t>(16, kParallelMinElements / std::max<int64_t>(r, 1)),
+                 [&](int64_t c0, int64_t c1) {
+                   double acc[kTile];
+                   for (int64_t j0 = c0; j0 < c1; j0 += kTile) {
+                     const int64_t w = std::min(kTile, c1 - j0);
+                     std::fill(acc, acc + w, 0.0);
+                     for (int64_t k0 = 0; k0 < r; k0 += kBlockRows) {
+                       const int64_t k1 = std::min(r, k0 + kBlockRows);
+                       if constexpr (sizeof(In) == 4)
+                         HWY_DYNAMIC_DISPATCH(ColumnBlockSumF32)(xo + j0, inner, k0, k1, w, acc);
+                       else
+                         HWY_DYNAMIC_DISPATCH(ColumnBlockSumF64)(xo + j0, inner, k0, k1, w, acc);
+                     }
+                     for (int64_t j = 0; j < w; ++j) dst[j0 + j] = static_cast<Out>(acc[j] * scale);
+                   }
+                 });
   }
 }
 
@@ -176,3 +227,4 @@ template void expand_dims<float>(const float*, const Dims&, const std::vector<bo
 template void expand_dims<double>(const double*, const Dims&, const std::vector<bool>&, double*, double);
 
 }  // namespace ddp::kernels::cpu
+#endif  // HWY_ONCE
