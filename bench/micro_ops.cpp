@@ -339,6 +339,40 @@ BENCHMARK(Kernel_VsCopy)
     ->ArgsProduct({benchmark::CreateDenseRange(0, kNumKernels - 1, 1), {1, 2}})
     ->Unit(benchmark::kMicrosecond);
 
+// Parallel_Threshold/<n>/<threads>: gelu forward (a compute-heavy kernel) and relu forward (a memory-bound one)
+// on n float32 elements, split across `threads` regardless of kParallelMinElements, to find the size from
+// which the pool's wake-up pays off (kernels/cpu/parallel.h). Reports the median microseconds of each.
+void Parallel_Threshold(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  const int threads = static_cast<int>(state.range(1));
+  const int saved_budget = kernels::cpu::thread_budget();
+  kernels::cpu::set_thread_budget(threads);
+  std::vector<float> x(static_cast<size_t>(n)), y(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) x[i] = std::sin(0.001f * static_cast<float>(i)) * 3.0f;
+  std::vector<double> tg, tr;
+  using Clock = std::chrono::steady_clock;
+  for (auto _ : state) {
+    const auto t0 = Clock::now();
+    kernels::cpu::parallel_for(n, 64, 64, [&](int64_t b, int64_t e) {
+      kernels::cpu::gelu_forward(x.data() + b, y.data() + b, e - b);  // serial inside a pool task
+    });
+    const auto t1 = Clock::now();
+    kernels::cpu::parallel_for(n, 64, 64, [&](int64_t b, int64_t e) {
+      kernels::cpu::relu_forward(x.data() + b, y.data() + b, e - b);
+    });
+    const auto t2 = Clock::now();
+    benchmark::DoNotOptimize(y.data());
+    tg.push_back(std::chrono::duration<double>(t1 - t0).count());
+    tr.push_back(std::chrono::duration<double>(t2 - t1).count());
+  }
+  state.counters["gelu_us"] = median(tg) * 1e6;
+  state.counters["relu_us"] = median(tr) * 1e6;
+  kernels::cpu::set_thread_budget(saved_budget);
+}
+BENCHMARK(Parallel_Threshold)
+    ->ArgsProduct({{4096, 8192, 16384, 32768, 65536, 262144}, {1, 2}})
+    ->Unit(benchmark::kMicrosecond);
+
 // Prints the usual console table, then the engine/raw table of Linear_Paired (medians when repeated).
 class RatioReporter : public benchmark::ConsoleReporter {
  public:

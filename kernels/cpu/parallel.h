@@ -26,10 +26,13 @@ int thread_budget();
 // Pool worker threads started so far in this process (tests: a budget of 1 starts none).
 int pool_threads_started();
 
-// Below this many elements (of one pass over memory) an op stays on the calling thread: the pool's wake-up
-// (a futex wake and a context switch, ~5-20 us here) costs more than it saves. Measured with
-// bench_micro_ops Parallel_Threshold (docs/benchmarks.md).
-constexpr int64_t kParallelMinElements = 1 << 15;
+// An op is split only when every thread gets at least this many elements (of one pass over memory): the
+// pool's wake-up (a futex wake and a context switch, 5-20 us on this VM) must be small against the work
+// saved. bench_micro_ops Parallel_Threshold times gelu (compute-heavy) and relu (memory-bound) at 4K-256K
+// elements with 1 and 2 threads; on the loaded 2-core development VM (2026-12-01) the second thread gave
+// nothing at any size (the other core was busy), so this value (64K: gelu ~15 us, relu ~3 us per thread) is
+// a conservative pick to re-measure on a quiet machine (docs/benchmarks.md).
+constexpr int64_t kParallelMinElements = 1 << 16;
 
 namespace detail {
 using RangeFn = void (*)(void* ctx, int64_t begin, int64_t end);
