@@ -16,38 +16,28 @@
 
 HWY_BEFORE_NAMESPACE();
 namespace ddp::kernels::cpu::HWY_NAMESPACE {
-namespace hn = hwy::HWY_NAMESPACE;
-// acc[j] (double, w columns) += sum of rows k0..k1 of x (row stride `stride`) at columns 0..w-1, the rows
-// summed four at a time in the input type ((r0 + r1) + (r2 + r3), then into a per-block partial) and the
-// partial converted to double once per block of rows.
+// acc[j] (double, w <= 512 columns) += sum of rows k0..k1 of x (row stride `stride`) at columns 0..w-1:
+// four rows at a time added in the input type into a per-block partial row ((r0 + r1) + (r2 + r3), row-major,
+// so every access streams), the partial converted to double once per block. Plain loops compiled per
+// instruction set: the compiler vectorizes them with AVX-512 / AVX2 (float adds are not reassociated, so every
+// target gives the same bits).
 template <class In>
 void ColumnBlockSum(const In* x, int64_t stride, int64_t k0, int64_t k1, int64_t w, double* acc) {
-  const hn::ScalableTag<In> d;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  int64_t j = 0;
-  for (; j + N <= w; j += N) {
-    auto part = hn::Zero(d);
-    int64_t k = k0;
-    for (; k + 4 <= k1; k += 4) {
-      const In* r0 = x + k * stride + j;
-      part = hn::Add(part, hn::Add(hn::Add(hn::LoadU(d, r0), hn::LoadU(d, r0 + stride)),
-                                   hn::Add(hn::LoadU(d, r0 + 2 * stride), hn::LoadU(d, r0 + 3 * stride))));
-    }
-    for (; k < k1; ++k) part = hn::Add(part, hn::LoadU(d, x + k * stride + j));
-    alignas(64) In buf[64 / sizeof(In)];
-    hn::Store(part, d, buf);
-    for (int64_t l = 0; l < N; ++l) acc[j + l] += static_cast<double>(buf[l]);
+  In part[512];
+  for (int64_t j = 0; j < w; ++j) part[j] = In(0);
+  int64_t k = k0;
+  for (; k + 4 <= k1; k += 4) {
+    const In* __restrict r0 = x + k * stride;
+    const In* __restrict r1 = r0 + stride;
+    const In* __restrict r2 = r1 + stride;
+    const In* __restrict r3 = r2 + stride;
+    for (int64_t j = 0; j < w; ++j) part[j] += (r0[j] + r1[j]) + (r2[j] + r3[j]);
   }
-  for (; j < w; ++j) {  // the last columns: the same association as a vector lane
-    In part = In(0);
-    int64_t k = k0;
-    for (; k + 4 <= k1; k += 4) {
-      const In* r0 = x + k * stride + j;
-      part += (r0[0] + r0[stride]) + (r0[2 * stride] + r0[3 * stride]);
-    }
-    for (; k < k1; ++k) part += x[k * stride + j];
-    acc[j] += static_cast<double>(part);
+  for (; k < k1; ++k) {
+    const In* __restrict row = x + k * stride;
+    for (int64_t j = 0; j < w; ++j) part[j] += row[j];
   }
+  for (int64_t j = 0; j < w; ++j) acc[j] += static_cast<double>(part[j]);
 }
 void ColumnBlockSumF32(const float* x, int64_t s, int64_t k0, int64_t k1, int64_t w, double* acc) {
   ColumnBlockSum(x, s, k0, k1, w, acc);
