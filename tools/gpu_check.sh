@@ -194,9 +194,15 @@ dev_args() {  # args... -> the same args (GPU run) or their CPU twin (dry run), 
 }
 
 # "name median; ..." for bench_e2e's table rows matching $1: each row is a name, then median p10 p90 min max.
+# Under ddprun every line starts with "[rank 0] "; that prefix is dropped first.
 medians() {
-  grep -E "^ +($1)" | awk '{ if (NF < 6) next; n = $1; for (j = 2; j <= NF - 5; j++) n = n " " $j;
-    printf "%s %s; ", n, $(NF - 4) }'
+  sed -E 's/^\[rank [0-9]+\] ?//' | grep -E "^ +($1)" |
+    awk '{ if (NF < 6) next; n = $1; for (j = 2; j <= NF - 5; j++) n = n " " $j;
+           printf "%s%s %s", (k++ ? "; " : ""), n, $(NF - 4) }'
+}
+bench_row() {  # label, log: the parsed medians, or FAIL when the table is missing
+  local m; m="$(medians 'step \(|tokens/s|exposed|MFU|used-map' <"$WORK/$2")"
+  if [ -z "$m" ]; then row "$1" "FAIL: no bench_e2e table in $2 (parser?)"; else row "$1" "$m"; fi
 }
 
 # ---- steps -----------------------------------------------------------------------------------------------------
@@ -211,7 +217,9 @@ run_test() {  # name, binary, gtest filter, seconds
   local t=$SECONDS
   if timeout "$lim" "$TESTS/$bin" --gtest_filter="$filter" >"$WORK/$file" 2>&1; then
     local ok sk
-    ok=$(grep -c '^\[       OK' "$WORK/$file"); sk=$(grep -c '^\[  SKIPPED' "$WORK/$file")
+    # one line per test that ran: "[       OK ] Suite.Name (12 ms)" (the summary lists them again, without time)
+    ok=$(grep -cE '^\[       OK \] .* \([0-9]+ ms\)$' "$WORK/$file")
+    sk=$(grep -cE '^\[  SKIPPED \] .* \([0-9]+ ms\)$' "$WORK/$file")
     row "$name" "PASS $ok/$n$([ "$sk" -gt 0 ] && echo ", $sk skipped")$([ "$DRY" = 0 ] && [ "$sk" -gt 0 ] && echo ' (on a GPU: why?)'), $((SECONDS - t)) s"
   else
     local rc=$?
@@ -240,8 +248,7 @@ bench() {  # label, seconds, bench_e2e args...
   [ "$DRY" = 1 ] && args+=(--peak-tflops 1)  # the CPU has no datasheet peak: exercise the MFU row anyway
   log "bench: $label: bench_e2e ${args[*]}"
   if timeout "$lim" "$BIN/bench_e2e" "${args[@]}" --json "$WORK/bench.json" --label "$label" >"$WORK/bench-$label.log" 2>&1; then
-    local m; m="$(medians 'step \(|tokens/s|exposed|MFU|used-map' <"$WORK/bench-$label.log")"
-    if [ -z "$m" ]; then row "$label" "FAIL: no table in bench-$label.log (parser?)"; else row "$label" "$m"; fi
+    bench_row "$label" "bench-$label.log"
   else
     row "$label" "FAIL rc=$? (bench-$label.log): $(grep -v '^ ' "$WORK/bench-$label.log" | tail -1)"
   fi
@@ -255,7 +262,7 @@ two_ranks() {
   log "bench: $label"
   if timeout "$lim" "$BIN/ddprun" --nproc-per-node 2 --standalone "$BIN/bench_e2e" "${args[@]}" \
        --json "$WORK/bench.json" --label gpt-tiny-2ranks-gloo-staged >"$WORK/bench-2ranks.log" 2>&1; then
-    row "$label" "$(medians 'step \(|exposed' <"$WORK/bench-2ranks.log")"
+    bench_row "$label" bench-2ranks.log
   else
     row "$label" "FAIL rc=$? (bench-2ranks.log): $(grep -v '^ ' "$WORK/bench-2ranks.log" | tail -1)"
   fi
