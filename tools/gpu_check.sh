@@ -77,7 +77,13 @@ pack_logs() {
   (cd "$WORK" && tar -czf "$COLLECT/logs.tar.gz" --exclude=bundle --exclude=table.md . 2>/dev/null)
   collect
 }
-trap pack_logs EXIT
+finish() {  # on every exit: the table on stdout, the logs packed for --collect
+  local rc=$?
+  [ -f "$WORK/table.md" ] && { echo; cat "$WORK/table.md"; }
+  pack_logs
+  exit "$rc"
+}
+trap finish EXIT
 
 # ---- time: every step's timeout is cut to the deadline -------------------------------------------------------
 DEADLINE_T0=$SECONDS  # reset after the build
@@ -166,7 +172,10 @@ missing=""
 for f in "$BIN"/{train,ddprun,bench_e2e,bench_gpu_gemm} "$TESTS"/{test_gpu,test_ops_core,test_ops_nn,test_ops_conv,test_train}; do
   if [ ! -x "$f" ]; then missing+=" $(basename "$f") (absent)"; continue; fi
   nf="$(ldd "$f" 2>/dev/null | awk '/not found/ {print $1}' | tr '\n' ' ')"
-  [ -n "$nf" ] && missing+=" $(basename "$f") needs: $nf"
+  if [ -n "$nf" ]; then missing+=" $(basename "$f") needs: $nf"; continue; fi
+  # Starting it catches the rest (symbol versions: the bundle needs glibc >= 2.34 and GLIBCXX_3.4.30).
+  case "$f" in */tests/*) probe=(--gtest_list_tests) ;; *) probe=(--help) ;; esac
+  if ! out="$("$f" "${probe[@]}" 2>&1 >/dev/null)"; then missing+=" $(basename "$f") does not start: $(echo "$out" | head -2 | tr '\n' ' ')"; fi
 done
 if [ -n "$missing" ]; then
   log "binaries cannot run:$missing"
@@ -305,6 +314,4 @@ bench gpt2s-bf16-bf16-allreduce 75 --config gpt2s --dtype bf16 --allreduce-dtype
 
 log "done in $((SECONDS - T0)) s, $FAILS failed; logs in $WORK"
 write_table
-echo
-cat "$WORK/table.md"
 [ "$FAILS" -eq 0 ]
