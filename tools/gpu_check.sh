@@ -94,14 +94,13 @@ limit_for() {  # wanted seconds -> seconds allowed now (0: skip)
 }
 
 # ---- where CUDA's libraries are: toolkit or Python's nvidia-* wheels ------------------------------------------
+LIB_CANDS=(/usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib /usr/lib/x86_64-linux-gnu)
+for py in $(python3 -c "import site; print(' '.join(site.getsitepackages()))" 2>/dev/null) /opt/torch/.venv/lib/python3*/site-packages; do
+  [ -d "$py/nvidia" ] && LIB_CANDS+=("$py/nvidia")
+done
 lib_dirs_for() {  # soname -> directories holding it
-  local cands=(/usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib /usr/lib/x86_64-linux-gnu)
-  local py
-  for py in $(python3 -c "import site; print(' '.join(site.getsitepackages()))" 2>/dev/null) /opt/torch/.venv/lib/python3*/site-packages; do
-    [ -d "$py/nvidia" ] && cands+=("$py/nvidia")
-  done
   local d
-  for d in "${cands[@]}"; do
+  for d in "${LIB_CANDS[@]}"; do
     [ -d "$d" ] || continue
     find "$d" -maxdepth 4 -name "$1" -printf '%h\n' 2>/dev/null | head -1
   done | awk '!seen[$0]++'
@@ -112,7 +111,7 @@ for so in "${CUDA_LIBS[@]}"; do
   if [ -n "$d" ]; then
     case ":${LD_LIBRARY_PATH:-}:" in *":$d:"*) ;; *) export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d" ;; esac
     case "$so" in libnccl*) export NCCL_ROOT="$(dirname "$d")" ;; libcudnn*) export CUDNN_ROOT="$(dirname "$d")" ;; esac
-    log "$so in $d"
+    log "$so in $d ($(basename "$(readlink -f "$d/$so")"))"
   else
     log "$so not found (toolkit or Python nvidia-* packages)"
   fi
