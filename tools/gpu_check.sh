@@ -15,7 +15,7 @@
 #                     nccl -> gloo, gpt2s -> gpt, 1 step); no GPU needed. Also GPU_CHECK_DEVICE=cpu. Uses the build
 #                     in DDP_BUILD_DIR (default build) unless --prebuilt. ctest runs it (GpuCheck.DryRun).
 #     WORK            logs and table (default runs/gpu-check-<date>)
-# Time: DDP_GPU_CHECK_DEADLINE_S (default 300) bounds the whole run after the build: each step's timeout is cut to
+# Time: DDP_GPU_CHECK_DEADLINE_S (default 240) bounds the whole run after the build: each step's timeout is cut to
 # what is left, and steps that would start with under 10 s left are skipped, so the script ends by then. Building
 # on the device (no --prebuilt) adds at most DDP_GPU_BUILD_TIMEOUT_S (default 240) before that.
 # NCCL, cuDNN and cuBLAS come from the CUDA toolkit or from Python's nvidia-* packages (found either way).
@@ -41,7 +41,7 @@ WORK="${WORK:-$ROOT/runs/gpu-check-$(date +%Y%m%d-%H%M%S)}"
 mkdir -p "$WORK" || exit 2
 WORK="$(cd "$WORK" && pwd)"
 [ -n "$COLLECT" ] && { mkdir -p "$COLLECT" || exit 2; }
-DEADLINE="${DDP_GPU_CHECK_DEADLINE_S:-300}"
+DEADLINE="${DDP_GPU_CHECK_DEADLINE_S:-240}"
 BUILD_LIMIT="${DDP_GPU_BUILD_TIMEOUT_S:-240}"
 : >"$WORK/check.log"
 T0=$SECONDS
