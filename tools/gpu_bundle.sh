@@ -25,9 +25,8 @@ if ! ldd "$BUILD/libddp.so" | grep -q libcudart; then
   exit 1
 fi
 
-# What tools/gpu_check.sh runs (keep in step with its steps; its --dry-run mode checks the list).
-PROGRAMS=(train ddprun bench_e2e bench_gpu_gemm)
-TESTS=(test_gpu test_ops_core test_ops_nn test_ops_conv test_train)
+# What tools/gpu_check.sh runs: its own lists.
+{ read -r -a PROGRAMS; read -r -a TESTS; } < <("$ROOT/tools/gpu_check.sh" --print-binaries)
 say "building ${PROGRAMS[*]} ${TESTS[*]} in $BUILD"
 cmake --build "$BUILD" -j "${DDP_JOBS:-$(nproc)}" --target "${PROGRAMS[@]}" "${TESTS[@]}" >"$BUILD.bundle-build.log" 2>&1 ||
   { grep -E 'error' -A3 "$BUILD.bundle-build.log" | head -30 >&2; say "build failed: $BUILD.bundle-build.log"; exit 1; }

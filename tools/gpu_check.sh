@@ -20,6 +20,10 @@
 # on the device (no --prebuilt) adds at most DDP_GPU_BUILD_TIMEOUT_S (default 240) before that.
 # NCCL, cuDNN and cuBLAS come from the CUDA toolkit or from Python's nvidia-* packages (found either way).
 set -uo pipefail
+# What the steps below run (tools/gpu_bundle.sh packs these; the load check starts each once).
+GPU_CHECK_PROGRAMS=(train ddprun bench_e2e bench_gpu_gemm)
+GPU_CHECK_TESTS=(test_gpu test_ops_core test_ops_nn test_ops_conv test_train test_data_loader)
+[ "${1:-}" = --print-binaries ] && { echo "${GPU_CHECK_PROGRAMS[*]}"; echo "${GPU_CHECK_TESTS[*]}"; exit 0; }
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DRY=0
 [ "${GPU_CHECK_DEVICE:-cuda}" = cpu ] && DRY=1
@@ -155,8 +159,8 @@ else
     log "configure FAILED (see configure.log; a missing package here means: build a bundle on the CPU machine, --prebuilt)"
     tail -20 "$WORK/configure.log" >&2; row "build on this machine" "FAIL: configure (configure.log)"; exit 1
   fi
-  if ! timeout "$BUILD_LIMIT" cmake --build "$B" -j "$(nproc)" --target test_gpu test_ops_core test_ops_nn \
-       test_ops_conv test_train bench_e2e bench_gpu_gemm ddprun train >"$WORK/build.log" 2>&1; then
+  if ! timeout "$BUILD_LIMIT" cmake --build "$B" -j "$(nproc)" --target "${GPU_CHECK_PROGRAMS[@]}" \
+       "${GPU_CHECK_TESTS[@]}" >"$WORK/build.log" 2>&1; then
     log "build FAILED (see build.log)"; grep -E 'error' "$WORK/build.log" | head -20 >&2
     row "build on this machine" "FAIL (build.log)"; exit 1
   fi
@@ -168,7 +172,7 @@ HEADER="**ddp.cpp GPU check** $(date -u +%Y-%m-%d), ${GPU}; ${BUILD_INFO}$([ "$D
 
 # Every binary must load: a missing shared library is named here, not as 12 identical failures below.
 missing=""
-for f in "$BIN"/{train,ddprun,bench_e2e,bench_gpu_gemm} "$TESTS"/{test_gpu,test_ops_core,test_ops_nn,test_ops_conv,test_train}; do
+for f in "${GPU_CHECK_PROGRAMS[@]/#/$BIN/}" "${GPU_CHECK_TESTS[@]/#/$TESTS/}"; do
   if [ ! -x "$f" ]; then missing+=" $(basename "$f") (absent)"; continue; fi
   nf="$(ldd "$f" 2>/dev/null | awk '/not found/ {print $1}' | tr '\n' ' ')"
   if [ -n "$nf" ]; then missing+=" $(basename "$f") needs: $nf"; continue; fi
@@ -299,6 +303,7 @@ run_test "op parity: nn ops incl. bf16 (CPU vs CUDA)" test_ops_nn '*Cuda*' 60
 run_test "op parity: conv/pool/bn (CPU vs CUDA)" test_ops_conv '*Cuda*:*Gpu*' 60
 run_test "NCCL world 1, Gloo staging, determinism, resume, stats, optimizers" test_gpu '*' 150
 run_test "train: bitwise resume (device auto = GPU)" test_train 'Resume.*' 90
+run_test "data loader: GPU batches (pinned, copy stream)" test_data_loader 'DataLoader.Gpu*' 30
 log "benchmarks"
 gemm f32 4096
 gemm bf16 8192
