@@ -27,17 +27,19 @@ fi
 
 # What tools/gpu_check.sh runs: its own lists.
 { read -r -a PROGRAMS; read -r -a TESTS; } < <("$ROOT/tools/gpu_check.sh" --print-binaries)
-say "building ${PROGRAMS[*]} ${TESTS[*]} in $BUILD"
-cmake --build "$BUILD" -j "${DDP_JOBS:-$(nproc)}" --target "${PROGRAMS[@]}" "${TESTS[@]}" >"$BUILD.bundle-build.log" 2>&1 ||
-  { grep -E 'error' -A3 "$BUILD.bundle-build.log" | head -30 >&2; say "build failed: $BUILD.bundle-build.log"; exit 1; }
+if [ "${DDP_GPU_BUNDLE_NO_BUILD:-0}" != 1 ]; then  # 1: pack what is built (ctest's dry run, after the build)
+  say "building ${PROGRAMS[*]} ${TESTS[*]} in $BUILD"
+  cmake --build "$BUILD" -j "${DDP_JOBS:-$(nproc)}" --target "${PROGRAMS[@]}" "${TESTS[@]}" >"$BUILD.bundle-build.log" 2>&1 ||
+    { grep -E 'error' -A3 "$BUILD.bundle-build.log" | head -30 >&2; say "build failed: $BUILD.bundle-build.log"; exit 1; }
+fi
 
 STAGE="$(mktemp -d)"
 trap 'rm -rf "$STAGE"' EXIT
 mkdir -p "$STAGE/bin" "$STAGE/tests" "$STAGE/lib"
-for p in "${PROGRAMS[@]}"; do cp "$BUILD/bin/$p" "$STAGE/bin/"; done
+for p in "${PROGRAMS[@]}"; do cp "$BUILD/bin/$p" "$STAGE/bin/" || { say "$BUILD/bin/$p is not built"; exit 1; }; done
 # The test programs the tests may launch (tests/progs), as in the build folder.
 for p in "$BUILD"/bin/testprog_*; do [ -e "$p" ] && cp "$p" "$STAGE/bin/"; done
-for t in "${TESTS[@]}"; do cp "$BUILD/tests/$t" "$STAGE/tests/"; done
+for t in "${TESTS[@]}"; do cp "$BUILD/tests/$t" "$STAGE/tests/" || { say "$BUILD/tests/$t is not built"; exit 1; }; done
 cp "$BUILD/libddp.so" "$STAGE/lib/"
 
 # Shared libraries outside the build, except those the GPU machine must provide itself.
