@@ -12,7 +12,7 @@
 #     --collect DIR   also copy table.md, check.log, gpu.txt, bench.json and logs.tar.gz into DIR, after every
 #                     step (the device tool's $OUT: at most 8 files come back)
 #     --dry-run       every step with the same binaries and flags, on the CPU at tiny sizes (cuda -> cpu,
-#                     nccl -> gloo, gpt2s -> gpt, 1 step); no GPU needed. Also GPU_CHECK_DEVICE=cpu. Uses the build
+#                     nccl -> gloo, gpt2s -> gpt, 2 steps); no GPU needed. Also GPU_CHECK_DEVICE=cpu. Uses the build
 #                     in DDP_BUILD_DIR (default build) unless --prebuilt. ctest runs it (GpuCheck.DryRun).
 #     WORK            logs and table (default runs/gpu-check-<date>)
 # Time: DDP_GPU_CHECK_DEADLINE_S (default 240) bounds the whole run after the build: each step's timeout is cut to
@@ -35,7 +35,7 @@ while [ $# -gt 0 ]; do
     --prebuilt=*) PREBUILT="${1#*=}" ;;
     --collect) COLLECT="${2:?--collect needs a folder}"; shift ;;
     --collect=*) COLLECT="${1#*=}" ;;
-    -h|--help) sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}"; exit 0 ;;
     -*) echo "gpu_check: unknown option '$1' (see --help)" >&2; exit 2 ;;
     *) WORK="$1" ;;
   esac
