@@ -1,8 +1,9 @@
-// gpu_gemm.cpp - GEMM throughput through the engine on the GPU: ops::matmul of (n, n) x (n, n), 2n^3 FLOPs per
-// call, reported as TFLOP/s against --peak-tflops. --dtype f32: cuBLAS SGEMM (no TF32); --dtype bf16: the mixed
-// precision path (runtime/ops/mixed_precision.h: operands converted to bf16, cuBLAS bf16 tensor-core GEMM with
-// float32 accumulation, output rounded), conversions included. Default peaks: NVIDIA's H100/H200 SXM datasheet
-// (runtime/core/peak_flops.h), not measured. Without a GPU it parses its flags and prints "skipped".
+// gpu_gemm.cpp - GEMM throughput through the engine on the GPU: ops::matmul of (n, n) x (n, n), 2n^3 FLOPs
+// per call, reported as TFLOP/s against --peak-tflops. --dtype f32: cuBLAS SGEMM (no TF32); --dtype bf16: the
+// mixed precision path (runtime/ops/mixed_precision.h: operands converted to bf16, cuBLAS bf16 tensor-core
+// GEMM with float32 accumulation, output rounded), conversions included. Default peaks: NVIDIA's H100/H200
+// SXM datasheet (runtime/core/peak_flops.h), not measured. Without a GPU it parses its flags and prints
+// "skipped".
 #include <chrono>
 #include <cstdio>
 #include <string>

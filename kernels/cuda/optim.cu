@@ -62,8 +62,8 @@ void adamw_step(void* param, const void* grad, void* m, void* v, DType dtype, in
   if (dtype == DType::F32) {
     adamw_kernel<float><<<grid_for(n), kBlock, 0, stream>>>(
         static_cast<float*>(param), static_cast<const float*>(grad), static_cast<float*>(m),
-        static_cast<float*>(v), n, float(b1), float(one_minus_b1), float(b2), float(one_minus_b2),
-        float(eps), float(decay), float(step_size), float(sqrt_bc2));
+        static_cast<float*>(v), n, float(b1), float(one_minus_b1), float(b2), float(one_minus_b2), float(eps),
+        float(decay), float(step_size), float(sqrt_bc2));
   } else if (dtype == DType::F64) {
     adamw_kernel<double><<<grid_for(n), kBlock, 0, stream>>>(
         static_cast<double*>(param), static_cast<const double*>(grad), static_cast<double*>(m),

@@ -1,6 +1,7 @@
-// test_peak_flops.cpp - the peak that MFU is measured against (runtime/core/peak_flops.h): NVIDIA's H100/H200 SXM
-// datasheet figures by GPU name (cudaDeviceProp::name, e.g. "NVIDIA H200" on the project's GPU machine), labelled
-// as datasheet figures, and none for PCIe/NVL variants, other GPUs or no GPU (then no MFU is printed).
+// test_peak_flops.cpp - the peak that MFU is measured against (runtime/core/peak_flops.h): NVIDIA's H100/H200
+// SXM datasheet figures by GPU name (cudaDeviceProp::name, e.g. "NVIDIA H200" on the project's GPU machine),
+// labelled as datasheet figures, and none for PCIe/NVL variants, other GPUs or no GPU (then no MFU is
+// printed).
 #include <gtest/gtest.h>
 
 #include "runtime/core/peak_flops.h"

@@ -1,6 +1,7 @@
 // test_gpu_nccl_init.cpp - the non-blocking NCCL communicator creation ends with the clear error instead of a
-// hang: two ranks on ONE GPU (NCCL refuses a duplicate GPU, or never forms the communicator) both fail within the
-// group timeout with "nccl communicator creation of group ..." naming the rank. Skips with "skipped: no GPU".
+// hang: two ranks on ONE GPU (NCCL refuses a duplicate GPU, or never forms the communicator) both fail within
+// the group timeout with "nccl communicator creation of group ..." naming the rank. Skips with "skipped: no
+// GPU".
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -39,8 +40,9 @@ TEST(GpuNcclInit, TwoRanksOnOneGpuFailWithTheCreationErrorNotAHang) {
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_LT(s, 20 + 30) << "communicator creation was not bounded by the timeout";
   for (int r = 0; r < 2; ++r) {
-    EXPECT_NE(errors[r].find("nccl communicator creation of group 'dup-gpu' failed on rank " + std::to_string(r)),
-              std::string::npos)
+    EXPECT_NE(
+        errors[r].find("nccl communicator creation of group 'dup-gpu' failed on rank " + std::to_string(r)),
+        std::string::npos)
         << "rank " << r << ": " << errors[r];
   }
 }

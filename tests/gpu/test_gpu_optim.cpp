@@ -1,7 +1,7 @@
 // test_gpu_optim.cpp - the CUDA AdamW and SGD kernels (kernels/cuda/optim.cu) against the CPU fused kernels:
-// float32 state after one AdamW step equals (1 - beta) * g (and * g) with 1 - beta formed in double, as on the
-// CPU (1 - 0.999f would put v off by 1.3e-5 relative), and CUDA and CPU agree on the moments bitwise and on
-// the weights to float rounding. Skips with "skipped: no GPU".
+// float32 state after one AdamW step equals (1 - beta) * g (and * g) with 1 - beta formed in double, as on
+// the CPU (1 - 0.999f would put v off by 1.3e-5 relative), and CUDA and CPU agree on the moments bitwise and
+// on the weights to float rounding. Skips with "skipped: no GPU".
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -73,7 +73,8 @@ TEST(GpuOptim, SgdWithMomentumDampeningAndNesterovMatchesTheCpuKernel) {
                            .weight_decay = 0.01,
                            .nesterov = nesterov});
       for (int step = 0; step < 3; ++step) {
-        p.tensor.set_grad(Tensor::from_vector(values(n, 0.5, step + 2), {n}, DType::F64).to(DType::F32).to(dev));
+        p.tensor.set_grad(
+            Tensor::from_vector(values(n, 0.5, step + 2), {n}, DType::F64).to(DType::F32).to(dev));
         sgd.step();
       }
       device_synchronize();
