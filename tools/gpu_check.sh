@@ -121,6 +121,9 @@ for so in "${CUDA_LIBS[@]}"; do
   fi
 done
 export PATH="/usr/local/cuda/bin:$PATH"
+# Every NCCL group here is world 1 on one machine: bootstrap on loopback (a VM may have no other usable
+# interface), and NCCL's warnings in the logs.
+export NCCL_SOCKET_IFNAME="${NCCL_SOCKET_IFNAME:-lo}" NCCL_DEBUG="${NCCL_DEBUG:-WARN}"
 
 # ---- the GPU ---------------------------------------------------------------------------------------------------
 if [ "$DRY" = 1 ]; then
