@@ -124,6 +124,9 @@ export PATH="/usr/local/cuda/bin:$PATH"
 # Every NCCL group here is world 1 on one machine: bootstrap on loopback (a VM may have no other usable
 # interface), and NCCL's warnings in the logs.
 export NCCL_SOCKET_IFNAME="${NCCL_SOCKET_IFNAME:-lo}" NCCL_DEBUG="${NCCL_DEBUG:-WARN}"
+# A stuck collective or communicator creation fails with its clear error inside a step's time limit, not at
+# the default 10 minutes.
+export DDP_COLLECTIVE_TIMEOUT_S="${DDP_COLLECTIVE_TIMEOUT_S:-60}"
 
 # ---- the GPU ---------------------------------------------------------------------------------------------------
 if [ "$DRY" = 1 ]; then
