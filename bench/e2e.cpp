@@ -197,7 +197,8 @@ int main(int argc, char** argv) {
     p.add("warmup", &warmup, "untimed steps first (>= 1: the first step rebuilds the buckets)");
     p.add("steps", &steps, "measured steps");
     p.add("batch-size", &batch, "samples per rank (0: the configuration's default)");
-    p.add("threads", &threads, "threads per rank, shared by BLAS and the intra-op pool (0: cores / local ranks, at least 1)");
+    p.add("threads", &threads,
+          "threads per rank, shared by BLAS and the intra-op pool (0: cores / local ranks, at least 1)");
     p.add_choice("device", &device_s, {"auto", "cpu", "cuda"}, "auto: cuda when a GPU is visible");
     p.add_choice("backend", &backend, {"auto", "cpu", "shm", "gloo", "hier", "nccl"},
                  "process group backend (auto: nccl with a GPU, else cpu = shm on one host)");

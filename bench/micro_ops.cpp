@@ -332,16 +332,17 @@ void Kernel_VsCopy(benchmark::State& state) {
   state.counters["copy_GBps"] = gc;
   state.counters["kernel_ms"] = median(tk) * 1e3;
   state.counters["vs_copy"] = gk / gc;
-  state.SetLabel(std::string(kKernels[k].name) + (threads > 1 ? " [" + std::to_string(threads) + " threads]" : ""));
+  state.SetLabel(std::string(kKernels[k].name) +
+                 (threads > 1 ? " [" + std::to_string(threads) + " threads]" : ""));
   kernels::cpu::set_thread_budget(saved_budget);
 }
 BENCHMARK(Kernel_VsCopy)
     ->ArgsProduct({benchmark::CreateDenseRange(0, kNumKernels - 1, 1), {1, 2}})
     ->Unit(benchmark::kMicrosecond);
 
-// Parallel_Threshold/<n>/<threads>: gelu forward (a compute-heavy kernel) and relu forward (a memory-bound one)
-// on n float32 elements, split across `threads` regardless of kParallelMinElements, to find the size from
-// which the pool's wake-up pays off (kernels/cpu/parallel.h). Reports the median microseconds of each.
+// Parallel_Threshold/<n>/<threads>: gelu forward (a compute-heavy kernel) and relu forward (a memory-bound
+// one) on n float32 elements, split across `threads` regardless of kParallelMinElements, to find the size
+// from which the pool's wake-up pays off (kernels/cpu/parallel.h). Reports the median microseconds of each.
 void Parallel_Threshold(benchmark::State& state) {
   const int64_t n = state.range(0);
   const int threads = static_cast<int>(state.range(1));
@@ -437,8 +438,8 @@ void apply_blas_threads(int* argc, char** argv) {
   }
   *argc = out;
   if (threads > 0) kernels::cpu::set_thread_budget(threads);
-  std::printf("OpenBLAS threads: %d (thread budget %d; Kernel_VsCopy sets its own)\n", kernels::cpu::blas_threads(),
-              kernels::cpu::thread_budget());
+  std::printf("OpenBLAS threads: %d (thread budget %d; Kernel_VsCopy sets its own)\n",
+              kernels::cpu::blas_threads(), kernels::cpu::thread_budget());
 }
 }  // namespace
 

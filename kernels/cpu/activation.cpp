@@ -1,7 +1,7 @@
 // activation.cpp - the CPU activation kernels, vectorized with Google Highway: this file is compiled once per
 // instruction set (SSSE3, SSE4, AVX2, AVX-512, and the scalar fallback) and HWY_DYNAMIC_DISPATCH picks the
-// best one the running CPU supports. log is Highway's contrib/math (documented within 1-4 ulp); exp and tanh are
-// simd-inl.h's ExpFast (2 ulp, subnormal results flushed to 0) and TanhFast (2e-7 relative).
+// best one the running CPU supports. log is Highway's contrib/math (documented within 1-4 ulp); exp and tanh
+// are simd-inl.h's ExpFast (2 ulp, subnormal results flushed to 0) and TanhFast (2e-7 relative).
 //
 // GELU is computed in its sigmoid form: 0.5 x (1 + tanh(u)) = x * sigmoid(2u), u = sqrt(2/pi)(x + 0.044715
 // x^3), which needs one exp and has no cancellation for large negative x.
@@ -149,19 +149,19 @@ HWY_AFTER_NAMESPACE();
 namespace ddp::kernels::cpu {
 
 // The public templates forward to the entry of the instruction set chosen at run time.
-#define DDP_ACT_DISPATCH(Public, Name)                        \
-  HWY_EXPORT(Name##F32);                                      \
-  HWY_EXPORT(Name##F64);                                      \
-  template <class T>                                          \
-  void Public(const T* x, T* y, int64_t n) {                  \
+#define DDP_ACT_DISPATCH(Public, Name)                                    \
+  HWY_EXPORT(Name##F32);                                                  \
+  HWY_EXPORT(Name##F64);                                                  \
+  template <class T>                                                      \
+  void Public(const T* x, T* y, int64_t n) {                              \
     parallel_for(n, 64, kParallelMinElements, [&](int64_t b, int64_t e) { \
-      if constexpr (sizeof(T) == 4)                           \
-        HWY_DYNAMIC_DISPATCH(Name##F32)(x + b, y + b, e - b); \
-      else                                                    \
-        HWY_DYNAMIC_DISPATCH(Name##F64)(x + b, y + b, e - b); \
-    });                                                       \
-  }                                                           \
-  template void Public<float>(const float*, float*, int64_t); \
+      if constexpr (sizeof(T) == 4)                                       \
+        HWY_DYNAMIC_DISPATCH(Name##F32)(x + b, y + b, e - b);             \
+      else                                                                \
+        HWY_DYNAMIC_DISPATCH(Name##F64)(x + b, y + b, e - b);             \
+    });                                                                   \
+  }                                                                       \
+  template void Public<float>(const float*, float*, int64_t);             \
   template void Public<double>(const double*, double*, int64_t);
 #define DDP_ACT_DISPATCH2(Public, Name)                                     \
   HWY_EXPORT(Name##F32);                                                    \

@@ -60,7 +60,8 @@ void StatsChannels(const T* x, int64_t batch, int64_t C, int64_t S, int64_t c0, 
                    double* sq) {
   for (int64_t c = c0; c < c1; ++c) {
     double sum = 0, unused = 0;
-    for (int64_t n = 0; n < batch; ++n) PlaneSums<T>(x + (n * C + c) * S, nullptr, S, T(0), false, &sum, &unused);
+    for (int64_t n = 0; n < batch; ++n)
+      PlaneSums<T>(x + (n * C + c) * S, nullptr, S, T(0), false, &sum, &unused);
     const double m = sum / static_cast<double>(batch * S);
     double s = 0;
     for (int64_t n = 0; n < batch; ++n)
@@ -103,18 +104,18 @@ void BackwardPlane(const T* dy, const T* x, T* dx, int64_t n, T scale, T dy_shif
 }
 }  // namespace
 
-#define DDP_BN_ENTRY(T, S)                                                                                  \
-  void StatsChannels##S(const T* x, int64_t batch, int64_t C, int64_t Sp, int64_t c0, int64_t c1,          \
-                        double* mean, double* sq) {                                                         \
-    StatsChannels(x, batch, C, Sp, c0, c1, mean, sq);                                                       \
-  }                                                                                                         \
+#define DDP_BN_ENTRY(T, S)                                                                                   \
+  void StatsChannels##S(const T* x, int64_t batch, int64_t C, int64_t Sp, int64_t c0, int64_t c1,            \
+                        double* mean, double* sq) {                                                          \
+    StatsChannels(x, batch, C, Sp, c0, c1, mean, sq);                                                        \
+  }                                                                                                          \
   void BackwardSumsChannels##S(const T* dy, const T* x, const T* mean, int64_t batch, int64_t C, int64_t Sp, \
-                               int64_t c0, int64_t c1, double* a, double* b) {                              \
-    BackwardSumsChannels(dy, x, mean, batch, C, Sp, c0, c1, a, b);                                          \
-  }                                                                                                         \
-  void AffinePlane##S(const T* x, T* y, int64_t n, T a, T b) { AffinePlane(x, y, n, a, b); }                \
-  void BackwardPlane##S(const T* dy, const T* x, T* dx, int64_t n, T scale, T sh, T m, T c) {               \
-    BackwardPlane(dy, x, dx, n, scale, sh, m, c);                                                           \
+                               int64_t c0, int64_t c1, double* a, double* b) {                               \
+    BackwardSumsChannels(dy, x, mean, batch, C, Sp, c0, c1, a, b);                                           \
+  }                                                                                                          \
+  void AffinePlane##S(const T* x, T* y, int64_t n, T a, T b) { AffinePlane(x, y, n, a, b); }                 \
+  void BackwardPlane##S(const T* dy, const T* x, T* dx, int64_t n, T scale, T sh, T m, T c) {                \
+    BackwardPlane(dy, x, dx, n, scale, sh, m, c);                                                            \
   }
 DDP_BN_ENTRY(float, F32)
 DDP_BN_ENTRY(double, F64)
@@ -194,11 +195,11 @@ void batch_norm_backward(const T* dy, const T* x, const T* mean, const T* invstd
   std::vector<double> sum_dy(static_cast<size_t>(C)), sum_dy_xc(static_cast<size_t>(C));
   parallel_for(C, 1, min_channels(g), [&](int64_t c0, int64_t c1) {
     if constexpr (sizeof(T) == 4)
-      HWY_DYNAMIC_DISPATCH(BackwardSumsChannelsF32)(dy, x, mean, g.batch, C, S, c0, c1, sum_dy.data(),
-                                                    sum_dy_xc.data());
+      HWY_DYNAMIC_DISPATCH(BackwardSumsChannelsF32)
+      (dy, x, mean, g.batch, C, S, c0, c1, sum_dy.data(), sum_dy_xc.data());
     else
-      HWY_DYNAMIC_DISPATCH(BackwardSumsChannelsF64)(dy, x, mean, g.batch, C, S, c0, c1, sum_dy.data(),
-                                                    sum_dy_xc.data());
+      HWY_DYNAMIC_DISPATCH(BackwardSumsChannelsF64)
+      (dy, x, mean, g.batch, C, S, c0, c1, sum_dy.data(), sum_dy_xc.data());
   });
   std::vector<T> scale(static_cast<size_t>(C)), shift(static_cast<size_t>(C)), coef(static_cast<size_t>(C));
   for (int64_t c = 0; c < C; ++c) {
@@ -218,9 +219,11 @@ void batch_norm_backward(const T* dy, const T* x, const T* mean, const T* invstd
     for (int64_t p = p0; p < p1; ++p) {
       const int64_t c = p % C, o = p * S;
       if constexpr (sizeof(T) == 4)
-        HWY_DYNAMIC_DISPATCH(BackwardPlaneF32)(dy + o, x + o, dx + o, S, scale[c], shift[c], mean[c], coef[c]);
+        HWY_DYNAMIC_DISPATCH(BackwardPlaneF32)
+        (dy + o, x + o, dx + o, S, scale[c], shift[c], mean[c], coef[c]);
       else
-        HWY_DYNAMIC_DISPATCH(BackwardPlaneF64)(dy + o, x + o, dx + o, S, scale[c], shift[c], mean[c], coef[c]);
+        HWY_DYNAMIC_DISPATCH(BackwardPlaneF64)
+        (dy + o, x + o, dx + o, S, scale[c], shift[c], mean[c], coef[c]);
     }
   });
 }

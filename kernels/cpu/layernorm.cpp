@@ -92,8 +92,8 @@ void LayerNormBackward(const T* dy, const T* x, const T* weight, const T* mean, 
       }
     };
     for (int64_t i = 0; i < full; i += N)
-      first(hn::LoadU(d, xr + i), hn::LoadU(d, dyr + i), hn::LoadU(d, weight + i), dweight ? dweight + i : nullptr,
-            dbias ? dbias + i : nullptr, N);
+      first(hn::LoadU(d, xr + i), hn::LoadU(d, dyr + i), hn::LoadU(d, weight + i),
+            dweight ? dweight + i : nullptr, dbias ? dbias + i : nullptr, N);
     if (rest)  // padding: x = mean (xhat 0), dy = 0, weight = 0 add nothing
       first(LoadTail(d, xr + full, rest, m), LoadTail(d, dyr + full, rest, T(0)),
             LoadTail(d, weight + full, rest, T(0)), dweight ? dweight + full : nullptr,
@@ -152,9 +152,11 @@ void layernorm_forward(const T* x, const T* weight, const T* bias, T* y, T* mean
   parallel_for(rows, 1, min_rows, [&](int64_t b, int64_t e) {
     const int64_t o = b * cols;
     if constexpr (sizeof(T) == 4)
-      HWY_DYNAMIC_DISPATCH(LayerNormForwardF32)(x + o, weight, bias, y + o, mean + b, rstd + b, e - b, cols, eps);
+      HWY_DYNAMIC_DISPATCH(LayerNormForwardF32)
+      (x + o, weight, bias, y + o, mean + b, rstd + b, e - b, cols, eps);
     else
-      HWY_DYNAMIC_DISPATCH(LayerNormForwardF64)(x + o, weight, bias, y + o, mean + b, rstd + b, e - b, cols, eps);
+      HWY_DYNAMIC_DISPATCH(LayerNormForwardF64)
+      (x + o, weight, bias, y + o, mean + b, rstd + b, e - b, cols, eps);
   });
 }
 template <class T>
@@ -167,18 +169,19 @@ void layernorm_backward(const T* dy, const T* x, const T* weight, const T* mean,
   const bool partials = (dweight || dbias) && blocks > 1;
   std::vector<T> pw(partials && dweight ? static_cast<size_t>(blocks * cols) : 0),
       pb(partials && dbias ? static_cast<size_t>(blocks * cols) : 0);
-  const int64_t min_blocks = std::max<int64_t>(1, kParallelMinElements / std::max<int64_t>(kBlockRows * cols, 1));
+  const int64_t min_blocks =
+      std::max<int64_t>(1, kParallelMinElements / std::max<int64_t>(kBlockRows * cols, 1));
   parallel_for(blocks, 1, min_blocks, [&](int64_t b0, int64_t b1) {
     for (int64_t blk = b0; blk < b1; ++blk) {
       const int64_t r0 = blk * kBlockRows, n = std::min(rows, r0 + kBlockRows) - r0, o = r0 * cols;
       T* dw = !dweight ? nullptr : partials ? pw.data() + blk * cols : dweight;
       T* db = !dbias ? nullptr : partials ? pb.data() + blk * cols : dbias;
       if constexpr (sizeof(T) == 4)
-        HWY_DYNAMIC_DISPATCH(LayerNormBackwardF32)(dy + o, x + o, weight, mean + r0, rstd + r0,
-                                                   dx ? dx + o : nullptr, dw, db, n, cols);
+        HWY_DYNAMIC_DISPATCH(LayerNormBackwardF32)
+        (dy + o, x + o, weight, mean + r0, rstd + r0, dx ? dx + o : nullptr, dw, db, n, cols);
       else
-        HWY_DYNAMIC_DISPATCH(LayerNormBackwardF64)(dy + o, x + o, weight, mean + r0, rstd + r0,
-                                                   dx ? dx + o : nullptr, dw, db, n, cols);
+        HWY_DYNAMIC_DISPATCH(LayerNormBackwardF64)
+        (dy + o, x + o, weight, mean + r0, rstd + r0, dx ? dx + o : nullptr, dw, db, n, cols);
     }
   });
   if (!partials) return;

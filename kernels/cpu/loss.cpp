@@ -136,12 +136,10 @@ void cross_entropy_backward(const T* logits, const int64_t* targets, const T* ls
   const int64_t min_rows = std::max<int64_t>(1, kParallelMinElements / std::max<int64_t>(cols, 1));
   parallel_for(rows, 1, min_rows, [&](int64_t b, int64_t e) {
     const int64_t o = b * cols;
-    if constexpr (sizeof(T) == 4)
-      HWY_DYNAMIC_DISPATCH(CrossEntropyBackwardF32)
-      (logits + o, targets + b, lse + b, dloss, divisor, e - b, cols, has_ignore, ignore_index, dlogits + o);
-    else
-      HWY_DYNAMIC_DISPATCH(CrossEntropyBackwardF64)
-      (logits + o, targets + b, lse + b, dloss, divisor, e - b, cols, has_ignore, ignore_index, dlogits + o);
+    if constexpr (sizeof(T) == 4) HWY_DYNAMIC_DISPATCH(CrossEntropyBackwardF32)
+    (logits + o, targets + b, lse + b, dloss, divisor, e - b, cols, has_ignore, ignore_index, dlogits + o);
+    else HWY_DYNAMIC_DISPATCH(CrossEntropyBackwardF64)(logits + o, targets + b, lse + b, dloss, divisor,
+                                                       e - b, cols, has_ignore, ignore_index, dlogits + o);
   });
 }
 

@@ -138,12 +138,10 @@ void sgd_step(T* param, const T* grad, T* momentum_buf, int64_t n, double lr, do
   if (momentum == 0) momentum_buf = nullptr;
   parallel_for(n, 64, kParallelMinElements, [&](int64_t b, int64_t e) {
     T* buf = momentum_buf ? momentum_buf + b : nullptr;
-    if constexpr (sizeof(T) == 4)
-      HWY_DYNAMIC_DISPATCH(SgdF32)
-      (param + b, grad + b, buf, e - b, lr, momentum, dampening, weight_decay, nesterov, first_step);
-    else
-      HWY_DYNAMIC_DISPATCH(SgdF64)
-      (param + b, grad + b, buf, e - b, lr, momentum, dampening, weight_decay, nesterov, first_step);
+    if constexpr (sizeof(T) == 4) HWY_DYNAMIC_DISPATCH(SgdF32)
+    (param + b, grad + b, buf, e - b, lr, momentum, dampening, weight_decay, nesterov, first_step);
+    else HWY_DYNAMIC_DISPATCH(SgdF64)(param + b, grad + b, buf, e - b, lr, momentum, dampening, weight_decay,
+                                      nesterov, first_step);
   });
 }
 
@@ -152,14 +150,11 @@ void adamw_step(T* param, const T* grad, T* exp_avg, T* exp_avg_sq, int64_t n, d
                 double beta2, double eps, double weight_decay, double bias_correction1,
                 double bias_correction2) {
   parallel_for(n, 64, kParallelMinElements, [&](int64_t b, int64_t e) {
-    if constexpr (sizeof(T) == 4)
-      HWY_DYNAMIC_DISPATCH(AdamWF32)
-      (param + b, grad + b, exp_avg + b, exp_avg_sq + b, e - b, lr, beta1, beta2, eps, weight_decay,
-       bias_correction1, bias_correction2);
-    else
-      HWY_DYNAMIC_DISPATCH(AdamWF64)
-      (param + b, grad + b, exp_avg + b, exp_avg_sq + b, e - b, lr, beta1, beta2, eps, weight_decay,
-       bias_correction1, bias_correction2);
+    if constexpr (sizeof(T) == 4) HWY_DYNAMIC_DISPATCH(AdamWF32)
+    (param + b, grad + b, exp_avg + b, exp_avg_sq + b, e - b, lr, beta1, beta2, eps, weight_decay,
+     bias_correction1, bias_correction2);
+    else HWY_DYNAMIC_DISPATCH(AdamWF64)(param + b, grad + b, exp_avg + b, exp_avg_sq + b, e - b, lr, beta1,
+                                        beta2, eps, weight_decay, bias_correction1, bias_correction2);
   });
 }
 

@@ -2,12 +2,13 @@
 // large non-BLAS kernels (elementwise, row-wise, column sums) across that budget.
 //
 // One budget per process. set_thread_budget(n) gives OpenBLAS n threads and the pool n - 1 workers (the
-// calling thread is the n-th). Never set, the budget follows OpenBLAS's own thread count (OPENBLAS_NUM_THREADS;
-// ddprun sets it to 1 when several ranks share a host), so a 1-thread rank starts no pool thread at all.
-// BLAS and pool work never overlap: both are entered from the rank's compute thread and return only when
-// their work is done, and between jobs the pool's workers sleep on a condition variable (they never spin),
-// so the cores are OpenBLAS's while a GEMM runs. Debian's OpenBLAS is the pthread flavour (no OpenMP here).
-// Another backend with its own threads (oneDNN) should size itself with thread_budget() in the same way.
+// calling thread is the n-th). Never set, the budget follows OpenBLAS's own thread count
+// (OPENBLAS_NUM_THREADS; ddprun sets it to 1 when several ranks share a host), so a 1-thread rank starts no
+// pool thread at all. BLAS and pool work never overlap: both are entered from the rank's compute thread and
+// return only when their work is done, and between jobs the pool's workers sleep on a condition variable
+// (they never spin), so the cores are OpenBLAS's while a GEMM runs. Debian's OpenBLAS is the pthread flavour
+// (no OpenMP here). Another backend with its own threads (oneDNN) should size itself with thread_budget() in
+// the same way.
 //
 // Determinism: parallel_for hands out contiguous ranges whose boundaries are multiples of `align`; for
 // elementwise kernels any split gives bitwise-identical results. Reductions must not depend on the split:

@@ -19,8 +19,8 @@ namespace ddp::kernels::cpu::HWY_NAMESPACE {
 // acc[j] (double, w <= 512 columns) += sum of rows k0..k1 of x (row stride `stride`) at columns 0..w-1:
 // four rows at a time added in the input type into a per-block partial row ((r0 + r1) + (r2 + r3), row-major,
 // so every access streams), the partial converted to double once per block. Plain loops compiled per
-// instruction set: the compiler vectorizes them with AVX-512 / AVX2 (float adds are not reassociated, so every
-// target gives the same bits).
+// instruction set: the compiler vectorizes them with AVX-512 / AVX2 (float adds are not reassociated, so
+// every target gives the same bits).
 template <class In>
 void ColumnBlockSum(const In* x, int64_t stride, int64_t k0, int64_t k1, int64_t w, double* acc) {
   In part[512];

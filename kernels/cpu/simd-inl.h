@@ -101,12 +101,12 @@ HWY_INLINE V ExpFast(D d, V x) {
     const V r2 = hn::Mul(r, r);
     const V r4 = hn::Mul(r2, r2);
     const V p01 = hn::MulAdd(hn::Set(d, 0.166666671633720397949219f), r, hn::Set(d, 0.5f));
-    const V p23 = hn::MulAdd(hn::Set(d, 0.00833336077630519866943359f), r,
-                             hn::Set(d, 0.0416664853692054748535156f));
-    const V p45 = hn::MulAdd(hn::Set(d, 0.000198527617612853646278381f), r,
-                             hn::Set(d, 0.00139304355252534151077271f));
+    const V p23 =
+        hn::MulAdd(hn::Set(d, 0.00833336077630519866943359f), r, hn::Set(d, 0.0416664853692054748535156f));
+    const V p45 =
+        hn::MulAdd(hn::Set(d, 0.000198527617612853646278381f), r, hn::Set(d, 0.00139304355252534151077271f));
     const V p = hn::MulAdd(r4, p45, hn::MulAdd(r2, p23, p01));
-    const V e = hn::MulAdd(p, r2, hn::Add(r, hn::Set(d, 1.0f)));         // exp(r)
+    const V e = hn::MulAdd(p, r2, hn::Add(r, hn::Set(d, 1.0f)));            // exp(r)
     const V scale = hn::BitCast(d, hn::ShiftLeft<23>(hn::BitCast(di, t)));  // 2^(n-1); 0 when n = -126
     return hn::Mul(hn::Add(e, e), scale);
   } else {
@@ -135,10 +135,10 @@ HWY_INLINE V TanhFast(D d, V x) {
     const V r2 = hn::Mul(r, r);
     const V r4 = hn::Mul(r2, r2);
     const V p01 = hn::MulAdd(hn::Set(d, 0.166666671633720397949219f), r, hn::Set(d, 0.5f));
-    const V p23 = hn::MulAdd(hn::Set(d, 0.00833336077630519866943359f), r,
-                             hn::Set(d, 0.0416664853692054748535156f));
-    const V p45 = hn::MulAdd(hn::Set(d, 0.000198527617612853646278381f), r,
-                             hn::Set(d, 0.00139304355252534151077271f));
+    const V p23 =
+        hn::MulAdd(hn::Set(d, 0.00833336077630519866943359f), r, hn::Set(d, 0.0416664853692054748535156f));
+    const V p45 =
+        hn::MulAdd(hn::Set(d, 0.000198527617612853646278381f), r, hn::Set(d, 0.00139304355252534151077271f));
     const V p = hn::MulAdd(r4, p45, hn::MulAdd(r2, p23, p01));
     const V em_r = hn::MulAdd(p, r2, r);                                    // e^r - 1
     const V scale = hn::BitCast(d, hn::ShiftLeft<23>(hn::BitCast(di, t)));  // 2^n, n in [0, 29]

@@ -97,7 +97,9 @@ HWY_EXPORT(LogSoftmaxBackwardF32);
 HWY_EXPORT(LogSoftmaxBackwardF64);
 
 // Rows per thread at least: kParallelMinElements values.
-int64_t min_rows(int64_t cols) { return std::max<int64_t>(1, kParallelMinElements / std::max<int64_t>(cols, 1)); }
+int64_t min_rows(int64_t cols) {
+  return std::max<int64_t>(1, kParallelMinElements / std::max<int64_t>(cols, 1));
+}
 
 template <class T>
 void softmax_forward(const T* x, T* y, int64_t rows, int64_t cols) {

@@ -22,10 +22,16 @@ namespace kc = ddp::kernels::cpu;
 namespace {
 std::vector<float> awkward_floats(int64_t n) {
   std::vector<float> v = cast_to<float>(spread(n, -1e5, 1e5));
-  const float specials[] = {0.0f, -0.0f, std::numeric_limits<float>::infinity(),
-                            -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(),
-                            1e-40f /* subnormal */, 1.00390625f /* bf16 tie, even below */,
-                            1.01171875f /* bf16 tie, odd below */, 3.4e38f, -1.17549435e-38f};
+  const float specials[] = {0.0f,
+                            -0.0f,
+                            std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::quiet_NaN(),
+                            1e-40f /* subnormal */,
+                            1.00390625f /* bf16 tie, even below */,
+                            1.01171875f /* bf16 tie, odd below */,
+                            3.4e38f,
+                            -1.17549435e-38f};
   for (size_t i = 0; i < v.size(); i += 3) v[i] = specials[(i / 3) % 10];
   return v;
 }
@@ -39,7 +45,8 @@ TEST(ConvertTargets, Float32Float64Bfloat16MatchTheScalarFormulasBitForBit) {
       ASSERT_TRUE(kc::convert(x.data(), DType::F32, d.data(), DType::F64, n));
       for (int64_t i = 0; i < n; ++i) dref[i] = static_cast<double>(x[i]);
       for (int64_t i = 0; i < n; ++i)
-        ASSERT_EQ(std::memcmp(&d[i], &dref[i], sizeof(double)), 0) << "f32->f64 n " << n << " i " << i << ": " << d[i] << " vs " << dref[i];
+        ASSERT_EQ(std::memcmp(&d[i], &dref[i], sizeof(double)), 0)
+            << "f32->f64 n " << n << " i " << i << ": " << d[i] << " vs " << dref[i];
       std::vector<double> wide = spread(n, -1e39, 1e39);  // some beyond float range: inf
       wide[0] = 1.0 + 1e-12;
       std::vector<float> f(n), fref(n);
@@ -49,7 +56,8 @@ TEST(ConvertTargets, Float32Float64Bfloat16MatchTheScalarFormulasBitForBit) {
       std::vector<BFloat16> b(n), bref(n);
       ASSERT_TRUE(kc::convert(x.data(), DType::F32, b.data(), DType::BF16, n));
       for (int64_t i = 0; i < n; ++i) bref[i] = BFloat16::from_float(x[i]);
-      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(b[i].bits, bref[i].bits) << "f32->bf16 n " << n << " x " << x[i];
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(b[i].bits, bref[i].bits) << "f32->bf16 n " << n << " x " << x[i];
       std::vector<float> back(n);
       ASSERT_TRUE(kc::convert(b.data(), DType::BF16, back.data(), DType::F32, n));
       for (int64_t i = 0; i < n; ++i) {
@@ -76,7 +84,8 @@ TEST(ColumnSumTargets, SumMiddleAndSumToShapeMatchFloat64OnEveryTarget) {
         // float32 partial sums over blocks of 16 rows: relative error ~16 eps of the magnitudes summed
         EXPECT_TRUE(close_to(out, ref, 1e-5 * rows, 1e-5)) << "rows " << rows << " cols " << cols;
         kc::sum_to_shape(x.data(), {rows, cols}, out2.data(), {cols});
-        EXPECT_TRUE(close_to(out2, ref, 1e-5 * rows, 1e-5)) << "sum_to_shape rows " << rows << " cols " << cols;
+        EXPECT_TRUE(close_to(out2, ref, 1e-5 * rows, 1e-5))
+            << "sum_to_shape rows " << rows << " cols " << cols;
         std::vector<double> out64(cols), ref64(cols, 0.0);
         for (int64_t r = 0; r < rows; ++r)
           for (int64_t c = 0; c < cols; ++c) ref64[c] += x64[r * cols + c];

@@ -84,14 +84,15 @@ std::vector<char> run_all_kernels() {
   std::vector<int64_t> t(rows);
   for (int64_t i = 0; i < rows; ++i) t[i] = (i * 37) % cols;
   int64_t count = 0;
-  const std::vector<double> loss = {kc::cross_entropy_forward(x.data(), t.data(), rows, cols, false, -100,
-                                                              lse.data(), &count)};
+  const std::vector<double> loss = {
+      kc::cross_entropy_forward(x.data(), t.data(), rows, cols, false, -100, lse.data(), &count)};
   keep(loss), keep(lse);
   const float dl = 1.0f;
   kc::cross_entropy_backward(x.data(), t.data(), lse.data(), &dl, double(rows), rows, cols, false, -100,
                              dr.data());
   keep(dr);
-  const std::vector<float> lw = cast_to<float>(spread(cols, 0.5, 1.5)), lb = cast_to<float>(spread(cols, -1, 1));
+  const std::vector<float> lw = cast_to<float>(spread(cols, 0.5, 1.5)),
+                           lb = cast_to<float>(spread(cols, -1, 1));
   kc::layernorm_forward(x.data(), lw.data(), lb.data(), r.data(), mean.data(), rstd.data(), rows, cols, 1e-5);
   keep(r), keep(mean), keep(rstd);
   kc::layernorm_backward(g.data(), x.data(), lw.data(), mean.data(), rstd.data(), dr.data(), dw.data(),
@@ -152,7 +153,9 @@ TEST(IntraOpParallelDeathTest, BudgetOneStartsNoThread) {
         const int before = thread_count();
         run_all_kernels();
         const bool ok = kc::pool_threads_started() == 0 && thread_count() == before;
-        if (!ok) std::fprintf(stderr, "threads %d -> %d, pool %d\n", before, thread_count(), kc::pool_threads_started());
+        if (!ok)
+          std::fprintf(stderr, "threads %d -> %d, pool %d\n", before, thread_count(),
+                       kc::pool_threads_started());
         std::exit(ok ? 0 : 1);
       },
       ::testing::ExitedWithCode(0), "");
