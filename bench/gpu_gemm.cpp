@@ -1,6 +1,6 @@
-// gpu_gemm.cpp - GEMM throughput through the engine on the GPU: ops::matmul of (n, n) x (n,
-// n) float32 (cuBLAS, no TF32), 2n^3 FLOPs per call, reported as TFLOP/s against
-// --peak-tflops (H200 fp32: 67 datasheet).
+// gpu_gemm.cpp - GEMM throughput through the engine on the GPU: ops::matmul of (n, n) x (n, n) float32
+// (cuBLAS, no TF32), 2n^3 FLOPs per call, reported as TFLOP/s against --peak-tflops (H200 fp32: 67
+// datasheet).
 #include <chrono>
 #include <cstdio>
 

@@ -1,7 +1,7 @@
 // micro_step.cpp - whole training steps through the engine (Google Benchmark): the MLP 784-1024-1024-10 at
 // batch 64 (forward, cross-entropy, backward, SGD; 6 * 1,863,690 * 64 = 0.716 GFLOP per step) with one and
 // two BLAS threads, the tiny GPT (vocab 256, context 64, d 128, 4 heads, 2 blocks, batch 16), and the cost of
-// tracing: the same DDP step (world of one, Gloo) with the tracer off and on (target: on costs < 2%).
+// tracing: the same DDP step (world of one, Gloo) with the tracer off and on (target: on costs < 2%), and
 // gradient_as_bucket_view against the default gradient handling (DDPStepBucketView).
 // Ceiling: the machine's BLAS peak (micro_ops' raw GEMM rows).
 #include <benchmark/benchmark.h>

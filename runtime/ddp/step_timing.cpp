@@ -67,7 +67,6 @@ void StepTiming::fill(IterationStats& stats) {
   if (has_finalize_) {
     stats.backward_compute_s = backward_compute_s_;
     stats.exposed_communication_s = exposed_s_;
-    stats.finalize_s = exposed_s_;
   }
   stats.used_map_sync_s = used_map_sync_s_;
   stats.device_clock = clock_.on_device();
