@@ -284,7 +284,7 @@ void Reducer::launch(Bucket& b) {
     gb.gradients.push_back(b.buffer.slice0(b.offsets[k], b.offsets[k] + p.numel()).view(p.shape()));
   }
   b.work = opt_.comm_hook->run(*pg_, gb);
-  timing_->bucket_launched(b.timing.index, b.work);
+  timing_->bucket_launched(b.timing.index, b.work, b.launched_at);
 }
 
 void Reducer::finish_communication() {
