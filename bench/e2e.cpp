@@ -274,7 +274,7 @@ int main(int argc, char** argv) {
     }
 
     auto& tracer = ddp::trace::global_tracer();
-    std::vector<double> step_s, fwd_s, bwd_s, bwd_compute_s, comm_s, exposed_s, opt_s;
+    std::vector<double> step_s, fwd_s, bwd_s, bwd_compute_s, comm_s, exposed_s, opt_s, used_map_s;
     const double load_before = load_average();
     long faults_before = 0;
     for (int it = 0; it < warmup + steps; ++it) {
@@ -327,6 +327,7 @@ int main(int argc, char** argv) {
         bwd_compute_s.push_back(st.backward_compute_s);
         comm_s.push_back(st.communication_s);
         exposed_s.push_back(st.exposed_communication_s);
+        used_map_s.push_back(st.used_map_sync_s);
       }
     }
     tracer.set_enabled(false);
@@ -389,6 +390,7 @@ int main(int argc, char** argv) {
       row("communication (ms)", comm, 1e3);
       row("exposed communication (ms)", exposed, 1e3);
       row("optimizer + zero_grad (ms)", opt, 1e3);
+      if (mode == "unused") row("used-map sync (ms)", summarize(used_map_s), 1e3);  // host wait for its copy (GPU)
       row((std::string(rate_unit) + " (all ranks)").c_str(), rate_st, 1);
       row("GFLOP/s per rank", tf, 1e3);
       if (peak_tflops > 0) {
