@@ -5,6 +5,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstring>
 
@@ -22,6 +23,8 @@ blasint as_blas_int(int64_t v, const char* what) {
   return static_cast<blasint>(v);
 }
 
+std::atomic<int64_t> openblas_calls{0}, onednn_calls{0};
+
 template <class T>
 void call_library(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
                   const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
@@ -32,15 +35,29 @@ void call_library(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T
   if constexpr (sizeof(T) == sizeof(float)) {
 #ifdef DDP_WITH_ONEDNN
     const int threads = openblas_get_num_threads();
-    if (gemm_backend_for(M, N, K, threads) == GemmBackend::OneDNN)
+    if (gemm_backend_for(M, N, K, threads) == GemmBackend::OneDNN) {
+      onednn_calls.fetch_add(1, std::memory_order_relaxed);
       return onednn_sgemm(trans_a, trans_b, M, N, K, alpha, A, la, B, lb, beta, C, lc, threads);
+    }
 #endif
+    openblas_calls.fetch_add(1, std::memory_order_relaxed);
     cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, A, la, B, lb, beta, C, lc);
   } else {
+    openblas_calls.fetch_add(1, std::memory_order_relaxed);
     cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, alpha, A, la, B, lb, beta, C, lc);
   }
 }
 }  // namespace
+
+GemmCounts gemm_counts() { return {openblas_calls.load(), onednn_calls.load()}; }
+
+int onednn_threads_of_this_thread() {
+#ifdef DDP_WITH_ONEDNN
+  return onednn_threads_now();
+#else
+  return 0;
+#endif
+}
 
 template <class T>
 void gemm_ld(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,

@@ -36,6 +36,17 @@ bool onednn_available();
 //    the 64x64x32 attention blocks), where it was up to 2x faster.
 GemmBackend gemm_backend_for(int64_t M, int64_t N, int64_t K, int threads);
 
+// Products run so far in this process by each library (float32 and float64 together; gemm.cpp counts them),
+// for tests and benchmark reports.
+struct GemmCounts {
+  int64_t openblas = 0, onednn = 0;
+};
+GemmCounts gemm_counts();
+
+// The OpenMP thread count oneDNN would use for a product started by the calling thread now (its
+// omp_get_max_threads(); gemm sets it to the budget before each oneDNN product); 0 without oneDNN.
+int onednn_threads_of_this_thread();
+
 // One line for benchmark headers: "OpenBLAS 0.3.21 + oneDNN 2.6.3 (OpenMP), DDP_GEMM auto".
 std::string gemm_libraries();
 

@@ -23,6 +23,8 @@ void onednn_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
             "; run with DDP_GEMM=openblas to use OpenBLAS instead");
 }
 
+int onednn_threads_now() { return omp_get_max_threads(); }
+
 const char* onednn_version() {
   static const std::string text = [] {
     const dnnl_version_t* v = dnnl_version();

@@ -12,6 +12,9 @@ namespace ddp::kernels::cpu {
 void onednn_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                   int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, int threads);
 
+// omp_get_max_threads() of the calling thread: the threads a oneDNN product started here now would use.
+int onednn_threads_now();
+
 // "oneDNN 2.6.3 (OpenMP)" - the library's version as loaded at run time.
 const char* onednn_version();
 
