@@ -72,9 +72,11 @@ GemmBackend gemm_backend_for(int64_t M, int64_t N, int64_t K, int threads) {
   const GemmBackend forced = gemm_backend();
   if (forced != GemmBackend::Auto) return forced;
   if (!onednn_available()) return GemmBackend::OpenBLAS;
-  if (threads > 1) return GemmBackend::OneDNN;
-  const bool large = std::min({M, N, K}) >= 32 && M * N * K >= (int64_t{1} << 21);
-  return large ? GemmBackend::OneDNN : GemmBackend::OpenBLAS;
+  if (threads > 1) return GemmBackend::OpenBLAS;
+  int64_t d[3] = {M, N, K};
+  std::sort(d, d + 3);
+  const bool short_and_wide = d[0] >= 32 && d[0] <= 64 && d[1] >= 512;
+  return short_and_wide ? GemmBackend::OneDNN : GemmBackend::OpenBLAS;
 }
 
 std::string gemm_libraries() {

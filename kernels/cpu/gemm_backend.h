@@ -26,14 +26,18 @@ const char* gemm_backend_name(GemmBackend backend);  // "auto", "openblas", "one
 bool onednn_available();
 
 // The library that runs one float32 product C (M, N) += A (M, K) B (K, N) on `threads` threads: the forced one,
-// or under Auto:
+// or under Auto (measured 2026-12-01 on the 2-core AMD EPYC development machine, docs/benchmarks.md):
 //  - OpenBLAS when oneDNN is not built in;
-//  - oneDNN for every product when threads > 1: one thread pool per process (OpenBLAS's pthreads and
-//    oneDNN's OpenMP threads both spin after a call; alternating them on 2 cores slowed products 2-10x), and
-//    at 2 threads oneDNN ran the model shapes 1.3-2x faster;
-//  - at 1 thread, oneDNN for products with min(M, N, K) >= 32 and M*N*K >= 2^21 (the MLP's 1024-wide layers
-//    1.1-1.4x, the GPT's linears 1.0-1.1x), OpenBLAS for the skinny and tiny ones (a 10-wide output layer,
-//    the 64x64x32 attention blocks), where it was up to 2x faster.
+//  - OpenBLAS for every product when threads > 1: Debian's oneDNN threads with OpenMP, whose workers spin
+//    between parallel regions; with other work on the cores (a loaded machine, or our own non-GEMM ops) the
+//    MLP step at 2 threads took 8 ms on OpenBLAS and 38-110 ms on oneDNN (10 ms with OMP_WAIT_POLICY=passive,
+//    which a library cannot set once libgomp is loaded), and mixing both pools in one process was worse still;
+//  - at 1 thread (no pool: both libraries run in the calling thread), oneDNN for short-and-wide products -
+//    smallest dimension 32..64, the next >= 512: the MLP's layers at batch 64 (forward, input and weight
+//    gradients; its GEMMs per step 4.4-4.6 -> 3.8-4.1 ms of CPU time) - and OpenBLAS for the rest: the
+//    10-wide output layer and the 64x64x32 attention blocks (OpenBLAS up to 2x faster there) and the GPT's
+//    1024-token linears (oneDNN only ~5% faster there, and inside the training step it regenerated code,
+//    ~120 page faults per step, where OpenBLAS makes none).
 GemmBackend gemm_backend_for(int64_t M, int64_t N, int64_t K, int threads);
 
 // Products run so far in this process by each library (float32 and float64 together; gemm.cpp counts them),

@@ -140,19 +140,23 @@ TEST_F(GemmBackendTest, AutoPicksPerShapeAndThreadBudget) {
     EXPECT_EQ(gemm_backend_for(64, 1024, 1024, 2), GemmBackend::OpenBLAS);
     return;
   }
-  // One thread: the large model products on oneDNN, skinny and tiny ones on OpenBLAS.
-  EXPECT_EQ(gemm_backend_for(64, 1024, 784, 1), GemmBackend::OneDNN);
-  EXPECT_EQ(gemm_backend_for(1024, 1024, 64, 1), GemmBackend::OneDNN);
-  EXPECT_EQ(gemm_backend_for(1024, 128, 128, 1), GemmBackend::OneDNN);
-  EXPECT_EQ(gemm_backend_for(64, 10, 1024, 1), GemmBackend::OpenBLAS);
+  // One thread: the short-and-wide MLP products on oneDNN; skinny, tiny and the GPT's linears on OpenBLAS.
+  EXPECT_EQ(gemm_backend_for(64, 1024, 784, 1), GemmBackend::OneDNN);    // forward x W^T
+  EXPECT_EQ(gemm_backend_for(64, 1024, 1024, 1), GemmBackend::OneDNN);   // input gradient
+  EXPECT_EQ(gemm_backend_for(1024, 784, 64, 1), GemmBackend::OneDNN);    // weight gradient
+  EXPECT_EQ(gemm_backend_for(1024, 128, 128, 1), GemmBackend::OpenBLAS);  // GPT linears
+  EXPECT_EQ(gemm_backend_for(1024, 128, 512, 1), GemmBackend::OpenBLAS);
+  EXPECT_EQ(gemm_backend_for(64, 10, 1024, 1), GemmBackend::OpenBLAS);   // output layer
   EXPECT_EQ(gemm_backend_for(64, 1024, 10, 1), GemmBackend::OpenBLAS);
-  EXPECT_EQ(gemm_backend_for(64, 64, 32, 1), GemmBackend::OpenBLAS);
-  // More threads: one library (one thread pool) for every product.
-  EXPECT_EQ(gemm_backend_for(64, 10, 1024, 2), GemmBackend::OneDNN);
-  EXPECT_EQ(gemm_backend_for(64, 64, 32, 2), GemmBackend::OneDNN);
-  // A forced setting wins over the rule.
-  set_gemm_backend(GemmBackend::OpenBLAS);
+  EXPECT_EQ(gemm_backend_for(64, 64, 32, 1), GemmBackend::OpenBLAS);     // attention blocks
+  // More threads: OpenBLAS's thread pool for every product (never two pools in one process).
   EXPECT_EQ(gemm_backend_for(64, 1024, 784, 2), GemmBackend::OpenBLAS);
+  EXPECT_EQ(gemm_backend_for(64, 64, 32, 2), GemmBackend::OpenBLAS);
+  // A forced setting wins over the rule.
+  set_gemm_backend(GemmBackend::OneDNN);
+  EXPECT_EQ(gemm_backend_for(64, 64, 32, 2), GemmBackend::OneDNN);
+  set_gemm_backend(GemmBackend::OpenBLAS);
+  EXPECT_EQ(gemm_backend_for(64, 1024, 784, 1), GemmBackend::OpenBLAS);
 }
 
 TEST_F(GemmBackendTest, OneDnnThreadsFollowTheBudgetInEveryCallingThread) {
