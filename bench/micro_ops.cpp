@@ -15,12 +15,16 @@
 //      Entries of one library run back to back (alternating the libraries call by call at > 1 thread would
 //      measure their thread pools fighting, not the kernels): add --benchmark_repetitions=N
 //      --benchmark_enable_random_interleaving=true to interleave them.
+//      Gemm_StepSequence/<0 mlp, 1 gpt>: every linear-layer product of one training step (forward, input and
+//      weight gradients) on each library, the three interleaved in one loop, in CPU time of the calling thread
+//      (steady on a loaded machine); run it with --blas_threads=1 (one thread: no thread pools to fight).
 // OpenBLAS threads: --blas_threads=N or DDP_BLAS_THREADS=N (default: OpenBLAS's own choice).
 // Run: bench_micro_ops --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -404,6 +408,66 @@ BENCHMARK(Gemm_Library)
     ->ArgsProduct({benchmark::CreateDenseRange(0, kNumGemmShapes - 1, 1), {0, 1, 2}})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
+
+// The products of one training step's linear layers, in the order the step runs them.
+std::vector<GemmShape> step_sequence(bool gpt) {
+  // (rows, in, out) per linear layer: forward x W^T (rows x out, k in), input gradient g W (rows x in, k out;
+  // not for the first MLP layer, whose input is data), weight gradient g^T x (out x in, k rows).
+  std::vector<std::array<int64_t, 3>> layers;
+  if (gpt)
+    layers = {{1024, 128, 384}, {1024, 128, 128}, {1024, 128, 512}, {1024, 512, 128},
+              {1024, 128, 384}, {1024, 128, 128}, {1024, 128, 512}, {1024, 512, 128}, {1024, 128, 256}};
+  else
+    layers = {{64, 784, 1024}, {64, 1024, 1024}, {64, 1024, 10}};
+  std::vector<GemmShape> seq;
+  for (const auto& l : layers) seq.push_back({"fwd", false, true, l[0], l[2], l[1]});
+  for (size_t i = layers.size(); i-- > 0;) {
+    const auto& l = layers[i];
+    if (gpt || i > 0) seq.push_back({"dX", false, false, l[0], l[1], l[2]});
+    seq.push_back({"dW", true, false, l[2], l[1], l[0]});
+  }
+  return seq;
+}
+
+double thread_cpu_seconds() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// Args: 0 mlp, 1 gpt. Counters: median thread-CPU ms of the step's products per library and auto/openblas.
+void Gemm_StepSequence(benchmark::State& state) {
+  const std::vector<GemmShape> seq = step_sequence(state.range(0) == 1);
+  const kernels::cpu::GemmBackend saved = kernels::cpu::gemm_backend();
+  std::vector<float> A(1 << 20), B(1 << 20), C(1 << 20);
+  for (size_t i = 0; i < A.size(); ++i)
+    A[i] = 0.01f * static_cast<float>(i % 17), B[i] = 0.02f * static_cast<float>(i % 13);
+  const int n_lib = kernels::cpu::onednn_available() ? 3 : 1;
+  std::vector<double> t[3];
+  auto run_all = [&] {
+    for (const GemmShape& g : seq)
+      kernels::cpu::gemm(g.ta, g.tb, g.M, g.N, g.K, 1.0f, A.data(), B.data(), 0.0f, C.data());
+  };
+  for (int lib = 0; lib < n_lib; ++lib) kernels::cpu::set_gemm_backend(kGemmLibraries[lib]), run_all();  // warm-up
+  for (auto _ : state) {
+    for (int lib = 0; lib < n_lib; ++lib) {
+      kernels::cpu::set_gemm_backend(n_lib == 1 ? kernels::cpu::GemmBackend::OpenBLAS : kGemmLibraries[lib]);
+      const double t0 = thread_cpu_seconds();
+      run_all();
+      t[lib].push_back(thread_cpu_seconds() - t0);
+    }
+    benchmark::DoNotOptimize(C.data());
+  }
+  kernels::cpu::set_gemm_backend(saved);
+  state.counters["openblas_ms"] = median(t[0]) * 1e3;
+  if (n_lib == 3) {
+    state.counters["onednn_ms"] = median(t[1]) * 1e3;
+    state.counters["auto_ms"] = median(t[2]) * 1e3;
+    state.counters["auto/openblas"] = median(t[2]) / median(t[0]);
+  }
+  state.SetLabel(state.range(0) == 1 ? "gpt step's linear GEMMs" : "mlp step's GEMMs");
+}
+BENCHMARK(Gemm_StepSequence)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
 
 // The roofline for the table: a 1024^3 product on each library. Args: library index.
 void Gemm_Peak(benchmark::State& state) {
