@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <random>
 #include <string>
 #include <thread>
@@ -12,6 +13,7 @@
 
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_backend.h"
+#include "tests/support/run_process.h"
 
 using namespace ddp::kernels::cpu;
 
@@ -210,4 +212,19 @@ TEST(GemmBackendNames, LeadingDimensionShorterThanTheRowIsAnError) {
   } catch (const std::exception& e) {
     EXPECT_NE(std::string(e.what()).find("leading dimensions"), std::string::npos) << e.what();
   }
+}
+
+// DDP_GEMM is read at the first product: a wrong value stops the program there with the variable's name and
+// the three choices (bench_e2e is the smallest program that trains).
+TEST(GemmBackendNames, WrongDdpGemmValueStopsTheProgramNamingIt) {
+  const std::string bench = std::string(DDP_BIN_DIR) + "/bench_e2e";
+  if (!std::filesystem::exists(bench)) GTEST_SKIP() << bench << " is not built (DDP_BUILD_BENCH=OFF)";
+  ddp::testing::ProcessOptions po;
+  po.set_env["DDP_GEMM"] = "blas";
+  const auto r = ddp::testing::run_process(
+      {bench, "--config", "mlp", "--steps", "1", "--warmup", "1", "--threads", "1", "--device", "cpu"}, po);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE((r.out + r.err).find("DDP_GEMM='blas' is not a GEMM backend: use auto (per shape), openblas or onednn"),
+            std::string::npos)
+      << r.out << r.err;
 }
