@@ -1,7 +1,8 @@
 // e2e.cpp - bench_e2e: end-to-end DDP training throughput of a named configuration on synthetic data.
-// Per measured step it times forward (+ loss), backward (the whole autograd call, finalize included) and the
-// optimizer, and takes backward compute, communication and exposed communication from the reducer
-// (reducer.last_stats()). Rank 0 prints medians with their spread and appends one JSON record to --json.
+// Each step is train's own (models/train_step.h), which times forward (+ loss), backward (the whole autograd
+// call, finalize included) and the optimizer; backward compute, communication and exposed communication come
+// from the reducer (reducer.last_stats()). Rank 0 prints medians with their spread and appends one JSON record
+// to --json.
 //
 //   bin/bench_e2e --config mlp --steps 20                                       # world 1
 //   bin/ddprun --standalone --nproc-per-node 2 bin/bench_e2e --config gpt --mode nooverlap --json runs/b.json
@@ -25,15 +26,15 @@
 
 #include "models/gpt.h"
 #include "models/mlp.h"
-#include "runtime/autograd/engine.h"
+#include "models/train_step.h"
 #include "runtime/core/cli.h"
 #include "runtime/core/peak_flops.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_backend.h"
 #include "kernels/cpu/simd_target.h"
 #include "runtime/ddp/distributed_data_parallel.h"
+#include "runtime/ddp/host_collectives.h"
 #include "runtime/dist/init.h"
-#include "runtime/ops/loss.h"
 #include "runtime/ops/mixed_precision.h"
 #include "runtime/optim/optimizer.h"
 #include "runtime/sim/sample_stats.h"
@@ -274,8 +275,18 @@ int main(int argc, char** argv) {
       peak_source = peak.source;
     }
 
+    // The step itself is train's (models/train_step.h): one micro-batch, the same synthetic batch every step.
+    ddp::models::StepOptions step_options;
+    step_options.synchronize_gradients = mode != "nosync";  // nosync: the whole backward under no_sync
+    step_options.wait_for_device = gpu;                      // each phase's GPU work counted in it
+    auto next_batch = [&w] {
+      ddp::data::Batch b;
+      b.x = w.x;
+      b.y = w.y;
+      return b;
+    };
     auto& tracer = ddp::trace::global_tracer();
-    std::vector<double> step_s, fwd_s, bwd_s, bwd_compute_s, comm_s, exposed_s, opt_s;
+    std::vector<double> step_s, fwd_s, bwd_s, bwd_compute_s, comm_s, exposed_s, opt_s, used_map_s;
     const double load_before = load_average();
     long faults_before = 0;
     for (int it = 0; it < warmup + steps; ++it) {
@@ -289,38 +300,16 @@ int main(int argc, char** argv) {
       if (measured) tracer.begin_iteration(it - warmup);
       sync_device(w.x);
       const auto t0 = Clock::now();
-      Tensor loss;
-      std::unique_ptr<ddp::DistributedDataParallel::NoSyncGuard> no_sync;
-      if (mode == "nosync")
-        no_sync = std::make_unique<ddp::DistributedDataParallel::NoSyncGuard>(model.reducer());
-      {
-        ddp::trace::TraceScope scope("forward", "forward");
-        loss = ddp::ops::cross_entropy(model.forward(w.x), w.y);
-        sync_device(loss);
-      }
+      const ddp::models::StepResult r = ddp::models::train_step(model, *w.optimizer, next_batch, step_options);
       const auto t1 = Clock::now();
-      {
-        ddp::trace::TraceScope scope("backward", "backward");
-        ddp::autograd::backward(loss);
-        sync_device(w.x);
-      }
-      no_sync.reset();
-      const auto t2 = Clock::now();
-      {
-        ddp::trace::TraceScope scope("optimizer", "optimizer");
-        w.optimizer->step();
-        w.optimizer->zero_grad();
-        sync_device(w.x);
-      }
-      const auto t3 = Clock::now();
       if (measured) tracer.end_iteration(it - warmup);
       if (!measured) continue;
-      step_s.push_back(seconds(t0, t3));
-      fwd_s.push_back(seconds(t0, t1));
-      bwd_s.push_back(seconds(t1, t2));
-      opt_s.push_back(seconds(t2, t3));
+      step_s.push_back(seconds(t0, t1));
+      fwd_s.push_back(r.forward_s);
+      bwd_s.push_back(r.backward_s);
+      opt_s.push_back(r.optimizer_s);
       if (mode == "nosync") {
-        bwd_compute_s.push_back(seconds(t1, t2));
+        bwd_compute_s.push_back(r.backward_s);
         comm_s.push_back(0);
         exposed_s.push_back(0);
       } else {
@@ -328,6 +317,7 @@ int main(int argc, char** argv) {
         bwd_compute_s.push_back(st.backward_compute_s);
         comm_s.push_back(st.communication_s);
         exposed_s.push_back(st.exposed_communication_s);
+        used_map_s.push_back(st.used_map_sync_s);
       }
     }
     tracer.set_enabled(false);
@@ -337,11 +327,7 @@ int main(int argc, char** argv) {
 
     // The job's step is its slowest rank's: per step, the maximum over ranks.
     Tensor job_steps = Tensor::from_data<double>(step_s, {static_cast<int64_t>(step_s.size())});
-    ctx.group
-        ->allreduce({job_steps.raw_data(), job_steps.numel(), job_steps.dtype(), job_steps.device(),
-                     job_steps.storage()},
-                    ddp::dist::ReduceOp::Max)
-        ->wait();
+    ddp::host_allreduce(*ctx.group, job_steps, ddp::dist::ReduceOp::Max);
     const double* js = job_steps.data<double>();
     step_s.assign(js, js + job_steps.numel());
 
@@ -391,6 +377,7 @@ int main(int argc, char** argv) {
       row("communication (ms)", comm, 1e3);
       row("exposed communication (ms)", exposed, 1e3);
       row("optimizer + zero_grad (ms)", opt, 1e3);
+      if (mode == "unused") row("used-map sync (ms)", summarize(used_map_s), 1e3);  // host wait for its copy (GPU)
       row((std::string(rate_unit) + " (all ranks)").c_str(), rate_st, 1);
       row("GFLOP/s per rank", tf, 1e3);
       if (peak_tflops > 0) {

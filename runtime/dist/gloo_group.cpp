@@ -139,7 +139,7 @@ GlooProcessGroup::GlooProcessGroup(std::shared_ptr<Store> store, int rank, int s
   s.size = size;
   s.options = options;
   s.store = std::move(store);
-  s.prefix = options.name.empty() ? "pg" + std::to_string(s.store->next_group_id()) : options.name;
+  s.prefix = group_name(options, *s.store);
   s.tracker = std::make_unique<CollectiveTracker>(s.store, s.prefix, rank, size, options.timeout);
   if (size > 1) {
     auto attr = device_attr(options, master_addr);

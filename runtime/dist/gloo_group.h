@@ -1,7 +1,6 @@
 // gloo_group.h - the CPU process group on Gloo's TCP transport. The mesh connects through our Store (keys
-// under
-// "<group prefix>/gloo/"). Collectives run on ONE background thread in issue order: issuing only queues the
-// collective and returns its Work, which completes when the thread has run it. Avg = Sum then divide.
+// under "<group prefix>/gloo/"). Collectives run on ONE background thread in issue order: issuing only queues
+// the collective and returns its Work, which completes when the thread has run it. Avg = Sum then divide.
 // CUDA buffers (CUDA builds) are staged through pinned host memory on a side stream; see cuda/host_staging.h.
 #pragma once
 #include <memory>

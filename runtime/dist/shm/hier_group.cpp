@@ -64,7 +64,7 @@ HierProcessGroup::HierProcessGroup(std::shared_ptr<Store> store, int rank, int s
   Impl& s = *impl_;
   s.rank = rank;
   s.size = size;
-  s.prefix = options.name.empty() ? "pg" + std::to_string(store->next_group_id()) : options.name;
+  s.prefix = group_name(options, *store);
   if (hosts.empty()) {
     s.host = shm::host_of_ranks(*store, s.prefix + "/hier", rank, size, options.timeout);
   } else {

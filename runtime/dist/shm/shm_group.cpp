@@ -147,7 +147,7 @@ ShmProcessGroup::ShmProcessGroup(std::shared_ptr<Store> store, int rank, int siz
   s.size = size;
   s.options = options;
   s.store = std::move(store);
-  s.prefix = options.name.empty() ? "pg" + std::to_string(s.store->next_group_id()) : options.name;
+  s.prefix = group_name(options, *s.store);
   s.policy = wait_policy_from_env();
   if (options.debug_collectives && size > 1)
     s.tracker = std::make_unique<CollectiveTracker>(s.store, s.prefix, rank, size, options.timeout);

@@ -3,8 +3,9 @@
 //
 // Names are "/ddpshm.<pid namespace>.<creator pid>.<run id>.<rest>": the creator's pid tells whether the
 // owner still lives, so remove_stale_segments() can unlink the segments of dead processes - only those of its
-// own pid namespace, where the pid means something (a container sharing /dev/shm is left alone). The group unlinks its segment as soon
-// as every peer mapped it (the memory lives on while mapped), so a crash after setup leaves nothing behind.
+// own pid namespace, where the pid means something (a container sharing /dev/shm is left alone). The group
+// unlinks its segment as soon as every peer mapped it (the memory lives on while mapped), so a crash after
+// setup leaves nothing behind.
 #pragma once
 #include <sys/types.h>
 
