@@ -30,6 +30,7 @@
 #include "runtime/core/cli.h"
 #include "runtime/core/peak_flops.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_backend.h"
 #include "kernels/cpu/simd_target.h"
 #include "runtime/ddp/distributed_data_parallel.h"
 #include "runtime/ddp/host_collectives.h"
@@ -356,8 +357,9 @@ int main(int argc, char** argv) {
                       ? (" (" + std::to_string(w.samples_per_rank * w.tokens_per_sample) + " tokens)").c_str()
                       : "",
                   w.optimizer_name.c_str(), cap_mb, first_mb, buckets);
-      std::printf("  BLAS threads per rank %d, %u cores, host %s, load %.2f -> %.2f\n", threads,
-                  std::thread::hardware_concurrency(), host, load_before, load_after);
+      std::printf("  BLAS threads per rank %d (%s), %u cores, host %s, load %.2f -> %.2f\n", threads,
+                  ddp::kernels::cpu::gemm_libraries().c_str(), std::thread::hardware_concurrency(), host,
+                  load_before, load_after);
       std::printf("  FLOPs per rank step %.4g (%s); %d measured steps after %d warmup\n",
                   w.flops_per_rank_step, w.flops_rule.c_str(), steps, warmup);
       std::printf(
@@ -415,6 +417,7 @@ int main(int argc, char** argv) {
             {"date", iso_now()},
             {"label", label},
             {"simd_target", ddp::kernels::cpu::simd_target_name()},
+            {"gemm_libraries", ddp::kernels::cpu::gemm_libraries()},
             {"minor_faults_per_step", faults_per_step},
             {"step_s", stats_json(step)},
             {"forward_s", stats_json(fwd)},
