@@ -1,7 +1,8 @@
 // e2e.cpp - bench_e2e: end-to-end DDP training throughput of a named configuration on synthetic data.
-// Per measured step it times forward (+ loss), backward (the whole autograd call, finalize included) and the
-// optimizer, and takes backward compute, communication and exposed communication from the reducer
-// (reducer.last_stats()). Rank 0 prints medians with their spread and appends one JSON record to --json.
+// Each step is train's own (models/train_step.h), which times forward (+ loss), backward (the whole autograd
+// call, finalize included) and the optimizer; backward compute, communication and exposed communication come
+// from the reducer (reducer.last_stats()). Rank 0 prints medians with their spread and appends one JSON record
+// to --json.
 //
 //   bin/bench_e2e --config mlp --steps 20                                       # world 1
 //   bin/ddprun --standalone --nproc-per-node 2 bin/bench_e2e --config gpt --mode nooverlap --json runs/b.json
@@ -25,15 +26,16 @@
 
 #include "models/gpt.h"
 #include "models/mlp.h"
-#include "runtime/autograd/engine.h"
+#include "models/train_step.h"
 #include "runtime/core/cli.h"
 #include "runtime/core/peak_flops.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_backend.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/simd_target.h"
 #include "runtime/ddp/distributed_data_parallel.h"
+#include "runtime/ddp/host_collectives.h"
 #include "runtime/dist/init.h"
-#include "runtime/ops/loss.h"
 #include "runtime/ops/mixed_precision.h"
 #include "runtime/optim/optimizer.h"
 #include "runtime/sim/sample_stats.h"
@@ -275,6 +277,16 @@ int main(int argc, char** argv) {
       peak_source = peak.source;
     }
 
+    // The step itself is train's (models/train_step.h): one micro-batch, the same synthetic batch every step.
+    ddp::models::StepOptions step_options;
+    step_options.synchronize_gradients = mode != "nosync";  // nosync: the whole backward under no_sync
+    step_options.wait_for_device = gpu;                      // each phase's GPU work counted in it
+    auto next_batch = [&w] {
+      ddp::data::Batch b;
+      b.x = w.x;
+      b.y = w.y;
+      return b;
+    };
     auto& tracer = ddp::trace::global_tracer();
     std::vector<double> step_s, fwd_s, bwd_s, bwd_compute_s, comm_s, exposed_s, opt_s, used_map_s;
     const double load_before = load_average();
@@ -290,38 +302,16 @@ int main(int argc, char** argv) {
       if (measured) tracer.begin_iteration(it - warmup);
       sync_device(w.x);
       const auto t0 = Clock::now();
-      Tensor loss;
-      std::unique_ptr<ddp::DistributedDataParallel::NoSyncGuard> no_sync;
-      if (mode == "nosync")
-        no_sync = std::make_unique<ddp::DistributedDataParallel::NoSyncGuard>(model.reducer());
-      {
-        ddp::trace::TraceScope scope("forward", "forward");
-        loss = ddp::ops::cross_entropy(model.forward(w.x), w.y);
-        sync_device(loss);
-      }
+      const ddp::models::StepResult r = ddp::models::train_step(model, *w.optimizer, next_batch, step_options);
       const auto t1 = Clock::now();
-      {
-        ddp::trace::TraceScope scope("backward", "backward");
-        ddp::autograd::backward(loss);
-        sync_device(w.x);
-      }
-      no_sync.reset();
-      const auto t2 = Clock::now();
-      {
-        ddp::trace::TraceScope scope("optimizer", "optimizer");
-        w.optimizer->step();
-        w.optimizer->zero_grad();
-        sync_device(w.x);
-      }
-      const auto t3 = Clock::now();
       if (measured) tracer.end_iteration(it - warmup);
       if (!measured) continue;
-      step_s.push_back(seconds(t0, t3));
-      fwd_s.push_back(seconds(t0, t1));
-      bwd_s.push_back(seconds(t1, t2));
-      opt_s.push_back(seconds(t2, t3));
+      step_s.push_back(seconds(t0, t1));
+      fwd_s.push_back(r.forward_s);
+      bwd_s.push_back(r.backward_s);
+      opt_s.push_back(r.optimizer_s);
       if (mode == "nosync") {
-        bwd_compute_s.push_back(seconds(t1, t2));
+        bwd_compute_s.push_back(r.backward_s);
         comm_s.push_back(0);
         exposed_s.push_back(0);
       } else {
@@ -339,11 +329,7 @@ int main(int argc, char** argv) {
 
     // The job's step is its slowest rank's: per step, the maximum over ranks.
     Tensor job_steps = Tensor::from_data<double>(step_s, {static_cast<int64_t>(step_s.size())});
-    ctx.group
-        ->allreduce({job_steps.raw_data(), job_steps.numel(), job_steps.dtype(), job_steps.device(),
-                     job_steps.storage()},
-                    ddp::dist::ReduceOp::Max)
-        ->wait();
+    ddp::host_allreduce(*ctx.group, job_steps, ddp::dist::ReduceOp::Max);
     const double* js = job_steps.data<double>();
     step_s.assign(js, js + job_steps.numel());
 
@@ -373,8 +359,9 @@ int main(int argc, char** argv) {
                       ? (" (" + std::to_string(w.samples_per_rank * w.tokens_per_sample) + " tokens)").c_str()
                       : "",
                   w.optimizer_name.c_str(), cap_mb, first_mb, buckets);
-      std::printf("  BLAS threads per rank %d, %u cores, host %s, load %.2f -> %.2f\n", threads,
-                  std::thread::hardware_concurrency(), host, load_before, load_after);
+      std::printf("  BLAS threads per rank %d (%s), %u cores, host %s, load %.2f -> %.2f\n", threads,
+                  ddp::kernels::cpu::gemm_libraries().c_str(), std::thread::hardware_concurrency(), host,
+                  load_before, load_after);
       std::printf("  FLOPs per rank step %.4g (%s); %d measured steps after %d warmup\n",
                   w.flops_per_rank_step, w.flops_rule.c_str(), steps, warmup);
       std::printf(
@@ -432,6 +419,7 @@ int main(int argc, char** argv) {
             {"date", iso_now()},
             {"label", label},
             {"simd_target", ddp::kernels::cpu::simd_target_name()},
+            {"gemm_libraries", ddp::kernels::cpu::gemm_libraries()},
             {"minor_faults_per_step", faults_per_step},
             {"step_s", stats_json(step)},
             {"forward_s", stats_json(fwd)},

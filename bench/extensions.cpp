@@ -15,12 +15,11 @@
 #include <vector>
 
 #include "models/gpt.h"
-#include "runtime/autograd/engine.h"
+#include "models/train_step.h"
 #include "runtime/core/cli.h"
 #include "runtime/ddp/distributed_data_parallel.h"
 #include "runtime/ddp/powersgd_hook.h"
 #include "runtime/dist/local_world.h"
-#include "runtime/ops/loss.h"
 #include "runtime/optim/zero_redundancy_optimizer.h"
 
 namespace {
@@ -76,12 +75,14 @@ Measured run_once(const Config& c, int world, int steps, int warmup, int64_t bat
         y[i] = (x[i] * 5 + 1) % 256;
       }
       if (s == warmup) bytes_at_warmup = ddp.reducer().comm_hook().bytes_communicated();
+      auto micro_batch = [&] {
+        data::Batch b;
+        b.x = Tensor::from_data(x, {batch, gc.context});
+        b.y = Tensor::from_data(y, {batch, gc.context});
+        return b;
+      };
       const auto t0 = Clock::now();
-      opt->zero_grad();
-      Tensor loss = ops::cross_entropy(ddp.forward(Tensor::from_data(x, {batch, gc.context})),
-                                       Tensor::from_data(y, {batch, gc.context}));
-      autograd::backward(loss);
-      opt->step();
+      models::train_step(ddp, *opt, micro_batch, {});  // train's step (models/train_step.h)
       const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
       if (s >= warmup) times.push_back(dt);
     }

@@ -8,12 +8,23 @@
 //  (c) Kernel_VsCopy/<k>: each CPU kernel on 1M float32 elements (Highway, the instruction set the dispatcher
 //      picked) against memcpy of 4 MiB, interleaved in one loop; counters give both GB/s (bytes the kernel
 //      must read + write) and kernel/copy (the target: >= 0.5). The table after the run lists them.
+//  (d) Gemm_Library/<shape>/<library>: each float32 product of the models (MLP 784-1024-1024-10 at batch 64,
+//      GPT d128 at 1024 tokens, its 64x64x32 attention blocks) on OpenBLAS, on oneDNN and under the auto rule
+//      (kernels/cpu/gemm_backend.h), against Gemm_Peak: a 1024^3 product on each library measured in the same
+//      run (the best of them is "peak"). The table after the run gives GFLOP/s per library and % of peak.
+//      Entries of one library run back to back (alternating the libraries call by call at > 1 thread would
+//      measure their thread pools fighting, not the kernels): add --benchmark_repetitions=N
+//      --benchmark_enable_random_interleaving=true to interleave them.
+//      Gemm_StepSequence/<0 mlp, 1 gpt>: every linear-layer product of one training step (forward, input and
+//      weight gradients) on each library, the three interleaved in one loop, in CPU time of the calling thread
+//      (steady on a loaded machine); run it with --blas_threads=1 (one thread: no thread pools to fight).
 // OpenBLAS threads: --blas_threads=N or DDP_BLAS_THREADS=N (default: OpenBLAS's own choice).
 // Run: bench_micro_ops --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -28,6 +39,7 @@
 #include "kernels/cpu/dropout.h"
 #include "kernels/cpu/embedding.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_backend.h"
 #include "kernels/cpu/layernorm.h"
 #include "kernels/cpu/loss.h"
 #include "kernels/cpu/optim.h"
@@ -374,6 +386,141 @@ BENCHMARK(Parallel_Threshold)
     ->ArgsProduct({{4096, 8192, 16384, 32768, 65536, 262144}, {1, 2}})
     ->Unit(benchmark::kMicrosecond);
 
+// (d) the model's GEMM shapes per library, against the peak measured in the same run.
+struct GemmShape {
+  const char* name;
+  bool ta, tb;
+  int64_t M, N, K;
+};
+const GemmShape kGemmShapes[] = {
+    {"mlp fc1 fwd 64x1024 k784", false, true, 64, 1024, 784},
+    {"mlp fc2 fwd 64x1024 k1024", false, true, 64, 1024, 1024},
+    {"mlp fc3 fwd 64x10 k1024", false, true, 64, 10, 1024},
+    {"mlp fc2 dX 64x1024 k1024", false, false, 64, 1024, 1024},
+    {"mlp fc3 dX 64x1024 k10", false, false, 64, 1024, 10},
+    {"mlp fc1 dW 1024x784 k64", true, false, 1024, 784, 64},
+    {"mlp fc2 dW 1024x1024 k64", true, false, 1024, 1024, 64},
+    {"mlp fc3 dW 10x1024 k64", true, false, 10, 1024, 64},
+    {"gpt qkv fwd 1024x384 k128", false, true, 1024, 384, 128},
+    {"gpt proj fwd 1024x128 k128", false, true, 1024, 128, 128},
+    {"gpt fc fwd 1024x512 k128", false, true, 1024, 512, 128},
+    {"gpt fcproj fwd 1024x128 k512", false, true, 1024, 128, 512},
+    {"gpt fc dX 1024x128 k512", false, false, 1024, 128, 512},
+    {"gpt qkv dX 1024x128 k384", false, false, 1024, 128, 384},
+    {"gpt fc dW 512x128 k1024", true, false, 512, 128, 1024},
+    {"gpt qkv dW 384x128 k1024", true, false, 384, 128, 1024},
+    {"attn q k^T 64x64 k32", false, true, 64, 64, 32},
+    {"attn att v 64x32 k64", false, false, 64, 32, 64},
+};
+constexpr int kNumGemmShapes = sizeof(kGemmShapes) / sizeof(kGemmShapes[0]);
+const kernels::cpu::GemmBackend kGemmLibraries[] = {kernels::cpu::GemmBackend::OpenBLAS,
+                                                    kernels::cpu::GemmBackend::OneDNN,
+                                                    kernels::cpu::GemmBackend::Auto};
+
+// Times `state` products of one shape on one library (wall time: the library's own threads do the work).
+void run_gemm(benchmark::State& state, const GemmShape& g, kernels::cpu::GemmBackend library) {
+  if (library == kernels::cpu::GemmBackend::OneDNN && !kernels::cpu::onednn_available()) {
+    state.SkipWithError("this build has no oneDNN (install libdnnl-dev and reconfigure)");
+    return;
+  }
+  const kernels::cpu::GemmBackend saved = kernels::cpu::gemm_backend();
+  kernels::cpu::set_gemm_backend(library);
+  std::vector<float> A(g.M * g.K, 0.5f), B(g.K * g.N, 0.25f), C(g.M * g.N);
+  for (size_t i = 0; i < A.size(); ++i) A[i] = 0.01f * static_cast<float>(i % 17);
+  for (size_t i = 0; i < B.size(); ++i) B[i] = 0.02f * static_cast<float>(i % 13);
+  // One product first: oneDNN's first call per shape class generates its kernel (tens of ms).
+  kernels::cpu::gemm(g.ta, g.tb, g.M, g.N, g.K, 1.0f, A.data(), B.data(), 0.0f, C.data());
+  for (auto _ : state) {
+    kernels::cpu::gemm(g.ta, g.tb, g.M, g.N, g.K, 1.0f, A.data(), B.data(), 0.0f, C.data());
+    benchmark::DoNotOptimize(C.data());
+    benchmark::ClobberMemory();
+  }
+  kernels::cpu::set_gemm_backend(saved);
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * g.M * g.N * g.K * 1e-9 * static_cast<double>(state.iterations()),
+                                                 benchmark::Counter::kIsRate);
+  const int64_t threads = kernels::cpu::blas_threads();
+  state.SetLabel(std::string(g.name) + " | " + kernels::cpu::gemm_backend_name(library) +
+                 (library == kernels::cpu::GemmBackend::Auto
+                      ? std::string("->") + kernels::cpu::gemm_backend_name(
+                                                kernels::cpu::gemm_backend_for(g.M, g.N, g.K, static_cast<int>(threads)))
+                      : std::string()));
+}
+
+// Args: shape index, library index (0 openblas, 1 onednn, 2 auto).
+void Gemm_Library(benchmark::State& state) {
+  run_gemm(state, kGemmShapes[state.range(0)], kGemmLibraries[state.range(1)]);
+}
+BENCHMARK(Gemm_Library)
+    ->ArgsProduct({benchmark::CreateDenseRange(0, kNumGemmShapes - 1, 1), {0, 1, 2}})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+// The products of one training step's linear layers, in the order the step runs them.
+std::vector<GemmShape> step_sequence(bool gpt) {
+  // (rows, in, out) per linear layer: forward x W^T (rows x out, k in), input gradient g W (rows x in, k out;
+  // not for the first MLP layer, whose input is data), weight gradient g^T x (out x in, k rows).
+  std::vector<std::array<int64_t, 3>> layers;
+  if (gpt)
+    layers = {{1024, 128, 384}, {1024, 128, 128}, {1024, 128, 512}, {1024, 512, 128},
+              {1024, 128, 384}, {1024, 128, 128}, {1024, 128, 512}, {1024, 512, 128}, {1024, 128, 256}};
+  else
+    layers = {{64, 784, 1024}, {64, 1024, 1024}, {64, 1024, 10}};
+  std::vector<GemmShape> seq;
+  for (const auto& l : layers) seq.push_back({"fwd", false, true, l[0], l[2], l[1]});
+  for (size_t i = layers.size(); i-- > 0;) {
+    const auto& l = layers[i];
+    if (gpt || i > 0) seq.push_back({"dX", false, false, l[0], l[1], l[2]});
+    seq.push_back({"dW", true, false, l[2], l[1], l[0]});
+  }
+  return seq;
+}
+
+double thread_cpu_seconds() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// Args: 0 mlp, 1 gpt. Counters: median thread-CPU ms of the step's products per library and auto/openblas.
+void Gemm_StepSequence(benchmark::State& state) {
+  const std::vector<GemmShape> seq = step_sequence(state.range(0) == 1);
+  const kernels::cpu::GemmBackend saved = kernels::cpu::gemm_backend();
+  std::vector<float> A(1 << 20), B(1 << 20), C(1 << 20);
+  for (size_t i = 0; i < A.size(); ++i)
+    A[i] = 0.01f * static_cast<float>(i % 17), B[i] = 0.02f * static_cast<float>(i % 13);
+  const int n_lib = kernels::cpu::onednn_available() ? 3 : 1;
+  std::vector<double> t[3];
+  auto run_all = [&] {
+    for (const GemmShape& g : seq)
+      kernels::cpu::gemm(g.ta, g.tb, g.M, g.N, g.K, 1.0f, A.data(), B.data(), 0.0f, C.data());
+  };
+  for (int lib = 0; lib < n_lib; ++lib) kernels::cpu::set_gemm_backend(kGemmLibraries[lib]), run_all();  // warm-up
+  for (auto _ : state) {
+    for (int lib = 0; lib < n_lib; ++lib) {
+      kernels::cpu::set_gemm_backend(n_lib == 1 ? kernels::cpu::GemmBackend::OpenBLAS : kGemmLibraries[lib]);
+      const double t0 = thread_cpu_seconds();
+      run_all();
+      t[lib].push_back(thread_cpu_seconds() - t0);
+    }
+    benchmark::DoNotOptimize(C.data());
+  }
+  kernels::cpu::set_gemm_backend(saved);
+  state.counters["openblas_ms"] = median(t[0]) * 1e3;
+  if (n_lib == 3) {
+    state.counters["onednn_ms"] = median(t[1]) * 1e3;
+    state.counters["auto_ms"] = median(t[2]) * 1e3;
+    state.counters["auto/openblas"] = median(t[2]) / median(t[0]);
+  }
+  state.SetLabel(state.range(0) == 1 ? "gpt step's linear GEMMs" : "mlp step's GEMMs");
+}
+BENCHMARK(Gemm_StepSequence)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
+
+// The roofline for the table: a 1024^3 product on each library. Args: library index.
+void Gemm_Peak(benchmark::State& state) {
+  run_gemm(state, {"peak 1024x1024 k1024", false, false, 1024, 1024, 1024}, kGemmLibraries[state.range(0)]);
+}
+BENCHMARK(Gemm_Peak)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+
 // Prints the usual console table, then the engine/raw table of Linear_Paired (medians when repeated).
 class RatioReporter : public benchmark::ConsoleReporter {
  public:
@@ -391,11 +538,40 @@ class RatioReporter : public benchmark::ConsoleReporter {
             {r.report_label, get("kernel_ms"), get("kernel_GBps"), get("copy_GBps"), get("vs_copy")});
         continue;
       }
+      if (r.run_name.function_name == "Gemm_Library" || r.run_name.function_name == "Gemm_Peak") {
+        const std::string label = r.report_label;
+        const size_t bar = label.find(" | ");
+        const std::string shape = label.substr(0, bar), library = label.substr(bar + 3);
+        if (r.run_name.function_name == "Gemm_Peak")
+          peak_ = std::max(peak_, get("GFLOP/s")), peak_by_[library] = get("GFLOP/s");
+        else
+          gemm_[shape][library.substr(0, library.find("->"))] = {get("GFLOP/s"), library};
+        if (std::find(gemm_order_.begin(), gemm_order_.end(), shape) == gemm_order_.end() &&
+            r.run_name.function_name == "Gemm_Library")
+          gemm_order_.push_back(shape);
+        continue;
+      }
       if (r.run_name.function_name != "Linear_Paired") continue;
       rows_[r.run_name.args] = {get("engine_us"), get("raw_us"), get("ratio")};
     }
   }
   void PrintRatios() const {
+    if (!gemm_order_.empty()) {
+      std::printf("\nfloat32 GEMMs at the model shapes, %d thread(s), %s\n", kernels::cpu::blas_threads(),
+                  kernels::cpu::gemm_libraries().c_str());
+      std::printf("  peak (1024^3 product): openblas %.1f GFLOP/s, onednn %.1f GFLOP/s\n", at(peak_by_, "openblas"),
+                  at(peak_by_, "onednn"));
+      std::printf("  %-30s %9s %9s %9s %-9s %8s %8s\n", "shape", "openblas", "onednn", "auto", "auto ->",
+                  "best/pk", "auto/pk");
+      for (const std::string& shape : gemm_order_) {
+        const auto& row = gemm_.at(shape);
+        const double ob = at(row, "openblas").gflops, od = at(row, "onednn").gflops, au = at(row, "auto").gflops;
+        const std::string& label = at(row, "auto").label;
+        const std::string pick = label.find("->") == std::string::npos ? "" : label.substr(label.find("->") + 2);
+        std::printf("  %-30s %9.1f %9.1f %9.1f %-9s %7.0f%% %7.0f%%\n", shape.c_str(), ob, od, au, pick.c_str(),
+                    peak_ > 0 ? 100 * std::max(ob, od) / peak_ : 0.0, peak_ > 0 ? 100 * au / peak_ : 0.0);
+      }
+    }
     if (!kernels_.empty()) {
       std::printf(
           "\nCPU kernels on 1M float32 elements (%s), against memcpy interleaved in the same loop "
@@ -423,6 +599,19 @@ class RatioReporter : public benchmark::ConsoleReporter {
     double ms, gbps, copy, ratio;
   };
   std::vector<KernelRow> kernels_;
+  struct GemmCell {
+    double gflops = 0;
+    std::string label;
+  };
+  template <class Map>
+  static typename Map::mapped_type at(const Map& m, const std::string& k) {
+    auto it = m.find(k);
+    return it == m.end() ? typename Map::mapped_type{} : it->second;
+  }
+  std::map<std::string, std::map<std::string, GemmCell>> gemm_;
+  std::map<std::string, double> peak_by_;
+  std::vector<std::string> gemm_order_;
+  double peak_ = 0;
 };
 
 // --blas_threads=N (removed from argv before Google Benchmark parses it) or DDP_BLAS_THREADS.
@@ -438,8 +627,8 @@ void apply_blas_threads(int* argc, char** argv) {
   }
   *argc = out;
   if (threads > 0) kernels::cpu::set_thread_budget(threads);
-  std::printf("OpenBLAS threads: %d (thread budget %d; Kernel_VsCopy sets its own)\n",
-              kernels::cpu::blas_threads(), kernels::cpu::thread_budget());
+  std::printf("GEMM threads: %d (%s); thread budget %d (Kernel_VsCopy sets its own)\n", kernels::cpu::blas_threads(),
+              kernels::cpu::gemm_libraries().c_str(), kernels::cpu::thread_budget());
 }
 }  // namespace
 

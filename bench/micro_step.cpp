@@ -1,7 +1,7 @@
 // micro_step.cpp - whole training steps through the engine (Google Benchmark): the MLP 784-1024-1024-10 at
 // batch 64 (forward, cross-entropy, backward, SGD; 6 * 1,863,690 * 64 = 0.716 GFLOP per step) with one and
 // two BLAS threads, the tiny GPT (vocab 256, context 64, d 128, 4 heads, 2 blocks, batch 16), and the cost of
-// tracing: the same DDP step (world of one, Gloo) with the tracer off and on (target: on costs < 2%).
+// tracing: the same DDP step (world of one, Gloo) with the tracer off and on (target: on costs < 2%), and
 // gradient_as_bucket_view against the default gradient handling (DDPStepBucketView).
 // Ceiling: the machine's BLAS peak (micro_ops' raw GEMM rows).
 #include <benchmark/benchmark.h>
@@ -9,6 +9,7 @@
 #include "kernels/cpu/gemm.h"
 #include "models/gpt.h"
 #include "models/mlp.h"
+#include "models/train_step.h"
 #include "runtime/autograd/engine.h"
 #include "runtime/ddp/distributed_data_parallel.h"
 #include "runtime/dist/init.h"
@@ -23,6 +24,16 @@ Tensor labels(int64_t n, int64_t classes) {
   std::vector<int64_t> y(n);
   for (int64_t i = 0; i < n; ++i) y[i] = i % classes;
   return Tensor::from_data(y, {n});
+}
+
+// The same batch every step, as models::train_step takes its micro-batches.
+std::function<data::Batch()> batch_of(const Tensor& x, const Tensor& y) {
+  return [x, y] {
+    data::Batch b;
+    b.x = x;
+    b.y = y;
+    return b;
+  };
 }
 
 void MLPStep(benchmark::State& state) {
@@ -78,17 +89,7 @@ void DDPStepTracing(benchmark::State& state) {
   int64_t it = 0;
   for (auto _ : state) {
     if (state.range(0) == 1) tracer.begin_iteration(it);
-    Tensor out;
-    {
-      trace::TraceScope f("forward", "forward");
-      out = ddp.forward(x);
-    }
-    {
-      trace::TraceScope b("backward", "backward");
-      autograd::backward(ops::cross_entropy(out, y));
-    }
-    opt.step();
-    opt.zero_grad();
+    models::train_step(ddp, opt, batch_of(x, y), {});  // train's step: forward, backward, optimizer scopes
     if (state.range(0) == 1) tracer.end_iteration(it);
     ++it;
     if (it % 256 == 0) tracer.clear();
@@ -112,11 +113,7 @@ void GPTStepFindUnused(benchmark::State& state) {
   std::vector<int64_t> t(16 * 64);
   for (size_t i = 0; i < t.size(); ++i) t[i] = static_cast<int64_t>((i * 31 + 7) % 256);
   Tensor x = Tensor::from_data(t, {16, 64}), y = Tensor::from_data(t, {16, 64});
-  for (auto _ : state) {
-    autograd::backward(ops::cross_entropy(ddp.forward(x), y));
-    opt.step();
-    opt.zero_grad();
-  }
+  for (auto _ : state) models::train_step(ddp, opt, batch_of(x, y), {});
   state.SetLabel(state.range(0) ? "find_unused_parameters on" : "off");
 }
 BENCHMARK(GPTStepFindUnused)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();

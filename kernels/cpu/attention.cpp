@@ -1,7 +1,11 @@
-// attention.cpp - CPU causal self-attention: per (batch, head), OpenBLAS gemms on strided (T, hs) blocks of
-// qkv and a fused causal softmax over the rows of the (T, T) score matrix (row i reads only j <= i: no mask
-// is materialised). The softmax rows are vectorized with Google Highway (per instruction set, run-time
-// choice).
+// attention.cpp - CPU causal self-attention: per (batch, head), gemms (kernels/cpu/gemm.h: the library the
+// backend rule picks; OpenBLAS for these 64x64x32-sized blocks) on strided (T, hs) blocks of qkv read in place
+// through leading dimensions, and a fused causal softmax over the rows of the (T, T) score matrix (row i reads
+// only j <= i: no mask is materialised) while the block is still in cache. The softmax rows are vectorized
+// with Google Highway (per instruction set, run-time choice).
+// One batched call per product instead of the loop was measured and rejected (docs/benchmarks.md): oneDNN's
+// batched matmul over (batch, head) with these strides ran the forward's two products in 296 us against 242 us
+// for the loop at 1 thread (OpenBLAS 0.3.21 has no batched sgemm).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/attention.cpp"
 #include "hwy/foreach_target.h"  // must come before highway.h
@@ -9,13 +13,12 @@
 #include "hwy/highway.h"
 #include "kernels/cpu/simd-inl.h"
 
-#include <cblas.h>
-
 #include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/gemm.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace ddp::kernels::cpu::HWY_NAMESPACE {
@@ -67,17 +70,6 @@ void causal_softmax_backward(const double* a, double* ds, int64_t T) {
   HWY_DYNAMIC_DISPATCH(CausalSoftmaxBackwardF64)(a, ds, T);
 }
 
-// Row-major C (M, N) = alpha * op(A) op(B) + beta * C.
-void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-          const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(M), int(N),
-              int(K), alpha, A, int(lda), B, int(ldb), beta, C, int(ldc));
-}
-void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const double* A, int64_t lda,
-          const double* B, int64_t ldb, double beta, double* C, int64_t ldc) {
-  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(M), int(N),
-              int(K), alpha, A, int(lda), B, int(ldb), beta, C, int(ldc));
-}
 }  // namespace
 
 template <class S>
@@ -90,9 +82,9 @@ void attention_forward(const S* qkv, S* y, S* att, int64_t B, int64_t T, int64_t
       const S* k = q + C;
       const S* v = q + 2 * C;
       S* a = att + (b * n_head + h) * T * T;
-      gemm(false, true, T, T, hs, scale, q, ld, k, ld, S(0), a, T);  // scores = q k^T / sqrt(hs)
+      gemm_ld(false, true, T, T, hs, scale, q, ld, k, ld, S(0), a, T);  // scores = q k^T / sqrt(hs)
       causal_softmax(a, T);
-      gemm(false, false, T, hs, T, S(1), a, T, v, ld, S(0), y + b * T * C + h * hs, C);  // y_h = att v
+      gemm_ld(false, false, T, hs, T, S(1), a, T, v, ld, S(0), y + b * T * C + h * hs, C);  // y_h = att v
     }
   }
 }
@@ -114,11 +106,11 @@ void attention_backward(const S* dy, const S* qkv, const S* att, S* dqkv, int64_
       S* dq = dqkv + b * T * ld + h * hs;
       S* dk = dq + C;
       S* dv = dq + 2 * C;
-      gemm(false, true, T, T, hs, S(1), dyh, C, v, ld, S(0), ds, T);  // datt = dy v^T
-      gemm(true, false, T, hs, T, S(1), a, T, dyh, C, S(0), dv, ld);  // dv = att^T dy
+      gemm_ld(false, true, T, T, hs, S(1), dyh, C, v, ld, S(0), ds, T);  // datt = dy v^T
+      gemm_ld(true, false, T, hs, T, S(1), a, T, dyh, C, S(0), dv, ld);  // dv = att^T dy
       causal_softmax_backward(a, ds, T);                              // masked entries have att = 0 and get 0
-      gemm(false, false, T, hs, T, scale, ds, T, k, ld, S(0), dq, ld);  // dq = dscore k / sqrt(hs)
-      gemm(true, false, T, hs, T, scale, ds, T, q, ld, S(0), dk, ld);   // dk = dscore^T q / sqrt(hs)
+      gemm_ld(false, false, T, hs, T, scale, ds, T, k, ld, S(0), dq, ld);  // dq = dscore k / sqrt(hs)
+      gemm_ld(true, false, T, hs, T, scale, ds, T, q, ld, S(0), dk, ld);   // dk = dscore^T q / sqrt(hs)
     }
   }
 }

@@ -1,12 +1,20 @@
-// gemm.cpp - the cblas calls behind gemm/gemm_batched (float -> sgemm, double -> dgemm) and the bias helpers.
+// gemm.cpp - the library calls behind gemm/gemm_ld/gemm_batched: float through OpenBLAS's sgemm or oneDNN's
+// dnnl_sgemm (gemm_backend_for picks), double through OpenBLAS's dgemm; the bias helper and the thread budget.
 #include "kernels/cpu/gemm.h"
 
 #include <cblas.h>
 
+#include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstring>
 
+#include "kernels/cpu/gemm_backend.h"
 #include "runtime/core/error.h"
+
+#ifdef DDP_WITH_ONEDNN
+#include "kernels/cpu/gemm_onednn.h"
+#endif
 
 namespace ddp::kernels::cpu {
 namespace {
@@ -15,32 +23,62 @@ blasint as_blas_int(int64_t v, const char* what) {
   return static_cast<blasint>(v);
 }
 
+std::atomic<int64_t> openblas_calls{0}, onednn_calls{0};
+
 template <class T>
-void call_blas(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A, const T* B,
-               T beta, T* C) {
+void call_library(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
+                  const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
   const blasint m = as_blas_int(M, "M"), n = as_blas_int(N, "N"), k = as_blas_int(K, "K");
-  // Leading dimensions are the stored row lengths of the row-major matrices.
-  const blasint lda = trans_a ? m : k, ldb = trans_b ? k : n, ldc = n;
+  const blasint la = as_blas_int(std::max<int64_t>(lda, 1), "lda"), lb = as_blas_int(std::max<int64_t>(ldb, 1), "ldb"),
+                lc = as_blas_int(std::max<int64_t>(ldc, 1), "ldc");
   const CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans, tb = trans_b ? CblasTrans : CblasNoTrans;
   if constexpr (sizeof(T) == sizeof(float)) {
-    cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, A, lda > 0 ? lda : 1, B, ldb > 0 ? ldb : 1, beta, C,
-                ldc > 0 ? ldc : 1);
+#ifdef DDP_WITH_ONEDNN
+    const int threads = openblas_get_num_threads();
+    if (gemm_backend_for(M, N, K, threads) == GemmBackend::OneDNN) {
+      onednn_calls.fetch_add(1, std::memory_order_relaxed);
+      return onednn_sgemm(trans_a, trans_b, M, N, K, alpha, A, la, B, lb, beta, C, lc, threads);
+    }
+#endif
+    openblas_calls.fetch_add(1, std::memory_order_relaxed);
+    cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, A, la, B, lb, beta, C, lc);
   } else {
-    cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, alpha, A, lda > 0 ? lda : 1, B, ldb > 0 ? ldb : 1, beta, C,
-                ldc > 0 ? ldc : 1);
+    openblas_calls.fetch_add(1, std::memory_order_relaxed);
+    cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, alpha, A, la, B, lb, beta, C, lc);
   }
 }
 }  // namespace
 
+GemmCounts gemm_counts() { return {openblas_calls.load(), onednn_calls.load()}; }
+
+int onednn_threads_of_this_thread() {
+#ifdef DDP_WITH_ONEDNN
+  return onednn_threads_now();
+#else
+  return 0;
+#endif
+}
+
+template <class T>
+void gemm_ld(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
+             const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
+  if (M == 0 || N == 0) return;
+  DDP_CHECK(lda >= (trans_a ? M : K) && ldb >= (trans_b ? K : N) && ldc >= N, "gemm: leading dimensions lda ",
+            lda, ", ldb ", ldb, ", ldc ", ldc, " are shorter than the rows they hold (", trans_a ? M : K, ", ",
+            trans_b ? K : N, ", ", N, ")");
+  if (K == 0) {  // an empty sum: C = beta * C (a library may not touch C at all here)
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == T(0) ? T(0) : beta * C[i * ldc + j];
+    return;
+  }
+  call_library(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
 template <class T>
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A, const T* B,
           T beta, T* C) {
-  if (M == 0 || N == 0) return;
-  if (K == 0) {  // an empty sum: C = beta * C (BLAS may not touch C at all here)
-    for (int64_t i = 0; i < M * N; ++i) C[i] = beta == T(0) ? T(0) : beta * C[i];
-    return;
-  }
-  call_blas(trans_a, trans_b, M, N, K, alpha, A, B, beta, C);
+  // Leading dimensions are the stored row lengths of the row-major matrices.
+  gemm_ld(trans_a, trans_b, M, N, K, alpha, A, trans_a ? M : K, B, trans_b ? K : N, beta, C, N);
 }
 
 template <class T>
@@ -64,6 +102,8 @@ int blas_threads() { return openblas_get_num_threads(); }
 
 #define DDP_INSTANTIATE_GEMM(T)                                                                       \
   template void gemm<T>(bool, bool, int64_t, int64_t, int64_t, T, const T*, const T*, T, T*);         \
+  template void gemm_ld<T>(bool, bool, int64_t, int64_t, int64_t, T, const T*, int64_t, const T*, int64_t, T, \
+                           T*, int64_t);                                                              \
   template void gemm_batched<T>(bool, bool, int64_t, int64_t, int64_t, int64_t, T, const T*, int64_t, \
                                 const T*, int64_t, T, T*, int64_t);                                   \
   template void fill_rows<T>(const T*, int64_t, int64_t, T*);

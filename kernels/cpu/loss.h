@@ -21,7 +21,7 @@ template <class T>
 double cross_entropy_forward(const T* logits, const int64_t* targets, int64_t rows, int64_t cols,
                              bool has_ignore, int64_t ignore_index, T* lse, int64_t* count);
 // dlogits = dloss[0] / divisor * (exp(logits - lse) - onehot(target)); ignored rows get 0.
-// divisor: the count of non-ignored rows for a mean loss, 1 for a summed loss.  all (rows, cols).
+// divisor: the count of non-ignored rows for a mean loss, 1 for a summed loss. logits, dlogits: (rows, cols).
 template <class T>
 void cross_entropy_backward(const T* logits, const int64_t* targets, const T* lse, const T* dloss,
                             double divisor, int64_t rows, int64_t cols, bool has_ignore, int64_t ignore_index,

@@ -100,10 +100,10 @@ void DistributedDataParallel::verify_same_model() {
 
 void DistributedDataParallel::broadcast_from(const std::vector<Tensor>& tensors, int root) {
   std::vector<std::shared_ptr<dist::Work>> works;
-  const bool nccl = pg_->backend_name() == "nccl";
+  const bool device_only = pg_->device_memory_only();
   for (const Tensor& t : tensors) {
     if (t.numel() == 0) continue;
-    if (nccl && t.device().is_cpu()) {  // host buffers (e.g. generator states) go through the GPU
+    if (device_only && t.device().is_cpu()) {  // host buffers (e.g. generator states) go through the GPU
       Tensor h = t;
       host_broadcast(*pg_, h, root);
     } else {
@@ -177,13 +177,6 @@ void DistributedDataParallel::after_forward(const std::vector<Tensor>& outputs) 
 Tensor DistributedDataParallel::forward(const Tensor& x) {
   before_forward();
   Tensor y = module_->forward(x);
-  after_forward({y});
-  return y;
-}
-
-Tensor DistributedDataParallel::forward_with(const std::function<Tensor()>& fn) {
-  before_forward();
-  Tensor y = fn();
   after_forward({y});
   return y;
 }

@@ -5,8 +5,8 @@
 //   auto pg = dist::new_process_group(env, store, "auto");
 //   DistributedDataParallel ddp(model, pg, {.find_unused_parameters = false});
 //   Tensor loss = ops::cross_entropy(ddp.forward(x), y);
-//   autograd::backward(loss);   // buckets are all-reduced while this runs; grads are averaged when it
-//   returns opt.step();
+//   autograd::backward(loss);   // buckets are all-reduced while this runs; grads are averaged when it returns
+//   opt.step();
 #pragma once
 #include <functional>
 #include <memory>
@@ -28,8 +28,6 @@ class DistributedDataParallel {
   // module.forward(x) between before_forward() and after_forward({y}).
   Tensor forward(const Tensor& x);
   Tensor operator()(const Tensor& x) { return forward(x); }
-  // For modules whose forward takes other arguments: fn runs the module; its outputs go to after_forward.
-  Tensor forward_with(const std::function<Tensor()>& fn);
 
   // The two halves, for custom loops: buffer broadcast before; unused-parameter search after.
   void before_forward();
@@ -64,7 +62,6 @@ class DistributedDataParallel {
   void sync_final_model(bool last_joiner);
 
   nn::Module& module() { return *module_; }
-  const std::shared_ptr<nn::Module>& module_ptr() const { return module_; }
   Reducer& reducer() { return *reducer_; }
   dist::ProcessGroup& process_group() { return *pg_; }
   const DDPOptions& options() const { return options_; }

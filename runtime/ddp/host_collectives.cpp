@@ -1,14 +1,10 @@
-// host_collectives.cpp - host collectives, staged through the GPU for NCCL.
+// host_collectives.cpp - host collectives, staged through the GPU for device-memory-only groups (NCCL).
 #include "runtime/ddp/host_collectives.h"
 
 namespace ddp {
 
-dist::CommBuffer comm_buffer_of(const Tensor& t) {
-  return dist::CommBuffer{t.raw_data(), t.numel(), t.dtype(), t.device(), t.storage()};
-}
-
 namespace {
-bool needs_device(dist::ProcessGroup& pg) { return pg.backend_name() == "nccl"; }
+bool needs_device(dist::ProcessGroup& pg) { return pg.device_memory_only(); }
 Device staging_device() { return Device::cuda(current_cuda_device()); }
 }  // namespace
 

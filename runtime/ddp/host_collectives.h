@@ -1,8 +1,9 @@
-// host_collectives.h - small collectives on host (CPU) tensors for any process group: flags, counts, losses,
-// parameter lists. Gloo takes host memory directly; NCCL only reduces device memory, so for it the tensor is
-// staged through the current GPU (a host synchronisation - fine for these rare, tiny transfers, never used on
-// the gradient path).
+// host_collectives.h - small blocking collectives on host (CPU) tensors for any process group: flags, counts,
+// losses, parameter lists. Gloo and shm take host memory directly; for a group that reduces device memory only
+// (NCCL: ProcessGroup::device_memory_only) the tensor is staged through the current GPU - a host
+// synchronisation, fine for these rare, tiny transfers and never used for gradients.
 #pragma once
+#include "runtime/ddp/comm_buffer_of.h"
 #include "runtime/dist/process_group.h"
 #include "runtime/tensor/tensor.h"
 
@@ -13,7 +14,5 @@ void host_allreduce(dist::ProcessGroup& pg, Tensor& t, dist::ReduceOp op = dist:
 void host_broadcast(dist::ProcessGroup& pg, Tensor& t, int root);
 // out has pg.size() * in.numel() elements.
 void host_allgather(dist::ProcessGroup& pg, const Tensor& in, Tensor& out);
-// A CommBuffer over a whole tensor, keeping its storage alive.
-dist::CommBuffer comm_buffer_of(const Tensor& t);
 
 }  // namespace ddp

@@ -20,8 +20,8 @@ struct BucketTiming {
   size_t num_params = 0;
   double ready_s = 0;  // seconds since forward ended
   double launched_s = 0;
-  double completed_s =
-      0;  // when the reducer observed completion (the work's own end when the backend reports it)
+  // When the reducer observed completion (the work's own end when the backend reports it).
+  double completed_s = 0;
 };
 
 struct IterationStats {
@@ -29,11 +29,10 @@ struct IterationStats {
   double backward_compute_s = 0;       // forward end -> last backward node done (finalize starts)
   double communication_s = 0;          // first launch -> last completion
   double exposed_communication_s = 0;  // finalize start -> all buckets reduced and written back
-  double finalize_s = 0;               // the whole end-of-backward callback
   size_t num_unused_marked = 0;        // parameters marked ready with no gradient (find_unused_parameters)
   double unused_search_s = 0;          // the graph traversal after forward (find_unused_parameters)
-  double used_map_sync_s =
-      0;                      // host wait for the used-map's copy to the host (find_unused_parameters on GPU)
+  // Host wait for the used-map's copy to the host (find_unused_parameters on GPU).
+  double used_map_sync_s = 0;
   bool device_clock = false;  // true: the times above come from CUDA events (see below), else host time
   size_t num_reachability_searches = 0;  // such traversals this iteration (0 with static_graph)
   std::vector<BucketTiming> buckets;

@@ -59,10 +59,10 @@ class PowerSGDHook final : public CommHook {
   int64_t sent_ = 0, plain_ = 0, last_sent_ = 0, last_plain_ = 0;
 };
 
-// In place: Gram-Schmidt (two passes per column) over the r columns of the row-major (n, r) matrix p (any device; CUDA goes through
-// the host). Each column is divided by (its norm + eps). A column that is (numerically) in the span of the
-// earlier ones becomes zero, or, with refill_seed != 0, a seeded random direction orthogonal to them (PyTorch's
-// QR completes the basis with some orthogonal direction too).
+// In place: Gram-Schmidt (two passes per column) over the r columns of the row-major (n, r) matrix p (any
+// device; CUDA goes through the host). Each column is divided by (its norm + eps). A column that is
+// (numerically) in the span of the earlier ones becomes zero, or, with refill_seed != 0, a seeded random
+// direction orthogonal to them (PyTorch's QR completes the basis with some orthogonal direction too).
 void orthogonalize_columns(Tensor& p, double eps, uint64_t refill_seed = 0);
 
 }  // namespace ddp

@@ -9,6 +9,7 @@
 #include "runtime/autograd/engine.h"
 #include "runtime/core/log.h"
 #include "runtime/ddp/bucket_assignment.h"
+#include "runtime/ddp/comm_buffer_of.h"
 #include "runtime/ddp/host_collectives.h"
 #include "runtime/tensor/tensor_math.h"
 #include "runtime/trace/trace.h"
@@ -153,7 +154,7 @@ Tensor Reducer::slot_view(size_t index) const {
 void Reducer::begin_timing() {
   const Device dev = params_.empty() ? Device::cpu() : params_.front().tensor.device();
   // Device events only where the backend records them (NCCL); Gloo staging keeps host time.
-  timing_->begin(dev, dev.is_cuda() && pg_->backend_name() == "nccl", buckets_.size());
+  timing_->begin(dev, dev.is_cuda() && pg_->records_device_events(), buckets_.size());
 }
 
 const IterationStats& Reducer::last_stats() const {
@@ -265,8 +266,8 @@ void Reducer::launch_ready_buckets() {
   if (next_to_launch_ == buckets_.size() && opt_.find_unused_parameters && !used_map_work_) {
     // The used-map travels right after the last bucket: which parameters any rank used.
     used_map_ = Tensor::from_data<int32_t>(locally_used_, {static_cast<int64_t>(locally_used_.size())});
-    if (pg_->backend_name() == "nccl")
-      used_map_ = used_map_.to(params_.front().tensor.device());  // NCCL: device memory
+    if (pg_->device_memory_only())
+      used_map_ = used_map_.to(params_.front().tensor.device());  // e.g. NCCL: device memory
     used_map_work_ = pg_->allreduce(comm_buffer_of(used_map_), dist::ReduceOp::Sum);
   }
 }
@@ -283,7 +284,7 @@ void Reducer::launch(Bucket& b) {
     gb.gradients.push_back(b.buffer.slice0(b.offsets[k], b.offsets[k] + p.numel()).view(p.shape()));
   }
   b.work = opt_.comm_hook->run(*pg_, gb);
-  timing_->bucket_launched(b.timing.index, b.work);
+  timing_->bucket_launched(b.timing.index, b.work, b.launched_at);
 }
 
 void Reducer::finish_communication() {
@@ -374,7 +375,6 @@ void Reducer::finalize() {
     }
     stats.communication_s = stats.buckets.empty() ? 0 : last_done - first_launch;
     stats.exposed_communication_s = std::chrono::duration<double>(Clock::now() - t0).count();
-    stats.finalize_s = stats.exposed_communication_s;
     timing_->finalize_end();
     // Host clock: the step timing's numbers now; device clock: when read (last_stats()), without a sync here.
     std::swap(timing_, last_timing_);

@@ -22,10 +22,12 @@ void StepTiming::bucket_ready(size_t b) {
   buckets_[b].has_ready = true;
 }
 
-void StepTiming::bucket_launched(size_t b, std::shared_ptr<dist::Work> work) {
+void StepTiming::bucket_launched(size_t b, std::shared_ptr<dist::Work> work,
+                                 std::chrono::steady_clock::time_point issued_at) {
   if (b >= buckets_.size()) return;
   BucketMarks& m = buckets_[b];
-  m.launched = clock_.on_device() && work ? clock_.external_event(work->device_start_event()) : clock_.now();
+  m.launched = clock_.on_device() && work ? clock_.external_event(work->device_start_event())
+                                          : clock_.at_host_time(issued_at);
   m.has_launch = true;
   m.work = std::move(work);
 }
@@ -67,7 +69,6 @@ void StepTiming::fill(IterationStats& stats) {
   if (has_finalize_) {
     stats.backward_compute_s = backward_compute_s_;
     stats.exposed_communication_s = exposed_s_;
-    stats.finalize_s = exposed_s_;
   }
   stats.used_map_sync_s = used_map_sync_s_;
   stats.device_clock = clock_.on_device();

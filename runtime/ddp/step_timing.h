@@ -28,8 +28,10 @@ class StepTiming {
   void begin(Device device, bool device_clock, size_t num_buckets);
   bool on_device() const { return clock_.on_device(); }
   void bucket_ready(size_t bucket);
-  // Keeps `work` (its events) until the statistics were filled.
-  void bucket_launched(size_t bucket, std::shared_ptr<dist::Work> work);
+  // Keeps `work` (its events) until the statistics were filled. The host clock takes `issued_at`, the time
+  // taken before the collective was issued: a fast backend may finish it before this call.
+  void bucket_launched(size_t bucket, std::shared_ptr<dist::Work> work,
+                       std::chrono::steady_clock::time_point issued_at);
   // After the work's wait(): host clock takes the backend's finish time (or now); device clock its end event.
   void bucket_completed(size_t bucket);
   void finalize_begin();

@@ -1,4 +1,4 @@
-// collective.cpp - descriptions and argument checks of collectives, shared by the Gloo and NCCL groups.
+// collective.cpp - descriptions and argument checks of collectives, shared by every backend.
 #include "runtime/dist/collective.h"
 
 #include "runtime/core/error.h"
@@ -46,13 +46,14 @@ std::string CollectiveDesc::str(bool with_seq) const {
   return s + ")";
 }
 
-void check_buffer(const CommBuffer& b, const std::string& what, const std::string& backend) {
+void check_buffer(const CommBuffer& b, const std::string& what, const std::string& backend,
+                  bool device_memory_only) {
   DDP_CHECK(b.numel >= 0, backend, ": ", what, " has a negative element count ", b.numel);
   DDP_CHECK(b.numel == 0 || b.data != nullptr, backend, ": ", what, " has ", b.numel,
             " elements but a null data pointer");
-  if (backend == "nccl") {
-    DDP_CHECK(b.device.is_cuda(), "nccl: ", what, " lives on ", b.device.str(),
-              " but NCCL moves CUDA memory only; use the gloo backend for CPU buffers");
+  if (device_memory_only) {
+    DDP_CHECK(b.device.is_cuda(), backend, ": ", what, " lives on ", b.device.str(), " but ", backend,
+              " moves CUDA memory only; use the gloo backend for CPU buffers");
   } else if (b.device.is_cpu()) {
     DDP_CHECK(b.dtype != DType::U8, backend, ": ", what,
               " has dtype uint8, which collectives do not support; "

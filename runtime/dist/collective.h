@@ -26,8 +26,10 @@ struct CollectiveDesc {
   std::string str(bool with_seq = true) const;
 };
 
-// Checks one buffer: non-negative count, data present when count > 0, dtype allowed on its device.
-void check_buffer(const CommBuffer& b, const std::string& what, const std::string& backend);
+// Checks one buffer: non-negative count, data present when count > 0, dtype allowed on its device, and a CUDA
+// buffer for a backend whose collectives take device memory only (ProcessGroup::device_memory_only).
+void check_buffer(const CommBuffer& b, const std::string& what, const std::string& backend,
+                  bool device_memory_only = false);
 // Checks the shapes of a two-buffer collective against the group size.
 void check_allgather(const CommBuffer& in, const CommBuffer& out, int size);
 void check_reduce_scatter(const CommBuffer& in, const CommBuffer& out, int size);

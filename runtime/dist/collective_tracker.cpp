@@ -131,11 +131,10 @@ std::string CollectiveTracker::failure_message(const CollectiveDesc& d, const st
                                                const std::string& cause) {
   std::string when = "after timeout " + std::to_string(timeout_.count()) + " ms";
   if (started_seq_ == d.seq) {
-    const double elapsed = static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                                   std::chrono::steady_clock::now().time_since_epoch())
-                                                   .count() -
-                                               started_ns_) *
-                           1e-9;
+    const auto now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                            std::chrono::steady_clock::now().time_since_epoch())
+                            .count();
+    const double elapsed = static_cast<double>(now_ns - started_ns_) * 1e-9;
     when = seconds(elapsed) + " after it started (timeout " + std::to_string(timeout_.count()) + " ms)";
   }
   const bool closed = peer_closed(cause);

@@ -1,8 +1,8 @@
-// gloo_group.cpp - the Gloo process group: a queue of collectives drained by one worker thread, each
-// collective preceded by its arrival mark in the store (and the debug-mode call check), executed with Gloo's
-// TCP algorithms on host memory under a tag derived from its sequence number and its call (gloo_tag), and
-// turned into a clear error (collective, sequence number, missing ranks or each rank's differing call) when
-// it fails.
+// gloo_group.cpp - the Gloo process group: each collective (run in issue order on the worker thread of
+// queued_process_group.h) preceded by its arrival mark in the store (and the debug-mode call check),
+// executed with Gloo's TCP algorithms on host memory under a tag derived from its sequence number and its
+// call (gloo_tag), and turned into a clear error (collective, sequence number, missing ranks or each rank's
+// differing call) when it fails.
 #include "runtime/dist/gloo_group.h"
 
 #include <gloo/allgather.h>
@@ -15,9 +15,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <functional>
-#include <thread>
 #include <vector>
 
 #include "runtime/core/error.h"
@@ -46,13 +44,6 @@ class GlooWork : public Work {
   void on_completed_wait() override {
     if (join_stream) join_stream();
   }
-};
-
-struct Task {
-  CollectiveDesc desc;
-  CommBuffer in, out;  // hold the keepalives until the collective finished
-  std::shared_ptr<GlooWork> work;
-  std::shared_ptr<void> staging;  // cuda::HostStaging in CUDA builds
 };
 
 // Calls f.template operator()<T>() with the C++ element type of dtype.
@@ -112,23 +103,12 @@ struct GlooProcessGroup::Impl {
   std::shared_ptr<gloo::rendezvous::Context> context;
   std::unique_ptr<CollectiveTracker> tracker;
 
-  std::mutex mu;  // guards queue, next_seq, stopping
-  std::condition_variable cv;
-  std::deque<Task> queue;
-  uint64_t next_seq = 0;
-  bool stopping = false;
-  std::string broken;  // worker thread only: the first failure; later collectives fail at once
-  std::thread worker;
-
-  std::shared_ptr<Work> enqueue(CollectiveDesc d, CommBuffer in, CommBuffer out);
-  void loop();
-  void run(Task& t);
   void execute(const CollectiveDesc& d, void* in, void* out);
 };
 
 GlooProcessGroup::GlooProcessGroup(std::shared_ptr<Store> store, int rank, int size,
                                    const ProcessGroupOptions& options, const std::string& master_addr)
-    : ProcessGroup(rank, size), impl_(std::make_unique<Impl>()) {
+    : QueuedProcessGroup(rank, size, "gloo", OnStop::RunQueued), impl_(std::make_unique<Impl>()) {
   DDP_CHECK(store != nullptr, "gloo: a process group needs a store");
   DDP_CHECK(size >= 1 && rank >= 0 && rank < size, "gloo: rank ", rank, " of world size ", size,
             " is invalid: expected 0 <= rank < size");
@@ -139,7 +119,7 @@ GlooProcessGroup::GlooProcessGroup(std::shared_ptr<Store> store, int rank, int s
   s.size = size;
   s.options = options;
   s.store = std::move(store);
-  s.prefix = options.name.empty() ? "pg" + std::to_string(s.store->next_group_id()) : options.name;
+  s.prefix = group_name(options, *s.store);
   s.tracker = std::make_unique<CollectiveTracker>(s.store, s.prefix, rank, size, options.timeout);
   if (size > 1) {
     auto attr = device_attr(options, master_addr);
@@ -156,113 +136,65 @@ GlooProcessGroup::GlooProcessGroup(std::shared_ptr<Store> store, int rank, int s
     }
   }
   DDP_LOG(Info, "gloo group '", s.prefix, "': rank ", rank, " of ", size, " ready");
-  s.worker = std::thread([&s] { s.loop(); });
+  start_worker();
 }
 
 GlooProcessGroup::~GlooProcessGroup() {
-  {
-    std::lock_guard<std::mutex> g(impl_->mu);
-    impl_->stopping = true;
-  }
-  impl_->cv.notify_all();
-  impl_->worker.join();
+  stop_worker();
   impl_->context.reset();
   impl_->device.reset();
 }
 
-uint64_t GlooProcessGroup::next_sequence_number() const {
-  std::lock_guard<std::mutex> g(impl_->mu);
-  return impl_->next_seq;
-}
-
-std::shared_ptr<Work> GlooProcessGroup::Impl::enqueue(CollectiveDesc d, CommBuffer in, CommBuffer out) {
-  Task t;
-  t.in = std::move(in);
-  t.out = std::move(out);
-  d.device = t.in.device;
+void GlooProcessGroup::prepare(Task& t) {
   if (t.in.device.is_cuda()) {
 #ifdef DDP_WITH_CUDA
     t.staging = std::make_shared<cuda::HostStaging>(t.in, t.out);  // records the issue event now
 #else
-    DDP_FAIL("gloo: ", d.str(false), ": the buffer is on ", t.in.device.str(), " but this build has no CUDA");
+    DDP_FAIL("gloo: ", t.desc.str(false), ": the buffer is on ", t.in.device.str(),
+             " but this build has no CUDA");
 #endif
   }
-  std::lock_guard<std::mutex> g(mu);
-  DDP_CHECK(!stopping, "gloo: ", d.str(false), " issued while the process group is being destroyed");
-  d.seq = next_seq++;
-  t.desc = d;
-  t.work = std::make_shared<GlooWork>(d.str());
+}
+
+std::shared_ptr<Work> GlooProcessGroup::make_work(Task& t) {
+  auto work = std::make_shared<GlooWork>(t.desc.str());
 #ifdef DDP_WITH_CUDA
   if (t.staging) {
     auto staging = std::static_pointer_cast<cuda::HostStaging>(t.staging);
-    t.work->join_stream = [staging] { staging->join_current_stream(); };
+    work->join_stream = [staging] { staging->join_current_stream(); };
   }
 #endif
-  auto work = t.work;
-  queue.push_back(std::move(t));
-  cv.notify_all();
   return work;
 }
 
-void GlooProcessGroup::Impl::loop() {
-  while (true) {
-    Task t;
-    {
-      std::unique_lock<std::mutex> g(mu);
-      cv.wait(g, [&] { return stopping || !queue.empty(); });
-      if (queue.empty()) return;  // stopping and drained
-      t = std::move(queue.front());
-      queue.pop_front();
-    }
-    run(t);
-  }
-}
-
-void GlooProcessGroup::Impl::run(Task& t) {
+void GlooProcessGroup::run(Task& t) {
+  Impl& s = *impl_;
   const CollectiveDesc& d = t.desc;
-  if (!broken.empty()) {
-    t.work->finish(std::make_exception_ptr(
-        Error("gloo " + d.str() + " not run: the process group failed earlier and is unusable: " + broken)));
-    return;
+  if (s.size > 1) {
+    s.tracker->mark_arrived(d);
+    if (s.options.debug_collectives) s.tracker->check_same_call(d);
   }
+  void* in = t.in.data;
+  void* out = t.out.data;
+#ifdef DDP_WITH_CUDA
+  auto staging = std::static_pointer_cast<cuda::HostStaging>(t.staging);
+  if (staging) {
+    staging->copy_in();
+    in = staging->host_in();
+    out = staging->host_out();
+  }
+#endif
   try {
-    if (size > 1) {
-      tracker->mark_arrived(d);
-      if (options.debug_collectives) tracker->check_same_call(d);
-    }
-    void* in = t.in.data;
-    void* out = t.out.data;
-#ifdef DDP_WITH_CUDA
-    auto staging = std::static_pointer_cast<cuda::HostStaging>(t.staging);
-    if (staging) {
-      staging->copy_in();
-      in = staging->host_in();
-      out = staging->host_out();
-    }
-#endif
-    try {
-      execute(d, in, out);
-    } catch (const Error&) {
-      throw;
-    } catch (const std::exception& e) {  // gloo::IoException, gloo::Exception: timeout or transport failure
-      throw Error(tracker->failure_message(d, "gloo", e.what()));
-    }
-#ifdef DDP_WITH_CUDA
-    if (staging)
-      staging->copy_out();  // the staging (held by the Work) keeps the buffers until its H2D copy ends
-#endif
-    // Release the keepalives before the Work completes, so a waiter sees them released.
-    t.in = {};
-    t.out = {};
-    t.staging.reset();
-    t.work->finish();
-  } catch (const std::exception& e) {
-    broken = e.what();
-    t.in = {};
-    t.out = {};
-    DDP_LOG(Error, e.what());
-    t.work->finish(std::current_exception());
+    s.execute(d, in, out);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {  // gloo::IoException, gloo::Exception: timeout or transport failure
+    throw Error(s.tracker->failure_message(d, "gloo", e.what()));
   }
+#ifdef DDP_WITH_CUDA
+  if (staging)
+    staging->copy_out();  // the staging (held by the Work) keeps the buffers until its H2D copy ends
+#endif
 }
 
 void GlooProcessGroup::Impl::execute(const CollectiveDesc& d, void* in, void* out) {
@@ -329,42 +261,6 @@ void GlooProcessGroup::Impl::execute(const CollectiveDesc& d, void* in, void* ou
       return;
     }
   }
-}
-
-std::shared_ptr<Work> GlooProcessGroup::allreduce(CommBuffer buf, ReduceOp op) {
-  check_buffer(buf, "allreduce buffer", "gloo");
-  CollectiveDesc d{CollectiveKind::Allreduce, 0, buf.numel, buf.dtype, op, -1, buf.device};
-  CommBuffer same = buf;
-  return impl_->enqueue(d, std::move(buf), std::move(same));
-}
-
-std::shared_ptr<Work> GlooProcessGroup::broadcast(CommBuffer buf, int root) {
-  check_buffer(buf, "broadcast buffer", "gloo");
-  check_root(root, size());
-  CollectiveDesc d{CollectiveKind::Broadcast, 0, buf.numel, buf.dtype, ReduceOp::Sum, root, buf.device};
-  CommBuffer same = buf;
-  return impl_->enqueue(d, std::move(buf), std::move(same));
-}
-
-std::shared_ptr<Work> GlooProcessGroup::allgather(CommBuffer in, CommBuffer out) {
-  check_buffer(in, "allgather input", "gloo");
-  check_buffer(out, "allgather output", "gloo");
-  check_allgather(in, out, size());
-  CollectiveDesc d{CollectiveKind::Allgather, 0, in.numel, in.dtype, ReduceOp::Sum, -1, in.device};
-  return impl_->enqueue(d, std::move(in), std::move(out));
-}
-
-std::shared_ptr<Work> GlooProcessGroup::reduce_scatter(CommBuffer in, CommBuffer out, ReduceOp op) {
-  check_buffer(in, "reduce_scatter input", "gloo");
-  check_buffer(out, "reduce_scatter output", "gloo");
-  check_reduce_scatter(in, out, size());
-  CollectiveDesc d{CollectiveKind::ReduceScatter, 0, in.numel, in.dtype, op, -1, in.device};
-  return impl_->enqueue(d, std::move(in), std::move(out));
-}
-
-std::shared_ptr<Work> GlooProcessGroup::barrier() {
-  CollectiveDesc d{CollectiveKind::Barrier, 0, 0, DType::F32, ReduceOp::Sum, -1, Device::cpu()};
-  return impl_->enqueue(d, CommBuffer{}, CommBuffer{});
 }
 
 }  // namespace ddp::dist

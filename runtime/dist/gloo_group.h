@@ -1,36 +1,35 @@
 // gloo_group.h - the CPU process group on Gloo's TCP transport. The mesh connects through our Store (keys
-// under
-// "<group prefix>/gloo/"). Collectives run on ONE background thread in issue order: issuing only queues the
-// collective and returns its Work, which completes when the thread has run it. Avg = Sum then divide.
+// under "<group prefix>/gloo/"). Collectives run on ONE background thread in issue order (queued_process_group.h):
+// issuing only queues the collective and returns its Work, which completes when the thread has run it; the
+// ones still queued when the group is destroyed run first. Avg = Sum then divide.
 // CUDA buffers (CUDA builds) are staged through pinned host memory on a side stream; see cuda/host_staging.h.
 #pragma once
 #include <memory>
 #include <string>
 
-#include "runtime/dist/process_group.h"
+#include "runtime/dist/queued_process_group.h"
 #include "runtime/dist/store.h"
 
 namespace ddp::dist {
 
-class GlooProcessGroup : public ProcessGroup {
+class GlooProcessGroup : public QueuedProcessGroup {
  public:
   // `store` should be this group's own connection (new_process_group passes a clone). `master_addr` picks the
   // local address to listen on when the options name none. Blocks until every rank connected (or the
   // timeout).
   GlooProcessGroup(std::shared_ptr<Store> store, int rank, int size, const ProcessGroupOptions& options,
                    const std::string& master_addr = "127.0.0.1");
-  // Fails the collectives still queued (after the running one finished) and joins the thread.
+  // Runs the collectives still queued, then joins the thread.
   ~GlooProcessGroup() override;
 
-  std::shared_ptr<Work> allreduce(CommBuffer buf, ReduceOp op = ReduceOp::Sum) override;
-  std::shared_ptr<Work> broadcast(CommBuffer buf, int root) override;
-  std::shared_ptr<Work> allgather(CommBuffer in, CommBuffer out) override;
-  std::shared_ptr<Work> reduce_scatter(CommBuffer in, CommBuffer out, ReduceOp op = ReduceOp::Sum) override;
-  std::shared_ptr<Work> barrier() override;
-  uint64_t next_sequence_number() const override;
   std::string backend_name() const override { return "gloo"; }
 
   struct Impl;
+
+ protected:
+  void prepare(Task& t) override;
+  std::shared_ptr<Work> make_work(Task& t) override;
+  void run(Task& t) override;
 
  private:
   std::unique_ptr<Impl> impl_;

@@ -1,5 +1,5 @@
-// process_group.cpp - the host side of Work (a completion flag and an error behind a condition variable) and
-// the option defaults read from the environment.
+// process_group.cpp - the host side of Work (a completion flag and an error behind a condition variable),
+// the option defaults read from the environment, and the group's store prefix (group_name).
 #include "runtime/dist/process_group.h"
 
 #include <charconv>
@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "runtime/core/error.h"
+#include "runtime/dist/store.h"
 
 namespace ddp::dist {
 
@@ -80,6 +81,10 @@ bool ProcessGroupOptions::debug_collectives_from_env() {
   if (!v || !*v || std::strcmp(v, "0") == 0) return false;
   DDP_CHECK(std::strcmp(v, "1") == 0, "DDP_DEBUG_COLLECTIVES='", v, "' is not valid: expected 0 or 1");
   return true;
+}
+
+std::string group_name(const ProcessGroupOptions& options, Store& store) {
+  return options.name.empty() ? "pg" + std::to_string(store.next_group_id()) : options.name;
 }
 
 }  // namespace ddp::dist

@@ -1,9 +1,10 @@
 // process_group.h - the collective interface every backend implements (shaped like c10d's Backend in
 // miniature): a ProcessGroup issues collectives on CommBuffers and returns at once with a Work to wait on.
 // Collectives run in issue order, carry a sequence number, and end by their timeout with an error naming the
-// ranks that did not arrive - never a silent hang. Backends: gloo_group.h (CPU, and CUDA buffers staged
-// through host memory), cuda/nccl_group.h (CUDA). Create them with new_process_group()
-// (process_group_factory.h).
+// ranks that did not arrive - never a silent hang. Backends: shm/shm_group.h (CPU, ranks on one host),
+// shm/hier_group.h (CPU, several hosts), gloo_group.h (CPU, and CUDA buffers staged through host memory),
+// cuda/nccl_group.h (CUDA). Create them with new_process_group() (process_group_factory.h). Callers ask a
+// group's capabilities (device_memory_only, ...), never its backend name.
 #pragma once
 #include <chrono>
 #include <condition_variable>
@@ -71,7 +72,7 @@ struct ProcessGroupOptions {
   // Per-collective timeout: 10 minutes, or DDP_COLLECTIVE_TIMEOUT_S seconds when set.
   std::chrono::milliseconds timeout = default_collective_timeout();
   // Store key prefix of this group; empty -> "pg<N>" where N counts the groups made on this Store client
-  // (groups must then be created in the same order on every rank).
+  // (groups must then be created in the same order on every rank). See group_name().
   std::string name;
   // DDP_DEBUG_COLLECTIVES=1: before each collective all ranks compare (through the store) what they call and
   // report the first mismatch. Costs a store round trip per rank and collective.
@@ -87,6 +88,11 @@ struct ProcessGroupOptions {
   static bool debug_collectives_from_env();
 };
 
+class Store;
+// The one place a group's store key prefix is chosen: options.name, or else "pg<N>" from the counter of
+// `store` (Store::next_group_id), which advances in the same order on every rank.
+std::string group_name(const ProcessGroupOptions& options, Store& store);
+
 class ProcessGroup {
  public:
   ProcessGroup(int rank, int size) : rank_(rank), size_(size) {}
@@ -97,8 +103,8 @@ class ProcessGroup {
   int rank() const { return rank_; }
   int size() const { return size_; }
 
-  // In place: every rank ends with the reduction of all ranks' buffers
-  // (Avg = Sum / size; integer Avg truncates).
+  // In place: every rank ends with the reduction of all ranks' buffers (Avg = Sum / size; integer Avg
+  // truncates).
   virtual std::shared_ptr<Work> allreduce(CommBuffer buf, ReduceOp op = ReduceOp::Sum) = 0;
   // In place: every rank ends with root's buffer.
   virtual std::shared_ptr<Work> broadcast(CommBuffer buf, int root) = 0;
@@ -111,7 +117,16 @@ class ProcessGroup {
   virtual std::shared_ptr<Work> barrier() = 0;
   // The sequence number the next collective issued here will carry (0 for the first).
   virtual uint64_t next_sequence_number() const = 0;
+  // For messages and records only: callers ask the capabilities below, never compare names.
   virtual std::string backend_name() const = 0;
+
+  // ---- capabilities ----
+  // True when collectives take GPU memory only (NCCL): host data must be staged through a GPU
+  // (host_collectives.h). False: any buffer; the backend stages CUDA buffers itself where needed.
+  virtual bool device_memory_only() const { return false; }
+  // True when each Work records CUDA events around its collective on a device stream
+  // (Work::device_start_event), so a collective's time can be read on the GPU's clock.
+  virtual bool records_device_events() const { return false; }
 
  private:
   int rank_;

@@ -46,7 +46,7 @@ std::shared_ptr<ProcessGroup> new_process_group(const DistEnv& env, Store& store
   std::string chosen = resolve_backend(backend);
   ProcessGroupOptions opts = options;
   // Name the group from the caller's client, whose counter advances in the same order on every rank.
-  if (opts.name.empty()) opts.name = "pg" + std::to_string(store.next_group_id());
+  opts.name = group_name(opts, store);
   if (chosen == "cpu") {
     if (!shm_allowed_from_env()) {
       chosen = "gloo";

@@ -3,8 +3,8 @@
 // the same variable for its workers and shows the message in its own table.
 //
 // Shape (PyTorch's elastic/multiprocessing/errors, the same in 1.13 and 2.x; the agent needs the timestamp):
-//   {"message": {"message": "<text>", "extraInfo": {"py_callstack": "<text>", "timestamp": "<unix
-//   seconds>"}}}
+//   {"message": {"message": "<text>",
+//                "extraInfo": {"py_callstack": "<text>", "timestamp": "<unix seconds>"}}}
 // torchrun's summary prints extraInfo.py_callstack, so our message goes there too (we have no Python stack).
 #pragma once
 #include <optional>

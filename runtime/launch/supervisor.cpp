@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "runtime/core/error.h"
+#include "runtime/dist/shm/shm_segment.h"
 #include "runtime/launch/error_file.h"
 #include "runtime/launch/failure_summary.h"
 #include "runtime/launch/host.h"
@@ -77,6 +78,7 @@ class Supervisor {
   void reap();
   void begin_stop(int sig);
   void signal_running(int sig);
+  void remove_worker_segments();
 
   const LaunchConfig& c_;
   std::map<std::string, std::string> inherited_;
@@ -243,6 +245,20 @@ void Supervisor::signal_running(int sig) {
     if (w.running) ::kill(-w.outcome.pid, sig);
 }
 
+// The shared-memory group unlinks its segments once every rank mapped them; a worker killed before that (or a
+// crash between creating and unlinking) leaves /dev/shm/ddpshm.<ns>.<pid>.* behind. The workers are reaped
+// here, so what is left under their pids is garbage.
+void Supervisor::remove_worker_segments() {
+  std::vector<pid_t> pids;
+  for (auto& w : workers_)
+    if (w.outcome.pid > 0) pids.push_back(w.outcome.pid);
+  const auto removed = dist::shm::remove_segments_of(pids);
+  if (!removed.empty())
+    note("removed " + std::to_string(removed.size()) +
+         " shared-memory segment(s) the workers left in /dev/shm (" + removed.front() +
+         (removed.size() > 1 ? ", ..." : "") + ")");
+}
+
 void Supervisor::begin_stop(int sig) {
   stopping_ = true;
   kill_at_ = Clock::now() +
@@ -349,6 +365,7 @@ int Supervisor::run() {
   for (int attempt = 0;; ++attempt) {
     start_attempt(attempt);
     End end = monitor();
+    remove_worker_segments();
     if (end == End::AllSucceeded) return 0;
     if (end == End::Interrupted) return 128 + received_signal_;
     std::vector<WorkerOutcome> outcomes;

@@ -12,6 +12,9 @@
 //   cause's code (128 + signal for a signal).
 // - SIGINT / SIGTERM / SIGHUP sent to ddprun are forwarded to every worker's process group (a second one
 //   sends SIGKILL); ddprun then exits with 128 + that signal, without restarting.
+// - Once an attempt's workers have all exited (normally, with an error, or killed), ddprun unlinks the
+//   shared-memory segments still in /dev/shm under their pids (shm_segment.h: a worker killed while setting
+//   up a shm group leaves its segment), before restarting or exiting.
 #pragma once
 
 #include "runtime/launch/launch_config.h"

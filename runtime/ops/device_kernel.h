@@ -2,9 +2,8 @@
 // their name (kernels/cpu/<op>.h, kernels/cuda/<op>.h), so an op names it once and the tensor's device picks
 // it:
 //
-//   DDP_KERNEL(x.device(), relu_forward, px, py, n);                  //
-//   kernels::{cpu,cuda}::relu_forward(...) DDP_KERNEL_ON_STREAM(x.device(), max_pool2d_forward, px, py, g);
-//   // the CUDA one also gets the stream
+//   DDP_KERNEL(x.device(), relu_forward, px, py, n);            // kernels::{cpu,cuda}::relu_forward(...)
+//   DDP_KERNEL_ON_STREAM(x.device(), max_pool2d_forward, px, py, g);  // the CUDA one also gets the stream
 //
 // DDP_KERNEL_ON_STREAM appends this thread's current CUDA stream (runtime/core/cuda/stream.h) to the CUDA
 // call; DDP_KERNEL is for CUDA kernels that take none (they launch on the current stream themselves). Both

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "runtime/autograd/node.h"
-#include "runtime/ddp/host_collectives.h"
+#include "runtime/ddp/comm_buffer_of.h"
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/reduce.h"
 #include "runtime/ops/shape.h"

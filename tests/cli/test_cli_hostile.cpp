@@ -83,7 +83,8 @@ TEST(CliHostile, BoundsAreCheckedWhereTheFlagIsParsed) {
   EXPECT_FALSE(Bounds::above(0).contains(0));
 }
 
-// The train program: the cases of the issue report are usage errors (exit 2) naming the flag, before anything starts.
+// The train program: the cases of the issue report are usage errors (exit 2) naming the flag, before anything
+// starts.
 TEST(CliHostile, TrainRejectsBadNumbersNamingTheFlag) {
   const std::string train = std::string(DDP_BIN_DIR) + "/train";
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {

@@ -9,49 +9,16 @@
 #include "runtime/dist/local_world.h"
 #include "runtime/dist/process_group_factory.h"
 #include "runtime/dist/store_server.h"
+#include "tests/support/collective_checks.h"
 
 using namespace ddp;
 using namespace ddp::dist;
 using namespace std::chrono_literals;
 
-namespace {
-std::string error_of(const std::shared_ptr<Work>& w) {
-  try {
-    w->wait();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-}  // namespace
+using ddp::testing::error_of;
 
 TEST(CollectiveFailures, SkippedCollectiveTimesOutNamingTheMissingRank) {
-  ProcessGroupOptions options;
-  options.timeout = 1s;
-  options.debug_collectives = false;
-  run_threads(
-      3,
-      [&](int rank, ProcessGroup& pg, Store& store) {
-        std::vector<float> buf(16, 1.0f);
-        pg.allreduce(comm_buffer(buf.data(), 16))->wait();  // #0: everyone
-        if (rank == 1) {
-          store.wait({"done/0", "done/2"}, 30s);  // skips #1, stays alive until the others saw the error
-          return;
-        }
-        auto start = std::chrono::steady_clock::now();
-        std::string err = error_of(pg.allreduce(comm_buffer(buf.data(), 16), ReduceOp::Max));
-        auto elapsed = std::chrono::steady_clock::now() - start;
-        store.set("done/" + std::to_string(rank), "1");
-        EXPECT_NE(err.find("allreduce #1 (16 x float32 on cpu, max)"), std::string::npos) << err;
-        EXPECT_NE(err.find("on rank " + std::to_string(rank) + " of 3"), std::string::npos) << err;
-        EXPECT_NE(err.find("rank(s) 1 (last reached: #0) did not arrive"), std::string::npos) << err;
-        // A bound against hanging, not a speed check: the error must come with the timeout, not much later.
-        EXPECT_LT(elapsed, options.timeout + 2s);
-        // The group is unusable afterwards and says why, at once.
-        std::string again = error_of(pg.allreduce(comm_buffer(buf.data(), 16)));
-        EXPECT_NE(again.find("failed earlier"), std::string::npos) << again;
-      },
-      options);
+  ddp::testing::expect_skipped_collective_names_the_missing_rank("gloo", 2s);
 }
 
 TEST(CollectiveFailures, DebugModeReportsMismatchedCallsOfBothRanks) {
@@ -138,7 +105,8 @@ TEST(ProcessGroupFactory, UnknownBackendsAreRefused) {
     resolve_backend("mpi");
     ADD_FAILURE() << "backend mpi accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("expected gloo, nccl, shm, hier, cpu or auto"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("expected gloo, nccl, shm, hier, cpu or auto"), std::string::npos)
+        << e.what();
   }
   if (!cuda_compiled()) {
     EXPECT_THROW(resolve_backend("nccl"), Error);

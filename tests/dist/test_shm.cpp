@@ -17,22 +17,15 @@
 #include "runtime/dist/shm/host_identity.h"
 #include "runtime/dist/shm/shm_segment.h"
 #include "runtime/dist/store_server.h"
+#include "tests/support/collective_checks.h"
 #include "tests/support/run_process.h"
 
 using namespace ddp;
 using namespace ddp::dist;
 using namespace std::chrono_literals;
+using ddp::testing::error_of;
 
 namespace {
-
-std::string error_of(const std::shared_ptr<Work>& w) {
-  try {
-    w->wait();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 // Our segments (of any pid in `pids`) still in /dev/shm.
 std::vector<std::string> segments_of(const std::vector<pid_t>& pids) {
@@ -59,28 +52,7 @@ ProcessGroupOptions quick(std::chrono::milliseconds timeout) {
 }  // namespace
 
 TEST_F(Shm, SkippedCollectiveTimesOutNamingTheMissingRank) {
-  const auto options = quick(1s);
-  run_threads(
-      3,
-      [&](int rank, ProcessGroup& pg, Store& store) {
-        std::vector<float> buf(16, 1.0f);
-        pg.allreduce(comm_buffer(buf.data(), 16))->wait();  // #0: everyone
-        if (rank == 1) {
-          store.wait({"done/0", "done/2"}, 30s);  // skips #1, stays alive until the others saw the error
-          return;
-        }
-        auto start = std::chrono::steady_clock::now();
-        std::string err = error_of(pg.allreduce(comm_buffer(buf.data(), 16), ReduceOp::Max));
-        auto elapsed = std::chrono::steady_clock::now() - start;
-        store.set("done/" + std::to_string(rank), "1");
-        EXPECT_NE(err.find("shm allreduce #1 (16 x float32 on cpu, max)"), std::string::npos) << err;
-        EXPECT_NE(err.find("on rank " + std::to_string(rank) + " of 3"), std::string::npos) << err;
-        EXPECT_NE(err.find("rank(s) 1 (last reached: #0) did not arrive"), std::string::npos) << err;
-        EXPECT_LT(elapsed, options.timeout + 5s);  // a bound against hanging, not a speed check
-        std::string again = error_of(pg.allreduce(comm_buffer(buf.data(), 16)));
-        EXPECT_NE(again.find("failed earlier"), std::string::npos) << again;
-      },
-      options, "shm");
+  ddp::testing::expect_skipped_collective_names_the_missing_rank("shm", 5s);
 }
 
 // Without any debug mode: the ranks compare their calls through the segment on every collective.
@@ -146,10 +118,10 @@ TEST_F(Shm, RankKilledMidCollectiveFailsTheOthersNotHangs) {
       pids[r] = p;
     };
     runs.push_back(std::async(std::launch::async, [r, port, token, world, opt] {
-      return ddp::testing::run_process({std::string(DDP_BIN_DIR) + "/testprog_shm_worker",
-                                   std::to_string(port), token, std::to_string(r),
-                                   std::to_string(world), "die"},
-                                  opt);
+      return ddp::testing::run_process(
+          {std::string(DDP_BIN_DIR) + "/testprog_shm_worker", std::to_string(port), token, std::to_string(r),
+           std::to_string(world), "die"},
+          opt);
     }));
   }
   std::vector<ddp::testing::ProcessResult> res;
@@ -165,15 +137,17 @@ TEST_F(Shm, RankKilledMidCollectiveFailsTheOthersNotHangs) {
   for (int r : {0, 2}) {
     EXPECT_FALSE(res[r].timed_out) << all();
     EXPECT_EQ(res[r].exit_code, 3) << all();
-    EXPECT_NE(res[r].err.find("shm allreduce #1 (4194304 x float32 on cpu, sum)"), std::string::npos) << all();
+    EXPECT_NE(res[r].err.find("shm allreduce #1 (4194304 x float32 on cpu, sum)"), std::string::npos)
+        << all();
     // "rank 1 (pid P) died", or the other survivor saw it first, failed, and its failure says so.
     EXPECT_NE(res[r].err.find(" died"), std::string::npos) << all();
   }
   EXPECT_EQ(segments_of(pids), std::vector<std::string>{});
 }
 
-// A process that crashed after creating its segment but before the group unlinked it leaves /dev/shm/ddpshm.*;
-// the next group on the host removes it (and leaves live processes' segments, and other pid namespaces', alone).
+// A process that crashed after creating its segment but before the group unlinked it leaves
+// /dev/shm/ddpshm.*; the next group on the host removes it (and leaves live processes' segments, and other
+// pid namespaces', alone).
 TEST_F(Shm, SegmentsOfDeadProcessesAreRemovedByTheNextGroup) {
   const pid_t child = ::fork();
   ASSERT_GE(child, 0);
@@ -282,9 +256,12 @@ TEST_F(Shm, BadTuningVariablesAreRefusedByName) {
     return err;
   };
   std::string e1 = error_with("DDP_SHM_CHUNK_BYTES", "1000");
-  EXPECT_NE(e1.find("DDP_SHM_CHUNK_BYTES='1000' is not valid: expected a multiple of 64"), std::string::npos) << e1;
+  EXPECT_NE(e1.find("DDP_SHM_CHUNK_BYTES='1000' is not valid: expected a multiple of 64"), std::string::npos)
+      << e1;
   std::string e2 = error_with("DDP_SHM_SPIN_US", "soon");
   EXPECT_NE(e2.find("DDP_SHM_SPIN_US='soon' is not valid"), std::string::npos) << e2;
+  std::string e3 = error_with("DDP_SHM_WAITED_SPIN_US", "-5");
+  EXPECT_NE(e3.find("DDP_SHM_WAITED_SPIN_US='-5' is not valid"), std::string::npos) << e3;
   // A smaller chunk works (many steps per collective).
   setenv("DDP_SHM_CHUNK_BYTES", "4096", 1);
   run_threads(
@@ -316,8 +293,9 @@ TEST_F(Shm, HierSkippedCollectiveFailsEveryWaitingRank) {
         auto start = std::chrono::steady_clock::now();
         std::string err = error_of(pg.allreduce(comm_buffer(buf.data(), 16)));
         store.set("done/" + std::to_string(rank), "1");
-        EXPECT_NE(err.find("hier allreduce #1 (16 x float32 on cpu, sum) failed on rank " + std::to_string(rank)),
-                  std::string::npos)
+        EXPECT_NE(
+            err.find("hier allreduce #1 (16 x float32 on cpu, sum) failed on rank " + std::to_string(rank)),
+            std::string::npos)
             << err;
         EXPECT_LT(std::chrono::steady_clock::now() - start, options.timeout + 5s);
         std::string again = error_of(pg.barrier());

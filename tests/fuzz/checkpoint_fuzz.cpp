@@ -1,6 +1,7 @@
 // checkpoint_fuzz.cpp - libFuzzer harness for the safetensors loader: any input must either load into a
-// self-consistent result or raise ddp::Error with a bounded message. Not part of the CMake build (tests/CMakeLists.txt skips fuzz/);
-// CI runs the seeded mutation test tests/checkpoint/test_safetensors_mutations.cpp instead.
+// self-consistent result or raise ddp::Error with a bounded message. Not part of the CMake build
+// (tests/CMakeLists.txt skips fuzz/); CI runs the seeded mutation test
+// tests/checkpoint/test_safetensors_mutations.cpp instead.
 //
 // Build and run (from the repository root; clang with libFuzzer, ASan and UBSan):
 //

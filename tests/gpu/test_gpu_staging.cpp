@@ -4,7 +4,7 @@
 // ranks on one GPU. Skips without a GPU.
 #include <gtest/gtest.h>
 
-#include "runtime/ddp/host_collectives.h"
+#include "runtime/ddp/comm_buffer_of.h"
 #include "runtime/dist/cuda/host_staging.h"
 #include "runtime/dist/local_world.h"
 

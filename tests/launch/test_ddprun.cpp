@@ -13,6 +13,7 @@
 #include <sstream>
 #include <thread>
 
+#include "runtime/dist/shm/shm_segment.h"
 #include "tests/support/run_process.h"
 
 namespace ddp::testing {
@@ -122,6 +123,39 @@ TEST(Ddprun, RankKilledBySigkillGives137AndTheSignalName) {
   EXPECT_NE(row.find("SIGKILL"), std::string::npos) << r.err;
   EXPECT_TRUE(all_gone(worker_pids(r.out)));
   fs::remove_all(sync);
+}
+
+// Our shared-memory segments in /dev/shm created by any of `pids`.
+std::vector<std::string> segments_of(const std::map<int, pid_t>& pids) {
+  std::vector<std::string> out;
+  for (const auto& n : dist::shm::list_segments())
+    for (auto& [rank, pid] : pids)
+      if (n.rfind(dist::shm::segment_prefix_of(pid), 0) == 0) out.push_back(n);
+  return out;
+}
+
+// Every worker leaves a segment (as one killed while setting up a shm group does); rank 1 is SIGKILLed, rank
+// 0 gets SIGTERM from ddprun. Once ddprun returns, /dev/shm holds nothing of the job's - also after a clean
+// exit.
+TEST(Ddprun, RemovesTheSharedMemorySegmentsItsWorkersLeft) {
+  for (const char* how : {"kill", "exit"}) {
+    SCOPED_TRACE(how);
+    std::string sync = temp_dir(std::string("shm_") + how);
+    std::vector<std::string> cmd{ddprun_path(), "--nproc-per-node", "2", launch_worker_path(), "--sync-dir",
+                                 sync,          "--shm-segment"};
+    if (std::string(how) == "kill") {
+      for (const char* a : {"--kill-rank", "1", "--sleep", "120"}) cmd.push_back(a);
+    }
+    auto r = run_process(cmd, clean_env());
+    ASSERT_FALSE(r.timed_out) << r.err;
+    EXPECT_EQ(r.exit_code, std::string(how) == "kill" ? 128 + SIGKILL : 0) << r.err;
+    auto pids = worker_pids(r.out);
+    ASSERT_EQ(pids.size(), 2u) << r.out;
+    EXPECT_NE(r.out.find("shm segment created"), std::string::npos) << r.out;
+    EXPECT_EQ(segments_of(pids), std::vector<std::string>{}) << r.err;
+    EXPECT_NE(r.err.find("removed 2 shared-memory segment(s)"), std::string::npos) << r.err;
+    fs::remove_all(sync);
+  }
 }
 
 // Each spelling reaches the worker's parser: env only, the dash argument, the underscore argument.

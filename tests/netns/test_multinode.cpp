@@ -1,6 +1,7 @@
 // test_multinode.cpp - ddprun across two "machines": two network namespaces joined by a veth pair, one
 // `ddprun --nnodes 2 --nproc-per-node 2` in each, and tests/progs/dist_worker.cpp as the program (an
-// all-reduce and an all-gather over all 4 ranks), on Gloo and on the hierarchical shm+Gloo group. Skips, with the reason, where namespaces are not allowed.
+// all-reduce and an all-gather over all 4 ranks), on Gloo and on the hierarchical shm+Gloo group. Skips,
+// with the reason, where namespaces are not allowed.
 #include <gtest/gtest.h>
 
 #include <cstdio>

@@ -1,8 +1,8 @@
-// ddp_disagree_worker.cpp - one rank of the multi-process disagreement test (tests/ddp/
-// test_disagreement_processes.cpp): a float64 model whose middle layer rank 0 skips in the first step
-// (find_unused_parameters off). Rank 0 gets the unused-parameter error, catches it, steps like the others and
-// trains on; every rank prints "caught: <first line>" (if it caught one) and its parameters' checksum with
-// full precision. Exit 0 unless something else failed.
+// ddp_disagree_worker.cpp - one rank of the multi-process disagreement test
+// (tests/ddp/test_disagreement_processes.cpp): a float64 model whose middle layer rank 0 skips in the first
+// step (find_unused_parameters off). Rank 0 gets the unused-parameter error, catches it, steps like the
+// others and trains on; every rank prints "caught: <first line>" (if it caught one) and its parameters'
+// checksum with full precision. Exit 0 unless something else failed.
 #include <cstdio>
 #include <string>
 

@@ -1,5 +1,6 @@
 // launch_worker.cpp - a configurable worker for the ddprun tests (tests/launch/): prints its pid, then
-// whatever the flags ask for (local rank, environment, many lines), and fails, crashes or sleeps on demand.
+// whatever the flags ask for (local rank, environment, many lines), and fails, crashes or sleeps on demand;
+// --shm-segment leaves a shared-memory segment named like the shm group's in /dev/shm, as a crash does.
 // It parses its flags with the project's cli parser, so legacy --local-rank / --local_rank arguments from
 // ddprun go through the same code every program uses.
 #include <unistd.h>
@@ -13,6 +14,7 @@
 #include <thread>
 
 #include "runtime/core/cli.h"
+#include "runtime/dist/shm/shm_segment.h"
 
 namespace {
 
@@ -48,7 +50,7 @@ void barrier(const std::string& sync_dir, int rank, int world) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool print_local_rank = false, print_env = false, ignore_term = false;
+  bool print_local_rank = false, print_env = false, ignore_term = false, shm_segment = false;
   int lines = 0, exit_rank = -1, exit_code = 0, kill_rank = -1, fail_attempts = 0;
   double sleep_s = 0;
   std::string sync_dir;
@@ -61,6 +63,8 @@ int main(int argc, char** argv) {
   p.add("kill-rank", &kill_rank, "this rank kills itself with SIGKILL (after the barrier)");
   p.add("fail-attempts", &fail_attempts, "rank 0 exits 1 while TORCHELASTIC_RESTART_COUNT < this");
   p.add("sleep", &sleep_s, "seconds the other ranks sleep at the end");
+  p.add("shm-segment", &shm_segment,
+        "create a shm-group-style segment and never unlink it (before the barrier)");
   p.add("ignore-term", &ignore_term, "ignore SIGTERM (to test the SIGKILL after the grace period)");
   p.add("sync-dir", &sync_dir,
         "directory for the start barrier: all ranks print their pid before anyone fails");
@@ -93,6 +97,12 @@ int main(int argc, char** argv) {
         "line " + std::to_string(i) + " of rank " + std::to_string(rank) + " " + payload + "\n";
     emit(line.substr(0, line.size() / 2));  // half a line, then the rest: the launcher must join them
     emit(line.substr(line.size() / 2));
+  }
+  if (shm_segment) {
+    // Never destroyed: the name stays in /dev/shm whatever way this process ends.
+    new ddp::dist::shm::Segment(ddp::dist::shm::Segment::create(
+        ddp::dist::shm::segment_name(ddp::dist::shm::random_run_id(), std::to_string(rank)), 4096));
+    emit("shm segment created\n");
   }
   if (!sync_dir.empty()) barrier(sync_dir, rank, world);
   if (rank == 0 && attempt < fail_attempts) return 1;

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "models/train_step.h"
 #include "runtime/autograd/engine.h"
 #include "runtime/dist/local_world.h"
 #include "runtime/ops/elementwise.h"
@@ -46,25 +47,24 @@ std::vector<std::vector<std::vector<double>>> train_ddp(const ModelFactory& make
     DistributedDataParallel ddp(model, pg_ptr, run.ddp);
     optim::SGD opt(model->named_parameters(), sgd_options());
     const int64_t rows_per_step = run.per_rank * run.world * run.accumulation;
+    // The DDP side runs train's own step (models/train_step.h: no_sync for all micro-steps but the last,
+    // losses scaled by 1 / accumulation, zero_grad after the step), so these tests check it.
+    models::StepOptions step_options;
+    step_options.grad_accum = run.accumulation;
+    step_options.zero_grad_set_to_none = run.set_to_none;
     for (int step = 0; step < run.steps; ++step) {
       Batch full = data(step, rows_per_step);
-      opt.zero_grad(run.set_to_none);
-      for (int micro = 0; micro < run.accumulation; ++micro) {
+      int64_t micro = 0;
+      auto next_micro_batch = [&] {  // this rank's slice of the micro-step's rows
         const int64_t base = micro * run.per_rank * run.world + rank * run.per_rank;
+        ++micro;
         Batch mine = full.rows(base, base + run.per_rank);
-        auto step_once = [&] {
-          Tensor loss = loss_of(ddp.forward(mine.x), mine.y);
-          if (run.accumulation > 1) loss = loss * (1.0 / run.accumulation);
-          autograd::backward(loss);
-        };
-        if (micro + 1 < run.accumulation) {
-          auto guard = ddp.no_sync();
-          step_once();
-        } else {
-          step_once();
-        }
-      }
-      opt.step();
+        data::Batch b;
+        b.x = mine.x;
+        b.y = mine.y;
+        return b;
+      };
+      models::train_step(ddp, opt, next_micro_batch, step_options);
       // All ranks bitwise identical after every step (buffers: after the broadcast the next forward does).
       ddp.before_forward();
       auto params = snapshot_params(*model);

@@ -34,8 +34,9 @@ struct RunConfig {
 std::vector<std::vector<double>> snapshot_params(const nn::Module& m);
 std::vector<std::vector<double>> snapshot_buffers(const nn::Module& m);
 
-// Trains with DDP on run.world threads; returns each rank's final parameter snapshot and checks (through
-// EXPECT) that all ranks are bitwise identical after every step.
+// Trains with DDP on run.world threads, each step through train's own models::train_step; returns each
+// rank's final parameter snapshot and checks (through EXPECT) that all ranks are bitwise identical after every
+// step.
 std::vector<std::vector<std::vector<double>>> train_ddp(const ModelFactory& make, const BatchFn& data,
                                                         const RunConfig& run);
 // One process: for each step, the N*per_rank*accumulation rows; per_slice=true accumulates the gradients

@@ -205,7 +205,7 @@ NcclProcessGroup::NcclProcessGroup(std::shared_ptr<Store> store, int rank, int s
   s.size = size;
   s.options = options;
   s.store = std::move(store);
-  s.prefix = options.name.empty() ? "pg" + std::to_string(s.store->next_group_id()) : options.name;
+  s.prefix = group_name(options, *s.store);
   s.tracker = std::make_unique<CollectiveTracker>(s.store, s.prefix, rank, size, options.timeout);
 
   // The GPU first: NCCL binds the communicator to the current device.
@@ -406,7 +406,7 @@ void NcclProcessGroup::Impl::watchdog_loop() {
 }
 
 std::shared_ptr<Work> NcclProcessGroup::allreduce(CommBuffer buf, ReduceOp op) {
-  check_buffer(buf, "allreduce buffer", "nccl");
+  check_buffer(buf, "allreduce buffer", "nccl", device_memory_only());
   Impl& s = *impl_;
   CollectiveDesc d{CollectiveKind::Allreduce, 0, buf.numel, buf.dtype, op, -1, buf.device};
   void* p = buf.data;
@@ -419,7 +419,7 @@ std::shared_ptr<Work> NcclProcessGroup::allreduce(CommBuffer buf, ReduceOp op) {
 }
 
 std::shared_ptr<Work> NcclProcessGroup::broadcast(CommBuffer buf, int root) {
-  check_buffer(buf, "broadcast buffer", "nccl");
+  check_buffer(buf, "broadcast buffer", "nccl", device_memory_only());
   check_root(root, size());
   Impl& s = *impl_;
   CollectiveDesc d{CollectiveKind::Broadcast, 0, buf.numel, buf.dtype, ReduceOp::Sum, root, buf.device};
@@ -432,8 +432,8 @@ std::shared_ptr<Work> NcclProcessGroup::broadcast(CommBuffer buf, int root) {
 }
 
 std::shared_ptr<Work> NcclProcessGroup::allgather(CommBuffer in, CommBuffer out) {
-  check_buffer(in, "allgather input", "nccl");
-  check_buffer(out, "allgather output", "nccl");
+  check_buffer(in, "allgather input", "nccl", device_memory_only());
+  check_buffer(out, "allgather output", "nccl", device_memory_only());
   check_allgather(in, out, size());
   Impl& s = *impl_;
   CollectiveDesc d{CollectiveKind::Allgather, 0, in.numel, in.dtype, ReduceOp::Sum, -1, in.device};
@@ -446,8 +446,8 @@ std::shared_ptr<Work> NcclProcessGroup::allgather(CommBuffer in, CommBuffer out)
 }
 
 std::shared_ptr<Work> NcclProcessGroup::reduce_scatter(CommBuffer in, CommBuffer out, ReduceOp op) {
-  check_buffer(in, "reduce_scatter input", "nccl");
-  check_buffer(out, "reduce_scatter output", "nccl");
+  check_buffer(in, "reduce_scatter input", "nccl", device_memory_only());
+  check_buffer(out, "reduce_scatter output", "nccl", device_memory_only());
   check_reduce_scatter(in, out, size());
   Impl& s = *impl_;
   CollectiveDesc d{CollectiveKind::ReduceScatter, 0, in.numel, in.dtype, op, -1, in.device};

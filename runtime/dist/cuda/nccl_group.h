@@ -34,6 +34,8 @@ class NcclProcessGroup : public ProcessGroup {
   std::shared_ptr<Work> barrier() override;
   uint64_t next_sequence_number() const override;
   std::string backend_name() const override { return "nccl"; }
+  bool device_memory_only() const override { return true; }
+  bool records_device_events() const override { return true; }
   // The GPU this group runs on.
   int device() const;
 

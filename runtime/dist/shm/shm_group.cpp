@@ -1,14 +1,14 @@
-// shm_group.cpp - the shared-memory group: segment setup through the store, the issue queue and its worker
-// thread, and the chunked lock-step algorithms of each collective over the peers' slots.
+// shm_group.cpp - the shared-memory group: segment setup through the store, running a collective (on the
+// worker thread of queued_process_group.h) with its error text, and the chunked lock-step algorithms of each
+// collective over the peers' slots.
 #include "runtime/dist/shm/shm_group.h"
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <new>
-#include <thread>
 #include <vector>
 
 #include "runtime/core/error.h"
@@ -38,10 +38,28 @@ size_t slot_bytes_from_env() {
   return static_cast<size_t>(b);
 }
 
-struct Task {
-  CollectiveDesc desc;
-  CommBuffer in, out;  // hold the keepalives until the collective finished
-  std::shared_ptr<Work> work;
+// While a caller blocks in wait(), the worker's waits on peers spin longer: nothing else needs this rank's
+// core then, and a futex wake-up is slow. The counter outlives the group (a Work may).
+class ShmWork : public Work {
+ public:
+  ShmWork(std::string description, std::shared_ptr<std::atomic<int>> waiters)
+      : Work(std::move(description)), waiters_(std::move(waiters)) {}
+  void wait() override {
+    Waiting w(*waiters_);
+    Work::wait();
+  }
+  bool wait_for(std::chrono::milliseconds timeout) override {
+    Waiting w(*waiters_);
+    return Work::wait_for(timeout);
+  }
+
+ private:
+  struct Waiting {
+    explicit Waiting(std::atomic<int>& n) : n_(n) { n_.fetch_add(1, std::memory_order_relaxed); }
+    ~Waiting() { n_.fetch_sub(1, std::memory_order_relaxed); }
+    std::atomic<int>& n_;
+  };
+  std::shared_ptr<std::atomic<int>> waiters_;
 };
 
 // A wait on a peer that ended without the peer getting there.
@@ -51,8 +69,8 @@ struct PeerProblem {
 };
 
 uint64_t pack_shape(const CollectiveDesc& d) {
-  return static_cast<uint64_t>(d.kind) | static_cast<uint64_t>(d.dtype) << 8 | static_cast<uint64_t>(d.op) << 16 |
-         static_cast<uint64_t>(d.root + 1) << 24;
+  return static_cast<uint64_t>(d.kind) | static_cast<uint64_t>(d.dtype) << 8 |
+         static_cast<uint64_t>(d.op) << 16 | static_cast<uint64_t>(d.root + 1) << 24;
 }
 CollectiveDesc unpack_shape(uint64_t shape, int64_t count, uint64_t seq) {
   CollectiveDesc d;
@@ -75,27 +93,17 @@ struct ShmProcessGroup::Impl {
   std::shared_ptr<Store> store;
   std::unique_ptr<CollectiveTracker> tracker;  // debug mode only
   WaitPolicy policy;
+  std::shared_ptr<std::atomic<int>> waiters = std::make_shared<std::atomic<int>>(0);  // callers in wait()
 
   size_t slot_bytes = kDefaultSlotBytes;
-  std::vector<Segment> segments;      // [rank] is ours
-  std::vector<ControlBlock*> cb;      // control block of each rank
-  std::vector<char*> slots;           // base of each rank's two slots
-  std::vector<bool> same_process;     // thread ranks: no pid check
-  uint64_t step = 0;                  // worker thread only: steps run so far (the same on every rank)
+  std::vector<Segment> segments;   // [rank] is ours
+  std::vector<ControlBlock*> cb;   // control block of each rank
+  std::vector<char*> slots;        // base of each rank's two slots
+  std::vector<bool> same_process;  // thread ranks: no pid check
+  uint64_t step = 0;               // worker thread only: steps run so far (the same on every rank)
   std::chrono::steady_clock::time_point deadline;
 
-  std::mutex mu;  // guards queue, next_seq, stopping
-  std::condition_variable cv;
-  std::deque<Task> queue;
-  uint64_t next_seq = 0;
-  bool stopping = false;
-  std::string broken;  // worker thread only: the first failure; later collectives fail at once
-  std::thread worker;
-
   void setup();
-  std::shared_ptr<Work> enqueue(CollectiveDesc d, CommBuffer in, CommBuffer out);
-  void loop();
-  void run(Task& t);
   void execute(const CollectiveDesc& d, char* in, char* out);
   std::string failure_message(const CollectiveDesc& d, const PeerProblem& p);
 
@@ -104,7 +112,7 @@ struct ShmProcessGroup::Impl {
   uint32_t base() const { return static_cast<uint32_t>(step * 3); }
   void publish(uint32_t v) { publish_progress(*cb[rank], v); }
   void wait_rank(int q, uint32_t target) {
-    WaitEnd e = wait_progress(*cb[q], target, deadline, policy, same_process[q]);
+    WaitEnd e = wait_progress(*cb[q], target, deadline, policy, same_process[q], waiters.get());
     if (e != WaitEnd::Reached) throw PeerProblem{q, e};
   }
   void wait_all(uint32_t target) {
@@ -136,7 +144,7 @@ struct ShmProcessGroup::Impl {
 
 ShmProcessGroup::ShmProcessGroup(std::shared_ptr<Store> store, int rank, int size,
                                  const ProcessGroupOptions& options)
-    : ProcessGroup(rank, size), impl_(std::make_unique<Impl>()) {
+    : QueuedProcessGroup(rank, size, "shm", OnStop::FailQueued), impl_(std::make_unique<Impl>()) {
   DDP_CHECK(store != nullptr, "shm: a process group needs a store");
   DDP_CHECK(size >= 1 && rank >= 0 && rank < size, "shm: rank ", rank, " of world size ", size,
             " is invalid: expected 0 <= rank < size");
@@ -147,14 +155,14 @@ ShmProcessGroup::ShmProcessGroup(std::shared_ptr<Store> store, int rank, int siz
   s.size = size;
   s.options = options;
   s.store = std::move(store);
-  s.prefix = options.name.empty() ? "pg" + std::to_string(s.store->next_group_id()) : options.name;
+  s.prefix = group_name(options, *s.store);
   s.policy = wait_policy_from_env();
   if (options.debug_collectives && size > 1)
     s.tracker = std::make_unique<CollectiveTracker>(s.store, s.prefix, rank, size, options.timeout);
   s.setup();
   DDP_LOG(Info, "shm group '", s.prefix, "': rank ", rank, " of ", size, " ready (", s.slot_bytes,
           "-byte slots)");
-  s.worker = std::thread([&s] { s.loop(); });
+  start_worker();
 }
 
 void ShmProcessGroup::Impl::setup() {
@@ -212,98 +220,48 @@ void ShmProcessGroup::Impl::setup() {
   try {
     store->wait(mapped, t);
   } catch (const Error& e) {
-    DDP_FAIL("shm: rank ", rank, " of ", size, " could not set up group '", prefix,
-             "': not every rank mapped the shared-memory segments in time (", e.what(),
-             "). Check that every rank started and that all ranks are on this host (else use --backend gloo)");
+    DDP_FAIL(
+        "shm: rank ", rank, " of ", size, " could not set up group '", prefix,
+        "': not every rank mapped the shared-memory segments in time (", e.what(),
+        "). Check that every rank started and that all ranks are on this host (else use --backend gloo)");
   }
   own.unlink();
 }
 
 ShmProcessGroup::~ShmProcessGroup() {
   Impl& s = *impl_;
-  {
-    std::lock_guard<std::mutex> g(s.mu);
-    s.stopping = true;
-  }
-  s.cv.notify_all();
-  s.worker.join();
+  stop_worker();
   if (static_cast<PeerState>(s.cb[s.rank]->state.load()) == PeerState::Alive)
     publish_state(*s.cb[s.rank], PeerState::Closed);
 }
 
-uint64_t ShmProcessGroup::next_sequence_number() const {
-  std::lock_guard<std::mutex> g(impl_->mu);
-  return impl_->next_seq;
-}
+// ----------------------------------------------------------------------------------- running a collective
 
-// ----------------------------------------------------------------------------------- queue and worker
-
-std::shared_ptr<Work> ShmProcessGroup::Impl::enqueue(CollectiveDesc d, CommBuffer in, CommBuffer out) {
-  DDP_CHECK(in.device.is_cpu() && out.device.is_cpu(), "shm: ", d.str(false), ": the buffer is on ",
-            in.device.is_cpu() ? out.device.str() : in.device.str(),
+void ShmProcessGroup::prepare(Task& t) {
+  DDP_CHECK(t.in.device.is_cpu() && t.out.device.is_cpu(), "shm: ", t.desc.str(false), ": the buffer is on ",
+            t.in.device.is_cpu() ? t.out.device.str() : t.in.device.str(),
             " but the shm backend moves CPU memory only; use nccl for CUDA buffers (or gloo, which stages "
             "them through host memory)");
-  Task t;
-  t.in = std::move(in);
-  t.out = std::move(out);
-  d.device = t.in.device;
-  std::lock_guard<std::mutex> g(mu);
-  DDP_CHECK(!stopping, "shm: ", d.str(false), " issued while the process group is being destroyed");
-  d.seq = next_seq++;
-  t.desc = d;
-  t.work = std::make_shared<Work>(d.str());
-  auto work = t.work;
-  queue.push_back(std::move(t));
-  cv.notify_all();
-  return work;
 }
 
-void ShmProcessGroup::Impl::loop() {
-  while (true) {
-    Task t;
-    {
-      std::unique_lock<std::mutex> g(mu);
-      cv.wait(g, [&] { return stopping || !queue.empty(); });
-      if (queue.empty()) return;
-      t = std::move(queue.front());
-      queue.pop_front();
-      if (stopping) {
-        g.unlock();
-        t.work->finish(std::make_exception_ptr(
-            Error("shm " + t.desc.str() + " not run: the process group was destroyed before it ran")));
-        continue;
-      }
-    }
-    run(t);
-  }
+std::shared_ptr<Work> ShmProcessGroup::make_work(Task& t) {
+  return std::make_shared<ShmWork>(t.desc.str(), impl_->waiters);
 }
 
-void ShmProcessGroup::Impl::run(Task& t) {
+void ShmProcessGroup::run(Task& t) {
+  Impl& s = *impl_;
   const CollectiveDesc& d = t.desc;
-  if (!broken.empty()) {
-    t.work->finish(std::make_exception_ptr(
-        Error("shm " + d.str() + " not run: the process group failed earlier and is unusable: " + broken)));
-    return;
-  }
+  if (s.tracker) s.tracker->check_same_call(d);
+  s.deadline = std::chrono::steady_clock::now() + s.options.timeout;
   try {
-    if (tracker) tracker->check_same_call(d);
-    deadline = std::chrono::steady_clock::now() + options.timeout;
-    try {
-      execute(d, static_cast<char*>(t.in.data), static_cast<char*>(t.out.data));
-    } catch (const PeerProblem& p) {
-      throw Error(failure_message(d, p));
-    }
-    t.in = {};
-    t.out = {};
-    t.work->finish();
-  } catch (const std::exception& e) {
-    broken = e.what();
-    publish_state(*cb[rank], PeerState::Failed, broken);
-    t.in = {};
-    t.out = {};
-    DDP_LOG(Error, e.what());
-    t.work->finish(std::current_exception());
+    s.execute(d, static_cast<char*>(t.in.data), static_cast<char*>(t.out.data));
+  } catch (const PeerProblem& p) {
+    throw Error(s.failure_message(d, p));
   }
+}
+
+void ShmProcessGroup::on_failure(const std::string& why) {
+  publish_state(*impl_->cb[impl_->rank], PeerState::Failed, why);
 }
 
 std::string ShmProcessGroup::Impl::failure_message(const CollectiveDesc& d, const PeerProblem& p) {
@@ -315,15 +273,17 @@ std::string ShmProcessGroup::Impl::failure_message(const CollectiveDesc& d, cons
     const uint64_t arrived = cb[q]->arrived.load();
     if (arrived > d.seq) continue;
     if (!missing.empty()) missing += ", ";
-    missing += std::to_string(q) + " (last reached: " +
-               (arrived == 0 ? std::string("none") : "#" + std::to_string(arrived - 1)) + ")";
+    missing += std::to_string(q) +
+               " (last reached: " + (arrived == 0 ? std::string("none") : "#" + std::to_string(arrived - 1)) +
+               ")";
   }
   if (missing.empty()) {
     msg += "all ranks arrived at this collective";
   } else {
-    msg += "rank(s) " + missing +
-           " did not arrive at this collective. A rank skipped it, crashed or is stuck: every rank must issue "
-           "the same collectives in the same order (DDP_DEBUG_COLLECTIVES=1 checks this)";
+    msg +=
+        "rank(s) " + missing +
+        " did not arrive at this collective. A rank skipped it, crashed or is stuck: every rank must issue "
+        "the same collectives in the same order (DDP_DEBUG_COLLECTIVES=1 checks this)";
   }
   std::string cause;
   const std::string q = "rank " + std::to_string(p.rank);
@@ -365,12 +325,13 @@ void ShmProcessGroup::Impl::check_peer_call(int q, const CollectiveDesc& d) {
   const int64_t count = st.count.load(std::memory_order_relaxed);
   if (seq == d.seq && shape == pack_shape(d) && count == d.count) return;
   const std::string mine = d.str(false);
-  const std::string theirs =
-      seq == d.seq ? unpack_shape(shape, count, seq).str(false)
-                   : "collective #" + std::to_string(seq) + " (it ran a different number of collectives or sizes)";
-  DDP_FAIL("collective mismatch at sequence number ", d.seq, ": rank ", rank, " calls ", mine, " but rank ", q,
-           " calls ", theirs,
-           ". Every rank must issue the same collectives, with the same counts and dtypes, in the same order");
+  const std::string theirs = seq == d.seq ? unpack_shape(shape, count, seq).str(false)
+                                          : "collective #" + std::to_string(seq) +
+                                                " (it ran a different number of collectives or sizes)";
+  DDP_FAIL(
+      "collective mismatch at sequence number ", d.seq, ": rank ", rank, " calls ", mine, " but rank ", q,
+      " calls ", theirs,
+      ". Every rank must issue the same collectives, with the same counts and dtypes, in the same order");
 }
 
 // ---------------------------------------------------------------------------------------- algorithms
@@ -413,7 +374,8 @@ void ShmProcessGroup::Impl::allreduce(const CollectiveDesc& d, char* data) {
   std::vector<const void*> inputs(size);
   for (uint64_t s = 0; s < steps; ++s) {
     const int64_t off = static_cast<int64_t>(s) * per_step;
-    const size_t len = static_cast<size_t>(std::min<int64_t>(per_step, d.count - off < 0 ? 0 : d.count - off));
+    const size_t len =
+        static_cast<size_t>(std::min<int64_t>(per_step, d.count - off < 0 ? 0 : d.count - off));
     char* chunk = data + off * es;
     begin_step(d, s);
     const uint32_t b = base();
@@ -536,44 +498,6 @@ void ShmProcessGroup::Impl::barrier(const CollectiveDesc& d) {
     check_peer_call(q, d);
   }
   end_step();
-}
-
-// ---------------------------------------------------------------------------------------- issuing
-
-std::shared_ptr<Work> ShmProcessGroup::allreduce(CommBuffer buf, ReduceOp op) {
-  check_buffer(buf, "allreduce buffer", "shm");
-  CollectiveDesc d{CollectiveKind::Allreduce, 0, buf.numel, buf.dtype, op, -1, buf.device};
-  CommBuffer same = buf;
-  return impl_->enqueue(d, std::move(buf), std::move(same));
-}
-
-std::shared_ptr<Work> ShmProcessGroup::broadcast(CommBuffer buf, int root) {
-  check_buffer(buf, "broadcast buffer", "shm");
-  check_root(root, size());
-  CollectiveDesc d{CollectiveKind::Broadcast, 0, buf.numel, buf.dtype, ReduceOp::Sum, root, buf.device};
-  CommBuffer same = buf;
-  return impl_->enqueue(d, std::move(buf), std::move(same));
-}
-
-std::shared_ptr<Work> ShmProcessGroup::allgather(CommBuffer in, CommBuffer out) {
-  check_buffer(in, "allgather input", "shm");
-  check_buffer(out, "allgather output", "shm");
-  check_allgather(in, out, size());
-  CollectiveDesc d{CollectiveKind::Allgather, 0, in.numel, in.dtype, ReduceOp::Sum, -1, in.device};
-  return impl_->enqueue(d, std::move(in), std::move(out));
-}
-
-std::shared_ptr<Work> ShmProcessGroup::reduce_scatter(CommBuffer in, CommBuffer out, ReduceOp op) {
-  check_buffer(in, "reduce_scatter input", "shm");
-  check_buffer(out, "reduce_scatter output", "shm");
-  check_reduce_scatter(in, out, size());
-  CollectiveDesc d{CollectiveKind::ReduceScatter, 0, in.numel, in.dtype, op, -1, in.device};
-  return impl_->enqueue(d, std::move(in), std::move(out));
-}
-
-std::shared_ptr<Work> ShmProcessGroup::barrier() {
-  CollectiveDesc d{CollectiveKind::Barrier, 0, 0, DType::F32, ReduceOp::Sum, -1, Device::cpu()};
-  return impl_->enqueue(d, CommBuffer{}, CommBuffer{});
 }
 
 }  // namespace ddp::dist

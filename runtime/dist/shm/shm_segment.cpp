@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <random>
@@ -138,7 +139,10 @@ std::vector<std::string> list_segments(const std::string& shm_dir) {
   return out;
 }
 
-std::vector<std::string> remove_stale_segments(const std::string& shm_dir) {
+namespace {
+// Unlinks our namespace's segments whose creator pid is dead and accepted by `wanted`.
+template <class Wanted>
+std::vector<std::string> remove_dead_segments(const std::string& shm_dir, Wanted wanted) {
   std::vector<std::string> removed;
   const std::string ours = std::string(kSegmentPrefix) + pid_namespace_id() + ".";
   for (const std::string& n : list_segments(shm_dir)) {
@@ -151,10 +155,20 @@ std::vector<std::string> remove_stale_segments(const std::string& shm_dir) {
     } catch (...) {
       continue;
     }
-    if (pid_alive(static_cast<pid_t>(pid))) continue;
+    if (!wanted(static_cast<pid_t>(pid)) || pid_alive(static_cast<pid_t>(pid))) continue;
     if (::shm_unlink(("/" + n).c_str()) == 0) removed.push_back(n);
   }
   return removed;
+}
+}  // namespace
+
+std::vector<std::string> remove_stale_segments(const std::string& shm_dir) {
+  return remove_dead_segments(shm_dir, [](pid_t) { return true; });
+}
+
+std::vector<std::string> remove_segments_of(const std::vector<pid_t>& pids, const std::string& shm_dir) {
+  return remove_dead_segments(shm_dir,
+                              [&](pid_t p) { return std::find(pids.begin(), pids.end(), p) != pids.end(); });
 }
 
 }  // namespace ddp::dist::shm

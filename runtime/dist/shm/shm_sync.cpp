@@ -2,6 +2,7 @@
 #include "runtime/dist/shm/shm_sync.h"
 
 #include <linux/futex.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -66,31 +67,47 @@ void publish_state(ControlBlock& cb, PeerState s, const std::string& why) {
   futex_wake_all(&cb.progress);
 }
 
+namespace {
+void microseconds_from_env(const char* name, std::chrono::microseconds& out) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return;
+  char* end = nullptr;
+  long us = std::strtol(v, &end, 10);
+  DDP_CHECK(end && *end == '\0' && us >= 0 && us <= 1'000'000, name, "='", v,
+            "' is not valid: expected microseconds of spinning before sleeping, 0 to 1000000");
+  out = std::chrono::microseconds(us);
+}
+}  // namespace
+
 WaitPolicy wait_policy_from_env() {
   WaitPolicy p;
-  if (const char* v = std::getenv("DDP_SHM_SPIN_US"); v && *v) {
-    char* end = nullptr;
-    long us = std::strtol(v, &end, 10);
-    DDP_CHECK(end && *end == '\0' && us >= 0 && us <= 1'000'000, "DDP_SHM_SPIN_US='", v,
-              "' is not valid: expected microseconds of spinning before sleeping, 0 to 1000000");
-    p.spin = std::chrono::microseconds(us);
-  }
+  microseconds_from_env("DDP_SHM_SPIN_US", p.spin);
+  microseconds_from_env("DDP_SHM_WAITED_SPIN_US", p.waited_spin);
   return p;
 }
 
 WaitEnd wait_progress(ControlBlock& peer, uint32_t target, std::chrono::steady_clock::time_point deadline,
-                      const WaitPolicy& policy, bool same_process) {
+                      const WaitPolicy& policy, bool same_process, const std::atomic<int>* waiters) {
   using Clock = std::chrono::steady_clock;
   if (reached(peer.progress.load(std::memory_order_acquire), target)) return WaitEnd::Reached;
-  // Bounded spin: the peer is usually a few microseconds away.
-  if (policy.spin.count() > 0) {
-    const auto spin_end = Clock::now() + policy.spin;
-    do {
+  // Bounded spin: the peer is usually a few microseconds away. Its length follows whether a caller blocks
+  // (re-read as it goes: a caller may start waiting meanwhile).
+  auto budget = [&] {
+    return waiters && waiters->load(std::memory_order_relaxed) > 0 ? policy.waited_spin : policy.spin;
+  };
+  if (budget().count() > 0) {
+    const auto spin_start = Clock::now();
+    for (;;) {
       for (int i = 0; i < 64; ++i) {
         if (reached(peer.progress.load(std::memory_order_acquire), target)) return WaitEnd::Reached;
         DDP_SHM_PAUSE();
       }
-    } while (Clock::now() < spin_end);
+      const auto spun = Clock::now() - spin_start;
+      if (spun >= budget()) break;
+      // Past the short spin, let whatever else is runnable on this core go first (the peer itself, on a
+      // machine with more threads than cores); costs a system call when nothing is.
+      if (spun >= policy.spin) ::sched_yield();
+    }
   }
   for (;;) {
     peer.sleepers.fetch_add(1, std::memory_order_seq_cst);

@@ -1,0 +1,92 @@
+// gemm_backend.cpp - the GEMM library setting (DDP_GEMM, set_gemm_backend) and the per-shape rule of
+// gemm_backend.h.
+#include "kernels/cpu/gemm_backend.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+
+#include "runtime/core/error.h"
+
+#ifdef DDP_WITH_ONEDNN
+#include "kernels/cpu/gemm_onednn.h"
+#endif
+
+namespace ddp::kernels::cpu {
+namespace {
+void check_available(GemmBackend backend, std::string_view what) {
+  DDP_CHECK(backend != GemmBackend::OneDNN || onednn_available(), what,
+            " asks for oneDNN, but this build has no oneDNN: install libdnnl-dev (tools/ddp build does) and "
+            "reconfigure, or use DDP_GEMM=openblas or auto");
+}
+
+GemmBackend from_environment() {
+  const char* env = std::getenv("DDP_GEMM");
+  if (env == nullptr || *env == '\0') return GemmBackend::Auto;
+  const GemmBackend b = parse_gemm_backend(env, "DDP_GEMM");
+  check_available(b, "DDP_GEMM=onednn");
+  return b;
+}
+
+std::atomic<int>& setting() {
+  static std::atomic<int> value{static_cast<int>(from_environment())};
+  return value;
+}
+}  // namespace
+
+bool onednn_available() {
+#ifdef DDP_WITH_ONEDNN
+  return true;
+#else
+  return false;
+#endif
+}
+
+GemmBackend parse_gemm_backend(std::string_view text, std::string_view what) {
+  if (text == "auto") return GemmBackend::Auto;
+  if (text == "openblas") return GemmBackend::OpenBLAS;
+  if (text == "onednn") return GemmBackend::OneDNN;
+  DDP_FAIL(what, "='", text, "' is not a GEMM backend: use auto (per shape), openblas or onednn");
+}
+
+const char* gemm_backend_name(GemmBackend backend) {
+  switch (backend) {
+    case GemmBackend::OpenBLAS:
+      return "openblas";
+    case GemmBackend::OneDNN:
+      return "onednn";
+    default:
+      return "auto";
+  }
+}
+
+void set_gemm_backend(GemmBackend backend) {
+  check_available(backend, "set_gemm_backend(onednn)");
+  setting().store(static_cast<int>(backend));
+}
+GemmBackend gemm_backend() { return static_cast<GemmBackend>(setting().load(std::memory_order_relaxed)); }
+
+GemmBackend gemm_backend_for(int64_t M, int64_t N, int64_t K, int threads) {
+  const GemmBackend forced = gemm_backend();
+  if (forced != GemmBackend::Auto) return forced;
+  if (!onednn_available()) return GemmBackend::OpenBLAS;
+  if (threads > 1) return GemmBackend::OpenBLAS;
+  int64_t d[3] = {M, N, K};
+  std::sort(d, d + 3);
+  const bool short_and_wide = d[0] >= 32 && d[0] <= 64 && d[1] >= 512;
+  return short_and_wide ? GemmBackend::OneDNN : GemmBackend::OpenBLAS;
+}
+
+std::string gemm_libraries() {
+  std::string s = OPENBLAS_VERSION;  // " OpenBLAS 0.3.21 "
+  s.erase(0, s.find_first_not_of(' '));
+  s.erase(s.find_last_not_of(' ') + 1);
+#ifdef DDP_WITH_ONEDNN
+  s += std::string(" + ") + onednn_version();
+#endif
+  return s + ", DDP_GEMM " + gemm_backend_name(gemm_backend());
+}
+
+}  // namespace ddp::kernels::cpu

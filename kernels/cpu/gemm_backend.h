@@ -1,0 +1,57 @@
+// gemm_backend.h - which library runs a CPU float32 matrix product: OpenBLAS or oneDNN (dnnl_sgemm), chosen
+// per shape class and thread budget by a fixed rule measured on the development machine (docs/benchmarks.md,
+// "GEMM backends"), or forced by DDP_GEMM / set_gemm_backend. float64 products always run on OpenBLAS
+// (oneDNN has no double-precision GEMM), so the float64 exactness suites see one library.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace ddp::kernels::cpu {
+
+enum class GemmBackend { Auto, OpenBLAS, OneDNN };
+
+// The process-wide setting. Until set_gemm_backend is called it comes from the environment variable
+// DDP_GEMM=auto|openblas|onednn (read once; default auto). Asking for oneDNN in a build without it is an error
+// naming the fix.
+void set_gemm_backend(GemmBackend backend);
+GemmBackend gemm_backend();
+
+// Parses "auto", "openblas" or "onednn"; anything else is an error listing the three (`what` names the source,
+// e.g. "DDP_GEMM").
+GemmBackend parse_gemm_backend(std::string_view text, std::string_view what);
+const char* gemm_backend_name(GemmBackend backend);  // "auto", "openblas", "onednn"
+
+// True when this build links oneDNN (CMake found libdnnl-dev).
+bool onednn_available();
+
+// The library that runs one float32 product C (M, N) += A (M, K) B (K, N) on `threads` threads: the forced one,
+// or under Auto (measured 2026-12-01 on the 2-core AMD EPYC development machine, docs/benchmarks.md):
+//  - OpenBLAS when oneDNN is not built in;
+//  - OpenBLAS for every product when threads > 1: Debian's oneDNN threads with OpenMP, whose workers spin
+//    between parallel regions; with other work on the cores (a loaded machine, or our own non-GEMM ops) the
+//    MLP step at 2 threads took 8 ms on OpenBLAS and 38-110 ms on oneDNN (10 ms with OMP_WAIT_POLICY=passive,
+//    which a library cannot set once libgomp is loaded), and mixing both pools in one process was worse still;
+//  - at 1 thread (no pool: both libraries run in the calling thread), oneDNN for short-and-wide products -
+//    smallest dimension 32..64, the next >= 512: the MLP's layers at batch 64 (forward, input and weight
+//    gradients; its GEMMs per step 4.4-4.6 -> 3.8-4.1 ms of CPU time) - and OpenBLAS for the rest: the
+//    10-wide output layer and the 64x64x32 attention blocks (OpenBLAS up to 2x faster there) and the GPT's
+//    1024-token linears (oneDNN only ~5% faster there, and inside the training step it regenerated code,
+//    ~120 page faults per step, where OpenBLAS makes none).
+GemmBackend gemm_backend_for(int64_t M, int64_t N, int64_t K, int threads);
+
+// Products run so far in this process by each library (float32 and float64 together; gemm.cpp counts them),
+// for tests and benchmark reports.
+struct GemmCounts {
+  int64_t openblas = 0, onednn = 0;
+};
+GemmCounts gemm_counts();
+
+// The OpenMP thread count oneDNN would use for a product started by the calling thread now (its
+// omp_get_max_threads(); gemm sets it to the budget before each oneDNN product); 0 without oneDNN.
+int onednn_threads_of_this_thread();
+
+// One line for benchmark headers: "OpenBLAS 0.3.21 + oneDNN 2.6.3 (OpenMP), DDP_GEMM auto".
+std::string gemm_libraries();
+
+}  // namespace ddp::kernels::cpu

@@ -1,0 +1,26 @@
+// train_checkpoint.h - checkpoints of `train`: resuming a run from --resume (model, optimizer, the step and
+// the loader's position, so the resumed run continues exactly) and saving one (rank 0 writes
+// ckpt-step<N>.safetensors atomically and points `latest` at it).
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "models/train_setup.h"
+
+namespace ddp::models {
+
+struct ResumePoint {
+  int64_t step = 0, epoch = 0;
+  std::string path;  // the checkpoint resumed from; empty for a fresh start
+};
+
+// With --resume: loads the checkpoint into the model and optimizer and moves the loader to where it
+// stopped; else starts the loader's epoch 0. Prints a line when `talk`.
+ResumePoint resume_training(const TrainOptions& o, TrainSetup& s, bool talk);
+
+// Writes the checkpoint of `step` into --checkpoint-dir and returns its path ("" without --checkpoint-dir).
+// Collective: with --zero every rank's optimizer shard goes to rank 0 first; all ranks wait for the write.
+std::string save_checkpoint(const TrainOptions& o, TrainSetup& s, dist::ProcessGroup& pg, int64_t step,
+                            bool talk);
+
+}  // namespace ddp::models

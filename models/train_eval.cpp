@@ -1,0 +1,60 @@
+// train_eval.cpp - evaluation on the validation split (see train_eval.h).
+#include "models/train_eval.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+#include "runtime/autograd/engine.h"
+#include "runtime/ddp/host_collectives.h"
+#include "runtime/ops/loss.h"
+
+namespace ddp::models {
+
+EvalResult evaluate(const TrainOptions& o, TrainSetup& s, dist::ProcessGroup& pg, int64_t step, bool talk) {
+  autograd::NoGradGuard ng;
+  s.ddp->before_forward();  // rank 0's buffers (BatchNorm statistics) for everyone
+  s.model->eval();
+  s.val_loader->start_epoch(0);
+  double loss_sum = 0, rows = 0, correct = 0;
+  int64_t batches = 0;
+  while (auto b = s.val_loader->next()) {
+    if (o.eval_batches > 0 && batches >= o.eval_batches) break;
+    Tensor x = b->x;
+    if (!s.data.tokens && x.dtype() != s.dtype) x = x.to(s.dtype);  // as in training (--dtype float64)
+    Tensor out = s.model->forward(x);
+    ops::CrossEntropyOptions sum_rows;
+    sum_rows.reduction = ops::LossReduction::Sum;
+    Tensor l = ops::cross_entropy(out, b->y, sum_rows);
+    loss_sum += l.item();
+    rows += static_cast<double>(b->y.numel());
+    if (!s.data.tokens) {
+      std::vector<double> logits = out.to_double_vector(), ys = b->y.to_double_vector();
+      const int64_t c = out.size(1);
+      for (size_t i = 0; i < ys.size(); ++i) {
+        auto row = logits.begin() + static_cast<int64_t>(i) * c;
+        if (std::max_element(row, row + c) - row == static_cast<int64_t>(ys[i])) correct += 1;
+      }
+    }
+    ++batches;
+  }
+  s.model->train();
+  Tensor t = Tensor::from_data<double>({loss_sum, rows, correct}, {3});
+  host_allreduce(pg, t);
+  const double* v = t.data<double>();
+  EvalResult r;
+  r.loss = v[1] > 0 ? v[0] / v[1] : NAN;
+  r.accuracy = s.data.tokens ? -1 : (v[1] > 0 ? v[2] / v[1] : 0);
+  if (talk) {
+    if (s.data.tokens)
+      std::printf("eval step %lld: val loss %.4f nats/char over %.0f tokens\n", static_cast<long long>(step),
+                  r.loss, v[1]);
+    else
+      std::printf("eval step %lld: val loss %.4f, accuracy %.2f%% over %.0f samples\n",
+                  static_cast<long long>(step), r.loss, 100 * r.accuracy, v[1]);
+    std::fflush(stdout);
+  }
+  return r;
+}
+
+}  // namespace ddp::models

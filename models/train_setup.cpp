@@ -1,0 +1,147 @@
+// train_setup.cpp - what `train` builds before its first step (see train_setup.h).
+#include "models/train_setup.h"
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "models/make_model.h"
+#include "models/train_checks.h"
+#include "runtime/core/log.h"
+#include "runtime/data/fashion_mnist.h"
+#include "runtime/data/synthetic.h"
+#include "runtime/data/text_dataset.h"
+#include "runtime/nn/sync_batchnorm.h"
+
+namespace ddp::models {
+
+namespace {
+
+TrainData load_data(const TrainOptions& o) {
+  std::string which = o.data;
+  if (which == "auto")
+    which = o.model == "gpt" ? "moby-dick" : (o.model == "branchy" ? "synthetic" : "fashion-mnist");
+  TrainData d;
+  d.name = which;
+  if (o.model == "gpt") {
+    d.tokens = true;
+    if (which == "moby-dick") {
+      auto t = o.data_path.empty() ? data::load_moby_dick(o.context)
+                                   : data::load_moby_dick(o.context, o.data_path);
+      d.train = t.train;
+      d.val = t.val;
+    } else if (which == "synthetic") {
+      d.train = data::synthetic_token_dataset(o.synthetic_samples * o.context, 256, o.context, o.seed);
+      d.val = data::synthetic_token_dataset(o.synthetic_samples / 8 * o.context, 256, o.context, o.seed + 99);
+    } else {
+      DDP_FAIL("--data ", which, " does not fit --model gpt: use moby-dick or synthetic");
+    }
+    return d;
+  }
+  if (which == "fashion-mnist") {
+    DDP_CHECK(o.model != "branchy", "--model branchy takes --data synthetic (16 features)");
+    const std::string dir = o.data_path.empty() ? std::string(data::kFashionMnistDir) : o.data_path;
+    d.train = data::fashion_mnist_dataset(dir, data::Split::Train);
+    d.val = data::fashion_mnist_dataset(dir, data::Split::Test);
+  } else if (which == "synthetic") {
+    Shape sample = o.model == "branchy" ? Shape{16} : Shape{1, 28, 28};
+    d.classes = o.model == "branchy" ? 4 : 10;
+    d.train = data::synthetic_classification(o.synthetic_samples, sample, d.classes, o.seed);
+    d.val = data::synthetic_classification(std::max<int64_t>(o.synthetic_samples / 8, 64), sample, d.classes,
+                                           o.seed);
+  } else {
+    DDP_FAIL("--data ", which, " does not fit --model ", o.model, ": use fashion-mnist or synthetic");
+  }
+  return d;
+}
+
+std::unique_ptr<optim::Optimizer> make_optimizer(const TrainOptions& o, std::vector<nn::NamedTensor> params) {
+  if (o.optimizer == "sgd")
+    return std::make_unique<optim::SGD>(
+        std::move(params), optim::SGDOptions{.lr = o.lr, .momentum = o.momentum, .weight_decay = o.weight_decay});
+  if (o.optimizer == "adamw")
+    return std::make_unique<optim::AdamW>(std::move(params),
+                                          optim::AdamWOptions{.lr = o.lr, .weight_decay = o.weight_decay});
+  DDP_FAIL("--optimizer ", o.optimizer, ": expected sgd or adamw");
+}
+
+}  // namespace
+
+TrainSetup set_up_training(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg) {
+  TrainSetup s;
+  s.rank = pg->rank();
+  s.world = pg->size();
+  validate_options(o);
+  DDP_CHECK(o.dtype == "float32" || o.dtype == "float64" || o.dtype == "bfloat16", "--dtype ", o.dtype,
+            ": expected float32, float64 or bfloat16");
+  // bfloat16: float32 parameters and optimizer, bf16 compute in matmul/linear/attention
+  // (ops/mixed_precision.h; the caller holds the ops::Bf16Compute switch)
+  s.dtype = o.dtype == "float64" ? DType::F64 : DType::F32;
+  s.device = Device::parse(o.device);
+  if (s.device.is_cuda()) {  // the GPU of this rank's local rank (LOCAL_RANK as every launcher sets it)
+    const char* local = std::getenv("LOCAL_RANK");
+    s.device = Device::cuda((local ? std::atoi(local) : s.rank) % cuda_device_count());
+  }
+
+  check_output_paths(o, *pg);
+  s.data = load_data(o);
+  nn::manual_seed(o.seed);
+  s.model = make_model(o, s.dtype);
+  s.model->to(s.device);
+  if (o.sync_bn) {
+    s.model = nn::convert_sync_batchnorm(s.model, pg);
+    DDP_CHECK(nn::count_sync_batchnorm(*s.model) > 0, "--sync-bn: model ", o.model,
+              " has no BatchNorm2d layer to synchronize (use --model cnn)");
+  }
+  DDPOptions dopt;
+  dopt.bucket_cap_mb = o.bucket_cap_mb;
+  dopt.first_bucket_mb = o.first_bucket_mb;
+  dopt.find_unused_parameters = o.find_unused_parameters;
+  dopt.gradient_as_bucket_view = o.gradient_as_bucket_view;
+  dopt.static_graph = o.static_graph;
+  dopt.comm_hook = make_comm_hook(o.comm_hook, static_cast<int>(o.powersgd_rank), o.powersgd_start_iter);
+  s.ddp = std::make_unique<DistributedDataParallel>(s.model, pg, dopt);
+
+  if (o.zero) {
+    auto zero = std::make_unique<optim::ZeroRedundancyOptimizer>(
+        s.model->named_parameters(), pg,
+        [&o](std::vector<nn::NamedTensor> params) { return make_optimizer(o, std::move(params)); });
+    s.zero = zero.get();
+    s.optimizer = std::move(zero);
+  } else {
+    s.optimizer = make_optimizer(o, s.model->named_parameters());
+  }
+
+  data::DataLoaderOptions lo;
+  lo.batch_size = o.batch_size;
+  lo.num_replicas = s.world;
+  lo.rank = s.rank;
+  lo.shuffle = true;
+  lo.seed = o.seed;
+  lo.drop_incomplete_batch = true;
+  lo.device = s.device;
+  s.loader = std::make_unique<data::DataLoader>(s.data.train, lo);
+  data::DataLoaderOptions vo = lo;
+  vo.shuffle = false;
+  vo.each_sample_once = true;
+  vo.drop_incomplete_batch = false;
+  s.val_loader = std::make_unique<data::DataLoader>(s.data.val, vo);
+  DDP_CHECK(s.loader->batches_per_epoch() >= o.grad_accum, "the training split gives ",
+            s.loader->batches_per_epoch(), " batches per rank per epoch, fewer than --grad-accum ", o.grad_accum,
+            "; lower --batch-size");
+
+  s.steps_per_epoch = s.loader->batches_per_epoch() / o.grad_accum;
+  s.total_steps = o.steps > 0 ? o.steps : std::max<int64_t>(1, o.epochs) * s.steps_per_epoch;
+  // Uneven data (--uneven-steps): this rank's own number of steps; every rank runs the first common_steps,
+  // so side collectives (log all-reduce, evaluation, checkpoints) happen only there. Join shadows the rest.
+  DDP_CHECK(o.uneven_steps >= 0, "--uneven-steps must be >= 0, got ", o.uneven_steps);
+  s.my_steps = s.total_steps - o.uneven_steps * s.rank;
+  s.common_steps = s.total_steps - o.uneven_steps * (s.world - 1);
+  DDP_CHECK(s.common_steps >= 1, "--uneven-steps ", o.uneven_steps, " leaves rank ", s.world - 1,
+            " no step of the ", s.total_steps, "; use at most ", (s.total_steps - 1) / std::max(1, s.world - 1));
+  if (o.uneven_steps > 0 && o.join) s.join = std::make_unique<Join>(*s.ddp);
+  s.schedule = optim::WarmupCosine{o.lr, o.lr * o.min_lr_ratio, std::min(o.warmup_steps, s.total_steps),
+                                   s.total_steps, o.schedule != "constant"};
+  return s;
+}
+
+}  // namespace ddp::models

@@ -1,0 +1,47 @@
+// train_setup.h - everything `train` builds before its first step: the device and dtype, the data set, the
+// model wrapped in DDP (and SyncBatchNorm), the optimizer (sharded with --zero), the training and validation
+// loaders of this rank, the number of steps (per rank with uneven data), the learning-rate schedule, and Join.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "models/train.h"
+#include "runtime/data/data_loader.h"
+#include "runtime/ddp/distributed_data_parallel.h"
+#include "runtime/ddp/join.h"
+#include "runtime/optim/lr_schedule.h"
+#include "runtime/optim/optimizer.h"
+#include "runtime/optim/zero_redundancy_optimizer.h"
+
+namespace ddp::models {
+
+struct TrainData {
+  std::shared_ptr<const data::Dataset> train, val;
+  bool tokens = false;  // language model: x, y are (B, T) int64
+  int64_t classes = 10;
+  std::string name;
+};
+
+// The members are declared in the order they are built (and destroyed in reverse: Join before DDP).
+struct TrainSetup {
+  int rank = 0, world = 1;
+  DType dtype = DType::F32;  // of the parameters (float32 also for --dtype bfloat16: bf16 only in compute)
+  Device device = Device::cpu();
+  TrainData data;
+  std::shared_ptr<nn::Module> model;
+  std::unique_ptr<DistributedDataParallel> ddp;
+  std::unique_ptr<optim::Optimizer> optimizer;
+  optim::ZeroRedundancyOptimizer* zero = nullptr;  // `optimizer` when --zero, else null
+  std::unique_ptr<data::DataLoader> loader, val_loader;
+  int64_t steps_per_epoch = 0;
+  int64_t total_steps = 0;   // optimizer steps of the run
+  int64_t my_steps = 0;      // this rank's (fewer with --uneven-steps)
+  int64_t common_steps = 0;  // run by every rank: side collectives (log, eval, checkpoints) happen only there
+  optim::WarmupCosine schedule;
+  std::unique_ptr<Join> join;  // with --uneven-steps and --join
+};
+
+// Checks the options and builds everything; collective (DDP's model check and broadcast, path checks).
+TrainSetup set_up_training(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg);
+
+}  // namespace ddp::models

@@ -1,0 +1,65 @@
+// train_step.cpp - one training step (see train_step.h).
+#include "models/train_step.h"
+
+#include <chrono>
+#include <optional>
+
+#include "runtime/autograd/engine.h"
+#include "runtime/ops/elementwise.h"
+#include "runtime/ops/loss.h"
+#include "runtime/trace/trace.h"
+
+namespace ddp::models {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+// Blocks the host until the device's current stream has run what was queued (a one-element copy to host).
+void wait_for(const Tensor& probe) {
+  if (probe.device().is_cuda() && probe.numel() > 0) (void)probe.slice0(0, 1).to(Device::cpu());
+}
+}  // namespace
+
+StepResult train_step(DistributedDataParallel& ddp, optim::Optimizer& optimizer,
+                      const std::function<data::Batch()>& next_batch, const StepOptions& o) {
+  StepResult r;
+  double loss_sum = 0;
+  Tensor probe;  // a tensor on the model's device, for wait_for_device
+  for (int64_t micro = 0; micro < o.grad_accum; ++micro) {
+    const data::Batch b = next_batch();
+    probe = b.x;
+    std::optional<DistributedDataParallel::NoSyncGuard> no_sync;
+    if (!o.synchronize_gradients || micro + 1 < o.grad_accum) no_sync.emplace(ddp.reducer());
+    const auto t0 = Clock::now();
+    Tensor loss;
+    {
+      trace::TraceScope ts("forward", "forward");
+      loss = ops::cross_entropy(ddp.forward(b.x), b.y);
+      loss_sum += loss.item();  // a host read: the forward's device work is done
+    }
+    const auto t1 = Clock::now();
+    if (o.grad_accum > 1) loss = loss * (1.0 / static_cast<double>(o.grad_accum));
+    {
+      trace::TraceScope ts("backward", "backward");
+      autograd::backward(loss);
+      if (o.wait_for_device) wait_for(probe);
+    }
+    const auto t2 = Clock::now();
+    r.forward_s += seconds(t0, t1);
+    r.backward_s += seconds(t1, t2);
+  }
+  const auto t0 = Clock::now();
+  if (o.clip_grad > 0) optim::clip_grad_norm_(ddp.module().parameters(), o.clip_grad);
+  {
+    trace::TraceScope ts("optimizer", "optimizer");
+    optimizer.step();
+    optimizer.zero_grad(o.zero_grad_set_to_none);
+    if (o.wait_for_device) wait_for(probe);
+  }
+  r.optimizer_s = seconds(t0, Clock::now());
+  r.loss = loss_sum / static_cast<double>(o.grad_accum);
+  return r;
+}
+
+}  // namespace ddp::models

@@ -1,0 +1,37 @@
+// train_step.h - one training step, the only one in the codebase: `train` (models/train.cpp) and bench_e2e
+// (bench/e2e.cpp) both run it. Per micro-batch: forward + cross-entropy loss, then backward (all micro-batches
+// but the last under ddp.no_sync(), so gradients accumulate locally and the last backward all-reduces their
+// sum); then gradient clipping, the optimizer step and zero_grad. It times its three phases and leaves the
+// learning rate, tracing of iterations and logging to the caller.
+#pragma once
+#include <cstdint>
+#include <functional>
+
+#include "runtime/data/data_loader.h"
+#include "runtime/ddp/distributed_data_parallel.h"
+#include "runtime/optim/optimizer.h"
+
+namespace ddp::models {
+
+struct StepOptions {
+  int64_t grad_accum = 1;            // micro-batches per step; each loss is scaled by 1 / grad_accum
+  bool synchronize_gradients = true;  // false: every backward under no_sync (no communication at all)
+  double clip_grad = 0;              // max global gradient norm; 0: off
+  bool zero_grad_set_to_none = true;  // false keeps the gradient tensors (needed with bucket views)
+  // After backward and after the optimizer, wait for the device so that asynchronous GPU work is counted in
+  // the phase that queued it (forward always ends in a host read of the loss). Nothing to wait for on CPU.
+  bool wait_for_device = false;
+};
+
+struct StepResult {
+  double loss = 0;         // this rank's loss, mean over the micro-batches (before the 1 / grad_accum scale)
+  double forward_s = 0;    // forward + loss, summed over micro-batches
+  double backward_s = 0;   // the backward calls, the reducer's end-of-backward wait included
+  double optimizer_s = 0;  // clipping + step + zero_grad
+};
+
+// `next_batch` gives each micro-batch (x already in the model's dtype and on its device).
+StepResult train_step(DistributedDataParallel& ddp, optim::Optimizer& optimizer,
+                      const std::function<data::Batch()>& next_batch, const StepOptions& options);
+
+}  // namespace ddp::models
