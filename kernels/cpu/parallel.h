@@ -6,9 +6,8 @@
 // (OPENBLAS_NUM_THREADS; ddprun sets it to 1 when several ranks share a host), so a 1-thread rank starts no
 // pool thread at all. BLAS and pool work never overlap: both are entered from the rank's compute thread and
 // return only when their work is done, and between jobs the pool's workers sleep on a condition variable
-// (they never spin), so the cores are OpenBLAS's while a GEMM runs. Debian's OpenBLAS is the pthread flavour
-// (no OpenMP here). Another backend with its own threads (oneDNN) should size itself with thread_budget() in
-// the same way.
+// (they never spin), so the cores are OpenBLAS's while a GEMM runs. Debian's OpenBLAS is the pthread flavour;
+// oneDNN's GEMM (gemm_onednn.cpp) runs OpenMP threads sized by blas_threads(), which set_thread_budget sets.
 //
 // Determinism: parallel_for hands out contiguous ranges whose boundaries are multiples of `align`; for
 // elementwise kernels any split gives bitwise-identical results. Reductions must not depend on the split:
