@@ -31,6 +31,7 @@
 #include "runtime/core/peak_flops.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_backend.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/cpu/simd_target.h"
 #include "runtime/ddp/distributed_data_parallel.h"
 #include "runtime/ddp/host_collectives.h"
@@ -198,7 +199,8 @@ int main(int argc, char** argv) {
     p.add("warmup", &warmup, "untimed steps first (>= 1: the first step rebuilds the buckets)");
     p.add("steps", &steps, "measured steps");
     p.add("batch-size", &batch, "samples per rank (0: the configuration's default)");
-    p.add("threads", &threads, "BLAS threads per rank (0: cores / local ranks, at least 1)");
+    p.add("threads", &threads,
+          "threads per rank, shared by BLAS and the intra-op pool (0: cores / local ranks, at least 1)");
     p.add_choice("device", &device_s, {"auto", "cpu", "cuda"}, "auto: cuda when a GPU is visible");
     p.add_choice("backend", &backend, {"auto", "cpu", "shm", "gloo", "hier", "nccl"},
                  "process group backend (auto: nccl with a GPU, else cpu = shm on one host)");
@@ -235,7 +237,7 @@ int main(int argc, char** argv) {
     ddp::ops::Bf16Compute bf16_compute(bf16);
     if (threads <= 0)
       threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / env.local_world_size);
-    ddp::kernels::cpu::set_blas_threads(threads);
+    ddp::kernels::cpu::set_thread_budget(threads);  // OpenBLAS and the intra-op pool share it
 
     ddp::Device dev = ddp::Device::cpu();
     if (gpu) dev = ddp::Device::cuda(std::max(0, ddp::dist::select_cuda_device(env.local_rank)));

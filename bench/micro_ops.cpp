@@ -43,6 +43,7 @@
 #include "kernels/cpu/layernorm.h"
 #include "kernels/cpu/loss.h"
 #include "kernels/cpu/optim.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/cpu/reduce.h"
 #include "kernels/cpu/simd_target.h"
 #include "kernels/cpu/softmax.h"
@@ -311,15 +312,22 @@ struct KernelData {
   }
 };
 
+// Kernel_VsCopy/<k>/<threads>: the kernel and the copy both run with a thread budget of `threads` (the copy
+// split across the pool like an elementwise kernel), so the ratio compares like with like.
 void Kernel_VsCopy(benchmark::State& state) {
   static KernelData data;
   const int k = static_cast<int>(state.range(0));
+  const int threads = static_cast<int>(state.range(1));
+  const int saved_budget = kernels::cpu::thread_budget();
+  kernels::cpu::set_thread_budget(threads);
   std::vector<float> src(kN, 1.0f), dst(kN);
   std::vector<double> tk, tc;
   using Clock = std::chrono::steady_clock;
   for (auto _ : state) {
     const auto t0 = Clock::now();
-    std::memcpy(dst.data(), src.data(), kN * sizeof(float));
+    kernels::cpu::parallel_for(kN, 64, kernels::cpu::kParallelMinElements, [&](int64_t b, int64_t e) {
+      std::memcpy(dst.data() + b, src.data() + b, static_cast<size_t>(e - b) * sizeof(float));
+    });
     benchmark::DoNotOptimize(dst.data());
     benchmark::ClobberMemory();
     const auto t1 = Clock::now();
@@ -336,9 +344,47 @@ void Kernel_VsCopy(benchmark::State& state) {
   state.counters["copy_GBps"] = gc;
   state.counters["kernel_ms"] = median(tk) * 1e3;
   state.counters["vs_copy"] = gk / gc;
-  state.SetLabel(kKernels[k].name);
+  state.SetLabel(std::string(kKernels[k].name) +
+                 (threads > 1 ? " [" + std::to_string(threads) + " threads]" : ""));
+  kernels::cpu::set_thread_budget(saved_budget);
 }
-BENCHMARK(Kernel_VsCopy)->DenseRange(0, kNumKernels - 1)->Unit(benchmark::kMicrosecond);
+BENCHMARK(Kernel_VsCopy)
+    ->ArgsProduct({benchmark::CreateDenseRange(0, kNumKernels - 1, 1), {1, 2}})
+    ->Unit(benchmark::kMicrosecond);
+
+// Parallel_Threshold/<n>/<threads>: gelu forward (a compute-heavy kernel) and relu forward (a memory-bound
+// one) on n float32 elements, split across `threads` regardless of kParallelMinElements, to find the size
+// from which the pool's wake-up pays off (kernels/cpu/parallel.h). Reports the median microseconds of each.
+void Parallel_Threshold(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  const int threads = static_cast<int>(state.range(1));
+  const int saved_budget = kernels::cpu::thread_budget();
+  kernels::cpu::set_thread_budget(threads);
+  std::vector<float> x(static_cast<size_t>(n)), y(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) x[i] = std::sin(0.001f * static_cast<float>(i)) * 3.0f;
+  std::vector<double> tg, tr;
+  using Clock = std::chrono::steady_clock;
+  for (auto _ : state) {
+    const auto t0 = Clock::now();
+    kernels::cpu::parallel_for(n, 64, 64, [&](int64_t b, int64_t e) {
+      kernels::cpu::gelu_forward(x.data() + b, y.data() + b, e - b);  // serial inside a pool task
+    });
+    const auto t1 = Clock::now();
+    kernels::cpu::parallel_for(n, 64, 64, [&](int64_t b, int64_t e) {
+      kernels::cpu::relu_forward(x.data() + b, y.data() + b, e - b);
+    });
+    const auto t2 = Clock::now();
+    benchmark::DoNotOptimize(y.data());
+    tg.push_back(std::chrono::duration<double>(t1 - t0).count());
+    tr.push_back(std::chrono::duration<double>(t2 - t1).count());
+  }
+  state.counters["gelu_us"] = median(tg) * 1e6;
+  state.counters["relu_us"] = median(tr) * 1e6;
+  kernels::cpu::set_thread_budget(saved_budget);
+}
+BENCHMARK(Parallel_Threshold)
+    ->ArgsProduct({{4096, 8192, 16384, 32768, 65536, 262144}, {1, 2}})
+    ->Unit(benchmark::kMicrosecond);
 
 // (d) the model's GEMM shapes per library, against the peak measured in the same run.
 struct GemmShape {
@@ -580,8 +626,9 @@ void apply_blas_threads(int* argc, char** argv) {
       argv[out++] = argv[i];
   }
   *argc = out;
-  if (threads > 0) kernels::cpu::set_blas_threads(threads);
-  std::printf("GEMM threads: %d (%s)\n", kernels::cpu::blas_threads(), kernels::cpu::gemm_libraries().c_str());
+  if (threads > 0) kernels::cpu::set_thread_budget(threads);
+  std::printf("GEMM threads: %d (%s); thread budget %d (Kernel_VsCopy sets its own)\n", kernels::cpu::blas_threads(),
+              kernels::cpu::gemm_libraries().c_str(), kernels::cpu::thread_budget());
 }
 }  // namespace
 

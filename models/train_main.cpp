@@ -4,6 +4,7 @@
 
 #include "models/train.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/parallel.h"
 #include "runtime/core/cli.h"
 #include "runtime/core/log.h"
 #include "runtime/dist/env.h"
@@ -75,13 +76,13 @@ int main(int argc, char** argv) {
   p.add("uneven-steps", &o.uneven_steps,
         "uneven data on purpose: rank r runs this many steps fewer per rank index (shows Join)", B::at_least(0));
   p.add("join", &o.join, "with uneven steps, ranks that finish early shadow the others (DDP Join)");
-  p.add("threads", &threads, "BLAS threads per rank (0: OPENBLAS_NUM_THREADS or the library default)", B::at_least(0));
+  p.add("threads", &threads, "threads per rank, shared by BLAS and the intra-op pool (0: OPENBLAS_NUM_THREADS or the library default)", B::at_least(0));
   try {
     p.parse(argc, argv);
     o.seed = static_cast<uint64_t>(seed);
     dist::DistEnv env = dist::init_from_env();
     log::set_rank(env.world_size > 1 ? env.rank : -1);
-    if (threads > 0) kernels::cpu::set_blas_threads(threads);
+    if (threads > 0) kernels::cpu::set_thread_budget(threads);  // OpenBLAS + the intra-op pool
     // "auto": from the device the parameters will live on (not merely whether a GPU is visible).
     auto ctx = dist::init_distributed(env, dist::resolve_backend(backend, Device::parse(o.device)));
     models::train(o, ctx.group);

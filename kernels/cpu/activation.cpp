@@ -1,6 +1,7 @@
 // activation.cpp - the CPU activation kernels, vectorized with Google Highway: this file is compiled once per
 // instruction set (SSSE3, SSE4, AVX2, AVX-512, and the scalar fallback) and HWY_DYNAMIC_DISPATCH picks the
-// best one the running CPU supports. exp/log/tanh are Highway's contrib/math (documented within 1-4 ulp).
+// best one the running CPU supports. log is Highway's contrib/math (documented within 1-4 ulp); exp and tanh
+// are simd-inl.h's ExpFast (2 ulp, subnormal results flushed to 0) and TanhFast (2e-7 relative).
 //
 // GELU is computed in its sigmoid form: 0.5 x (1 + tanh(u)) = x * sigmoid(2u), u = sqrt(2/pi)(x + 0.044715
 // x^3), which needs one exp and has no cancellation for large negative x.
@@ -15,6 +16,7 @@
 #include <limits>
 
 #include "kernels/cpu/activation.h"
+#include "kernels/cpu/parallel.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace ddp::kernels::cpu::HWY_NAMESPACE {
@@ -33,34 +35,39 @@ void ReluBackward(const T* g, const T* x, T* dx, int64_t n) {
   });
 }
 
+// y = x * sigmoid(2u) = x / (1 + exp(-2u)); exp overflowing to +inf (x < about -9.3) gives -0.
 template <class T>
 void GeluForward(const T* x, T* y, int64_t n) {
   MapUnary(hn::ScalableTag<T>(), x, y, n, [](auto d, auto v) HWY_ATTR {
-    const auto c = hn::Set(d, static_cast<T>(2 * kSqrt2OverPi));
-    const auto c3 = hn::Set(d, static_cast<T>(2 * kSqrt2OverPi * kGeluCubic));
-    const auto z = hn::Mul(v, hn::MulAdd(c3, hn::Mul(v, v), c));  // 2u
-    return hn::Mul(v, Sigmoid(d, z));
+    const auto c = hn::Set(d, static_cast<T>(-2 * kSqrt2OverPi));
+    const auto c3 = hn::Set(d, static_cast<T>(-2 * kSqrt2OverPi * kGeluCubic));
+    const auto nz = hn::Mul(v, hn::MulAdd(c3, hn::Mul(v, v), c));  // -2u
+    return hn::Div(v, hn::Add(hn::Set(d, T(1)), ExpFast(d, nz)));
   });
 }
+// d/dx [x s(2u)] = s + x s (1 - s) d(2u)/dx with s (1 - s) = e s^2, e = exp(-2u) (no cancellation of 1 - s
+// near s = 1); d(2u)/dx = c + 3 c3 x^2. e is kept finite (argument <= 88) so e * s is never inf * 0.
 template <class T>
 void GeluBackward(const T* g, const T* x, T* dx, int64_t n) {
   MapBinary(hn::ScalableTag<T>(), g, x, dx, n, [](auto d, auto vg, auto v) HWY_ATTR {
     const auto c = hn::Set(d, static_cast<T>(2 * kSqrt2OverPi));
     const auto c3 = hn::Set(d, static_cast<T>(2 * kSqrt2OverPi * kGeluCubic));
     const auto c3x3 = hn::Set(d, static_cast<T>(3 * 2 * kSqrt2OverPi * kGeluCubic));
+    const auto one = hn::Set(d, T(1));
     const auto v2 = hn::Mul(v, v);
-    const auto s = Sigmoid(d, hn::Mul(v, hn::MulAdd(c3, v2, c)));
-    // d/dx [x s(2u)] = s + x s (1 - s) d(2u)/dx, d(2u)/dx = c + 3 c3 x^2
-    const auto one_minus_s = hn::Sub(hn::Set(d, T(1)), s);
+    const T max_arg = sizeof(T) == 4 ? T(88) : T(700);
+    const auto e = ExpFast(d, hn::Min(hn::Neg(hn::Mul(v, hn::MulAdd(c3, v2, c))), hn::Set(d, max_arg)));
+    const auto s = hn::Div(one, hn::Add(one, e));
     const auto dz = hn::MulAdd(c3x3, v2, c);
-    return hn::Mul(vg, hn::MulAdd(hn::Mul(hn::Mul(v, s), one_minus_s), dz, s));
+    // g s (1 + x dz e s)
+    return hn::Mul(hn::Mul(vg, s), hn::MulAdd(hn::Mul(v, dz), hn::Mul(e, s), one));
   });
 }
 
 template <class T>
 void TanhForward(const T* x, T* y, int64_t n) {
   MapUnary(hn::ScalableTag<T>(), x, y, n,
-           [](auto d, auto v) HWY_ATTR { return hn::IfThenElse(hn::IsNaN(v), v, hn::Tanh(d, v)); });
+           [](auto d, auto v) HWY_ATTR { return hn::IfThenElse(hn::IsNaN(v), v, TanhFast(d, v)); });
 }
 template <class T>
 void TanhBackward(const T* g, const T* y, T* dx, int64_t n) {
@@ -80,16 +87,11 @@ void SigmoidBackward(const T* g, const T* y, T* dx, int64_t n) {
   });
 }
 
-// exp with the IEEE edge cases Highway's Exp leaves out: overflow to +inf, NaN passes through.
+// exp with overflow to +inf and NaN passing through (ExpFast: results below 2^-125 are 0).
 template <class T>
 void ExpForward(const T* x, T* y, int64_t n) {
-  MapUnary(hn::ScalableTag<T>(), x, y, n, [](auto d, auto v) HWY_ATTR {
-    const T max_arg = sizeof(T) == 4 ? T(88.72283f) : T(709.782712893384);
-    const auto big = hn::Gt(v, hn::Set(d, max_arg));
-    const auto e = hn::Exp(d, hn::Min(v, hn::Set(d, max_arg)));
-    const auto r = hn::IfThenElse(big, hn::Set(d, std::numeric_limits<T>::infinity()), e);
-    return hn::IfThenElse(hn::IsNaN(v), v, r);
-  });
+  MapUnary(hn::ScalableTag<T>(), x, y, n,
+           [](auto d, auto v) HWY_ATTR { return hn::IfThenElse(hn::IsNaN(v), v, ExpFast(d, v)); });
 }
 template <class T>
 void ExpBackward(const T* g, const T* y, T* dx, int64_t n) {
@@ -147,27 +149,31 @@ HWY_AFTER_NAMESPACE();
 namespace ddp::kernels::cpu {
 
 // The public templates forward to the entry of the instruction set chosen at run time.
-#define DDP_ACT_DISPATCH(Public, Name)                        \
-  HWY_EXPORT(Name##F32);                                      \
-  HWY_EXPORT(Name##F64);                                      \
-  template <class T>                                          \
-  void Public(const T* x, T* y, int64_t n) {                  \
-    if constexpr (sizeof(T) == 4)                             \
-      HWY_DYNAMIC_DISPATCH(Name##F32)(x, y, n);               \
-    else                                                      \
-      HWY_DYNAMIC_DISPATCH(Name##F64)(x, y, n);               \
-  }                                                           \
-  template void Public<float>(const float*, float*, int64_t); \
+#define DDP_ACT_DISPATCH(Public, Name)                                    \
+  HWY_EXPORT(Name##F32);                                                  \
+  HWY_EXPORT(Name##F64);                                                  \
+  template <class T>                                                      \
+  void Public(const T* x, T* y, int64_t n) {                              \
+    parallel_for(n, 64, kParallelMinElements, [&](int64_t b, int64_t e) { \
+      if constexpr (sizeof(T) == 4)                                       \
+        HWY_DYNAMIC_DISPATCH(Name##F32)(x + b, y + b, e - b);             \
+      else                                                                \
+        HWY_DYNAMIC_DISPATCH(Name##F64)(x + b, y + b, e - b);             \
+    });                                                                   \
+  }                                                                       \
+  template void Public<float>(const float*, float*, int64_t);             \
   template void Public<double>(const double*, double*, int64_t);
 #define DDP_ACT_DISPATCH2(Public, Name)                                     \
   HWY_EXPORT(Name##F32);                                                    \
   HWY_EXPORT(Name##F64);                                                    \
   template <class T>                                                        \
   void Public(const T* g, const T* s, T* dx, int64_t n) {                   \
-    if constexpr (sizeof(T) == 4)                                           \
-      HWY_DYNAMIC_DISPATCH(Name##F32)(g, s, dx, n);                         \
-    else                                                                    \
-      HWY_DYNAMIC_DISPATCH(Name##F64)(g, s, dx, n);                         \
+    parallel_for(n, 64, kParallelMinElements, [&](int64_t b, int64_t e) {   \
+      if constexpr (sizeof(T) == 4)                                         \
+        HWY_DYNAMIC_DISPATCH(Name##F32)(g + b, s + b, dx + b, e - b);       \
+      else                                                                  \
+        HWY_DYNAMIC_DISPATCH(Name##F64)(g + b, s + b, dx + b, e - b);       \
+    });                                                                     \
   }                                                                         \
   template void Public<float>(const float*, const float*, float*, int64_t); \
   template void Public<double>(const double*, const double*, double*, int64_t);

@@ -3,17 +3,14 @@
 
 #include <vector>
 
+#include "kernels/cpu/convert.h"
 #include "kernels/cpu/gemm.h"
 
 namespace ddp::kernels::cpu {
 
-void to_bf16(const float* x, BFloat16* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] = BFloat16::from_float(x[i]);
-}
+void to_bf16(const float* x, BFloat16* y, int64_t n) { convert(x, DType::F32, y, DType::BF16, n); }
 
-void from_bf16(const BFloat16* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] = x[i].to_float();
-}
+void from_bf16(const BFloat16* x, float* y, int64_t n) { convert(x, DType::BF16, y, DType::F32, n); }
 
 void round_to_bf16(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = BFloat16::from_float(x[i]).to_float();

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/cpu/reduce.h"
+
 namespace ddp::kernels::cpu {
 
 using Dims = std::vector<int64_t>;
@@ -79,10 +81,10 @@ void sum_to_shape(const T* g, const Dims& gsh, T* out, const Dims& osh) {
     return;
   }
   for (int64_t i = 0; i < m; ++i) out[i] = T(0);
-  // Summing over leading dimensions only: row after row into out (the same order as the walk below).
+  // Summing over leading dimensions only (a bias gradient): the vectorized column sums of reduce.h (blocks
+  // of rows in T, folded into double; split across the thread budget by columns).
   if (trailing_block(osh, gsh) == m && m > 0) {
-    for (int64_t o = 0; o < n; o += m)
-      for (int64_t i = 0; i < m; ++i) out[i] += g[o + i];
+    sum_middle(g, 1, n / m, m, out, 1.0);
     return;
   }
   const Dims so = broadcast_strides(osh, gsh);

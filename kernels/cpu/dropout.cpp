@@ -9,6 +9,7 @@
 #include "hwy/highway.h"
 
 #include "kernels/cpu/dropout.h"
+#include "kernels/cpu/parallel.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace ddp::kernels::cpu::HWY_NAMESPACE {
@@ -39,10 +40,13 @@ HWY_EXPORT(DropoutApplyF64);
 
 template <class T>
 void dropout_apply(const T* x, T* y, int64_t n, uint64_t key, uint64_t offset, uint64_t threshold, T scale) {
-  if constexpr (sizeof(T) == 4)
-    HWY_DYNAMIC_DISPATCH(DropoutApplyF32)(x, y, n, key, offset, threshold, scale);
-  else
-    HWY_DYNAMIC_DISPATCH(DropoutApplyF64)(x, y, n, key, offset, threshold, scale);
+  parallel_for(n, 64, kParallelMinElements, [&](int64_t b, int64_t e) {
+    const uint64_t off = offset + static_cast<uint64_t>(b);  // the mask bit of element i depends on i only
+    if constexpr (sizeof(T) == 4)
+      HWY_DYNAMIC_DISPATCH(DropoutApplyF32)(x + b, y + b, e - b, key, off, threshold, scale);
+    else
+      HWY_DYNAMIC_DISPATCH(DropoutApplyF64)(x + b, y + b, e - b, key, off, threshold, scale);
+  });
 }
 
 template void dropout_apply<float>(const float*, float*, int64_t, uint64_t, uint64_t, uint64_t, float);

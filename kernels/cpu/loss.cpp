@@ -7,10 +7,13 @@
 #include "hwy/highway.h"
 #include "kernels/cpu/simd-inl.h"
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 #include <cstdint>
 
 #include "kernels/cpu/loss.h"
+#include "kernels/cpu/parallel.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace ddp::kernels::cpu::HWY_NAMESPACE {
@@ -50,7 +53,7 @@ void CrossEntropyBackward(const T* logits, const int64_t* targets, const T* lse,
     }
     const auto l = hn::Set(d, lse[r]);
     MapUnary(d, xr, dr, cols,
-             [l, vscale](auto dd, auto v) HWY_ATTR { return hn::Mul(vscale, hn::Exp(dd, hn::Sub(v, l))); });
+             [l, vscale](auto dd, auto v) HWY_ATTR { return hn::Mul(vscale, ExpFast(dd, hn::Sub(v, l))); });
     dr[t] -= scale;
   }
 }
@@ -97,24 +100,47 @@ int64_t first_bad_target(const int64_t* targets, int64_t rows, int64_t cols, boo
 template <class T>
 double cross_entropy_forward(const T* logits, const int64_t* targets, int64_t rows, int64_t cols,
                              bool has_ignore, int64_t ignore_index, T* lse, int64_t* count) {
-  if constexpr (sizeof(T) == 4)
-    return HWY_DYNAMIC_DISPATCH(CrossEntropyForwardF32)(logits, targets, rows, cols, has_ignore, ignore_index,
-                                                        lse, count);
-  else
-    return HWY_DYNAMIC_DISPATCH(CrossEntropyForwardF64)(logits, targets, rows, cols, has_ignore, ignore_index,
-                                                        lse, count);
+  // The loss sums over rows: per block of kBlockRows rows (a fixed split, whatever the thread count), then
+  // the block sums are added in block order.
+  constexpr int64_t kBlockRows = 64;
+  const int64_t blocks = (rows + kBlockRows - 1) / kBlockRows;
+  std::vector<double> totals(static_cast<size_t>(blocks));
+  std::vector<int64_t> counts(static_cast<size_t>(blocks));
+  const int64_t min_blocks =
+      std::max<int64_t>(1, kParallelMinElements / std::max<int64_t>(kBlockRows * cols, 1));
+  parallel_for(blocks, 1, min_blocks, [&](int64_t b0, int64_t b1) {
+    for (int64_t blk = b0; blk < b1; ++blk) {
+      const int64_t r0 = blk * kBlockRows, n = std::min(rows, r0 + kBlockRows) - r0;
+      if constexpr (sizeof(T) == 4)
+        totals[blk] = HWY_DYNAMIC_DISPATCH(CrossEntropyForwardF32)(
+            logits + r0 * cols, targets + r0, n, cols, has_ignore, ignore_index, lse + r0, &counts[blk]);
+      else
+        totals[blk] = HWY_DYNAMIC_DISPATCH(CrossEntropyForwardF64)(
+            logits + r0 * cols, targets + r0, n, cols, has_ignore, ignore_index, lse + r0, &counts[blk]);
+    }
+  });
+  double total = 0;
+  int64_t n = 0;
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    total += totals[blk];
+    n += counts[blk];
+  }
+  *count = n;
+  return total;
 }
 
 template <class T>
 void cross_entropy_backward(const T* logits, const int64_t* targets, const T* lse, const T* dloss,
                             double divisor, int64_t rows, int64_t cols, bool has_ignore, int64_t ignore_index,
                             T* dlogits) {
-  if constexpr (sizeof(T) == 4)
-    HWY_DYNAMIC_DISPATCH(CrossEntropyBackwardF32)
-    (logits, targets, lse, dloss, divisor, rows, cols, has_ignore, ignore_index, dlogits);
-  else
-    HWY_DYNAMIC_DISPATCH(CrossEntropyBackwardF64)
-    (logits, targets, lse, dloss, divisor, rows, cols, has_ignore, ignore_index, dlogits);
+  const int64_t min_rows = std::max<int64_t>(1, kParallelMinElements / std::max<int64_t>(cols, 1));
+  parallel_for(rows, 1, min_rows, [&](int64_t b, int64_t e) {
+    const int64_t o = b * cols;
+    if constexpr (sizeof(T) == 4) HWY_DYNAMIC_DISPATCH(CrossEntropyBackwardF32)
+    (logits + o, targets + b, lse + b, dloss, divisor, e - b, cols, has_ignore, ignore_index, dlogits + o);
+    else HWY_DYNAMIC_DISPATCH(CrossEntropyBackwardF64)(logits + o, targets + b, lse + b, dloss, divisor,
+                                                       e - b, cols, has_ignore, ignore_index, dlogits + o);
+  });
 }
 
 template <class T>

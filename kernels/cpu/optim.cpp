@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/optim.h"
+#include "kernels/cpu/parallel.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace ddp::kernels::cpu::HWY_NAMESPACE {
@@ -135,26 +136,26 @@ template <class T>
 void sgd_step(T* param, const T* grad, T* momentum_buf, int64_t n, double lr, double momentum,
               double dampening, double weight_decay, bool nesterov, bool first_step) {
   if (momentum == 0) momentum_buf = nullptr;
-  if constexpr (sizeof(T) == 4)
-    HWY_DYNAMIC_DISPATCH(SgdF32)
-    (param, grad, momentum_buf, n, lr, momentum, dampening, weight_decay, nesterov, first_step);
-  else
-    HWY_DYNAMIC_DISPATCH(SgdF64)
-    (param, grad, momentum_buf, n, lr, momentum, dampening, weight_decay, nesterov, first_step);
+  parallel_for(n, 64, kParallelMinElements, [&](int64_t b, int64_t e) {
+    T* buf = momentum_buf ? momentum_buf + b : nullptr;
+    if constexpr (sizeof(T) == 4) HWY_DYNAMIC_DISPATCH(SgdF32)
+    (param + b, grad + b, buf, e - b, lr, momentum, dampening, weight_decay, nesterov, first_step);
+    else HWY_DYNAMIC_DISPATCH(SgdF64)(param + b, grad + b, buf, e - b, lr, momentum, dampening, weight_decay,
+                                      nesterov, first_step);
+  });
 }
 
 template <class T>
 void adamw_step(T* param, const T* grad, T* exp_avg, T* exp_avg_sq, int64_t n, double lr, double beta1,
                 double beta2, double eps, double weight_decay, double bias_correction1,
                 double bias_correction2) {
-  if constexpr (sizeof(T) == 4)
-    HWY_DYNAMIC_DISPATCH(AdamWF32)
-    (param, grad, exp_avg, exp_avg_sq, n, lr, beta1, beta2, eps, weight_decay, bias_correction1,
-     bias_correction2);
-  else
-    HWY_DYNAMIC_DISPATCH(AdamWF64)
-    (param, grad, exp_avg, exp_avg_sq, n, lr, beta1, beta2, eps, weight_decay, bias_correction1,
-     bias_correction2);
+  parallel_for(n, 64, kParallelMinElements, [&](int64_t b, int64_t e) {
+    if constexpr (sizeof(T) == 4) HWY_DYNAMIC_DISPATCH(AdamWF32)
+    (param + b, grad + b, exp_avg + b, exp_avg_sq + b, e - b, lr, beta1, beta2, eps, weight_decay,
+     bias_correction1, bias_correction2);
+    else HWY_DYNAMIC_DISPATCH(AdamWF64)(param + b, grad + b, exp_avg + b, exp_avg_sq + b, e - b, lr, beta1,
+                                        beta2, eps, weight_decay, bias_correction1, bias_correction2);
+  });
 }
 
 template void sgd_step<float>(float*, const float*, float*, int64_t, double, double, double, double, bool,

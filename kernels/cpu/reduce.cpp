@@ -1,10 +1,57 @@
-// reduce.cpp - the CPU reduction kernels: contiguous passes the compiler can vectorise, with short block sums
-// in the input type folded into double accumulators.
-#include "kernels/cpu/reduce.h"
+// reduce.cpp - the CPU reduction kernels: short block sums in the input type folded into double
+// accumulators. The column sums (sum over the middle dimension, e.g. a bias gradient summed over rows) are
+// vectorized with Google Highway (compiled per instruction set, chosen at run time) and split across the
+// thread budget by columns, so every column's summation order is the same for any thread count.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/cpu/reduce.cpp"
+#include "hwy/foreach_target.h"  // must come before highway.h
+
+#include "hwy/highway.h"
 
 #include <algorithm>
+#include <cstdint>
 
+#include "kernels/cpu/parallel.h"
+#include "kernels/cpu/reduce.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace ddp::kernels::cpu::HWY_NAMESPACE {
+// acc[j] (double, w <= 512 columns) += sum of rows k0..k1 of x (row stride `stride`) at columns 0..w-1:
+// four rows at a time added in the input type into a per-block partial row ((r0 + r1) + (r2 + r3), row-major,
+// so every access streams), the partial converted to double once per block. Plain loops compiled per
+// instruction set: the compiler vectorizes them with AVX-512 / AVX2 (float adds are not reassociated, so
+// every target gives the same bits).
+template <class In>
+void ColumnBlockSum(const In* x, int64_t stride, int64_t k0, int64_t k1, int64_t w, double* acc) {
+  In part[512];
+  for (int64_t j = 0; j < w; ++j) part[j] = In(0);
+  int64_t k = k0;
+  for (; k + 4 <= k1; k += 4) {
+    const In* __restrict r0 = x + k * stride;
+    const In* __restrict r1 = r0 + stride;
+    const In* __restrict r2 = r1 + stride;
+    const In* __restrict r3 = r2 + stride;
+    for (int64_t j = 0; j < w; ++j) part[j] += (r0[j] + r1[j]) + (r2[j] + r3[j]);
+  }
+  for (; k < k1; ++k) {
+    const In* __restrict row = x + k * stride;
+    for (int64_t j = 0; j < w; ++j) part[j] += row[j];
+  }
+  for (int64_t j = 0; j < w; ++j) acc[j] += static_cast<double>(part[j]);
+}
+void ColumnBlockSumF32(const float* x, int64_t s, int64_t k0, int64_t k1, int64_t w, double* acc) {
+  ColumnBlockSum(x, s, k0, k1, w, acc);
+}
+void ColumnBlockSumF64(const double* x, int64_t s, int64_t k0, int64_t k1, int64_t w, double* acc) {
+  ColumnBlockSum(x, s, k0, k1, w, acc);
+}
+}  // namespace ddp::kernels::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
 namespace ddp::kernels::cpu {
+HWY_EXPORT(ColumnBlockSumF32);
+HWY_EXPORT(ColumnBlockSumF64);
 
 std::vector<DimGroup> group_dims(const Dims& shape, const std::vector<bool>& reduced) {
   std::vector<DimGroup> groups;
@@ -52,32 +99,26 @@ void sum_middle(const In* x, int64_t outer, int64_t r, int64_t inner, Out* out, 
     return;
   }
   constexpr int64_t kTile = 512;  // columns per pass: the accumulators stay in L1
-  double acc[kTile];
-  In part[kTile];
   for (int64_t o = 0; o < outer; ++o) {
-    for (int64_t j0 = 0; j0 < inner; j0 += kTile) {
-      const int64_t w = std::min(kTile, inner - j0);
-      std::fill(acc, acc + w, 0.0);
-      for (int64_t k0 = 0; k0 < r; k0 += kBlockRows) {
-        const int64_t k1 = std::min(r, k0 + kBlockRows);
-        std::fill(part, part + w, In(0));
-        int64_t k = k0;
-        for (; k + 4 <= k1; k += 4) {  // four rows per pass over `part`
-          const In* r0 = x + (o * r + k) * inner + j0;
-          const In* r1 = r0 + inner;
-          const In* r2 = r1 + inner;
-          const In* r3 = r2 + inner;
-          for (int64_t j = 0; j < w; ++j) part[j] += (r0[j] + r1[j]) + (r2[j] + r3[j]);
-        }
-        for (; k < k1; ++k) {
-          const In* row = x + (o * r + k) * inner + j0;
-          for (int64_t j = 0; j < w; ++j) part[j] += row[j];
-        }
-        for (int64_t j = 0; j < w; ++j) acc[j] += static_cast<double>(part[j]);
-      }
-      Out* dst = out + o * inner + j0;
-      for (int64_t j = 0; j < w; ++j) dst[j] = static_cast<Out>(acc[j] * scale);
-    }
+    const In* xo = x + o * r * inner;
+    Out* dst = out + o * inner;
+    // Columns split across the thread budget (each column summed in the same order by any split).
+    parallel_for(inner, 16, std::max<int64_t>(16, kParallelMinElements / std::max<int64_t>(r, 1)),
+                 [&](int64_t c0, int64_t c1) {
+                   double acc[kTile];
+                   for (int64_t j0 = c0; j0 < c1; j0 += kTile) {
+                     const int64_t w = std::min(kTile, c1 - j0);
+                     std::fill(acc, acc + w, 0.0);
+                     for (int64_t k0 = 0; k0 < r; k0 += kBlockRows) {
+                       const int64_t k1 = std::min(r, k0 + kBlockRows);
+                       if constexpr (sizeof(In) == 4)
+                         HWY_DYNAMIC_DISPATCH(ColumnBlockSumF32)(xo + j0, inner, k0, k1, w, acc);
+                       else
+                         HWY_DYNAMIC_DISPATCH(ColumnBlockSumF64)(xo + j0, inner, k0, k1, w, acc);
+                     }
+                     for (int64_t j = 0; j < w; ++j) dst[j0 + j] = static_cast<Out>(acc[j] * scale);
+                   }
+                 });
   }
 }
 
@@ -176,3 +217,4 @@ template void expand_dims<float>(const float*, const Dims&, const std::vector<bo
 template void expand_dims<double>(const double*, const Dims&, const std::vector<bool>&, double*, double);
 
 }  // namespace ddp::kernels::cpu
+#endif  // HWY_ONCE

@@ -7,9 +7,11 @@
 #include "hwy/highway.h"
 #include "kernels/cpu/simd-inl.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/cpu/parallel.h"
 #include "kernels/cpu/softmax.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -52,7 +54,7 @@ void LogSoftmaxBackward(const T* y, const T* dy, T* dx, int64_t rows, int64_t co
     const T* dyr = dy + r * cols;
     const auto s = hn::Set(d, RowSum(dyr, cols));
     MapBinary(d, yr, dyr, dx + r * cols, cols,
-              [s](auto dd, auto vy, auto vdy) HWY_ATTR { return hn::NegMulAdd(hn::Exp(dd, vy), s, vdy); });
+              [s](auto dd, auto vy, auto vdy) HWY_ATTR { return hn::NegMulAdd(ExpFast(dd, vy), s, vdy); });
   }
 }
 }  // namespace
@@ -94,33 +96,48 @@ HWY_EXPORT(SoftmaxBackwardF64);
 HWY_EXPORT(LogSoftmaxBackwardF32);
 HWY_EXPORT(LogSoftmaxBackwardF64);
 
+// Rows per thread at least: kParallelMinElements values.
+int64_t min_rows(int64_t cols) {
+  return std::max<int64_t>(1, kParallelMinElements / std::max<int64_t>(cols, 1));
+}
+
 template <class T>
 void softmax_forward(const T* x, T* y, int64_t rows, int64_t cols) {
-  if constexpr (sizeof(T) == 4)
-    HWY_DYNAMIC_DISPATCH(SoftmaxForwardF32)(x, y, rows, cols);
-  else
-    HWY_DYNAMIC_DISPATCH(SoftmaxForwardF64)(x, y, rows, cols);
+  parallel_for(rows, 1, min_rows(cols), [&](int64_t b, int64_t e) {
+    if constexpr (sizeof(T) == 4)
+      HWY_DYNAMIC_DISPATCH(SoftmaxForwardF32)(x + b * cols, y + b * cols, e - b, cols);
+    else
+      HWY_DYNAMIC_DISPATCH(SoftmaxForwardF64)(x + b * cols, y + b * cols, e - b, cols);
+  });
 }
 template <class T>
 void log_softmax_forward(const T* x, T* y, int64_t rows, int64_t cols) {
-  if constexpr (sizeof(T) == 4)
-    HWY_DYNAMIC_DISPATCH(LogSoftmaxForwardF32)(x, y, rows, cols);
-  else
-    HWY_DYNAMIC_DISPATCH(LogSoftmaxForwardF64)(x, y, rows, cols);
+  parallel_for(rows, 1, min_rows(cols), [&](int64_t b, int64_t e) {
+    if constexpr (sizeof(T) == 4)
+      HWY_DYNAMIC_DISPATCH(LogSoftmaxForwardF32)(x + b * cols, y + b * cols, e - b, cols);
+    else
+      HWY_DYNAMIC_DISPATCH(LogSoftmaxForwardF64)(x + b * cols, y + b * cols, e - b, cols);
+  });
 }
 template <class T>
 void softmax_backward(const T* y, const T* dy, T* dx, int64_t rows, int64_t cols) {
-  if constexpr (sizeof(T) == 4)
-    HWY_DYNAMIC_DISPATCH(SoftmaxBackwardF32)(y, dy, dx, rows, cols);
-  else
-    HWY_DYNAMIC_DISPATCH(SoftmaxBackwardF64)(y, dy, dx, rows, cols);
+  parallel_for(rows, 1, min_rows(cols), [&](int64_t b, int64_t e) {
+    const int64_t o = b * cols;
+    if constexpr (sizeof(T) == 4)
+      HWY_DYNAMIC_DISPATCH(SoftmaxBackwardF32)(y + o, dy + o, dx + o, e - b, cols);
+    else
+      HWY_DYNAMIC_DISPATCH(SoftmaxBackwardF64)(y + o, dy + o, dx + o, e - b, cols);
+  });
 }
 template <class T>
 void log_softmax_backward(const T* y, const T* dy, T* dx, int64_t rows, int64_t cols) {
-  if constexpr (sizeof(T) == 4)
-    HWY_DYNAMIC_DISPATCH(LogSoftmaxBackwardF32)(y, dy, dx, rows, cols);
-  else
-    HWY_DYNAMIC_DISPATCH(LogSoftmaxBackwardF64)(y, dy, dx, rows, cols);
+  parallel_for(rows, 1, min_rows(cols), [&](int64_t b, int64_t e) {
+    const int64_t o = b * cols;
+    if constexpr (sizeof(T) == 4)
+      HWY_DYNAMIC_DISPATCH(LogSoftmaxBackwardF32)(y + o, dy + o, dx + o, e - b, cols);
+    else
+      HWY_DYNAMIC_DISPATCH(LogSoftmaxBackwardF64)(y + o, dy + o, dx + o, e - b, cols);
+  });
 }
 
 #define DDP_INSTANTIATE(T)                                                     \

@@ -1,6 +1,8 @@
 // tensor.cpp - construction, views, copies and conversions of Tensor (no autograd recording here).
 #include "runtime/tensor/tensor.h"
 
+#include "kernels/cpu/convert.h"
+
 #include <algorithm>
 #include <cmath>
 #include <random>
@@ -49,6 +51,7 @@ Dst cast_from(const void* src, DType st, int64_t i) {
   return Dst{};
 }
 void host_convert(const void* src, DType st, void* dst, DType dt, int64_t n) {
+  if (kernels::cpu::convert(src, st, dst, dt, n)) return;  // float32 <-> float64 / bfloat16, vectorized
   for (int64_t i = 0; i < n; ++i) {
     switch (dt) {
       case DType::F32:

@@ -1,0 +1,143 @@
+// parallel.cpp - the intra-op thread pool behind parallel_for (kernels/cpu/parallel.h): workers started
+// lazily up to budget - 1, woken per job through a condition variable, each taking one contiguous range; the
+// caller takes the first range and then waits (briefly spinning, then sleeping) for the others.
+#include "kernels/cpu/parallel.h"
+
+#include <pthread.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "kernels/cpu/gemm.h"
+#include "runtime/core/error.h"
+
+namespace ddp::kernels::cpu {
+namespace {
+
+thread_local bool t_in_pool_task = false;
+
+class Pool {
+ public:
+  // Runs fn over `tasks` ranges given by bounds (tasks + 1 entries); false when the pool is busy. Tasks are
+  // claimed under the mutex, so a worker that wakes late can only ever take a task of the current job.
+  bool run(int tasks, const int64_t* bounds, detail::RangeFn fn, void* ctx) {
+    bool expected = false;
+    if (!busy_.compare_exchange_strong(expected, true, std::memory_order_acquire)) return false;
+    ensure_workers(tasks - 1);
+    std::unique_lock<std::mutex> lock(mu_);
+    fn_ = fn;
+    ctx_ = ctx;
+    bounds_ = bounds;
+    tasks_ = tasks;
+    next_ = 1;  // the caller runs range 0
+    pending_ = tasks;
+    ++generation_;
+    lock.unlock();
+    cv_work_.notify_all();
+    run_range(0);
+    lock.lock();
+    --pending_;
+    while (next_ < tasks_) {  // help with ranges no worker has taken yet
+      const int t = next_++;
+      lock.unlock();
+      run_range(t);
+      lock.lock();
+      --pending_;
+    }
+    cv_done_.wait(lock, [&] { return pending_ == 0; });
+    lock.unlock();
+    busy_.store(false, std::memory_order_release);
+    return true;
+  }
+  int started() const { return started_.load(); }
+
+ private:
+  void run_range(int t) {
+    t_in_pool_task = true;
+    fn_(ctx_, bounds_[t], bounds_[t + 1]);
+    t_in_pool_task = false;
+  }
+  void ensure_workers(int wanted) {
+    while (started_.load() < wanted) {
+      std::thread([this] { worker(); }).detach();  // the pool lives until exit; workers sleep when idle
+      started_.fetch_add(1);
+    }
+  }
+  void worker() {
+    std::unique_lock<std::mutex> lock(mu_);
+    uint64_t seen = generation_;
+    while (true) {
+      cv_work_.wait(lock, [&] { return generation_ != seen; });  // sleeps: no spinning while BLAS runs
+      seen = generation_;
+      while (next_ < tasks_) {
+        const int t = next_++;
+        lock.unlock();
+        run_range(t);
+        lock.lock();
+        if (--pending_ == 0) cv_done_.notify_one();
+      }
+    }
+  }
+
+  std::atomic<bool> busy_{false};
+  std::atomic<int> started_{0};
+  std::mutex mu_;
+  std::condition_variable cv_work_, cv_done_;
+  // Guarded by mu_:
+  uint64_t generation_ = 0;
+  detail::RangeFn fn_ = nullptr;
+  void* ctx_ = nullptr;
+  const int64_t* bounds_ = nullptr;
+  int tasks_ = 0, next_ = 0, pending_ = 0;
+};
+
+// Never destroyed (workers are detached and may be asleep at exit). A forked child has none of the parent's
+// threads: it gets a fresh pool (the parent's object is abandoned in the child).
+Pool* g_pool = nullptr;
+std::once_flag g_atfork_once;
+std::atomic<int> g_budget{0};  // 0: follow OpenBLAS
+
+Pool& pool() {
+  std::call_once(g_atfork_once, [] {
+    g_pool = new Pool();
+    pthread_atfork(nullptr, nullptr, [] { g_pool = new Pool(); });
+  });
+  return *g_pool;
+}
+}  // namespace
+
+void set_thread_budget(int n) {
+  DDP_CHECK(n >= 1, "set_thread_budget: ", n, " threads requested; give at least 1");
+  set_blas_threads(n);
+  g_budget.store(n);
+}
+
+int thread_budget() {
+  const int b = g_budget.load(std::memory_order_relaxed);
+  return b > 0 ? b : std::max(1, blas_threads());
+}
+
+int pool_threads_started() { return pool().started(); }
+
+namespace detail {
+void parallel_run(int64_t n, int64_t align, int64_t min_per_thread, RangeFn fn, void* ctx) {
+  if (n <= 0) return;
+  const int64_t per = std::max<int64_t>({min_per_thread, align, 1});
+  int threads = static_cast<int>(std::min<int64_t>(thread_budget(), n / per));
+  if (threads <= 1 || t_in_pool_task) {
+    fn(ctx, 0, n);
+    return;
+  }
+  threads = std::min(threads, 64);
+  int64_t bounds[65];
+  const int64_t units = (n + align - 1) / align;  // split in whole multiples of align
+  for (int t = 0; t <= threads; ++t) bounds[t] = std::min(n, (units * t / threads) * align);
+  if (!pool().run(threads, bounds, fn, ctx)) fn(ctx, 0, n);
+}
+}  // namespace detail
+
+}  // namespace ddp::kernels::cpu

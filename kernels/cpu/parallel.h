@@ -1,0 +1,51 @@
+// parallel.h - the rank's CPU thread budget, shared by OpenBLAS and the intra-op thread pool that splits the
+// large non-BLAS kernels (elementwise, row-wise, column sums) across that budget.
+//
+// One budget per process. set_thread_budget(n) gives OpenBLAS n threads and the pool n - 1 workers (the
+// calling thread is the n-th). Never set, the budget follows OpenBLAS's own thread count
+// (OPENBLAS_NUM_THREADS; ddprun sets it to 1 when several ranks share a host), so a 1-thread rank starts no
+// pool thread at all. BLAS and pool work never overlap: both are entered from the rank's compute thread and
+// return only when their work is done, and between jobs the pool's workers sleep on a condition variable
+// (they never spin), so the cores are OpenBLAS's while a GEMM runs. Debian's OpenBLAS is the pthread flavour;
+// oneDNN's GEMM (gemm_onednn.cpp) runs OpenMP threads sized by blas_threads(), which set_thread_budget sets.
+//
+// Determinism: parallel_for hands out contiguous ranges whose boundaries are multiples of `align`; for
+// elementwise kernels any split gives bitwise-identical results. Reductions must not depend on the split:
+// they sum fixed blocks (sizes independent of the thread count) and combine the block results in order.
+// A call made while the pool is busy (another thread's kernel, or from inside a task) runs serially.
+#pragma once
+#include <cstdint>
+#include <type_traits>
+
+namespace ddp::kernels::cpu {
+
+// The rank's threads for compute: OpenBLAS threads and pool threads (pool workers + the caller). n >= 1.
+void set_thread_budget(int n);
+// The budget now (set_thread_budget's value, else OpenBLAS's thread count).
+int thread_budget();
+// Pool worker threads started so far in this process (tests: a budget of 1 starts none).
+int pool_threads_started();
+
+// An op is split only when every thread gets at least this many elements (of one pass over memory): the
+// pool's wake-up (a futex wake and a context switch, 5-20 us on this VM) must be small against the work
+// saved. bench_micro_ops Parallel_Threshold times gelu (compute-heavy) and relu (memory-bound) at 4K-256K
+// elements with 1 and 2 threads; on the loaded 2-core development VM (2026-12-01) the second thread gave
+// nothing at any size (the other core was busy), so this value (64K: gelu ~15 us, relu ~3 us per thread) is
+// a conservative pick to re-measure on a quiet machine (docs/benchmarks.md).
+constexpr int64_t kParallelMinElements = 1 << 16;
+
+namespace detail {
+using RangeFn = void (*)(void* ctx, int64_t begin, int64_t end);
+void parallel_run(int64_t n, int64_t align, int64_t min_per_thread, RangeFn fn, void* ctx);
+}  // namespace detail
+
+// Calls body(begin, end) over disjoint ranges covering [0, n), on up to thread_budget() threads; a range has
+// at least min_per_thread items, and every boundary is a multiple of align. Serially: body(0, n).
+template <class F>
+void parallel_for(int64_t n, int64_t align, int64_t min_per_thread, F&& body) {
+  using Body = std::remove_reference_t<F>;
+  auto call = [](void* ctx, int64_t b, int64_t e) { (*static_cast<Body*>(ctx))(b, e); };
+  detail::parallel_run(n, align, min_per_thread, call, const_cast<void*>(static_cast<const void*>(&body)));
+}
+
+}  // namespace ddp::kernels::cpu
