@@ -18,8 +18,8 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/core/cli.h"
-#include "runtime/dist/init.h"
-#include "runtime/dist/process_group_factory.h"
+#include "runtime/distributed/init.h"
+#include "runtime/distributed/process_group_factory.h"
 #include "runtime/sim/network_model.h"
 #include "runtime/sim/sample_stats.h"
 #include "runtime/tensor/tensor.h"

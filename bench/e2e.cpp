@@ -35,7 +35,7 @@
 #include "kernels/cpu/simd_target.h"
 #include "runtime/ddp/distributed_data_parallel.h"
 #include "runtime/ddp/host_collectives.h"
-#include "runtime/dist/init.h"
+#include "runtime/distributed/init.h"
 #include "runtime/ops/mixed_precision.h"
 #include "runtime/optim/optimizer.h"
 #include "runtime/sim/sample_stats.h"

@@ -19,7 +19,7 @@
 #include "runtime/core/cli.h"
 #include "runtime/ddp/distributed_data_parallel.h"
 #include "runtime/ddp/powersgd_hook.h"
-#include "runtime/dist/local_world.h"
+#include "runtime/distributed/local_world.h"
 #include "runtime/optim/zero_redundancy_optimizer.h"
 
 namespace {

@@ -12,7 +12,7 @@
 #include "models/train_step.h"
 #include "runtime/autograd/engine.h"
 #include "runtime/ddp/distributed_data_parallel.h"
-#include "runtime/dist/init.h"
+#include "runtime/distributed/init.h"
 #include "runtime/ops/loss.h"
 #include "runtime/optim/optimizer.h"
 #include "runtime/trace/trace.h"

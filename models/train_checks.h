@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "models/train.h"
-#include "runtime/dist/process_group.h"
+#include "runtime/distributed/process_group.h"
 
 namespace ddp::models {
 

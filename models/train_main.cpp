@@ -7,9 +7,9 @@
 #include "kernels/cpu/parallel.h"
 #include "runtime/core/cli.h"
 #include "runtime/core/log.h"
-#include "runtime/dist/env.h"
-#include "runtime/dist/init.h"
-#include "runtime/dist/process_group_factory.h"
+#include "runtime/distributed/env.h"
+#include "runtime/distributed/init.h"
+#include "runtime/distributed/process_group_factory.h"
 #include "runtime/launch/error_file.h"
 
 int main(int argc, char** argv) {

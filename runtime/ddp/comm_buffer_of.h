@@ -1,8 +1,8 @@
-// comm_buffer_of.h - the bridge from a Tensor to the process group's CommBuffer (runtime/dist knows buffers,
-// not tensors): the whole tensor's memory, keeping its storage alive while a collective uses it. On the
+// comm_buffer_of.h - the bridge from a Tensor to the process group's CommBuffer (runtime/distributed knows
+// buffers, not tensors): the whole tensor's memory, keeping its storage alive while a collective uses it. On the
 // gradient path (the reducer's buckets, comm hooks) and in the host collectives alike.
 #pragma once
-#include "runtime/dist/comm_buffer.h"
+#include "runtime/distributed/comm_buffer.h"
 #include "runtime/tensor/tensor.h"
 
 namespace ddp {

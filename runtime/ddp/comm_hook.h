@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/dist/process_group.h"
+#include "runtime/distributed/process_group.h"
 #include "runtime/nn/module.h"
 
 namespace ddp {

@@ -4,7 +4,7 @@
 // synchronisation, fine for these rare, tiny transfers and never used for gradients.
 #pragma once
 #include "runtime/ddp/comm_buffer_of.h"
-#include "runtime/dist/process_group.h"
+#include "runtime/distributed/process_group.h"
 #include "runtime/tensor/tensor.h"
 
 namespace ddp {

@@ -25,7 +25,7 @@
 #include "runtime/ddp/comm_hook.h"
 #include "runtime/ddp/iteration_stats.h"
 #include "runtime/ddp/step_timing.h"
-#include "runtime/dist/process_group.h"
+#include "runtime/distributed/process_group.h"
 #include "runtime/nn/module.h"
 
 namespace ddp {

@@ -18,7 +18,7 @@
 #include "runtime/core/device.h"
 #include "runtime/ddp/iteration_stats.h"
 #include "runtime/ddp/step_clock.h"
-#include "runtime/dist/process_group.h"
+#include "runtime/distributed/process_group.h"
 
 namespace ddp {
 

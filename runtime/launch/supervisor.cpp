@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "runtime/core/error.h"
-#include "runtime/dist/shm/shm_segment.h"
+#include "runtime/distributed/shm/shm_segment.h"
 #include "runtime/launch/error_file.h"
 #include "runtime/launch/failure_summary.h"
 #include "runtime/launch/host.h"

@@ -4,7 +4,7 @@
 #pragma once
 #include <memory>
 
-#include "runtime/dist/process_group.h"
+#include "runtime/distributed/process_group.h"
 #include "runtime/nn/layers.h"
 
 namespace ddp::nn {

@@ -2,7 +2,7 @@
 // process group normalizes with the mean and variance of all ranks' samples together (SyncBatchNorm, like
 // torch.nn.SyncBatchNorm), so N ranks with batch b compute what one process with batch N*b computes.
 #pragma once
-#include "runtime/dist/process_group.h"
+#include "runtime/distributed/process_group.h"
 #include "runtime/tensor/tensor.h"
 
 namespace ddp::ops {

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/dist/process_group.h"
+#include "runtime/distributed/process_group.h"
 #include "runtime/optim/optimizer.h"
 
 namespace ddp::optim {

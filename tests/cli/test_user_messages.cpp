@@ -50,8 +50,8 @@ TEST(UserMessages, SourceLocationsAreLeftOutUnlessDebugging) {
   EXPECT_EQ(log::for_user(what), what);
   // Nested errors ("rank 1 failed: <its error>") lose every location; ordinary colons stay.
   EXPECT_EQ(log::strip_source_locations(
-                "runtime/dist/gloo_group.cpp:250: allreduce failed: (runtime/dist/store.cpp:88: peer closed) "
-                "at 10:42: see x.cpp"),
+                "runtime/distributed/gloo_group.cpp:250: allreduce failed: "
+                "(runtime/distributed/store.cpp:88: peer closed) at 10:42: see x.cpp"),
             "allreduce failed: (peer closed) at 10:42: see x.cpp");
   EXPECT_EQ(log::strip_source_locations("/abs/path/models/gpt.h:7: bad"), "bad");
 }
@@ -61,12 +61,12 @@ TEST(UserMessages, ErrorLinesCarryOneRankPrefixAndNoLocation) {
   log::set_level(log::Level::Warn);
   log::set_rank(0);
   ::testing::internal::CaptureStderr();
-  DDP_LOG(Error, "runtime/dist/gloo_group.cpp:250: the peer closed the connection");
+  DDP_LOG(Error, "runtime/distributed/gloo_group.cpp:250: the peer closed the connection");
   std::string alone = ::testing::internal::GetCapturedStderr();
   EXPECT_EQ(alone, "[rank 0] ddp ERROR: the peer closed the connection\n");
   ::setenv("DDPRUN_PREFIXES_OUTPUT", "1", 1);  // ddprun puts "[rank 0] " in front of every line itself
   ::testing::internal::CaptureStderr();
-  DDP_LOG(Error, "runtime/dist/gloo_group.cpp:250: the peer closed the connection");
+  DDP_LOG(Error, "runtime/distributed/gloo_group.cpp:250: the peer closed the connection");
   std::string launched = ::testing::internal::GetCapturedStderr();
   EXPECT_EQ(launched, "ddp ERROR: the peer closed the connection\n");
 }

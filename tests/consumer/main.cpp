@@ -2,7 +2,7 @@
 #include <cstdio>
 
 #include "runtime/autograd/engine.h"
-#include "runtime/dist/local_world.h"
+#include "runtime/distributed/local_world.h"
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/reduce.h"
 

@@ -14,7 +14,7 @@
 #include "models/mlp.h"
 #include "runtime/autograd/engine.h"
 #include "runtime/autograd/node.h"
-#include "runtime/dist/local_world.h"
+#include "runtime/distributed/local_world.h"
 #include "runtime/nn/layers.h"
 #include "runtime/ops/activation.h"
 #include "runtime/ops/elementwise.h"

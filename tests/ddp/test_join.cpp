@@ -13,7 +13,7 @@
 #include "runtime/autograd/engine.h"
 #include "runtime/ddp/host_collectives.h"
 #include "runtime/ddp/join.h"
-#include "runtime/dist/local_world.h"
+#include "runtime/distributed/local_world.h"
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/loss.h"
 #include "runtime/optim/optimizer.h"

@@ -100,7 +100,7 @@ TEST(StepTiming, LaunchIsTheIssueTimeEvenWhenTheBackendFinishedFirst) {
 #include "models/mlp.h"
 #include "runtime/autograd/engine.h"
 #include "runtime/ddp/distributed_data_parallel.h"
-#include "runtime/dist/local_world.h"
+#include "runtime/distributed/local_world.h"
 #include "runtime/ops/loss.h"
 
 TEST(StepTiming, ReducerStatisticsOnTheHostClock) {

@@ -10,7 +10,7 @@
 #include "models/mlp.h"
 #include "runtime/autograd/engine.h"
 #include "runtime/ddp/bucket_assignment.h"
-#include "runtime/dist/local_world.h"
+#include "runtime/distributed/local_world.h"
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/loss.h"
 #include "runtime/ops/reduce.h"

@@ -12,7 +12,7 @@
 #include "runtime/autograd/engine.h"
 #include "runtime/ddp/distributed_data_parallel.h"
 #include "runtime/ddp/powersgd_hook.h"
-#include "runtime/dist/local_world.h"
+#include "runtime/distributed/local_world.h"
 #include "runtime/ops/loss.h"
 #include "runtime/optim/optimizer.h"
 #include "tests/support/ddp_test_util.h"

@@ -12,7 +12,7 @@
 #include "runtime/autograd/engine.h"
 #include "runtime/autograd/node.h"
 #include "runtime/ddp/distributed_data_parallel.h"
-#include "runtime/dist/local_world.h"
+#include "runtime/distributed/local_world.h"
 #include "runtime/ops/activation.h"
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/linalg.h"

@@ -11,7 +11,7 @@
 #include "models/cnn.h"
 #include "runtime/autograd/engine.h"
 #include "runtime/ddp/distributed_data_parallel.h"
-#include "runtime/dist/local_world.h"
+#include "runtime/distributed/local_world.h"
 #include "runtime/nn/sync_batchnorm.h"
 #include "runtime/ops/batchnorm.h"
 #include "runtime/ops/elementwise.h"

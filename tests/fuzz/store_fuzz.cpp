@@ -1,13 +1,13 @@
 // store_fuzz.cpp - libFuzzer harness for the store server's protocol: whatever bytes a client sends, before
 // or after authenticating, the server must answer or drop that client and keep serving others - never crash,
 // hang or allocate more than the frame caps allow. Not part of the CMake build (tests/CMakeLists.txt skips
-// fuzz/); CI runs the seeded random-frame test in tests/dist/test_store_hardening.cpp instead.
+// fuzz/); CI runs the seeded random-frame test in tests/distributed/test_store_hardening.cpp instead.
 //
 // Build and run (from the repository root; clang with libFuzzer, ASan and UBSan):
 //
 //   clang++ -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -I. tests/fuzz/store_fuzz.cpp \
-//     runtime/dist/store_server.cpp runtime/dist/store_protocol.cpp runtime/dist/socket_io.cpp \
-//     runtime/dist/sha256.cpp runtime/core/log.cpp -o /tmp/store_fuzz
+//     runtime/distributed/store_server.cpp runtime/distributed/store_protocol.cpp \
+//     runtime/distributed/socket_io.cpp runtime/distributed/sha256.cpp runtime/core/log.cpp -o /tmp/store_fuzz
 //   mkdir -p /tmp/store_corpus && /tmp/store_fuzz /tmp/store_corpus -max_len=512 -max_total_time=60
 //
 // Input layout: byte 0 bit 0 = authenticate first (so the fuzzer reaches the request handler); the rest is
@@ -19,9 +19,9 @@
 
 #include "runtime/core/error.h"
 #include "runtime/core/log.h"
-#include "runtime/dist/socket_io.h"
-#include "runtime/dist/store_protocol.h"
-#include "runtime/dist/store_server.h"
+#include "runtime/distributed/socket_io.h"
+#include "runtime/distributed/store_protocol.h"
+#include "runtime/distributed/store_server.h"
 
 using namespace ddp::dist;
 

@@ -8,7 +8,7 @@
 
 #include "models/train.h"
 #include "runtime/autograd/engine.h"
-#include "runtime/dist/local_world.h"
+#include "runtime/distributed/local_world.h"
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/embedding.h"
 #include "runtime/ops/reduce.h"

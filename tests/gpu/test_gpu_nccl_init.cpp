@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/dist/local_world.h"
-#include "runtime/dist/process_group_factory.h"
+#include "runtime/distributed/local_world.h"
+#include "runtime/distributed/process_group_factory.h"
 
 using namespace ddp;
 

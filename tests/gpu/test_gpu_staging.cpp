@@ -5,8 +5,8 @@
 #include <gtest/gtest.h>
 
 #include "runtime/ddp/comm_buffer_of.h"
-#include "runtime/dist/cuda/host_staging.h"
-#include "runtime/dist/local_world.h"
+#include "runtime/distributed/cuda/host_staging.h"
+#include "runtime/distributed/local_world.h"
 
 using namespace ddp;
 

@@ -7,8 +7,8 @@
 #include "models/mlp.h"
 #include "runtime/autograd/engine.h"
 #include "runtime/ddp/distributed_data_parallel.h"
-#include "runtime/dist/init.h"
-#include "runtime/dist/local_world.h"
+#include "runtime/distributed/init.h"
+#include "runtime/distributed/local_world.h"
 #include "runtime/ops/loss.h"
 
 using namespace ddp;

@@ -13,7 +13,7 @@
 #include <sstream>
 #include <thread>
 
-#include "runtime/dist/shm/shm_segment.h"
+#include "runtime/distributed/shm/shm_segment.h"
 #include "tests/support/run_process.h"
 
 namespace ddp::testing {

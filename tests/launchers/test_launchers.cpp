@@ -15,7 +15,7 @@
 #include <map>
 
 #include "runtime/checkpoint/safetensors.h"
-#include "runtime/dist/socket_io.h"
+#include "runtime/distributed/socket_io.h"
 #include "tests/support/run_process.h"
 
 namespace ddp::testing {

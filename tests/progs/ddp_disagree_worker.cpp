@@ -8,7 +8,7 @@
 
 #include "runtime/autograd/engine.h"
 #include "runtime/ddp/distributed_data_parallel.h"
-#include "runtime/dist/init.h"
+#include "runtime/distributed/init.h"
 #include "runtime/nn/layers.h"
 #include "runtime/ops/activation.h"
 #include "runtime/ops/loss.h"

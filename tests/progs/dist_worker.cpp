@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <vector>
 
-#include "runtime/dist/init.h"
+#include "runtime/distributed/init.h"
 
 int main(int argc, char** argv) {
   using namespace ddp::dist;

@@ -14,7 +14,7 @@
 #include <thread>
 
 #include "runtime/core/cli.h"
-#include "runtime/dist/shm/shm_segment.h"
+#include "runtime/distributed/shm/shm_segment.h"
 
 namespace {
 

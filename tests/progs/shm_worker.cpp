@@ -13,8 +13,8 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/dist/shm/shm_group.h"
-#include "runtime/dist/store.h"
+#include "runtime/distributed/shm/shm_group.h"
+#include "runtime/distributed/store.h"
 
 int main(int argc, char** argv) {
   using namespace ddp::dist;

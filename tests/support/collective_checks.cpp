@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "runtime/core/error.h"
-#include "runtime/dist/local_world.h"
+#include "runtime/distributed/local_world.h"
 
 namespace ddp::testing {
 

@@ -5,7 +5,7 @@
 #include <memory>
 #include <string>
 
-#include "runtime/dist/process_group.h"
+#include "runtime/distributed/process_group.h"
 
 namespace ddp::testing {
 

@@ -9,7 +9,7 @@
 
 #include "models/train_step.h"
 #include "runtime/autograd/engine.h"
-#include "runtime/dist/local_world.h"
+#include "runtime/distributed/local_world.h"
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/loss.h"
 #include "runtime/optim/optimizer.h"

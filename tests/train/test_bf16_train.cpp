@@ -10,7 +10,7 @@
 #include <memory>
 
 #include "models/train.h"
-#include "runtime/dist/local_world.h"
+#include "runtime/distributed/local_world.h"
 
 using namespace ddp;
 

@@ -9,7 +9,7 @@
 #include "models/train.h"
 #include "runtime/checkpoint/training_checkpoint.h"
 #include "models/mlp.h"
-#include "runtime/dist/local_world.h"
+#include "runtime/distributed/local_world.h"
 
 using namespace ddp;
 

@@ -7,7 +7,7 @@
 #include <cmath>
 
 #include "models/train.h"
-#include "runtime/dist/local_world.h"
+#include "runtime/distributed/local_world.h"
 #include "tests/support/run_process.h"
 
 using namespace ddp;

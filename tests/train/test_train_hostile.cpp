@@ -14,7 +14,7 @@
 #include "models/train.h"
 #include "models/train_checks.h"
 #include "runtime/core/error.h"
-#include "runtime/dist/local_world.h"
+#include "runtime/distributed/local_world.h"
 #include "tests/support/run_process.h"
 
 using namespace ddp;

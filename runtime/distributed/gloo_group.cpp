@@ -1,0 +1,266 @@
+// gloo_group.cpp - the Gloo process group: each collective (run in issue order on the worker thread of
+// queued_process_group.h) preceded by its arrival mark in the store (and the debug-mode call check),
+// executed with Gloo's TCP algorithms on host memory under a tag derived from its sequence number and its
+// call (gloo_tag), and turned into a clear error (collective, sequence number, missing ranks or each rank's
+// differing call) when it fails.
+#include "runtime/distributed/gloo_group.h"
+
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/transport/tcp/device.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <vector>
+
+#include "runtime/core/error.h"
+#include "runtime/core/log.h"
+#include "runtime/distributed/collective.h"
+#include "runtime/distributed/collective_tracker.h"
+#include "runtime/distributed/gloo_store.h"
+#include "runtime/distributed/host_reduce.h"
+#include "runtime/distributed/socket_io.h"
+
+#ifdef DDP_WITH_CUDA
+#include "runtime/distributed/cuda/host_staging.h"
+#endif
+
+namespace ddp::dist {
+
+namespace {
+
+// Work of the Gloo group; for staged CUDA buffers, wait() also joins the caller's stream.
+class GlooWork : public Work {
+ public:
+  using Work::Work;
+  std::function<void()> join_stream;
+
+ protected:
+  void on_completed_wait() override {
+    if (join_stream) join_stream();
+  }
+};
+
+// Calls f.template operator()<T>() with the C++ element type of dtype.
+template <class F>
+void with_element_type(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::F32:
+      return f.template operator()<float>();
+    case DType::F64:
+      return f.template operator()<double>();
+    case DType::BF16:
+      return f.template operator()<BFloat16>();
+    case DType::I32:
+      return f.template operator()<int32_t>();
+    case DType::I64:
+      return f.template operator()<int64_t>();
+    case DType::U8:
+      return f.template operator()<uint8_t>();
+  }
+}
+
+gloo::transport::tcp::attr device_attr(const ProcessGroupOptions& options, const std::string& master_addr) {
+  gloo::transport::tcp::attr attr;
+  if (!options.gloo_interface.empty()) {
+    attr.iface = options.gloo_interface;
+  } else if (!options.gloo_hostname.empty()) {
+    attr.hostname = options.gloo_hostname;
+  } else if (const char* iface = std::getenv("GLOO_SOCKET_IFNAME"); iface && *iface) {
+    attr.iface = iface;
+  } else {
+    attr.hostname = net::local_address_towards(master_addr);
+  }
+  return attr;
+}
+
+// The Gloo tag of a collective. Gloo matches messages by (peer, prefix of the algorithm, tag); if two ranks
+// run different collectives under one tag, a larger message lands in a smaller buffer and Gloo aborts the
+// process from its transport thread ("op.preamble.length <= op.nbytes"). So the tag holds, besides the low
+// 12 bits of the sequence number (c10d's per-group counter), 20 bits of a hash of the call (kind, count,
+// dtype, op, root): ranks that disagree use different tags, never exchange a byte, and time out into an
+// error that names both calls (collective_tracker.h). The ranks of a group are never 4096 collectives apart.
+uint32_t gloo_tag(const CollectiveDesc& d) {
+  uint32_t h = 2166136261u;  // FNV-1a
+  for (char c : arrival_signature(d)) h = (h ^ static_cast<uint8_t>(c)) * 16777619u;
+  return (static_cast<uint32_t>(d.seq & 0xfffu) << 20) | (h & 0xfffffu);
+}
+
+}  // namespace
+
+struct GlooProcessGroup::Impl {
+  int rank = 0;
+  int size = 1;
+  ProcessGroupOptions options;
+  std::string prefix;
+  std::shared_ptr<Store> store;
+  std::shared_ptr<gloo::transport::Device> device;
+  std::shared_ptr<gloo::rendezvous::Context> context;
+  std::unique_ptr<CollectiveTracker> tracker;
+
+  void execute(const CollectiveDesc& d, void* in, void* out);
+};
+
+GlooProcessGroup::GlooProcessGroup(std::shared_ptr<Store> store, int rank, int size,
+                                   const ProcessGroupOptions& options, const std::string& master_addr)
+    : QueuedProcessGroup(rank, size, "gloo", OnStop::RunQueued), impl_(std::make_unique<Impl>()) {
+  DDP_CHECK(store != nullptr, "gloo: a process group needs a store");
+  DDP_CHECK(size >= 1 && rank >= 0 && rank < size, "gloo: rank ", rank, " of world size ", size,
+            " is invalid: expected 0 <= rank < size");
+  DDP_CHECK(options.timeout.count() > 0, "gloo: the collective timeout must be positive, got ",
+            options.timeout.count(), " ms");
+  Impl& s = *impl_;
+  s.rank = rank;
+  s.size = size;
+  s.options = options;
+  s.store = std::move(store);
+  s.prefix = group_name(options, *s.store);
+  s.tracker = std::make_unique<CollectiveTracker>(s.store, s.prefix, rank, size, options.timeout);
+  if (size > 1) {
+    auto attr = device_attr(options, master_addr);
+    try {
+      s.device = gloo::transport::tcp::CreateDevice(attr);
+      s.context = std::make_shared<gloo::rendezvous::Context>(rank, size);
+      s.context->setTimeout(options.timeout);
+      GlooStore gloo_store(s.store, s.prefix + "/gloo/", options.timeout);
+      s.context->connectFullMesh(gloo_store, s.device);
+    } catch (const std::exception& e) {
+      DDP_FAIL("gloo: rank ", rank, " of ", size, " could not connect group '", s.prefix, "' (listening on ",
+               attr.iface.empty() ? attr.hostname : "interface " + attr.iface, "): ", e.what(),
+               ". Check that every rank started, MASTER_ADDR, and GLOO_SOCKET_IFNAME for multi-homed hosts");
+    }
+  }
+  DDP_LOG(Info, "gloo group '", s.prefix, "': rank ", rank, " of ", size, " ready");
+  start_worker();
+}
+
+GlooProcessGroup::~GlooProcessGroup() {
+  stop_worker();
+  impl_->context.reset();
+  impl_->device.reset();
+}
+
+void GlooProcessGroup::prepare(Task& t) {
+  if (t.in.device.is_cuda()) {
+#ifdef DDP_WITH_CUDA
+    t.staging = std::make_shared<cuda::HostStaging>(t.in, t.out);  // records the issue event now
+#else
+    DDP_FAIL("gloo: ", t.desc.str(false), ": the buffer is on ", t.in.device.str(),
+             " but this build has no CUDA");
+#endif
+  }
+}
+
+std::shared_ptr<Work> GlooProcessGroup::make_work(Task& t) {
+  auto work = std::make_shared<GlooWork>(t.desc.str());
+#ifdef DDP_WITH_CUDA
+  if (t.staging) {
+    auto staging = std::static_pointer_cast<cuda::HostStaging>(t.staging);
+    work->join_stream = [staging] { staging->join_current_stream(); };
+  }
+#endif
+  return work;
+}
+
+void GlooProcessGroup::run(Task& t) {
+  Impl& s = *impl_;
+  const CollectiveDesc& d = t.desc;
+  if (s.size > 1) {
+    s.tracker->mark_arrived(d);
+    if (s.options.debug_collectives) s.tracker->check_same_call(d);
+  }
+  void* in = t.in.data;
+  void* out = t.out.data;
+#ifdef DDP_WITH_CUDA
+  auto staging = std::static_pointer_cast<cuda::HostStaging>(t.staging);
+  if (staging) {
+    staging->copy_in();
+    in = staging->host_in();
+    out = staging->host_out();
+  }
+#endif
+  try {
+    s.execute(d, in, out);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {  // gloo::IoException, gloo::Exception: timeout or transport failure
+    throw Error(s.tracker->failure_message(d, "gloo", e.what()));
+  }
+#ifdef DDP_WITH_CUDA
+  if (staging)
+    staging->copy_out();  // the staging (held by the Work) keeps the buffers until its H2D copy ends
+#endif
+}
+
+void GlooProcessGroup::Impl::execute(const CollectiveDesc& d, void* in, void* out) {
+  const size_t n = static_cast<size_t>(d.count);
+  const size_t bytes = n * dtype_size(d.dtype);
+  const uint32_t tag = gloo_tag(d);
+  auto allreduce_host = [&](void* data, size_t count) {
+    if (size == 1 || count == 0) return;
+    gloo::AllreduceOptions opts(context);
+    with_element_type(d.dtype, [&]<class T>() { opts.setOutput<T>(static_cast<T*>(data), count); });
+    opts.setReduceFunction(host_reduce_fn(d.dtype, d.op));
+    opts.setTag(tag);
+    opts.setTimeout(options.timeout);
+    gloo::allreduce(opts);
+  };
+  switch (d.kind) {
+    case CollectiveKind::Allreduce:
+      allreduce_host(out, n);
+      if (d.op == ReduceOp::Avg && size > 1) divide_in_place(out, n, d.dtype, size);
+      return;
+    case CollectiveKind::Broadcast: {
+      if (size == 1 || n == 0) return;
+      gloo::BroadcastOptions opts(context);
+      with_element_type(d.dtype, [&]<class T>() { opts.setOutput<T>(static_cast<T*>(out), n); });
+      opts.setRoot(d.root);
+      opts.setTag(tag);
+      opts.setTimeout(options.timeout);
+      gloo::broadcast(opts);
+      return;
+    }
+    case CollectiveKind::Allgather: {
+      if (n == 0) return;
+      if (size == 1) {
+        if (out != in) std::memcpy(out, in, bytes);
+        return;
+      }
+      gloo::AllgatherOptions opts(context);
+      with_element_type(d.dtype, [&]<class T>() {
+        opts.setInput<T>(static_cast<T*>(in), n);
+        opts.setOutput<T>(static_cast<T*>(out), n * static_cast<size_t>(size));
+      });
+      opts.setTag(tag);
+      opts.setTimeout(options.timeout);
+      gloo::allgather(opts);
+      return;
+    }
+    case CollectiveKind::ReduceScatter: {
+      // All-reduce a copy of the whole input, keep this rank's chunk.
+      const size_t chunk = n / static_cast<size_t>(size);
+      const size_t chunk_bytes = chunk * dtype_size(d.dtype);
+      if (chunk == 0) return;
+      std::vector<char> scratch(static_cast<const char*>(in), static_cast<const char*>(in) + bytes);
+      allreduce_host(scratch.data(), n);
+      std::memcpy(out, scratch.data() + static_cast<size_t>(rank) * chunk_bytes, chunk_bytes);
+      if (d.op == ReduceOp::Avg && size > 1) divide_in_place(out, chunk, d.dtype, size);
+      return;
+    }
+    case CollectiveKind::Barrier: {
+      if (size == 1) return;
+      gloo::BarrierOptions opts(context);
+      opts.setTag(tag);
+      opts.setTimeout(options.timeout);
+      gloo::barrier(opts);
+      return;
+    }
+  }
+}
+
+}  // namespace ddp::dist

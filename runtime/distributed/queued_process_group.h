@@ -1,0 +1,77 @@
+// queued_process_group.h - the base of the CPU process groups (gloo, shm, hier) that run their collectives on
+// one background thread in issue order. It owns what they share: the five collective entry points (buffer
+// checks and the collective's description), the queue with its sequence numbers, the worker thread, and the
+// failure rule (the first failure makes the group unusable; later collectives fail at once, saying why).
+// A backend implements run() (the collective itself, on the worker thread) and may refuse buffers or attach
+// state in prepare() and choose its Work type in make_work(). Derived destructors call stop_worker() first,
+// so no collective runs while the derived part is torn down.
+#pragma once
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "runtime/distributed/collective.h"
+#include "runtime/distributed/process_group.h"
+
+namespace ddp::dist {
+
+class QueuedProcessGroup : public ProcessGroup {
+ public:
+  ~QueuedProcessGroup() override;
+
+  std::shared_ptr<Work> allreduce(CommBuffer buf, ReduceOp op = ReduceOp::Sum) override;
+  std::shared_ptr<Work> broadcast(CommBuffer buf, int root) override;
+  std::shared_ptr<Work> allgather(CommBuffer in, CommBuffer out) override;
+  std::shared_ptr<Work> reduce_scatter(CommBuffer in, CommBuffer out, ReduceOp op = ReduceOp::Sum) override;
+  std::shared_ptr<Work> barrier() override;
+  uint64_t next_sequence_number() const override;
+
+ protected:
+  // What happens to collectives still queued when the group is destroyed.
+  enum class OnStop { RunQueued, FailQueued };
+
+  struct Task {
+    CollectiveDesc desc;
+    CommBuffer in, out;  // hold the keepalives until the collective finished
+    std::shared_ptr<Work> work;
+    std::shared_ptr<void> staging;  // backend state released with the buffers (gloo: CUDA host staging)
+  };
+
+  // `label` starts every message ("gloo", "shm", "hier").
+  QueuedProcessGroup(int rank, int size, std::string label, OnStop on_stop);
+  // Call once the backend is ready to run collectives (end of the derived constructor).
+  void start_worker();
+  // Lets the running collective finish, handles the queued ones as OnStop says, joins the thread. Idempotent.
+  void stop_worker();
+
+  // Caller's thread, before the sequence number is taken: refuse buffers, attach `staging`.
+  virtual void prepare(Task& t) { (void)t; }
+  // Caller's thread, under the queue lock: the Work the caller gets.
+  virtual std::shared_ptr<Work> make_work(Task& t) { return std::make_shared<Work>(t.desc.str()); }
+  // Worker thread: runs the collective; an exception fails it and the group (its what() is the reason).
+  virtual void run(Task& t) = 0;
+  // Worker thread, after run() threw: tell the peers (shm marks itself failed).
+  virtual void on_failure(const std::string& why) { (void)why; }
+
+  const std::string& label() const { return label_; }
+
+ private:
+  std::shared_ptr<Work> enqueue(CollectiveDesc d, CommBuffer in, CommBuffer out);
+  void loop();
+  void run_one(Task& t);
+
+  std::string label_;
+  OnStop on_stop_;
+  mutable std::mutex mu_;  // guards queue_, next_seq_, stopping_
+  std::condition_variable cv_;
+  std::deque<Task> queue_;
+  uint64_t next_seq_ = 0;
+  bool stopping_ = false;
+  std::string broken_;  // worker thread only: the first failure
+  std::thread worker_;
+};
+
+}  // namespace ddp::dist

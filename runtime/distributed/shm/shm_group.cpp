@@ -1,0 +1,503 @@
+// shm_group.cpp - the shared-memory group: segment setup through the store, running a collective (on the
+// worker thread of queued_process_group.h) with its error text, and the chunked lock-step algorithms of each
+// collective over the peers' slots.
+#include "runtime/distributed/shm/shm_group.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <vector>
+
+#include "runtime/core/error.h"
+#include "runtime/core/log.h"
+#include "runtime/distributed/collective.h"
+#include "runtime/distributed/collective_tracker.h"
+#include "runtime/distributed/shm/shm_reduce.h"
+#include "runtime/distributed/shm/shm_segment.h"
+#include "runtime/distributed/shm/shm_sync.h"
+
+namespace ddp::dist {
+
+using namespace shm;
+
+namespace {
+
+constexpr size_t kDefaultSlotBytes = size_t{1} << 20;
+constexpr size_t kSmallAllreduceBytes = 32 << 10;  // below: every rank reduces the whole chunk
+
+size_t slot_bytes_from_env() {
+  const char* v = std::getenv("DDP_SHM_CHUNK_BYTES");
+  if (!v || !*v) return kDefaultSlotBytes;
+  char* end = nullptr;
+  long long b = std::strtoll(v, &end, 10);
+  DDP_CHECK(end && *end == '\0' && b >= 4096 && b <= (1ll << 30) && b % 64 == 0, "DDP_SHM_CHUNK_BYTES='", v,
+            "' is not valid: expected a multiple of 64 between 4096 and 1073741824 bytes");
+  return static_cast<size_t>(b);
+}
+
+// While a caller blocks in wait(), the worker's waits on peers spin longer: nothing else needs this rank's
+// core then, and a futex wake-up is slow. The counter outlives the group (a Work may).
+class ShmWork : public Work {
+ public:
+  ShmWork(std::string description, std::shared_ptr<std::atomic<int>> waiters)
+      : Work(std::move(description)), waiters_(std::move(waiters)) {}
+  void wait() override {
+    Waiting w(*waiters_);
+    Work::wait();
+  }
+  bool wait_for(std::chrono::milliseconds timeout) override {
+    Waiting w(*waiters_);
+    return Work::wait_for(timeout);
+  }
+
+ private:
+  struct Waiting {
+    explicit Waiting(std::atomic<int>& n) : n_(n) { n_.fetch_add(1, std::memory_order_relaxed); }
+    ~Waiting() { n_.fetch_sub(1, std::memory_order_relaxed); }
+    std::atomic<int>& n_;
+  };
+  std::shared_ptr<std::atomic<int>> waiters_;
+};
+
+// A wait on a peer that ended without the peer getting there.
+struct PeerProblem {
+  int rank;
+  WaitEnd end;
+};
+
+uint64_t pack_shape(const CollectiveDesc& d) {
+  return static_cast<uint64_t>(d.kind) | static_cast<uint64_t>(d.dtype) << 8 |
+         static_cast<uint64_t>(d.op) << 16 | static_cast<uint64_t>(d.root + 1) << 24;
+}
+CollectiveDesc unpack_shape(uint64_t shape, int64_t count, uint64_t seq) {
+  CollectiveDesc d;
+  d.kind = static_cast<CollectiveKind>(shape & 0xff);
+  d.dtype = static_cast<DType>((shape >> 8) & 0xff);
+  d.op = static_cast<ReduceOp>((shape >> 16) & 0xff);
+  d.root = static_cast<int>((shape >> 24) & 0xffff) - 1;
+  d.count = count;
+  d.seq = seq;
+  return d;
+}
+
+}  // namespace
+
+struct ShmProcessGroup::Impl {
+  int rank = 0;
+  int size = 1;
+  ProcessGroupOptions options;
+  std::string prefix;
+  std::shared_ptr<Store> store;
+  std::unique_ptr<CollectiveTracker> tracker;  // debug mode only
+  WaitPolicy policy;
+  std::shared_ptr<std::atomic<int>> waiters = std::make_shared<std::atomic<int>>(0);  // callers in wait()
+
+  size_t slot_bytes = kDefaultSlotBytes;
+  std::vector<Segment> segments;   // [rank] is ours
+  std::vector<ControlBlock*> cb;   // control block of each rank
+  std::vector<char*> slots;        // base of each rank's two slots
+  std::vector<bool> same_process;  // thread ranks: no pid check
+  uint64_t step = 0;               // worker thread only: steps run so far (the same on every rank)
+  std::chrono::steady_clock::time_point deadline;
+
+  void setup();
+  void execute(const CollectiveDesc& d, char* in, char* out);
+  std::string failure_message(const CollectiveDesc& d, const PeerProblem& p);
+
+  // --- step machinery
+  char* slot(int r, uint64_t k) const { return slots[r] + (k % 2) * slot_bytes; }
+  uint32_t base() const { return static_cast<uint32_t>(step * 3); }
+  void publish(uint32_t v) { publish_progress(*cb[rank], v); }
+  void wait_rank(int q, uint32_t target) {
+    WaitEnd e = wait_progress(*cb[q], target, deadline, policy, same_process[q], waiters.get());
+    if (e != WaitEnd::Reached) throw PeerProblem{q, e};
+  }
+  void wait_all(uint32_t target) {
+    for (int q = 0; q < size; ++q)
+      if (q != rank) wait_rank(q, target);
+  }
+  // Start of a step: our slot of this step's parity is free once every peer finished the step before last.
+  // The first step of a collective also stamps the call, only now: a peer still checking our stamp of the
+  // same parity (two collectives back) has finished that step.
+  void begin_step(const CollectiveDesc& d, uint64_t s) {
+    if (step >= 2) wait_all(base() - 3);
+    if (s == 0) stamp_call(d);
+  }
+  void end_step() {
+    publish(base() + 3);
+    ++step;
+  }
+  void stamp_call(const CollectiveDesc& d);
+  void check_peer_call(int q, const CollectiveDesc& d);
+
+  void allreduce(const CollectiveDesc& d, char* data);
+  void broadcast(const CollectiveDesc& d, char* data);
+  void allgather(const CollectiveDesc& d, const char* in, char* out);
+  void reduce_scatter(const CollectiveDesc& d, const char* in, char* out);
+  void barrier(const CollectiveDesc& d);
+};
+
+// ---------------------------------------------------------------------------------------------- setup
+
+ShmProcessGroup::ShmProcessGroup(std::shared_ptr<Store> store, int rank, int size,
+                                 const ProcessGroupOptions& options)
+    : QueuedProcessGroup(rank, size, "shm", OnStop::FailQueued), impl_(std::make_unique<Impl>()) {
+  DDP_CHECK(store != nullptr, "shm: a process group needs a store");
+  DDP_CHECK(size >= 1 && rank >= 0 && rank < size, "shm: rank ", rank, " of world size ", size,
+            " is invalid: expected 0 <= rank < size");
+  DDP_CHECK(options.timeout.count() > 0, "shm: the collective timeout must be positive, got ",
+            options.timeout.count(), " ms");
+  Impl& s = *impl_;
+  s.rank = rank;
+  s.size = size;
+  s.options = options;
+  s.store = std::move(store);
+  s.prefix = group_name(options, *s.store);
+  s.policy = wait_policy_from_env();
+  if (options.debug_collectives && size > 1)
+    s.tracker = std::make_unique<CollectiveTracker>(s.store, s.prefix, rank, size, options.timeout);
+  s.setup();
+  DDP_LOG(Info, "shm group '", s.prefix, "': rank ", rank, " of ", size, " ready (", s.slot_bytes,
+          "-byte slots)");
+  start_worker();
+}
+
+void ShmProcessGroup::Impl::setup() {
+  const auto key = [&](const std::string& k) { return prefix + "/shm/" + k; };
+  const auto t = options.timeout;
+  for (const auto& n : remove_stale_segments())
+    DDP_LOG(Info, "shm: removed /dev/shm/", n, ", left by a process that no longer exists");
+  // Rank 0 picks the run id (part of every segment name) and the slot size; all ranks use its choice.
+  std::string config;
+  if (rank == 0) {
+    config = random_run_id() + " " + std::to_string(slot_bytes_from_env());
+    store->set(key("config"), config);
+  } else {
+    config = store->get(key("config"), t);
+  }
+  const size_t space = config.find(' ');
+  DDP_CHECK(space != std::string::npos, "shm: malformed group config '", config, "' in the store");
+  const std::string run_id = config.substr(0, space);
+  slot_bytes = std::stoull(config.substr(space + 1));
+
+  segments.resize(size);
+  cb.resize(size);
+  slots.resize(size);
+  same_process.resize(size);
+  Segment& own = segments[rank];
+  own = Segment::create(segment_name(run_id, std::to_string(rank)), kControlBytes + 2 * slot_bytes);
+  auto* mine = new (own.data()) ControlBlock();
+  mine->pid = static_cast<int32_t>(::getpid());
+  mine->slot_bytes = static_cast<uint32_t>(slot_bytes);
+  mine->progress.store(0);
+  mine->sleepers.store(0);
+  mine->arrived.store(0);
+  mine->state.store(static_cast<uint32_t>(PeerState::Alive));
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  mine->magic = kMagic;
+  store->set(key("seg/" + std::to_string(rank)), own.name());
+
+  for (int q = 0; q < size; ++q) {
+    if (q != rank) {
+      const std::string name = store->get(key("seg/" + std::to_string(q)), t);
+      segments[q] = Segment::open(name);
+      DDP_CHECK(segments[q].size() == kControlBytes + 2 * slot_bytes, "shm: segment ", name, " of rank ", q,
+                " has ", segments[q].size(), " bytes, expected ", kControlBytes + 2 * slot_bytes);
+    }
+    cb[q] = static_cast<ControlBlock*>(segments[q].data());
+    DDP_CHECK(cb[q]->magic == kMagic, "shm: segment ", segments[q].name(), " of rank ", q,
+              " is not a ddp.cpp segment (bad magic)");
+    slots[q] = static_cast<char*>(segments[q].data()) + kControlBytes;
+    same_process[q] = cb[q]->pid == static_cast<int32_t>(::getpid());
+  }
+  // Once every rank mapped every segment the names can go: nothing is left in /dev/shm even after a crash.
+  store->set(key("mapped/" + std::to_string(rank)), "1");
+  std::vector<std::string> mapped;
+  for (int q = 0; q < size; ++q) mapped.push_back(key("mapped/" + std::to_string(q)));
+  try {
+    store->wait(mapped, t);
+  } catch (const Error& e) {
+    DDP_FAIL(
+        "shm: rank ", rank, " of ", size, " could not set up group '", prefix,
+        "': not every rank mapped the shared-memory segments in time (", e.what(),
+        "). Check that every rank started and that all ranks are on this host (else use --backend gloo)");
+  }
+  own.unlink();
+}
+
+ShmProcessGroup::~ShmProcessGroup() {
+  Impl& s = *impl_;
+  stop_worker();
+  if (static_cast<PeerState>(s.cb[s.rank]->state.load()) == PeerState::Alive)
+    publish_state(*s.cb[s.rank], PeerState::Closed);
+}
+
+// ----------------------------------------------------------------------------------- running a collective
+
+void ShmProcessGroup::prepare(Task& t) {
+  DDP_CHECK(t.in.device.is_cpu() && t.out.device.is_cpu(), "shm: ", t.desc.str(false), ": the buffer is on ",
+            t.in.device.is_cpu() ? t.out.device.str() : t.in.device.str(),
+            " but the shm backend moves CPU memory only; use nccl for CUDA buffers (or gloo, which stages "
+            "them through host memory)");
+}
+
+std::shared_ptr<Work> ShmProcessGroup::make_work(Task& t) {
+  return std::make_shared<ShmWork>(t.desc.str(), impl_->waiters);
+}
+
+void ShmProcessGroup::run(Task& t) {
+  Impl& s = *impl_;
+  const CollectiveDesc& d = t.desc;
+  if (s.tracker) s.tracker->check_same_call(d);
+  s.deadline = std::chrono::steady_clock::now() + s.options.timeout;
+  try {
+    s.execute(d, static_cast<char*>(t.in.data), static_cast<char*>(t.out.data));
+  } catch (const PeerProblem& p) {
+    throw Error(s.failure_message(d, p));
+  }
+}
+
+void ShmProcessGroup::on_failure(const std::string& why) {
+  publish_state(*impl_->cb[impl_->rank], PeerState::Failed, why);
+}
+
+std::string ShmProcessGroup::Impl::failure_message(const CollectiveDesc& d, const PeerProblem& p) {
+  std::string msg = "shm " + d.str() + " failed on rank " + std::to_string(rank) + " of " +
+                    std::to_string(size) + " (timeout " + std::to_string(options.timeout.count()) + " ms): ";
+  std::string missing;
+  for (int q = 0; q < size; ++q) {
+    if (q == rank) continue;
+    const uint64_t arrived = cb[q]->arrived.load();
+    if (arrived > d.seq) continue;
+    if (!missing.empty()) missing += ", ";
+    missing += std::to_string(q) +
+               " (last reached: " + (arrived == 0 ? std::string("none") : "#" + std::to_string(arrived - 1)) +
+               ")";
+  }
+  if (missing.empty()) {
+    msg += "all ranks arrived at this collective";
+  } else {
+    msg +=
+        "rank(s) " + missing +
+        " did not arrive at this collective. A rank skipped it, crashed or is stuck: every rank must issue "
+        "the same collectives in the same order (DDP_DEBUG_COLLECTIVES=1 checks this)";
+  }
+  std::string cause;
+  const std::string q = "rank " + std::to_string(p.rank);
+  switch (p.end) {
+    case WaitEnd::Deadline:
+      cause = q + " did not take its part within the timeout";
+      break;
+    case WaitEnd::PeerDied:
+      cause = q + " (pid " + std::to_string(cb[p.rank]->pid) + ") died";
+      break;
+    case WaitEnd::PeerClosed:
+      cause = q + " destroyed its process group (or exited) without running this collective";
+      break;
+    case WaitEnd::PeerFailed:
+      cause = q + " failed: " + std::string(cb[p.rank]->failure);
+      break;
+    case WaitEnd::Reached:
+      break;
+  }
+  return msg + ". Cause reported by shm: " + cause;
+}
+
+// ------------------------------------------------------------------------- call stamps (always-on check)
+
+void ShmProcessGroup::Impl::stamp_call(const CollectiveDesc& d) {
+  CallStamp& st = cb[rank]->call[d.seq % 2];
+  st.shape.store(pack_shape(d), std::memory_order_relaxed);
+  st.count.store(d.count, std::memory_order_relaxed);
+  st.seq.store(d.seq, std::memory_order_relaxed);
+  // Published to peers by the release of the next progress store.
+}
+
+// Called once peer q published phase 1 of this collective's first step. A peer is at most one step (so one
+// collective) ahead, so its stamp of our sequence number's parity is stable here.
+void ShmProcessGroup::Impl::check_peer_call(int q, const CollectiveDesc& d) {
+  const CallStamp& st = cb[q]->call[d.seq % 2];
+  const uint64_t seq = st.seq.load(std::memory_order_relaxed);
+  const uint64_t shape = st.shape.load(std::memory_order_relaxed);
+  const int64_t count = st.count.load(std::memory_order_relaxed);
+  if (seq == d.seq && shape == pack_shape(d) && count == d.count) return;
+  const std::string mine = d.str(false);
+  const std::string theirs = seq == d.seq ? unpack_shape(shape, count, seq).str(false)
+                                          : "collective #" + std::to_string(seq) +
+                                                " (it ran a different number of collectives or sizes)";
+  DDP_FAIL(
+      "collective mismatch at sequence number ", d.seq, ": rank ", rank, " calls ", mine, " but rank ", q,
+      " calls ", theirs,
+      ". Every rank must issue the same collectives, with the same counts and dtypes, in the same order");
+}
+
+// ---------------------------------------------------------------------------------------- algorithms
+
+void ShmProcessGroup::Impl::execute(const CollectiveDesc& d, char* in, char* out) {
+  const size_t es = dtype_size(d.dtype);
+  if (size == 1) {
+    // Nothing to exchange: only the out-of-place collectives copy.
+    if (d.kind == CollectiveKind::Allgather && in != out) std::memmove(out, in, d.count * es);
+    if (d.kind == CollectiveKind::ReduceScatter && in != out) std::memmove(out, in, d.count * es);
+    return;
+  }
+  cb[rank]->arrived.store(d.seq + 1, std::memory_order_release);
+  switch (d.kind) {
+    case CollectiveKind::Allreduce:
+      return allreduce(d, out);
+    case CollectiveKind::Broadcast:
+      return broadcast(d, out);
+    case CollectiveKind::Allgather:
+      return allgather(d, in, out);
+    case CollectiveKind::ReduceScatter:
+      return reduce_scatter(d, in, out);
+    case CollectiveKind::Barrier:
+      return barrier(d);
+  }
+}
+
+namespace {
+// Number of chunk-steps for n elements of `per_step` each: at least one, so every collective (even an empty
+// one) makes the ranks meet and compare their calls.
+uint64_t steps_for(int64_t n, int64_t per_step) {
+  return n <= 0 ? 1 : static_cast<uint64_t>((n + per_step - 1) / per_step);
+}
+}  // namespace
+
+void ShmProcessGroup::Impl::allreduce(const CollectiveDesc& d, char* data) {
+  const size_t es = dtype_size(d.dtype);
+  const int64_t per_step = static_cast<int64_t>(slot_bytes / es);
+  const uint64_t steps = steps_for(d.count, per_step);
+  std::vector<const void*> inputs(size);
+  for (uint64_t s = 0; s < steps; ++s) {
+    const int64_t off = static_cast<int64_t>(s) * per_step;
+    const size_t len =
+        static_cast<size_t>(std::min<int64_t>(per_step, d.count - off < 0 ? 0 : d.count - off));
+    char* chunk = data + off * es;
+    begin_step(d, s);
+    const uint32_t b = base();
+    const bool small = len * es <= kSmallAllreduceBytes;
+    const size_t align = 64 / es;
+    const size_t part = (len / size + align - 1) / align * align;
+    auto lo = [&](int q) { return std::min(len, part * static_cast<size_t>(q)); };
+    auto hi = [&](int q) { return std::min(len, part * static_cast<size_t>(q + 1)); };
+    // Into our slot goes what the peers read: all of it (small), or the parts the peers reduce.
+    if (small) {
+      std::memcpy(slot(rank, step), chunk, len * es);
+    } else {
+      for (int q = 0; q < size; ++q)
+        if (q != rank) std::memcpy(slot(rank, step) + lo(q) * es, chunk + lo(q) * es, (hi(q) - lo(q)) * es);
+    }
+    publish(b + 1);
+    for (int q = 0; q < size; ++q) {
+      if (q == rank) continue;
+      wait_rank(q, b + 1);
+      if (s == 0) check_peer_call(q, d);
+    }
+    if (small) {
+      for (int q = 0; q < size; ++q) inputs[q] = slot(q, step);
+      reduce_inputs(chunk, inputs.data(), size, len, d.dtype, d.op, size);
+      end_step();
+      continue;
+    }
+    // Reduce-scatter: this rank reduces part `rank` (aligned to 64 bytes) of every rank's chunk, in rank
+    // order, reading its own part straight from the caller's buffer, and writes the result to its slot (for
+    // the peers) and to the caller's buffer.
+    const size_t my_lo = lo(rank), my_n = hi(rank) - lo(rank);
+    for (int q = 0; q < size; ++q)
+      inputs[q] = q == rank ? static_cast<const void*>(chunk + my_lo * es) : slot(q, step) + my_lo * es;
+    reduce_inputs(slot(rank, step) + my_lo * es, inputs.data(), size, my_n, d.dtype, d.op, size,
+                  chunk + my_lo * es);
+    publish(b + 2);
+    // All-gather of the reduced parts.
+    for (int q = 0; q < size; ++q) {
+      if (q == rank) continue;
+      wait_rank(q, b + 2);
+      std::memcpy(chunk + lo(q) * es, slot(q, step) + lo(q) * es, (hi(q) - lo(q)) * es);
+    }
+    end_step();
+  }
+}
+
+void ShmProcessGroup::Impl::broadcast(const CollectiveDesc& d, char* data) {
+  const size_t es = dtype_size(d.dtype);
+  const int64_t per_step = static_cast<int64_t>(slot_bytes / es);
+  const uint64_t steps = steps_for(d.count, per_step);
+  for (uint64_t s = 0; s < steps; ++s) {
+    const int64_t off = static_cast<int64_t>(s) * per_step;
+    const size_t len = static_cast<size_t>(std::max<int64_t>(0, std::min<int64_t>(per_step, d.count - off)));
+    begin_step(d, s);
+    if (rank == d.root) {
+      std::memcpy(slot(rank, step), data + off * es, len * es);
+    } else {
+      wait_rank(d.root, base() + 1);
+      if (s == 0) check_peer_call(d.root, d);
+      std::memcpy(data + off * es, slot(d.root, step), len * es);
+    }
+    end_step();  // the root's "written" and everyone's "done reading" are the same mark here
+  }
+}
+
+void ShmProcessGroup::Impl::allgather(const CollectiveDesc& d, const char* in, char* out) {
+  const size_t es = dtype_size(d.dtype);
+  const int64_t per_step = static_cast<int64_t>(slot_bytes / es);
+  const uint64_t steps = steps_for(d.count, per_step);
+  for (uint64_t s = 0; s < steps; ++s) {
+    const int64_t off = static_cast<int64_t>(s) * per_step;
+    const size_t len = static_cast<size_t>(std::max<int64_t>(0, std::min<int64_t>(per_step, d.count - off)));
+    begin_step(d, s);
+    const uint32_t b = base();
+    std::memcpy(slot(rank, step), in + off * es, len * es);
+    publish(b + 1);
+    std::memmove(out + (static_cast<int64_t>(rank) * d.count + off) * es, in + off * es, len * es);
+    for (int q = 0; q < size; ++q) {
+      if (q == rank) continue;
+      wait_rank(q, b + 1);
+      if (s == 0) check_peer_call(q, d);
+      std::memcpy(out + (static_cast<int64_t>(q) * d.count + off) * es, slot(q, step), len * es);
+    }
+    end_step();
+  }
+}
+
+void ShmProcessGroup::Impl::reduce_scatter(const CollectiveDesc& d, const char* in, char* out) {
+  const size_t es = dtype_size(d.dtype);
+  const int64_t chunk = d.count / size;  // elements each rank ends with
+  const int64_t per_step = std::max<int64_t>(1, static_cast<int64_t>(slot_bytes / es) / size);
+  const uint64_t steps = steps_for(chunk, per_step);
+  std::vector<const void*> inputs(size);
+  for (uint64_t s = 0; s < steps; ++s) {
+    const int64_t off = static_cast<int64_t>(s) * per_step;
+    const size_t len = static_cast<size_t>(std::max<int64_t>(0, std::min<int64_t>(per_step, chunk - off)));
+    begin_step(d, s);
+    const uint32_t b = base();
+    // Our slot holds block q's piece at q * len.
+    for (int q = 0; q < size; ++q)
+      std::memcpy(slot(rank, step) + q * len * es, in + (q * chunk + off) * es, len * es);
+    publish(b + 1);
+    for (int q = 0; q < size; ++q) {
+      if (q == rank) continue;
+      wait_rank(q, b + 1);
+      if (s == 0) check_peer_call(q, d);
+    }
+    for (int q = 0; q < size; ++q) inputs[q] = slot(q, step) + rank * len * es;
+    reduce_inputs(out + off * es, inputs.data(), size, len, d.dtype, d.op, size);
+    end_step();
+  }
+}
+
+void ShmProcessGroup::Impl::barrier(const CollectiveDesc& d) {
+  begin_step(d, 0);
+  publish(base() + 1);
+  for (int q = 0; q < size; ++q) {
+    if (q == rank) continue;
+    wait_rank(q, base() + 1);
+    check_peer_call(q, d);
+  }
+  end_step();
+}
+
+}  // namespace ddp::dist

@@ -1,0 +1,49 @@
+// shm_group.h - the process group for ranks on one host: CPU buffers move through POSIX shared memory.
+//
+// Each rank owns one segment: a control block (shm_sync.h) and two slots of DDP_SHM_CHUNK_BYTES (default
+// 1 MiB) used alternately, so a rank can fill the next chunk while slower peers still read the previous one.
+// A collective runs chunk by chunk in lock-step phases; all-reduce of one chunk is a reduce-scatter (rank r
+// reduces the r-th part of every rank's slot, in rank order, so all ranks get the same bits) then an
+// all-gather of the parts. Small all-reduces (<= 32 KiB) skip the second phase: every rank reduces the whole
+// chunk. Waiting is a spin, then futex sleep: a short spin (20 us) while the caller computes, a longer one
+// (DDP_SHM_WAITED_SPIN_US, 300 us) while a caller blocks in Work::wait() - then this rank's core has nothing
+// else to do, and a futex wake-up costs 50-100 us on a virtual machine.
+//
+// Same contract as the Gloo group: issuing queues the collective for one background thread (issue order,
+// sequence numbers, queued_process_group.h; collectives still queued when the group is destroyed fail), each
+// collective ends within its timeout with an error naming the ranks that did not arrive, and a peer that dies, fails or leaves is noticed within ~20 ms. The ranks' calls are compared
+// through the segment on every collective (a mismatch is an error, not a wrong result). Segments are
+// unlinked from /dev/shm as soon as every rank mapped them; ones left by killed jobs are removed by the
+// next group created on the host.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "runtime/distributed/queued_process_group.h"
+#include "runtime/distributed/store.h"
+
+namespace ddp::dist {
+
+class ShmProcessGroup : public QueuedProcessGroup {
+ public:
+  // `store` should be this group's own connection. Blocks until every rank mapped every segment (or the
+  // timeout). All ranks must be on this host and share /dev/shm.
+  ShmProcessGroup(std::shared_ptr<Store> store, int rank, int size, const ProcessGroupOptions& options);
+  // Finishes the running collective, fails the queued ones, tells the peers this rank left.
+  ~ShmProcessGroup() override;
+
+  std::string backend_name() const override { return "shm"; }
+
+  struct Impl;
+
+ protected:
+  void prepare(Task& t) override;
+  std::shared_ptr<Work> make_work(Task& t) override;
+  void run(Task& t) override;
+  void on_failure(const std::string& why) override;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ddp::dist
