@@ -158,6 +158,11 @@ def main():
     args = p.parse_args()
     if args.threads <= 0:
         args.threads = max(1, (os.cpu_count() or 1) // args.world)
+    # The same thread budget for every pool in the process, as bench_e2e gives OpenBLAS --threads: without it
+    # each rank's OpenBLAS starts one thread per core beside PyTorch's OpenMP threads (set before torch loads;
+    # the spawned ranks inherit it). A value the caller exported wins.
+    os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", str(args.threads))
     import torch.multiprocessing as mp
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
