@@ -80,6 +80,31 @@ HWY_INLINE void MapTernary(D d, const hn::TFromD<D>* a, const hn::TFromD<D>* b, 
   }
 }
 
+// The float32 exp reduction shared by ExpFast and TanhFast: x = n ln2 + r with n = round(x / ln 2) by the
+// 1.5 * 2^23 trick (t = magic + n: t's low mantissa bits hold n + the exponent offset folded into `magic`,
+// so ShiftLeft<23> of t's bits is a power of two), a two-constant Cody-Waite reduction to |r| <= ln(2)/2,
+// and the polynomial of e^r = 1 + r + r^2 p(r) by Estrin's scheme (short dependency chains).
+template <class V>
+struct ExpReductionF32 {
+  V t, r, r2, p;
+};
+template <class D, class V>
+HWY_INLINE ExpReductionF32<V> ReduceExpF32(D d, V x, float magic_offset) {
+  const V magic = hn::Set(d, 12582912.0f + magic_offset);  // 1.5 * 2^23 plus the exponent offset
+  const V t = hn::MulAdd(x, hn::Set(d, 1.44269504088896341f), magic);
+  const V qf = hn::Sub(t, magic);  // round(x / ln 2)
+  V r = hn::MulAdd(qf, hn::Set(d, -0.693145751953125f), x);
+  r = hn::MulAdd(qf, hn::Set(d, -1.428606765330187045e-6f), r);
+  const V r2 = hn::Mul(r, r);
+  const V r4 = hn::Mul(r2, r2);
+  const V p01 = hn::MulAdd(hn::Set(d, 0.166666671633720397949219f), r, hn::Set(d, 0.5f));
+  const V p23 =
+      hn::MulAdd(hn::Set(d, 0.00833336077630519866943359f), r, hn::Set(d, 0.0416664853692054748535156f));
+  const V p45 =
+      hn::MulAdd(hn::Set(d, 0.000198527617612853646278381f), r, hn::Set(d, 0.00139304355252534151077271f));
+  return {t, r, r2, hn::MulAdd(r4, p45, hn::MulAdd(r2, p23, p01))};
+}
+
 // exp(x) for the kernels that need speed more than subnormal results. float32: x is clamped to
 // [-87.6, 88.7229]; round(x / ln 2) by the 1.5 * 2^23 trick (its low mantissa bits are the exponent), a
 // two-constant Cody-Waite reduction to |r| <= ln(2)/2, a degree-7 polynomial evaluated by Estrin's scheme
@@ -93,21 +118,9 @@ HWY_INLINE V ExpFast(D d, V x) {
   if constexpr (sizeof(T) == 4) {
     const hn::RebindToSigned<D> di;
     const V xc = hn::Min(hn::Max(x, hn::Set(d, -87.6f)), hn::Set(d, 88.7229f));
-    const V magic = hn::Set(d, 12582912.0f + 126.0f);  // 1.5 * 2^23, plus the exponent bias - 1
-    const V t = hn::MulAdd(xc, hn::Set(d, 1.44269504088896341f), magic);
-    const V qf = hn::Sub(t, magic);  // round(x / ln 2)
-    V r = hn::MulAdd(qf, hn::Set(d, -0.693145751953125f), xc);
-    r = hn::MulAdd(qf, hn::Set(d, -1.428606765330187045e-6f), r);
-    const V r2 = hn::Mul(r, r);
-    const V r4 = hn::Mul(r2, r2);
-    const V p01 = hn::MulAdd(hn::Set(d, 0.166666671633720397949219f), r, hn::Set(d, 0.5f));
-    const V p23 =
-        hn::MulAdd(hn::Set(d, 0.00833336077630519866943359f), r, hn::Set(d, 0.0416664853692054748535156f));
-    const V p45 =
-        hn::MulAdd(hn::Set(d, 0.000198527617612853646278381f), r, hn::Set(d, 0.00139304355252534151077271f));
-    const V p = hn::MulAdd(r4, p45, hn::MulAdd(r2, p23, p01));
-    const V e = hn::MulAdd(p, r2, hn::Add(r, hn::Set(d, 1.0f)));            // exp(r)
-    const V scale = hn::BitCast(d, hn::ShiftLeft<23>(hn::BitCast(di, t)));  // 2^(n-1); 0 when n = -126
+    const ExpReductionF32<V> e_r = ReduceExpF32(d, xc, 126.0f);  // exponent bias - 1: the scale is 2^(n-1)
+    const V e = hn::MulAdd(e_r.p, e_r.r2, hn::Add(e_r.r, hn::Set(d, 1.0f)));  // exp(r)
+    const V scale = hn::BitCast(d, hn::ShiftLeft<23>(hn::BitCast(di, e_r.t)));  // 2^(n-1); 0 when n = -126
     return hn::Mul(hn::Add(e, e), scale);
   } else {
     const V big = hn::Set(d, T(709.782712893384));
@@ -127,21 +140,9 @@ HWY_INLINE V TanhFast(D d, V x) {
     const hn::RebindToSigned<D> di;
     const V ax = hn::Abs(x);
     const V z = hn::Min(hn::Add(ax, ax), hn::Set(d, 20.0f));
-    const V magic = hn::Set(d, 12582912.0f + 127.0f);  // 1.5 * 2^23 plus the exponent bias
-    const V t = hn::MulAdd(z, hn::Set(d, 1.44269504088896341f), magic);
-    const V qf = hn::Sub(t, magic);
-    V r = hn::MulAdd(qf, hn::Set(d, -0.693145751953125f), z);
-    r = hn::MulAdd(qf, hn::Set(d, -1.428606765330187045e-6f), r);
-    const V r2 = hn::Mul(r, r);
-    const V r4 = hn::Mul(r2, r2);
-    const V p01 = hn::MulAdd(hn::Set(d, 0.166666671633720397949219f), r, hn::Set(d, 0.5f));
-    const V p23 =
-        hn::MulAdd(hn::Set(d, 0.00833336077630519866943359f), r, hn::Set(d, 0.0416664853692054748535156f));
-    const V p45 =
-        hn::MulAdd(hn::Set(d, 0.000198527617612853646278381f), r, hn::Set(d, 0.00139304355252534151077271f));
-    const V p = hn::MulAdd(r4, p45, hn::MulAdd(r2, p23, p01));
-    const V em_r = hn::MulAdd(p, r2, r);                                    // e^r - 1
-    const V scale = hn::BitCast(d, hn::ShiftLeft<23>(hn::BitCast(di, t)));  // 2^n, n in [0, 29]
+    const ExpReductionF32<V> e_r = ReduceExpF32(d, z, 127.0f);  // the exponent bias: the scale is 2^n
+    const V em_r = hn::MulAdd(e_r.p, e_r.r2, e_r.r);                            // e^r - 1
+    const V scale = hn::BitCast(d, hn::ShiftLeft<23>(hn::BitCast(di, e_r.t)));  // 2^n, n in [0, 29]
     const V m = hn::MulAdd(scale, em_r, hn::Sub(scale, hn::Set(d, 1.0f)));  // expm1(z)
     return hn::CopySignToAbs(hn::Div(m, hn::Add(m, hn::Set(d, 2.0f))), x);
   } else {

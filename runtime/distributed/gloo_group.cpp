@@ -108,12 +108,8 @@ struct GlooProcessGroup::Impl {
 
 GlooProcessGroup::GlooProcessGroup(std::shared_ptr<Store> store, int rank, int size,
                                    const ProcessGroupOptions& options, const std::string& master_addr)
-    : QueuedProcessGroup(rank, size, "gloo", OnStop::RunQueued), impl_(std::make_unique<Impl>()) {
-  DDP_CHECK(store != nullptr, "gloo: a process group needs a store");
-  DDP_CHECK(size >= 1 && rank >= 0 && rank < size, "gloo: rank ", rank, " of world size ", size,
-            " is invalid: expected 0 <= rank < size");
-  DDP_CHECK(options.timeout.count() > 0, "gloo: the collective timeout must be positive, got ",
-            options.timeout.count(), " ms");
+    : QueuedProcessGroup(store.get(), rank, size, options, "gloo", OnStop::RunQueued),
+      impl_(std::make_unique<Impl>()) {
   Impl& s = *impl_;
   s.rank = rank;
   s.size = size;

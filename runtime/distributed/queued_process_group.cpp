@@ -6,8 +6,24 @@
 
 namespace ddp::dist {
 
-QueuedProcessGroup::QueuedProcessGroup(int rank, int size, std::string label, OnStop on_stop)
-    : ProcessGroup(rank, size), label_(std::move(label)), on_stop_(on_stop) {}
+namespace {
+// The base's first member initializer: throws before anything of the group exists.
+std::string checked_label(std::string label, const Store* store, int rank, int size,
+                          const ProcessGroupOptions& options) {
+  DDP_CHECK(store != nullptr, label, ": a process group needs a store");
+  DDP_CHECK(size >= 1 && rank >= 0 && rank < size, label, ": rank ", rank, " of world size ", size,
+            " is invalid: expected 0 <= rank < size");
+  DDP_CHECK(options.timeout.count() > 0, label, ": the collective timeout must be positive, got ",
+            options.timeout.count(), " ms");
+  return label;
+}
+}  // namespace
+
+QueuedProcessGroup::QueuedProcessGroup(const Store* store, int rank, int size,
+                                       const ProcessGroupOptions& options, std::string label, OnStop on_stop)
+    : ProcessGroup(rank, size),
+      label_(checked_label(std::move(label), store, rank, size, options)),
+      on_stop_(on_stop) {}
 
 QueuedProcessGroup::~QueuedProcessGroup() { stop_worker(); }
 

@@ -40,8 +40,10 @@ class QueuedProcessGroup : public ProcessGroup {
     std::shared_ptr<void> staging;  // backend state released with the buffers (gloo: CUDA host staging)
   };
 
-  // `label` starts every message ("gloo", "shm", "hier").
-  QueuedProcessGroup(int rank, int size, std::string label, OnStop on_stop);
+  // `label` starts every message ("gloo", "shm", "hier"). Checks the arguments every such group needs: a
+  // store, 0 <= rank < size, a positive collective timeout.
+  QueuedProcessGroup(const Store* store, int rank, int size, const ProcessGroupOptions& options,
+                     std::string label, OnStop on_stop);
   // Call once the backend is ready to run collectives (end of the derived constructor).
   void start_worker();
   // Lets the running collective finish, handles the queued ones as OnStop says, joins the thread. Idempotent.

@@ -41,10 +41,8 @@ struct HierProcessGroup::Impl {
 HierProcessGroup::HierProcessGroup(std::shared_ptr<Store> store, int rank, int size,
                                    const ProcessGroupOptions& options, const std::string& master_addr,
                                    std::vector<int> hosts)
-    : QueuedProcessGroup(rank, size, "hier", OnStop::RunQueued), impl_(std::make_unique<Impl>()) {
-  DDP_CHECK(store != nullptr, "hier: a process group needs a store");
-  DDP_CHECK(size >= 1 && rank >= 0 && rank < size, "hier: rank ", rank, " of world size ", size,
-            " is invalid: expected 0 <= rank < size");
+    : QueuedProcessGroup(store.get(), rank, size, options, "hier", OnStop::RunQueued),
+      impl_(std::make_unique<Impl>()) {
   Impl& s = *impl_;
   s.rank = rank;
   s.size = size;

@@ -144,12 +144,8 @@ struct ShmProcessGroup::Impl {
 
 ShmProcessGroup::ShmProcessGroup(std::shared_ptr<Store> store, int rank, int size,
                                  const ProcessGroupOptions& options)
-    : QueuedProcessGroup(rank, size, "shm", OnStop::FailQueued), impl_(std::make_unique<Impl>()) {
-  DDP_CHECK(store != nullptr, "shm: a process group needs a store");
-  DDP_CHECK(size >= 1 && rank >= 0 && rank < size, "shm: rank ", rank, " of world size ", size,
-            " is invalid: expected 0 <= rank < size");
-  DDP_CHECK(options.timeout.count() > 0, "shm: the collective timeout must be positive, got ",
-            options.timeout.count(), " ms");
+    : QueuedProcessGroup(store.get(), rank, size, options, "shm", OnStop::FailQueued),
+      impl_(std::make_unique<Impl>()) {
   Impl& s = *impl_;
   s.rank = rank;
   s.size = size;
