@@ -13,9 +13,9 @@ TEST(DisagreementProcesses, RankThatCatchesTheUnusedParameterErrorKeepsTrainingW
   ProcessOptions po;
   po.timeout_s = 120;
   po.set_env["DDP_COLLECTIVE_TIMEOUT_S"] = "20";
-  auto r = run_process(
-      {ddprun_path(), "--nproc-per-node", "2", std::string(DDP_BIN_DIR) + "/testprog_ddp_disagree_worker"},
-      po);
+  auto r = run_process({ddprun_path(), "--standalone", "--nproc-per-node", "2",
+                        std::string(DDP_BIN_DIR) + "/testprog_ddp_disagree_worker"},
+                       po);
   const std::string all = r.out + r.err;
   ASSERT_FALSE(r.timed_out) << all;
   EXPECT_EQ(r.exit_code, 0) << all;

@@ -33,7 +33,9 @@ models::TrainOptions tiny(const std::string& model) {
   return o;
 }
 std::vector<std::string> train_argv(std::vector<std::string> extra) {
+  // --standalone: a free port, so launcher tests that ctest runs in parallel never share 29500
   std::vector<std::string> argv = {ddprun_path(),
+                                   "--standalone",
                                    "--nproc-per-node",
                                    "2",
                                    std::string(DDP_BIN_DIR) + "/train",
