@@ -14,11 +14,16 @@
 HWY_BEFORE_NAMESPACE();
 namespace ddp::kernels::cpu::HWY_NAMESPACE {
 namespace {
+// The hash input key + (offset + i + 1) * golden (dropout.h) is stepped by one addition of golden per
+// element (arithmetic mod 2^64, so the same value): the vectorized loop then runs one 64-bit add per lane
+// instead of a third 64-bit multiply (vpmullq, the loop's bottleneck) next to the two of the mixer.
 template <class T>
 void DropoutApply(const T* x, T* y, int64_t n, uint64_t key, uint64_t offset, uint64_t threshold, T scale) {
+  uint64_t z = key + (offset + 1) * kDropoutGolden;
   for (int64_t i = 0; i < n; ++i) {
     const T v = x[i] * scale;  // computed unconditionally so the select vectorizes
-    y[i] = dropout_keep(key, offset + static_cast<uint64_t>(i), threshold) ? v : T(0);
+    y[i] = dropout_mix64(z) >= threshold ? v : T(0);
+    z += kDropoutGolden;
   }
 }
 }  // namespace

@@ -207,11 +207,15 @@ TEST(DropoutKernelTargets, MaskIsBitIdenticalToTheCounterFormulaOnEveryTarget) {
       const std::vector<float> x = cast_to<float>(spread(n, -2, 2));
       std::vector<float> y(n);
       const uint64_t key = kc::dropout_key(42), threshold = kc::dropout_threshold(0.3);
-      kc::dropout_apply(x.data(), y.data(), n, key, 1000, threshold, 1.0f / 0.7f);
-      for (int64_t i = 0; i < n; ++i) {
-        const float expect =
-            kc::dropout_keep(key, 1000 + static_cast<uint64_t>(i), threshold) ? x[i] * (1.0f / 0.7f) : 0.0f;
-        ASSERT_EQ(y[i], expect) << "element " << i << " of " << n;
+      // The kernel steps the hash input by additions; an offset just below 2^64 makes the counter wrap.
+      for (uint64_t offset : {uint64_t(1000), UINT64_MAX - 500}) {
+        kc::dropout_apply(x.data(), y.data(), n, key, offset, threshold, 1.0f / 0.7f);
+        for (int64_t i = 0; i < n; ++i) {
+          const float expect = kc::dropout_keep(key, offset + static_cast<uint64_t>(i), threshold)
+                                   ? x[i] * (1.0f / 0.7f)
+                                   : 0.0f;
+          ASSERT_EQ(y[i], expect) << "element " << i << " of " << n << " offset " << offset;
+        }
       }
     }
   });
