@@ -1,5 +1,6 @@
-// layernorm.cpp - CPU layer norm forward (two-pass mean/variance per row) and backward, vectorized with
-// Google Highway (compiled per instruction set, chosen at run time), rows split across the thread budget.
+// layernorm.cpp - CPU layer norm forward (two-pass mean/variance per row) and backward (row sums, then dx and
+// the dweight / dbias rows, per L1-sized sub-block of rows), vectorized with Google Highway (compiled per
+// instruction set, chosen at run time), rows split across the thread budget.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/layernorm.cpp"
 #include "hwy/foreach_target.h"  // must come before highway.h
@@ -58,9 +59,64 @@ void LayerNormForward(const T* x, const T* weight, const T* bias, T* y, T* mean,
   }
 }
 
-// Two passes over each row, nothing stored in between: xhat = (x - mean) rstd and g = dy * weight are formed
-// in registers; the first pass accumulates sum(g), sum(g xhat) and the dweight / dbias rows, the second
-// writes dx = rstd (g - mean(g) - xhat mean(g xhat)) recomputing xhat and g.
+// Backward over a block of rows, in sub-blocks of kSubRows rows whose x and dy stay in L1 between two passes:
+//  A: per row, the two row sums sum(g) and sum(g (x - mean)) with g = dy * weight (two accumulators each, and
+//     the rows of a sub-block independent, so the adds do not wait on each other);
+//  B: dx = rstd (g - mean(g) - xhat mean(g xhat)) with xhat = (x - mean) rstd, and the dweight / dbias rows
+//     accumulated four rows at a time in registers (dw + dy0 xhat0 + dy1 xhat1 + ..., the same order as row
+//     by row).
+// dweight / dbias (may be null) are this block's own partial rows, zeroed here.
+constexpr int64_t kSubRows = 12;
+
+// Pass B for R (1 or 4) consecutive rows starting at dy / x / dx (row stride cols); m, rs, mg, mgx: the rows'
+// mean, rstd, mean(g) and mean(g xhat). dx = rs g - rs mean(g) - (rs mean(g xhat)) xhat: two fused ops.
+// With `prefetch`, the lines kSubRows rows on are fetched (x, dy to read, dx to write) while this sub-block
+// computes, so the next sub-block's pass A does not wait on the memory.
+template <int R, class T>
+HWY_INLINE void BackwardRows(const T* dy, const T* x, const T* weight, int64_t cols, const T* m, const T* rs,
+                             const T* mg, const T* mgx, T* dx, T* dw, T* db, bool prefetch) {
+  const hn::ScalableTag<T> d;
+  using V = hn::Vec<decltype(d)>;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  V vm[R], vrs[R], vb[R], vc[R];
+  for (int k = 0; k < R; ++k) {
+    vm[k] = hn::Set(d, m[k]), vrs[k] = hn::Set(d, rs[k]);
+    vb[k] = hn::Set(d, -rs[k] * mg[k]), vc[k] = hn::Set(d, rs[k] * mgx[k]);
+  }
+  auto column = [&](int64_t i, int64_t count) HWY_ATTR {
+    const bool whole = count == N;
+    const V vw = whole ? hn::LoadU(d, weight + i) : LoadTail(d, weight + i, count, T(0));
+    V vdw = !dw ? hn::Zero(d) : whole ? hn::LoadU(d, dw + i) : LoadTail(d, dw + i, count, T(0));
+    V vdb = !db ? hn::Zero(d) : whole ? hn::LoadU(d, db + i) : LoadTail(d, db + i, count, T(0));
+    for (int k = 0; k < R; ++k) {
+      const T* xr = x + k * cols + i;
+      const T* dyr = dy + k * cols + i;
+      const V vx = whole ? hn::LoadU(d, xr) : LoadTail(d, xr, count, m[k]);  // padding: xhat 0
+      const V vdy = whole ? hn::LoadU(d, dyr) : LoadTail(d, dyr, count, T(0));
+      if (prefetch) {
+        __builtin_prefetch(xr + kSubRows * cols);
+        __builtin_prefetch(dyr + kSubRows * cols);
+        if (dx) __builtin_prefetch(dx + (k + kSubRows) * cols + i, 1);
+      }
+      const V xh = hn::Mul(hn::Sub(vx, vm[k]), vrs[k]);
+      if (dx) {
+        const V v = hn::NegMulAdd(vc[k], xh, hn::MulAdd(vrs[k], hn::Mul(vdy, vw), vb[k]));
+        if (whole)
+          hn::StoreU(v, d, dx + k * cols + i);
+        else
+          StoreTail(d, v, dx + k * cols + i, count);
+      }
+      vdw = hn::MulAdd(vdy, xh, vdw);
+      vdb = hn::Add(vdb, vdy);
+    }
+    if (dw) whole ? hn::StoreU(vdw, d, dw + i) : StoreTail(d, vdw, dw + i, count);
+    if (db) whole ? hn::StoreU(vdb, d, db + i) : StoreTail(d, vdb, db + i, count);
+  };
+  const int64_t full = cols - cols % N;
+  for (int64_t i = 0; i < full; i += N) column(i, N);
+  if (full < cols) column(full, cols - full);
+}
+
 template <class T>
 void LayerNormBackward(const T* dy, const T* x, const T* weight, const T* mean, const T* rstd, T* dx,
                        T* dweight, T* dbias, int64_t rows, int64_t cols) {
@@ -72,47 +128,49 @@ void LayerNormBackward(const T* dy, const T* x, const T* weight, const T* mean, 
     for (int64_t c = 0; c < cols; ++c) dbias[c] = T(0);
   const T inv_cols = T(1) / static_cast<T>(cols);
   const int64_t full = cols - cols % N, rest = cols - full;
-  for (int64_t r = 0; r < rows; ++r) {
-    const T* xr = x + r * cols;
-    const T* dyr = dy + r * cols;
-    const T m = mean[r];
-    const auto vm = hn::Set(d, m), vrs = hn::Set(d, rstd[r]);
-    auto sg = hn::Zero(d), sgx = hn::Zero(d);
-    auto first = [&](auto vx, auto vdy, auto vw, T* dw, T* db, int64_t count) HWY_ATTR {
-      const auto xh = hn::Mul(hn::Sub(vx, vm), vrs);
-      const auto g = hn::Mul(vdy, vw);
-      sg = hn::Add(sg, g);
-      sgx = hn::MulAdd(g, xh, sgx);
-      if (count == N) {
-        if (dw) hn::StoreU(hn::MulAdd(vdy, xh, hn::LoadU(d, dw)), d, dw);
-        if (db) hn::StoreU(hn::Add(hn::LoadU(d, db), vdy), d, db);
-      } else {
-        if (dw) StoreTail(d, hn::MulAdd(vdy, xh, LoadTail(d, dw, count, T(0))), dw, count);
-        if (db) StoreTail(d, hn::Add(LoadTail(d, db, count, T(0)), vdy), db, count);
+  T mg[kSubRows] = {}, mgx[kSubRows] = {};
+  for (int64_t r0 = 0; r0 < rows; r0 += kSubRows) {
+    const int64_t nr = std::min(kSubRows, rows - r0);
+    for (int64_t k = 0; dx && k < nr; ++k) {  // pass A (only dx needs the row sums)
+      const T* xr = x + (r0 + k) * cols;
+      const T* dyr = dy + (r0 + k) * cols;
+      const T m = mean[r0 + k];
+      const auto vm = hn::Set(d, m);
+      auto s0 = hn::Zero(d), s1 = hn::Zero(d), c0 = hn::Zero(d), c1 = hn::Zero(d);
+      int64_t i = 0;
+      for (; i + 2 * N <= full; i += 2 * N) {
+        const auto g0 = hn::Mul(hn::LoadU(d, dyr + i), hn::LoadU(d, weight + i));
+        const auto g1 = hn::Mul(hn::LoadU(d, dyr + i + N), hn::LoadU(d, weight + i + N));
+        s0 = hn::Add(s0, g0);
+        s1 = hn::Add(s1, g1);
+        c0 = hn::MulAdd(g0, hn::Sub(hn::LoadU(d, xr + i), vm), c0);
+        c1 = hn::MulAdd(g1, hn::Sub(hn::LoadU(d, xr + i + N), vm), c1);
       }
-    };
-    for (int64_t i = 0; i < full; i += N)
-      first(hn::LoadU(d, xr + i), hn::LoadU(d, dyr + i), hn::LoadU(d, weight + i),
-            dweight ? dweight + i : nullptr, dbias ? dbias + i : nullptr, N);
-    if (rest)  // padding: x = mean (xhat 0), dy = 0, weight = 0 add nothing
-      first(LoadTail(d, xr + full, rest, m), LoadTail(d, dyr + full, rest, T(0)),
-            LoadTail(d, weight + full, rest, T(0)), dweight ? dweight + full : nullptr,
-            dbias ? dbias + full : nullptr, rest);
-    if (!dx) continue;
-    const auto mean_g = hn::Set(d, ReduceSum(d, sg) * inv_cols);
-    const auto mean_gx = hn::Set(d, ReduceSum(d, sgx) * inv_cols);
-    T* dxr = dx + r * cols;
-    auto second = [&](auto vx, auto vdy, auto vw) HWY_ATTR {
-      const auto xh = hn::Mul(hn::Sub(vx, vm), vrs);
-      return hn::Mul(vrs, hn::NegMulAdd(xh, mean_gx, hn::Sub(hn::Mul(vdy, vw), mean_g)));
-    };
-    for (int64_t i = 0; i < full; i += N)
-      hn::StoreU(second(hn::LoadU(d, xr + i), hn::LoadU(d, dyr + i), hn::LoadU(d, weight + i)), d, dxr + i);
-    if (rest)
-      StoreTail(d,
-                second(LoadTail(d, xr + full, rest, m), LoadTail(d, dyr + full, rest, T(0)),
-                       LoadTail(d, weight + full, rest, T(0))),
-                dxr + full, rest);
+      if (i < full) {
+        const auto g = hn::Mul(hn::LoadU(d, dyr + i), hn::LoadU(d, weight + i));
+        s0 = hn::Add(s0, g);
+        c0 = hn::MulAdd(g, hn::Sub(hn::LoadU(d, xr + i), vm), c0);
+      }
+      if (rest) {  // padding: dy = 0, weight = 0, x = mean add nothing
+        const auto g = hn::Mul(LoadTail(d, dyr + full, rest, T(0)), LoadTail(d, weight + full, rest, T(0)));
+        s1 = hn::Add(s1, g);
+        c1 = hn::MulAdd(g, hn::Sub(LoadTail(d, xr + full, rest, m), vm), c1);
+      }
+      mg[k] = ReduceSum(d, hn::Add(s0, s1)) * inv_cols;
+      mgx[k] = ReduceSum(d, hn::Add(c0, c1)) * rstd[r0 + k] * inv_cols;  // mean(g xhat)
+    }
+    const bool prefetch = r0 + kSubRows < rows;
+    int64_t k = 0;
+    for (; k + 4 <= nr; k += 4) {
+      const int64_t o = (r0 + k) * cols;
+      BackwardRows<4>(dy + o, x + o, weight, cols, mean + r0 + k, rstd + r0 + k, mg + k, mgx + k,
+                      dx ? dx + o : nullptr, dweight, dbias, prefetch);
+    }
+    for (; k < nr; ++k) {
+      const int64_t o = (r0 + k) * cols;
+      BackwardRows<1>(dy + o, x + o, weight, cols, mean + r0 + k, rstd + r0 + k, mg + k, mgx + k,
+                      dx ? dx + o : nullptr, dweight, dbias, prefetch);
+    }
   }
 }
 }  // namespace
@@ -163,19 +221,29 @@ template <class T>
 void layernorm_backward(const T* dy, const T* x, const T* weight, const T* mean, const T* rstd, T* dx,
                         T* dweight, T* dbias, int64_t rows, int64_t cols) {
   // dweight and dbias sum over rows: per block of kBlockRows rows (a fixed split, whatever the thread
-  // count) into its own partial row, then the partials are added in block order in double.
+  // count) into its own partial row, then the partials are added in block order in double. The partial rows
+  // live in a per-thread scratch buffer that is reused, so a steady training step allocates (and page-faults)
+  // nothing here.
   constexpr int64_t kBlockRows = 64;
   const int64_t blocks = (rows + kBlockRows - 1) / kBlockRows;
   const bool partials = (dweight || dbias) && blocks > 1;
-  std::vector<T> pw(partials && dweight ? static_cast<size_t>(blocks * cols) : 0),
-      pb(partials && dbias ? static_cast<size_t>(blocks * cols) : 0);
+  thread_local std::vector<T> scratch;
+  thread_local std::vector<double> acc;
+  T* pw = nullptr;
+  T* pb = nullptr;
+  if (partials) {
+    const size_t per = static_cast<size_t>(blocks * cols);
+    if (scratch.size() < 2 * per) scratch.resize(2 * per);
+    pw = scratch.data();
+    pb = scratch.data() + per;
+  }
   const int64_t min_blocks =
       std::max<int64_t>(1, kParallelMinElements / std::max<int64_t>(kBlockRows * cols, 1));
   parallel_for(blocks, 1, min_blocks, [&](int64_t b0, int64_t b1) {
     for (int64_t blk = b0; blk < b1; ++blk) {
       const int64_t r0 = blk * kBlockRows, n = std::min(rows, r0 + kBlockRows) - r0, o = r0 * cols;
-      T* dw = !dweight ? nullptr : partials ? pw.data() + blk * cols : dweight;
-      T* db = !dbias ? nullptr : partials ? pb.data() + blk * cols : dbias;
+      T* dw = !dweight ? nullptr : partials ? pw + blk * cols : dweight;
+      T* db = !dbias ? nullptr : partials ? pb + blk * cols : dbias;
       if constexpr (sizeof(T) == 4)
         HWY_DYNAMIC_DISPATCH(LayerNormBackwardF32)
         (dy + o, x + o, weight, mean + r0, rstd + r0, dx ? dx + o : nullptr, dw, db, n, cols);
@@ -185,13 +253,13 @@ void layernorm_backward(const T* dy, const T* x, const T* weight, const T* mean,
     }
   });
   if (!partials) return;
-  for (auto [out, part] : {std::pair<T*, const std::vector<T>*>{dweight, &pw}, {dbias, &pb}}) {
+  acc.resize(static_cast<size_t>(cols));
+  for (auto [out, part] : {std::pair<T*, const T*>{dweight, pw}, {dbias, pb}}) {
     if (!out) continue;
-    for (int64_t c = 0; c < cols; ++c) {
-      double acc = 0;
-      for (int64_t blk = 0; blk < blocks; ++blk) acc += static_cast<double>((*part)[blk * cols + c]);
-      out[c] = static_cast<T>(acc);
-    }
+    std::fill(acc.begin(), acc.end(), 0.0);
+    for (int64_t blk = 0; blk < blocks; ++blk)  // per column: blocks added in order
+      for (int64_t c = 0; c < cols; ++c) acc[c] += static_cast<double>(part[blk * cols + c]);
+    for (int64_t c = 0; c < cols; ++c) out[c] = static_cast<T>(acc[c]);
   }
 }
 

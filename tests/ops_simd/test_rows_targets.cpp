@@ -93,8 +93,11 @@ TEST(RowKernelTargets, SoftmaxFamilyMatchesFloat64OnEveryTarget) {
 
 TEST(RowKernelTargets, LayerNormMatchesFloat64OnEveryTarget) {
   for_each_simd_target([](const std::string&) {
+  // 67 rows: a block of 64 rows plus 3 (the partial dweight / dbias rows), sub-blocks of 12 rows ending in 4
+  // + 3 (backward's four-row and one-row paths).
+  for (int64_t rows : {4, 67})
     for (int64_t cols : {1, 5, 16, 17, 100, 128}) {
-      const int64_t rows = 4, n = rows * cols;
+      const int64_t n = rows * cols;
       const std::vector<float> x = cast_to<float>(spread(n, -3, 5)), dy = cast_to<float>(spread(n, -1, 1)),
                                w = cast_to<float>(spread(cols, 0.5, 1.5)),
                                b = cast_to<float>(spread(cols, -0.2, 0.3));
@@ -124,12 +127,12 @@ TEST(RowKernelTargets, LayerNormMatchesFloat64OnEveryTarget) {
       // cols = 1: the centred value must be exactly 0 (x - mean formed before scaling by rstd = 1/sqrt(eps));
       // y and dx are still checked with an absolute tolerance scaled up for rstd = 316.
       const double scale = cols == 1 ? 400 : 1;
-      EXPECT_TRUE(close_to(y, yref, kAtol * scale, kRtol)) << "layernorm cols " << cols;
+      EXPECT_TRUE(close_to(y, yref, kAtol * scale, kRtol)) << "layernorm rows " << rows << " cols " << cols;
       kc::layernorm_backward(dy.data(), x.data(), w.data(), mean.data(), rstd.data(), dx.data(), dw.data(),
                              db.data(), rows, cols);
-      EXPECT_TRUE(close_to(dx, dxref, 1e-5 * scale, 1e-4)) << "layernorm dx cols " << cols;
-      EXPECT_TRUE(close_to(dw, dwref, kAtol, kRtol)) << "layernorm dweight cols " << cols;
-      EXPECT_TRUE(close_to(db, dbref, kAtol, kRtol)) << "layernorm dbias cols " << cols;
+      EXPECT_TRUE(close_to(dx, dxref, 1e-5 * scale, 1e-4)) << "layernorm dx rows " << rows << " cols " << cols;
+      EXPECT_TRUE(close_to(dw, dwref, kAtol, kRtol)) << "layernorm dweight rows " << rows << " cols " << cols;
+      EXPECT_TRUE(close_to(db, dbref, kAtol, kRtol)) << "layernorm dbias rows " << rows << " cols " << cols;
     }
   });
 }
