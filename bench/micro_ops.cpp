@@ -5,9 +5,12 @@
 //      FLOPs per iteration = 3 * 2 * rows * in * out; the table after the run gives engine/raw (target
 //      <= 1.10).
 //  (b) per-op dispatch overhead: a 1-element add, without and with autograd recording (target < 1 us).
-//  (c) Kernel_VsCopy/<k>: each CPU kernel on 1M float32 elements (Highway, the instruction set the dispatcher
-//      picked) against memcpy of 4 MiB, interleaved in one loop; counters give both GB/s (bytes the kernel
-//      must read + write) and kernel/copy (the target: >= 0.5). The table after the run lists them.
+//  (c) Kernel_VsCopy/<k>/<threads>/<n>: each CPU kernel on n = 1M float32 elements (in cache) and 16M (64 MiB
+//      per array: memory-bound) (Highway, the instruction set the dispatcher picked) against memcpy of the
+//      same n floats, interleaved in one loop; counters give both GB/s (bytes the kernel must read + write)
+//      and kernel/copy (the target: >= 0.5). The table after the run lists them.
+//      Kernel_Threads/<k>/<n>: each kernel at 16K-4M elements with 1 and 2 threads interleaved, the split
+//      forced: the second thread's speedup per size (the split thresholds of kernels/cpu/parallel.h).
 //  (d) Gemm_Library/<shape>/<library>: each float32 product of the models (MLP 784-1024-1024-10 at batch 64,
 //      GPT d128 at 1024 tokens, its 64x64x32 attention blocks) on OpenBLAS, on oneDNN and under the auto rule
 //      (kernels/cpu/gemm_backend.h), against Gemm_Peak: a 1024^3 product on each library measured in the same
@@ -31,6 +34,7 @@
 #include <ctime>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -180,11 +184,14 @@ void TinyAdd_RecordGraph(benchmark::State& state) {
 }
 BENCHMARK(TinyAdd_RecordGraph)->Unit(benchmark::kNanosecond);
 
-// (c) kernel throughput against copy bandwidth, 1M float32 elements.
+// (c) kernel throughput against copy bandwidth: 1M float32 elements (4 MiB per array: in cache) and 16M
+// (64 MiB per array: out of the last-level cache, memory-bound). The 2-D kernels keep their row length
+// (1024, 256 or 128 columns) and scale the number of rows with the size.
 constexpr int64_t kN = 1 << 20;
+constexpr int64_t kLargeN = 1 << 24;
 struct KernelCase {
   const char* name;
-  int reads, writes;  // arrays of kN floats the kernel must read and write
+  int reads, writes;  // arrays of n floats the kernel must read and write
 };
 const KernelCase kKernels[] = {
     {"relu fwd", 1, 1},
@@ -195,14 +202,14 @@ const KernelCase kKernels[] = {
     {"exp fwd", 1, 1},
     {"log fwd", 1, 1},
     {"add (same shape)", 2, 1},
-    {"add bias (1024x1024 + 1024)", 1, 1},
+    {"add bias (rows x 1024 + 1024)", 1, 1},
     {"bias grad sum_to_shape", 1, 0},
-    {"softmax fwd (4096x256)", 1, 1},
+    {"softmax fwd (rows x 256)", 1, 1},
     {"log_softmax fwd", 1, 1},
     {"softmax bwd", 2, 1},
     {"cross_entropy fwd", 1, 0},
     {"cross_entropy bwd", 1, 1},
-    {"layernorm fwd (8192x128)", 1, 1},
+    {"layernorm fwd (rows x 128)", 1, 1},
     {"layernorm bwd", 2, 1},
     {"sgd step (momentum)", 3, 2},
     {"adamw step", 4, 3},
@@ -212,98 +219,102 @@ const KernelCase kKernels[] = {
 };
 constexpr int kNumKernels = sizeof(kKernels) / sizeof(kKernels[0]);
 
+// The inputs of every kernel for n elements (n a multiple of 1024).
 struct KernelData {
+  int64_t n;
   std::vector<float> a, b, c, d, e, out, small;
   std::vector<int64_t> targets, idx;
-  KernelData() : a(kN), b(kN), c(kN), d(kN), e(kN), out(kN), small(8192 * 2), targets(8192), idx(8192) {
-    for (int64_t i = 0; i < kN; ++i) {
+  explicit KernelData(int64_t n_)
+      : n(n_), a(n), b(n), c(n), d(n), e(n), out(n), small(std::max<int64_t>(2 * (n / 128), 1024)), targets(n / 256), idx(n / 1024) {
+    for (int64_t i = 0; i < n; ++i) {
       a[i] = std::sin(0.001f * static_cast<float>(i)) * 3.0f;
       b[i] = 0.5f + 0.25f * std::cos(0.003f * static_cast<float>(i));
       c[i] = 0.01f * b[i];
       d[i] = 0.1f;
       e[i] = 0.02f;
     }
-    for (int64_t i = 0; i < 8192; ++i) targets[i] = (i * 7) % 256, idx[i] = (i * 13) % 1024;
+    for (int64_t i = 0; i < n / 256; ++i) targets[i] = (i * 7) % 256;
+    for (int64_t i = 0; i < n / 1024; ++i) idx[i] = (i * 13) % (n / 1024);
   }
   void run(int k) {
     float* o = out.data();
     const float* x = a.data();
+    const int64_t r1024 = n / 1024, r256 = n / 256, r128 = n / 128;
     switch (k) {
       case 0:
-        kernels::cpu::relu_forward(x, o, kN);
+        kernels::cpu::relu_forward(x, o, n);
         break;
       case 1:
-        kernels::cpu::gelu_forward(x, o, kN);
+        kernels::cpu::gelu_forward(x, o, n);
         break;
       case 2:
-        kernels::cpu::gelu_backward(b.data(), x, o, kN);
+        kernels::cpu::gelu_backward(b.data(), x, o, n);
         break;
       case 3:
-        kernels::cpu::tanh_forward(x, o, kN);
+        kernels::cpu::tanh_forward(x, o, n);
         break;
       case 4:
-        kernels::cpu::sigmoid_forward(x, o, kN);
+        kernels::cpu::sigmoid_forward(x, o, n);
         break;
       case 5:
-        kernels::cpu::exp_forward(x, o, kN);
+        kernels::cpu::exp_forward(x, o, n);
         break;
       case 6:
-        kernels::cpu::log_forward(b.data(), o, kN);
+        kernels::cpu::log_forward(b.data(), o, n);
         break;
       case 7:
-        kernels::cpu::binary_broadcast(x, {kN}, b.data(), {kN}, o, {kN},
-                                       [](float p, float q) { return p + q; });
+        kernels::cpu::binary_broadcast(x, {n}, b.data(), {n}, o, {n}, [](float p, float q) { return p + q; });
         break;
       case 8:
-        kernels::cpu::binary_broadcast(x, {1024, 1024}, b.data(), {1024}, o, {1024, 1024},
+        kernels::cpu::binary_broadcast(x, {r1024, 1024}, b.data(), {1024}, o, {r1024, 1024},
                                        [](float p, float q) { return p + q; });
         break;
       case 9:
-        kernels::cpu::sum_to_shape(x, {1024, 1024}, o, {1024});
+        kernels::cpu::sum_to_shape(x, {r1024, 1024}, o, {1024});
         break;
       case 10:
-        kernels::cpu::softmax_forward(x, o, 4096, 256);
+        kernels::cpu::softmax_forward(x, o, r256, 256);
         break;
       case 11:
-        kernels::cpu::log_softmax_forward(x, o, 4096, 256);
+        kernels::cpu::log_softmax_forward(x, o, r256, 256);
         break;
       case 12:
-        kernels::cpu::softmax_backward(b.data(), x, o, 4096, 256);
+        kernels::cpu::softmax_backward(b.data(), x, o, r256, 256);
         break;
       case 13: {
         int64_t count = 0;
-        benchmark::DoNotOptimize(kernels::cpu::cross_entropy_forward(x, targets.data(), 4096, 256, false,
-                                                                     -100, small.data(), &count));
+        benchmark::DoNotOptimize(kernels::cpu::cross_entropy_forward(x, targets.data(), r256, 256, false, -100,
+                                                                     small.data(), &count));
         break;
       }
       case 14: {
         const float dl = 1.0f;
-        kernels::cpu::cross_entropy_backward(x, targets.data(), small.data(), &dl, 4096.0, 4096, 256, false,
-                                             -100, o);
+        kernels::cpu::cross_entropy_backward(x, targets.data(), small.data(), &dl, static_cast<double>(r256),
+                                             r256, 256, false, -100, o);
         break;
       }
       case 15:
-        kernels::cpu::layernorm_forward(x, b.data(), c.data(), o, small.data(), small.data() + 8192, 8192,
-                                        128, 1e-5);
+        kernels::cpu::layernorm_forward(x, b.data(), c.data(), o, small.data(), small.data() + r128, r128, 128,
+                                        1e-5);
         break;
       case 16:
-        kernels::cpu::layernorm_backward(b.data(), x, c.data(), small.data(), small.data() + 8192, o,
-                                         d.data(), e.data(), 8192, 128);
+        kernels::cpu::layernorm_backward(b.data(), x, c.data(), small.data(), small.data() + r128, o, d.data(),
+                                         e.data(), r128, 128);
         break;
       case 17:
-        kernels::cpu::sgd_step(o, c.data(), d.data(), kN, 1e-3, 0.9, 0.0, 0.0, false, false);
+        kernels::cpu::sgd_step(o, c.data(), d.data(), n, 1e-3, 0.9, 0.0, 0.0, false, false);
         break;
       case 18:
-        kernels::cpu::adamw_step(o, c.data(), d.data(), e.data(), kN, 1e-3, 0.9, 0.999, 1e-8, 0.01, 0.5, 0.1);
+        kernels::cpu::adamw_step(o, c.data(), d.data(), e.data(), n, 1e-3, 0.9, 0.999, 1e-8, 0.01, 0.5, 0.1);
         break;
       case 19:
-        kernels::cpu::sum_middle(x, 1, 1024, 1024, small.data(), 1.0);
+        kernels::cpu::sum_middle(x, 1, r1024, 1024, small.data(), 1.0);
         break;
       case 20:
-        kernels::cpu::embedding_forward(x, idx.data(), o, 1024, 1024);
+        kernels::cpu::embedding_forward(x, idx.data(), o, r1024, 1024);
         break;
       case 21:
-        kernels::cpu::dropout_apply(x, o, kN, kernels::cpu::dropout_key(1), 0,
+        kernels::cpu::dropout_apply(x, o, n, kernels::cpu::dropout_key(1), 0,
                                     kernels::cpu::dropout_threshold(0.1), 1.0f / 0.9f);
         break;
     }
@@ -311,21 +322,33 @@ struct KernelData {
     benchmark::ClobberMemory();
   }
 };
+// One KernelData per size, built on first use and kept (the runs alternate between sizes).
+KernelData& kernel_data(int64_t n) {
+  static std::map<int64_t, std::unique_ptr<KernelData>> by_size;
+  auto& slot = by_size[n];
+  if (!slot) slot = std::make_unique<KernelData>(n);
+  return *slot;
+}
+std::string size_name(int64_t n) {
+  return n >= (1 << 20) ? std::to_string(n >> 20) + "M" : std::to_string(n >> 10) + "K";
+}
 
-// Kernel_VsCopy/<k>/<threads>: the kernel and the copy both run with a thread budget of `threads` (the copy
-// split across the pool like an elementwise kernel), so the ratio compares like with like.
+// Kernel_VsCopy/<k>/<threads>/<n>: the kernel and the copy both run with a thread budget of `threads` (the
+// copy split across the pool like an elementwise kernel), on n elements, so the ratio compares like with
+// like.
 void Kernel_VsCopy(benchmark::State& state) {
-  static KernelData data;
   const int k = static_cast<int>(state.range(0));
   const int threads = static_cast<int>(state.range(1));
+  const int64_t n = state.range(2);
+  KernelData& data = kernel_data(n);
   const int saved_budget = kernels::cpu::thread_budget();
   kernels::cpu::set_thread_budget(threads);
-  std::vector<float> src(kN, 1.0f), dst(kN);
+  std::vector<float> src(n, 1.0f), dst(n);
   std::vector<double> tk, tc;
   using Clock = std::chrono::steady_clock;
   for (auto _ : state) {
     const auto t0 = Clock::now();
-    kernels::cpu::parallel_for(kN, 64, kernels::cpu::kParallelMinElements, [&](int64_t b, int64_t e) {
+    kernels::cpu::parallel_for(n, 64, kernels::cpu::kParallelMinElements, [&](int64_t b, int64_t e) {
       std::memcpy(dst.data() + b, src.data() + b, static_cast<size_t>(e - b) * sizeof(float));
     });
     benchmark::DoNotOptimize(dst.data());
@@ -336,20 +359,54 @@ void Kernel_VsCopy(benchmark::State& state) {
     tc.push_back(std::chrono::duration<double>(t1 - t0).count());
     tk.push_back(std::chrono::duration<double>(t2 - t1).count());
   }
-  const double kernel_bytes =
-      static_cast<double>(kKernels[k].reads + kKernels[k].writes) * kN * sizeof(float);
-  const double copy_bytes = 2.0 * kN * sizeof(float);
+  const double kernel_bytes = static_cast<double>(kKernels[k].reads + kKernels[k].writes) * n * sizeof(float);
+  const double copy_bytes = 2.0 * n * sizeof(float);
   const double gk = kernel_bytes / median(tk) / 1e9, gc = copy_bytes / median(tc) / 1e9;
   state.counters["kernel_GBps"] = gk;
   state.counters["copy_GBps"] = gc;
   state.counters["kernel_ms"] = median(tk) * 1e3;
   state.counters["vs_copy"] = gk / gc;
-  state.SetLabel(std::string(kKernels[k].name) +
-                 (threads > 1 ? " [" + std::to_string(threads) + " threads]" : ""));
+  state.SetLabel(std::string(kKernels[k].name) + " | " + size_name(n) + " | " + std::to_string(threads));
   kernels::cpu::set_thread_budget(saved_budget);
 }
 BENCHMARK(Kernel_VsCopy)
-    ->ArgsProduct({benchmark::CreateDenseRange(0, kNumKernels - 1, 1), {1, 2}})
+    ->ArgsProduct({benchmark::CreateDenseRange(0, kNumKernels - 1, 1), {1, 2}, {kN, kLargeN}})
+    ->Unit(benchmark::kMicrosecond);
+
+// Kernel_Threads/<k>/<n>: the kernel on n elements with a thread budget of 1 and of 2, interleaved in one loop,
+// every parallel_for forced to split (set_parallel_split_always), so the second thread's gain or loss is
+// seen at sizes below the split threshold too. Counters: median microseconds of each and speedup = 1-thread /
+// 2-thread time (> 1: the second thread pays). The table after the run lists the speedups per size, the
+// measurement behind the per-op thresholds of kernels/cpu/parallel.h.
+void Kernel_Threads(benchmark::State& state) {
+  const int k = static_cast<int>(state.range(0));
+  const int64_t n = state.range(1);
+  KernelData& data = kernel_data(n);
+  const int saved_budget = kernels::cpu::thread_budget();
+  kernels::cpu::set_parallel_split_always(true);
+  std::vector<double> t1, t2;
+  using Clock = std::chrono::steady_clock;
+  for (auto _ : state) {
+    kernels::cpu::set_thread_budget(1);
+    const auto a = Clock::now();
+    data.run(k);
+    const auto b = Clock::now();
+    kernels::cpu::set_thread_budget(2);
+    const auto c = Clock::now();
+    data.run(k);
+    const auto d = Clock::now();
+    t1.push_back(std::chrono::duration<double>(b - a).count());
+    t2.push_back(std::chrono::duration<double>(d - c).count());
+  }
+  kernels::cpu::set_parallel_split_always(false);
+  kernels::cpu::set_thread_budget(saved_budget);
+  state.counters["t1_us"] = median(t1) * 1e6;
+  state.counters["t2_us"] = median(t2) * 1e6;
+  state.counters["speedup"] = median(t1) / median(t2);
+  state.SetLabel(std::string(kKernels[k].name) + " | " + size_name(n));
+}
+BENCHMARK(Kernel_Threads)
+    ->ArgsProduct({benchmark::CreateDenseRange(0, kNumKernels - 1, 1), {1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22}})
     ->Unit(benchmark::kMicrosecond);
 
 // Parallel_Threshold/<n>/<threads>: gelu forward (a compute-heavy kernel) and relu forward (a memory-bound
@@ -538,6 +595,17 @@ class RatioReporter : public benchmark::ConsoleReporter {
             {r.report_label, get("kernel_ms"), get("kernel_GBps"), get("copy_GBps"), get("vs_copy")});
         continue;
       }
+      if (r.run_name.function_name == "Kernel_Threads") {
+        const std::string label = r.report_label;
+        const size_t bar = label.find(" | ");
+        const std::string name = label.substr(0, bar), size = label.substr(bar + 3);
+        if (std::find(threads_order_.begin(), threads_order_.end(), name) == threads_order_.end())
+          threads_order_.push_back(name);
+        if (std::find(threads_sizes_.begin(), threads_sizes_.end(), size) == threads_sizes_.end())
+          threads_sizes_.push_back(size);
+        threads_[name][size] = get("speedup");
+        continue;
+      }
       if (r.run_name.function_name == "Gemm_Library" || r.run_name.function_name == "Gemm_Peak") {
         const std::string label = r.report_label;
         const size_t bar = label.find(" | ");
@@ -574,12 +642,27 @@ class RatioReporter : public benchmark::ConsoleReporter {
     }
     if (!kernels_.empty()) {
       std::printf(
-          "\nCPU kernels on 1M float32 elements (%s), against memcpy interleaved in the same loop "
-          "(medians)\n",
+          "\nCPU kernels on float32 arrays (%s), against memcpy interleaved in the same loop (medians)\n",
           kernels::cpu::simd_target_name());
-      std::printf("  %-32s %10s %10s %10s %8s\n", "kernel", "ms", "GB/s", "copy GB/s", "vs copy");
-      for (const KernelRow& k : kernels_)
-        std::printf("  %-32s %10.3f %10.2f %10.2f %8.2f\n", k.name.c_str(), k.ms, k.gbps, k.copy, k.ratio);
+      std::printf("  %-32s %5s %7s %10s %10s %10s %8s\n", "kernel", "size", "threads", "ms", "GB/s", "copy GB/s",
+                  "vs copy");
+      for (const KernelRow& k : kernels_) {
+        const size_t bar1 = k.name.find(" | "), bar2 = k.name.rfind(" | ");
+        std::printf("  %-32s %5s %7s %10.3f %10.2f %10.2f %8.2f\n", k.name.substr(0, bar1).c_str(),
+                    k.name.substr(bar1 + 3, bar2 - bar1 - 3).c_str(), k.name.substr(bar2 + 3).c_str(), k.ms,
+                    k.gbps, k.copy, k.ratio);
+      }
+    }
+    if (!threads_order_.empty()) {
+      std::printf("\nsecond thread's speedup (1-thread time / 2-thread time, split forced), per size (medians)\n");
+      std::printf("  %-32s", "kernel");
+      for (const std::string& size : threads_sizes_) std::printf(" %7s", size.c_str());
+      std::printf("\n");
+      for (const std::string& name : threads_order_) {
+        std::printf("  %-32s", name.c_str());
+        for (const std::string& size : threads_sizes_) std::printf(" %7.2f", at(at(threads_, name), size));
+        std::printf("\n");
+      }
     }
     if (rows_.empty()) return;
     std::printf(
@@ -599,6 +682,8 @@ class RatioReporter : public benchmark::ConsoleReporter {
     double ms, gbps, copy, ratio;
   };
   std::vector<KernelRow> kernels_;
+  std::map<std::string, std::map<std::string, double>> threads_;
+  std::vector<std::string> threads_order_, threads_sizes_;
   struct GemmCell {
     double gflops = 0;
     std::string label;

@@ -100,6 +100,7 @@ class Pool {
 Pool* g_pool = nullptr;
 std::once_flag g_atfork_once;
 std::atomic<int> g_budget{0};  // 0: follow OpenBLAS
+std::atomic<bool> g_split_always{false};
 
 Pool& pool() {
   std::call_once(g_atfork_once, [] {
@@ -123,10 +124,13 @@ int thread_budget() {
 
 int pool_threads_started() { return pool().started(); }
 
+void set_parallel_split_always(bool on) { g_split_always.store(on); }
+
 namespace detail {
 void parallel_run(int64_t n, int64_t align, int64_t min_per_thread, RangeFn fn, void* ctx) {
   if (n <= 0) return;
-  const int64_t per = std::max<int64_t>({min_per_thread, align, 1});
+  const int64_t per = g_split_always.load(std::memory_order_relaxed) ? std::max<int64_t>(align, 1)
+                                                                      : std::max<int64_t>({min_per_thread, align, 1});
   int threads = static_cast<int>(std::min<int64_t>(thread_budget(), n / per));
   if (threads <= 1 || t_in_pool_task) {
     fn(ctx, 0, n);

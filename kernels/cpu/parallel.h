@@ -34,6 +34,10 @@ int pool_threads_started();
 // a conservative pick to re-measure on a quiet machine (docs/benchmarks.md).
 constexpr int64_t kParallelMinElements = 1 << 16;
 
+// Benchmarks only (bench_micro_ops Kernel_Threads): while true, every parallel_for splits whenever it has two
+// aligned items, whatever min_per_thread says, so the second thread's effect can be timed at any size.
+void set_parallel_split_always(bool on);
+
 namespace detail {
 using RangeFn = void (*)(void* ctx, int64_t begin, int64_t end);
 void parallel_run(int64_t n, int64_t align, int64_t min_per_thread, RangeFn fn, void* ctx);
