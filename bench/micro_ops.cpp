@@ -9,7 +9,7 @@
 //      per array: memory-bound) (Highway, the instruction set the dispatcher picked) against memcpy of the
 //      same n floats, interleaved in one loop; counters give both GB/s (bytes the kernel must read + write)
 //      and kernel/copy (the target: >= 0.5). The table after the run lists them.
-//      Kernel_Threads/<k>/<n>: each kernel at 16K-4M elements with 1 and 2 threads interleaved, the split
+//      Kernel_Threads/<k>/<n>: each kernel at 16K-16M elements with 1 and 2 threads interleaved, the split
 //      forced: the second thread's speedup per size (the split thresholds of kernels/cpu/parallel.h).
 //  (d) Gemm_Library/<shape>/<library>: each float32 product of the models (MLP 784-1024-1024-10 at batch 64,
 //      GPT d128 at 1024 tokens, its 64x64x32 attention blocks) on OpenBLAS, on oneDNN and under the auto rule
@@ -334,8 +334,8 @@ std::string size_name(int64_t n) {
 }
 
 // Kernel_VsCopy/<k>/<threads>/<n>: the kernel and the copy both run with a thread budget of `threads` (the
-// copy split across the pool like an elementwise kernel), on n elements, so the ratio compares like with
-// like.
+// copy split across the pool like a memory-bound kernel: from kParallelMinStreaming elements per thread), on
+// n elements, so the ratio compares like with like.
 void Kernel_VsCopy(benchmark::State& state) {
   const int k = static_cast<int>(state.range(0));
   const int threads = static_cast<int>(state.range(1));
@@ -348,7 +348,7 @@ void Kernel_VsCopy(benchmark::State& state) {
   using Clock = std::chrono::steady_clock;
   for (auto _ : state) {
     const auto t0 = Clock::now();
-    kernels::cpu::parallel_for(n, 64, kernels::cpu::kParallelMinElements, [&](int64_t b, int64_t e) {
+    kernels::cpu::parallel_for(n, 64, kernels::cpu::kParallelMinStreaming, [&](int64_t b, int64_t e) {
       std::memcpy(dst.data() + b, src.data() + b, static_cast<size_t>(e - b) * sizeof(float));
     });
     benchmark::DoNotOptimize(dst.data());
@@ -406,7 +406,7 @@ void Kernel_Threads(benchmark::State& state) {
   state.SetLabel(std::string(kKernels[k].name) + " | " + size_name(n));
 }
 BENCHMARK(Kernel_Threads)
-    ->ArgsProduct({benchmark::CreateDenseRange(0, kNumKernels - 1, 1), {1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22}})
+    ->ArgsProduct({benchmark::CreateDenseRange(0, kNumKernels - 1, 1), {1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24}})
     ->Unit(benchmark::kMicrosecond);
 
 // Parallel_Threshold/<n>/<threads>: gelu forward (a compute-heavy kernel) and relu forward (a memory-bound

@@ -45,7 +45,7 @@ HWY_EXPORT(DropoutApplyF64);
 
 template <class T>
 void dropout_apply(const T* x, T* y, int64_t n, uint64_t key, uint64_t offset, uint64_t threshold, T scale) {
-  parallel_for(n, 64, kParallelMinElements, [&](int64_t b, int64_t e) {
+  parallel_for(n, 64, kParallelMinStreaming, [&](int64_t b, int64_t e) {
     const uint64_t off = offset + static_cast<uint64_t>(b);  // the mask bit of element i depends on i only
     if constexpr (sizeof(T) == 4)
       HWY_DYNAMIC_DISPATCH(DropoutApplyF32)(x + b, y + b, e - b, key, off, threshold, scale);

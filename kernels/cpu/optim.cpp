@@ -136,7 +136,7 @@ template <class T>
 void sgd_step(T* param, const T* grad, T* momentum_buf, int64_t n, double lr, double momentum,
               double dampening, double weight_decay, bool nesterov, bool first_step) {
   if (momentum == 0) momentum_buf = nullptr;
-  parallel_for(n, 64, kParallelMinElements, [&](int64_t b, int64_t e) {
+  parallel_for(n, 64, kParallelMinStreaming, [&](int64_t b, int64_t e) {
     T* buf = momentum_buf ? momentum_buf + b : nullptr;
     if constexpr (sizeof(T) == 4) HWY_DYNAMIC_DISPATCH(SgdF32)
     (param + b, grad + b, buf, e - b, lr, momentum, dampening, weight_decay, nesterov, first_step);
@@ -149,7 +149,7 @@ template <class T>
 void adamw_step(T* param, const T* grad, T* exp_avg, T* exp_avg_sq, int64_t n, double lr, double beta1,
                 double beta2, double eps, double weight_decay, double bias_correction1,
                 double bias_correction2) {
-  parallel_for(n, 64, kParallelMinElements, [&](int64_t b, int64_t e) {
+  parallel_for(n, 64, kParallelMinStreaming, [&](int64_t b, int64_t e) {
     if constexpr (sizeof(T) == 4) HWY_DYNAMIC_DISPATCH(AdamWF32)
     (param + b, grad + b, exp_avg + b, exp_avg_sq + b, e - b, lr, beta1, beta2, eps, weight_decay,
      bias_correction1, bias_correction2);

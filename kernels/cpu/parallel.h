@@ -28,11 +28,17 @@ int pool_threads_started();
 
 // An op is split only when every thread gets at least this many elements (of one pass over memory): the
 // pool's wake-up (a futex wake and a context switch, 5-20 us on this VM) must be small against the work
-// saved. bench_micro_ops Parallel_Threshold times gelu (compute-heavy) and relu (memory-bound) at 4K-256K
-// elements with 1 and 2 threads; on the loaded 2-core development VM (2026-12-01) the second thread gave
-// nothing at any size (the other core was busy), so this value (64K: gelu ~15 us, relu ~3 us per thread) is
-// a conservative pick to re-measure on a quiet machine (docs/benchmarks.md).
+// saved. bench_micro_ops Kernel_Threads times every kernel with 1 and 2 threads at 16K-16M elements (the
+// split forced). kParallelMinElements is for the compute-heavy kernels (transcendentals, softmax, layer
+// norm): on the loaded 2-core development VM (2026-12-01) the second thread gave nothing at any size (the
+// other core was busy), so this value (64K: gelu ~15 us, relu ~3 us per thread) is a conservative pick to
+// re-measure on a quiet machine (docs/benchmarks.md).
 constexpr int64_t kParallelMinElements = 1 << 16;
+// Memory-bound streaming kernels (optimizer steps, dropout, column sums: a few flops per byte): in cache
+// the second thread adds no bandwidth on this VM and costs its wake-up (quiet run of 2026-12-01: the
+// momentum SGD step, the column sums and memcpy were slower with 2 threads at 1M elements); out of the
+// last-level cache it pays (16M elements: column sums 2.2x, dropout 1.5x). Split from 1M elements per thread.
+constexpr int64_t kParallelMinStreaming = 1 << 20;
 
 // Benchmarks only (bench_micro_ops Kernel_Threads): while true, every parallel_for splits whenever it has two
 // aligned items, whatever min_per_thread says, so the second thread's effect can be timed at any size.

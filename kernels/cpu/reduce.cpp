@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/reduce.h"
@@ -92,33 +93,70 @@ double sum_contiguous(const In* x, int64_t n) {
 }
 }  // namespace
 
+// Column sums (inner > 1): rows are taken in fixed super-blocks (kSuperRows rows, more for very tall inputs so
+// there are at most kMaxSuperBlocks), each summed into its own double partial row (blocks of kBlockRows rows
+// added in the input type, then into double, in row order), and the partial rows added in super-block order.
+// The super-blocks depend on the shape only, so any thread count gives the same bits. Threads split the
+// super-blocks, each reading whole rows (contiguous memory); a single super-block (r <= kSuperRows) is split by
+// columns instead. Inside a super-block the loop runs row blocks outside and column tiles inside, so the
+// reads stream through memory row after row.
+constexpr int64_t kSuperRows = 256;
+constexpr int64_t kMaxSuperBlocks = 64;
+
+template <class In>
+void column_block_sum(const In* x, int64_t stride, int64_t k0, int64_t k1, int64_t w, double* acc) {
+  if constexpr (sizeof(In) == 4)
+    HWY_DYNAMIC_DISPATCH(ColumnBlockSumF32)(x, stride, k0, k1, w, acc);
+  else
+    HWY_DYNAMIC_DISPATCH(ColumnBlockSumF64)(x, stride, k0, k1, w, acc);
+}
+
+// acc[0..c1-c0) (zeroed here) = sums of rows k0..k1 of x at columns c0..c1 (row stride inner).
+template <class In>
+void column_sums(const In* x, int64_t inner, int64_t k0, int64_t k1, int64_t c0, int64_t c1, double* acc) {
+  constexpr int64_t kTile = 512;  // ColumnBlockSum's widest partial row
+  std::fill(acc, acc + (c1 - c0), 0.0);
+  for (int64_t b0 = k0; b0 < k1; b0 += kBlockRows) {
+    const int64_t b1 = std::min(k1, b0 + kBlockRows);
+    for (int64_t j0 = c0; j0 < c1; j0 += kTile)
+      column_block_sum(x + j0, inner, b0, b1, std::min(kTile, c1 - j0), acc + (j0 - c0));
+  }
+}
+
 template <class In, class Out>
 void sum_middle(const In* x, int64_t outer, int64_t r, int64_t inner, Out* out, double scale) {
   if (inner == 1) {
     for (int64_t o = 0; o < outer; ++o) out[o] = static_cast<Out>(sum_contiguous(x + o * r, r) * scale);
     return;
   }
-  constexpr int64_t kTile = 512;  // columns per pass: the accumulators stay in L1
+  int64_t super = kSuperRows;
+  while ((r + super - 1) / super > kMaxSuperBlocks) super *= 2;
+  const int64_t supers = (r + super - 1) / super;
+  thread_local std::vector<double> scratch;  // reused: a steady training step allocates nothing here
   for (int64_t o = 0; o < outer; ++o) {
     const In* xo = x + o * r * inner;
     Out* dst = out + o * inner;
-    // Columns split across the thread budget (each column summed in the same order by any split).
-    parallel_for(inner, 16, std::max<int64_t>(16, kParallelMinElements / std::max<int64_t>(r, 1)),
-                 [&](int64_t c0, int64_t c1) {
-                   double acc[kTile];
-                   for (int64_t j0 = c0; j0 < c1; j0 += kTile) {
-                     const int64_t w = std::min(kTile, c1 - j0);
-                     std::fill(acc, acc + w, 0.0);
-                     for (int64_t k0 = 0; k0 < r; k0 += kBlockRows) {
-                       const int64_t k1 = std::min(r, k0 + kBlockRows);
-                       if constexpr (sizeof(In) == 4)
-                         HWY_DYNAMIC_DISPATCH(ColumnBlockSumF32)(xo + j0, inner, k0, k1, w, acc);
-                       else
-                         HWY_DYNAMIC_DISPATCH(ColumnBlockSumF64)(xo + j0, inner, k0, k1, w, acc);
-                     }
-                     for (int64_t j = 0; j < w; ++j) dst[j0 + j] = static_cast<Out>(acc[j] * scale);
-                   }
+    if (supers == 1) {  // columns split across the thread budget
+      if (scratch.size() < static_cast<size_t>(inner)) scratch.resize(static_cast<size_t>(inner));
+      double* acc = scratch.data();
+      parallel_for(inner, 16, std::max<int64_t>(16, kParallelMinStreaming / std::max<int64_t>(r, 1)),
+                   [&](int64_t c0, int64_t c1) {
+                     column_sums(xo, inner, 0, r, c0, c1, acc + c0);
+                     for (int64_t j = c0; j < c1; ++j) dst[j] = static_cast<Out>(acc[j] * scale);
+                   });
+      continue;
+    }
+    const size_t need = static_cast<size_t>(supers * inner);
+    if (scratch.size() < need) scratch.resize(need);
+    double* part = scratch.data();
+    parallel_for(supers, 1, std::max<int64_t>(1, kParallelMinStreaming / std::max<int64_t>(super * inner, 1)),
+                 [&](int64_t s0, int64_t s1) {
+                   for (int64_t sb = s0; sb < s1; ++sb)
+                     column_sums(xo, inner, sb * super, std::min(r, (sb + 1) * super), 0, inner, part + sb * inner);
                  });
+    for (int64_t sb = 1; sb < supers; ++sb)  // per column: super-blocks added in order
+      for (int64_t j = 0; j < inner; ++j) part[j] += part[sb * inner + j];
+    for (int64_t j = 0; j < inner; ++j) dst[j] = static_cast<Out>(part[j] * scale);
   }
 }
 

@@ -93,6 +93,15 @@ TEST(ColumnSumTargets, SumMiddleAndSumToShapeMatchFloat64OnEveryTarget) {
         EXPECT_TRUE(close_to(out64, ref64, 1e-12, 1e-13)) << "float64 rows " << rows << " cols " << cols;
       }
     }
+    // Taller than 64 super-blocks of 256 rows: the super-blocks grow to 512 rows.
+    const int64_t rows = 20000, cols = 5;
+    const std::vector<float> x = cast_to<float>(spread(rows * cols, -3, 5));
+    std::vector<double> ref(cols, 0.0);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) ref[c] += static_cast<double>(x[r * cols + c]);
+    std::vector<float> out(cols);
+    kc::sum_middle(x.data(), 1, rows, cols, out.data(), 1.0);
+    EXPECT_TRUE(close_to(out, ref, 1e-3, 1e-5)) << "rows " << rows;
   });
 }
 
@@ -125,6 +134,8 @@ TEST(IntraOpParallel, ConversionsColumnSumsAndEmbeddingAreIdenticalForBudgets1An
     const std::vector<float> x = cast_to<float>(spread(n, -3, 5));
     std::vector<float> col(cols);
     kc::sum_middle(x.data(), 1, rows, cols, col.data(), 1.0), keep(col);
+    kc::sum_middle(x.data(), 1, 200, cols, col.data(), 1.0), keep(col);  // one super-block: split by columns
+    kc::sum_middle(x.data(), 1, 20000, 50, col.data(), 1.0), keep(col);  // 40 super-blocks of 512 rows
     kc::sum_to_shape(x.data(), {rows, cols}, col.data(), {cols}), keep(col);
     std::vector<double> d(n);
     kc::convert(x.data(), DType::F32, d.data(), DType::F64, n), keep(d);
@@ -138,11 +149,21 @@ TEST(IntraOpParallel, ConversionsColumnSumsAndEmbeddingAreIdenticalForBudgets1An
     kc::embedding_forward(x.data(), idx.data(), out.data(), rows, cols), keep(out);
     return bytes;
   };
-  kc::set_thread_budget(1);
-  const std::vector<char> one = run();
-  kc::set_thread_budget(2);
-  const std::vector<char> two = run();
+  // Default thresholds, then every split forced (the column sums of 1001 rows: four super-blocks of 256 rows
+  // split across the threads; of 1000 x 1000 in sum_to_shape's path: the same).
+  for (bool forced : {false, true}) {
+    SCOPED_TRACE(forced ? "split forced" : "default thresholds");
+    kc::set_parallel_split_always(forced);
+    kc::set_thread_budget(1);
+    const std::vector<char> one = run();
+    kc::set_thread_budget(2);
+    const std::vector<char> two = run();
+    kc::set_thread_budget(3);
+    const std::vector<char> three = run();
+    ASSERT_EQ(one.size(), two.size());
+    EXPECT_EQ(std::memcmp(one.data(), two.data(), one.size()), 0);
+    EXPECT_EQ(std::memcmp(one.data(), three.data(), one.size()), 0);
+  }
+  kc::set_parallel_split_always(false);
   kc::set_thread_budget(saved);
-  ASSERT_EQ(one.size(), two.size());
-  EXPECT_EQ(std::memcmp(one.data(), two.data(), one.size()), 0);
 }

@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include <fstream>
 #include <functional>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -23,6 +24,7 @@
 #include "kernels/cpu/loss.h"
 #include "kernels/cpu/optim.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/reduce.h"
 #include "kernels/cpu/softmax.h"
 #include "tests/ops_simd/simd_test_util.h"
 
@@ -102,19 +104,48 @@ std::vector<char> run_all_kernels() {
 }
 }  // namespace
 
+// With the split thresholds as they are, and with every parallel_for forced to split (the streaming kernels
+// - optimizer steps, dropout, column sums - only split from 1M elements per thread, above these sizes).
 TEST(IntraOpParallel, ResultsAreBitwiseIdenticalForThreadBudgets1To3) {
   const int saved = kc::thread_budget();
-  kc::set_thread_budget(1);
-  const std::vector<char> one = run_all_kernels();
-  kc::set_thread_budget(2);
-  const std::vector<char> two = run_all_kernels();
-  EXPECT_GE(kc::pool_threads_started(), 1) << "budget 2 never used the pool: the comparison is vacuous";
-  kc::set_thread_budget(3);
-  const std::vector<char> three = run_all_kernels();
+  for (bool forced : {false, true}) {
+    SCOPED_TRACE(forced ? "split forced" : "default thresholds");
+    kc::set_parallel_split_always(forced);
+    kc::set_thread_budget(1);
+    const std::vector<char> one = run_all_kernels();
+    kc::set_thread_budget(2);
+    const std::vector<char> two = run_all_kernels();
+    EXPECT_GE(kc::pool_threads_started(), 1) << "budget 2 never used the pool: the comparison is vacuous";
+    kc::set_thread_budget(3);
+    const std::vector<char> three = run_all_kernels();
+    ASSERT_EQ(one.size(), two.size());
+    EXPECT_TRUE(std::memcmp(one.data(), two.data(), one.size()) == 0) << "budget 1 vs 2 differ";
+    EXPECT_TRUE(std::memcmp(one.data(), three.data(), one.size()) == 0) << "budget 1 vs 3 differ";
+  }
+  kc::set_parallel_split_always(false);
   kc::set_thread_budget(saved);
-  ASSERT_EQ(one.size(), two.size());
-  EXPECT_TRUE(std::memcmp(one.data(), two.data(), one.size()) == 0) << "budget 1 vs 2 differ";
-  EXPECT_TRUE(std::memcmp(one.data(), three.data(), one.size()) == 0) << "budget 1 vs 3 differ";
+}
+
+// Which kernels split, and from what size: the streaming kernels stay on the calling thread below
+// kParallelMinStreaming elements per thread and split above it; set_parallel_split_always splits anything.
+TEST(IntraOpParallel, StreamingKernelsSplitOnlyFromTheirThreshold) {
+  const int saved = kc::thread_budget();
+  kc::set_thread_budget(2);
+  auto threads_used = [](int64_t n) {
+    std::vector<std::thread::id> seen;
+    std::mutex mu;
+    kc::parallel_for(n, 64, kc::kParallelMinStreaming, [&](int64_t, int64_t) {
+      std::lock_guard<std::mutex> lock(mu);
+      seen.push_back(std::this_thread::get_id());
+    });
+    return seen.size();
+  };
+  EXPECT_EQ(threads_used(2 * kc::kParallelMinStreaming - 64), 1u);
+  EXPECT_EQ(threads_used(2 * kc::kParallelMinStreaming), 2u);
+  kc::set_parallel_split_always(true);
+  EXPECT_EQ(threads_used(128), 2u);
+  kc::set_parallel_split_always(false);
+  kc::set_thread_budget(saved);
 }
 
 TEST(IntraOpParallel, SmallInputsStayOnTheCallingThread) {
@@ -187,4 +218,28 @@ TEST(IntraOpParallelDeathTest, BudgetTwoStartsOneWorkerThatSleepsWhenIdle) {
         std::exit(ok ? 0 : 1);
       },
       ::testing::ExitedWithCode(0), "");
+}
+
+// The streaming kernels (SGD, AdamW, dropout, column sums) at 1M elements, budget 2: below their threshold
+// (2 x kParallelMinStreaming), so no pool worker starts; at 4M elements the SGD step splits. Exit code 0 when
+// so (run in a fresh child process).
+int streaming_kernels_child() {
+  kc::set_thread_budget(2);
+  const int64_t n = 1 << 20;
+  std::vector<float> w(n, 1.0f), g(n, 0.5f), buf(n, 0.1f), m(n, 0.1f), v(n, 0.2f), y(n);
+  kc::sgd_step(w.data(), g.data(), buf.data(), n, 0.01, 0.9, 0.0, 1e-4, false, false);
+  kc::adamw_step(w.data(), g.data(), m.data(), v.data(), n, 1e-3, 0.9, 0.999, 1e-8, 0.01, 0.5, 0.1);
+  kc::dropout_apply(w.data(), y.data(), n, kc::dropout_key(3), 0, kc::dropout_threshold(0.3), 2.0f);
+  kc::sum_middle(w.data(), 1, 1024, 1024, y.data(), 1.0);
+  const int below = kc::pool_threads_started();
+  std::vector<float> big(4 * n, 1.0f), gbig(4 * n, 0.5f);
+  kc::sgd_step(big.data(), gbig.data(), static_cast<float*>(nullptr), 4 * n, 0.01, 0.0, 0.0, 0.0, false, false);
+  const int above = kc::pool_threads_started();
+  if (below != 0 || above != 1) std::fprintf(stderr, "pool threads %d below, %d above\n", below, above);
+  return below == 0 && above == 1 ? 0 : 1;
+}
+
+TEST(IntraOpParallelDeathTest, StreamingKernelsStartNoThreadBelowTheirThreshold) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(std::exit(streaming_kernels_child()), ::testing::ExitedWithCode(0), "");
 }
