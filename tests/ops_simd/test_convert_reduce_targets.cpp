@@ -136,6 +136,10 @@ TEST(IntraOpParallel, ConversionsColumnSumsAndEmbeddingAreIdenticalForBudgets1An
     kc::sum_middle(x.data(), 1, rows, cols, col.data(), 1.0), keep(col);
     kc::sum_middle(x.data(), 1, 200, cols, col.data(), 1.0), keep(col);  // one super-block: split by columns
     kc::sum_middle(x.data(), 1, 20000, 50, col.data(), 1.0), keep(col);  // 40 super-blocks of 512 rows
+    // float64: the order of the additions shows in the last bits (float32's block sums add exactly in double)
+    const std::vector<double> x64 = spread(n, -3, 5);
+    std::vector<double> col64(cols);
+    kc::sum_middle(x64.data(), 1, rows, cols, col64.data(), 1.0), keep(col64);
     kc::sum_to_shape(x.data(), {rows, cols}, col.data(), {cols}), keep(col);
     std::vector<double> d(n);
     kc::convert(x.data(), DType::F32, d.data(), DType::F64, n), keep(d);
