@@ -61,66 +61,21 @@ void LayerNormForward(const T* x, const T* weight, const T* bias, T* y, T* mean,
 
 // Backward over a block of rows, in sub-blocks of kSubRows rows whose x and dy stay in L1 between two passes:
 //  A: per row, the two row sums sum(g) and sum(g (x - mean)) with g = dy * weight (two accumulators each, and
-//     the rows of a sub-block independent, so the adds do not wait on each other);
-//  B: dx = rstd (g - mean(g) - xhat mean(g xhat)) with xhat = (x - mean) rstd, and the dweight / dbias rows
-//     accumulated four rows at a time in registers (dw + dy0 xhat0 + dy1 xhat1 + ..., the same order as row
-//     by row).
+//     the rows of a sub-block independent, so the adds do not wait on each other), turned into the row's
+//     coefficients of dx = rstd g - rstd mean(g) - (rstd mean(g xhat)) xhat;
+//  B: column vector by column vector, down the sub-block's rows: dx, and the dweight / dbias sums kept in
+//     registers (even and odd rows in two accumulators, added at the end of the sub-block), so they are
+//     loaded and stored once per sub-block instead of carrying a store-to-load chain from row to row.
+// The order of the additions is fixed by the block (never by the thread count). While B runs, the lines
+// kSubRows rows on are prefetched (x, dy to read, dx to write), so the next pass A does not wait on memory.
 // dweight / dbias (may be null) are this block's own partial rows, zeroed here.
 constexpr int64_t kSubRows = 12;
-
-// Pass B for R (1 or 4) consecutive rows starting at dy / x / dx (row stride cols); m, rs, mg, mgx: the rows'
-// mean, rstd, mean(g) and mean(g xhat). dx = rs g - rs mean(g) - (rs mean(g xhat)) xhat: two fused ops.
-// With `prefetch`, the lines kSubRows rows on are fetched (x, dy to read, dx to write) while this sub-block
-// computes, so the next sub-block's pass A does not wait on the memory.
-template <int R, class T>
-HWY_INLINE void BackwardRows(const T* dy, const T* x, const T* weight, int64_t cols, const T* m, const T* rs,
-                             const T* mg, const T* mgx, T* dx, T* dw, T* db, bool prefetch) {
-  const hn::ScalableTag<T> d;
-  using V = hn::Vec<decltype(d)>;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  V vm[R], vrs[R], vb[R], vc[R];
-  for (int k = 0; k < R; ++k) {
-    vm[k] = hn::Set(d, m[k]), vrs[k] = hn::Set(d, rs[k]);
-    vb[k] = hn::Set(d, -rs[k] * mg[k]), vc[k] = hn::Set(d, rs[k] * mgx[k]);
-  }
-  auto column = [&](int64_t i, int64_t count) HWY_ATTR {
-    const bool whole = count == N;
-    const V vw = whole ? hn::LoadU(d, weight + i) : LoadTail(d, weight + i, count, T(0));
-    V vdw = !dw ? hn::Zero(d) : whole ? hn::LoadU(d, dw + i) : LoadTail(d, dw + i, count, T(0));
-    V vdb = !db ? hn::Zero(d) : whole ? hn::LoadU(d, db + i) : LoadTail(d, db + i, count, T(0));
-    for (int k = 0; k < R; ++k) {
-      const T* xr = x + k * cols + i;
-      const T* dyr = dy + k * cols + i;
-      const V vx = whole ? hn::LoadU(d, xr) : LoadTail(d, xr, count, m[k]);  // padding: xhat 0
-      const V vdy = whole ? hn::LoadU(d, dyr) : LoadTail(d, dyr, count, T(0));
-      if (prefetch) {
-        __builtin_prefetch(xr + kSubRows * cols);
-        __builtin_prefetch(dyr + kSubRows * cols);
-        if (dx) __builtin_prefetch(dx + (k + kSubRows) * cols + i, 1);
-      }
-      const V xh = hn::Mul(hn::Sub(vx, vm[k]), vrs[k]);
-      if (dx) {
-        const V v = hn::NegMulAdd(vc[k], xh, hn::MulAdd(vrs[k], hn::Mul(vdy, vw), vb[k]));
-        if (whole)
-          hn::StoreU(v, d, dx + k * cols + i);
-        else
-          StoreTail(d, v, dx + k * cols + i, count);
-      }
-      vdw = hn::MulAdd(vdy, xh, vdw);
-      vdb = hn::Add(vdb, vdy);
-    }
-    if (dw) whole ? hn::StoreU(vdw, d, dw + i) : StoreTail(d, vdw, dw + i, count);
-    if (db) whole ? hn::StoreU(vdb, d, db + i) : StoreTail(d, vdb, db + i, count);
-  };
-  const int64_t full = cols - cols % N;
-  for (int64_t i = 0; i < full; i += N) column(i, N);
-  if (full < cols) column(full, cols - full);
-}
 
 template <class T>
 void LayerNormBackward(const T* dy, const T* x, const T* weight, const T* mean, const T* rstd, T* dx,
                        T* dweight, T* dbias, int64_t rows, int64_t cols) {
   const hn::ScalableTag<T> d;
+  using V = hn::Vec<decltype(d)>;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   if (dweight)
     for (int64_t c = 0; c < cols; ++c) dweight[c] = T(0);
@@ -128,13 +83,17 @@ void LayerNormBackward(const T* dy, const T* x, const T* weight, const T* mean, 
     for (int64_t c = 0; c < cols; ++c) dbias[c] = T(0);
   const T inv_cols = T(1) / static_cast<T>(cols);
   const int64_t full = cols - cols % N, rest = cols - full;
-  T mg[kSubRows] = {}, mgx[kSubRows] = {};
+  // Per row of the sub-block: mean, rstd, -rstd mean(g), rstd mean(g xhat).
+  T cm[kSubRows] = {}, crs[kSubRows] = {}, cb[kSubRows] = {}, cc[kSubRows] = {};
   for (int64_t r0 = 0; r0 < rows; r0 += kSubRows) {
     const int64_t nr = std::min(kSubRows, rows - r0);
-    for (int64_t k = 0; dx && k < nr; ++k) {  // pass A (only dx needs the row sums)
+    for (int64_t k = 0; k < nr; ++k) {  // pass A (only dx needs the row sums)
       const T* xr = x + (r0 + k) * cols;
       const T* dyr = dy + (r0 + k) * cols;
-      const T m = mean[r0 + k];
+      const T m = mean[r0 + k], rs = rstd[r0 + k];
+      cm[k] = m;
+      crs[k] = rs;
+      if (!dx) continue;
       const auto vm = hn::Set(d, m);
       auto s0 = hn::Zero(d), s1 = hn::Zero(d), c0 = hn::Zero(d), c1 = hn::Zero(d);
       int64_t i = 0;
@@ -156,21 +115,61 @@ void LayerNormBackward(const T* dy, const T* x, const T* weight, const T* mean, 
         s1 = hn::Add(s1, g);
         c1 = hn::MulAdd(g, hn::Sub(LoadTail(d, xr + full, rest, m), vm), c1);
       }
-      mg[k] = ReduceSum(d, hn::Add(s0, s1)) * inv_cols;
-      mgx[k] = ReduceSum(d, hn::Add(c0, c1)) * rstd[r0 + k] * inv_cols;  // mean(g xhat)
+      const T mg = ReduceSum(d, hn::Add(s0, s1)) * inv_cols;
+      const T mgx = ReduceSum(d, hn::Add(c0, c1)) * rs * inv_cols;  // mean(g xhat)
+      cb[k] = -rs * mg;
+      cc[k] = rs * mgx;
     }
+    // Pass B.
     const bool prefetch = r0 + kSubRows < rows;
-    int64_t k = 0;
-    for (; k + 4 <= nr; k += 4) {
-      const int64_t o = (r0 + k) * cols;
-      BackwardRows<4>(dy + o, x + o, weight, cols, mean + r0 + k, rstd + r0 + k, mg + k, mgx + k,
-                      dx ? dx + o : nullptr, dweight, dbias, prefetch);
-    }
-    for (; k < nr; ++k) {
-      const int64_t o = (r0 + k) * cols;
-      BackwardRows<1>(dy + o, x + o, weight, cols, mean + r0 + k, rstd + r0 + k, mg + k, mgx + k,
-                      dx ? dx + o : nullptr, dweight, dbias, prefetch);
-    }
+    const T* xs = x + r0 * cols;
+    const T* dys = dy + r0 * cols;
+    T* dxs = dx ? dx + r0 * cols : nullptr;
+    auto column = [&](int64_t i, int64_t count) HWY_ATTR {
+      const bool whole = count == N;
+      const V vw = whole ? hn::LoadU(d, weight + i) : LoadTail(d, weight + i, count, T(0));
+      V dw0 = hn::Zero(d), dw1 = hn::Zero(d), db0 = hn::Zero(d), db1 = hn::Zero(d);
+      auto row = [&](int64_t k, V& vdw, V& vdb) HWY_ATTR {
+        const T* xr = xs + k * cols + i;
+        const T* dyr = dys + k * cols + i;
+        const V vx = whole ? hn::LoadU(d, xr) : LoadTail(d, xr, count, cm[k]);  // padding: xhat 0
+        const V vdy = whole ? hn::LoadU(d, dyr) : LoadTail(d, dyr, count, T(0));
+        if (prefetch) {
+          __builtin_prefetch(xr + kSubRows * cols);
+          __builtin_prefetch(dyr + kSubRows * cols);
+          if (dxs) __builtin_prefetch(dxs + (k + kSubRows) * cols + i, 1);
+        }
+        const V vrs = hn::Set(d, crs[k]);
+        const V xh = hn::Mul(hn::Sub(vx, hn::Set(d, cm[k])), vrs);
+        if (dxs) {
+          const V v = hn::NegMulAdd(hn::Set(d, cc[k]), xh, hn::MulAdd(vrs, hn::Mul(vdy, vw), hn::Set(d, cb[k])));
+          if (whole)
+            hn::StoreU(v, d, dxs + k * cols + i);
+          else
+            StoreTail(d, v, dxs + k * cols + i, count);
+        }
+        vdw = hn::MulAdd(vdy, xh, vdw);
+        vdb = hn::Add(vdb, vdy);
+      };
+      int64_t k = 0;
+      for (; k + 2 <= nr; k += 2) {
+        row(k, dw0, db0);
+        row(k + 1, dw1, db1);
+      }
+      if (k < nr) row(k, dw0, db0);
+      if (dweight) {
+        const V v = hn::Add(whole ? hn::LoadU(d, dweight + i) : LoadTail(d, dweight + i, count, T(0)),
+                            hn::Add(dw0, dw1));
+        whole ? hn::StoreU(v, d, dweight + i) : StoreTail(d, v, dweight + i, count);
+      }
+      if (dbias) {
+        const V v = hn::Add(whole ? hn::LoadU(d, dbias + i) : LoadTail(d, dbias + i, count, T(0)),
+                            hn::Add(db0, db1));
+        whole ? hn::StoreU(v, d, dbias + i) : StoreTail(d, v, dbias + i, count);
+      }
+    };
+    for (int64_t i = 0; i < full; i += N) column(i, N);
+    if (rest) column(full, rest);
   }
 }
 }  // namespace
