@@ -1,7 +1,8 @@
 // reduce.cpp - the CPU reduction kernels: short block sums in the input type folded into double
 // accumulators. The column sums (sum over the middle dimension, e.g. a bias gradient summed over rows) are
 // vectorized with Google Highway (compiled per instruction set, chosen at run time) and split across the
-// thread budget by columns, so every column's summation order is the same for any thread count.
+// thread budget in fixed row super-blocks (or by columns), so every column's summation order is the same for
+// any thread count.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/reduce.cpp"
 #include "hwy/foreach_target.h"  // must come before highway.h
@@ -97,11 +98,14 @@ double sum_contiguous(const In* x, int64_t n) {
 // there are at most kMaxSuperBlocks), each summed into its own double partial row (blocks of kBlockRows rows
 // added in the input type, then into double, in row order), and the partial rows added in super-block order.
 // The super-blocks depend on the shape only, so any thread count gives the same bits. Threads split the
-// super-blocks, each reading whole rows (contiguous memory); a single super-block (r <= kSuperRows) is split by
-// columns instead. Inside a super-block the loop runs row blocks outside and column tiles inside, so the
-// reads stream through memory row after row.
+// super-blocks, each reading whole rows (contiguous memory). A single super-block (r <= kSuperRows), or partial
+// rows that would take more than kMaxScratch doubles, are split by columns instead (tiles of kTile columns).
+// Inside a super-block the loop runs row blocks outside and column tiles inside, so the reads stream through
+// memory row after row. The partial rows live in a reused per-thread buffer (at most kMaxScratch doubles).
 constexpr int64_t kSuperRows = 256;
 constexpr int64_t kMaxSuperBlocks = 64;
+constexpr int64_t kTile = 512;                     // ColumnBlockSum's widest partial row
+constexpr int64_t kMaxScratch = int64_t(1) << 20;  // doubles of partial rows (8 MiB)
 
 template <class In>
 void column_block_sum(const In* x, int64_t stride, int64_t k0, int64_t k1, int64_t w, double* acc) {
@@ -114,7 +118,6 @@ void column_block_sum(const In* x, int64_t stride, int64_t k0, int64_t k1, int64
 // acc[0..c1-c0) (zeroed here) = sums of rows k0..k1 of x at columns c0..c1 (row stride inner).
 template <class In>
 void column_sums(const In* x, int64_t inner, int64_t k0, int64_t k1, int64_t c0, int64_t c1, double* acc) {
-  constexpr int64_t kTile = 512;  // ColumnBlockSum's widest partial row
   std::fill(acc, acc + (c1 - c0), 0.0);
   for (int64_t b0 = k0; b0 < k1; b0 += kBlockRows) {
     const int64_t b1 = std::min(k1, b0 + kBlockRows);
@@ -136,13 +139,15 @@ void sum_middle(const In* x, int64_t outer, int64_t r, int64_t inner, Out* out, 
   for (int64_t o = 0; o < outer; ++o) {
     const In* xo = x + o * r * inner;
     Out* dst = out + o * inner;
-    if (supers == 1) {  // columns split across the thread budget
-      if (scratch.size() < static_cast<size_t>(inner)) scratch.resize(static_cast<size_t>(inner));
-      double* acc = scratch.data();
+    if (supers == 1 || supers * inner > kMaxScratch) {  // columns split across the thread budget
       parallel_for(inner, 16, std::max<int64_t>(16, kParallelMinStreaming / std::max<int64_t>(r, 1)),
                    [&](int64_t c0, int64_t c1) {
-                     column_sums(xo, inner, 0, r, c0, c1, acc + c0);
-                     for (int64_t j = c0; j < c1; ++j) dst[j] = static_cast<Out>(acc[j] * scale);
+                     double acc[kTile];
+                     for (int64_t j0 = c0; j0 < c1; j0 += kTile) {
+                       const int64_t w = std::min(kTile, c1 - j0);
+                       column_sums(xo, inner, 0, r, j0, j0 + w, acc);
+                       for (int64_t j = 0; j < w; ++j) dst[j0 + j] = static_cast<Out>(acc[j] * scale);
+                     }
                    });
       continue;
     }
@@ -152,7 +157,8 @@ void sum_middle(const In* x, int64_t outer, int64_t r, int64_t inner, Out* out, 
     parallel_for(supers, 1, std::max<int64_t>(1, kParallelMinStreaming / std::max<int64_t>(super * inner, 1)),
                  [&](int64_t s0, int64_t s1) {
                    for (int64_t sb = s0; sb < s1; ++sb)
-                     column_sums(xo, inner, sb * super, std::min(r, (sb + 1) * super), 0, inner, part + sb * inner);
+                     column_sums(xo, inner, sb * super, std::min(r, (sb + 1) * super), 0, inner,
+                                 part + sb * inner);
                  });
     for (int64_t sb = 1; sb < supers; ++sb)  // per column: super-blocks added in order
       for (int64_t j = 0; j < inner; ++j) part[j] += part[sb * inner + j];
