@@ -100,8 +100,7 @@ double sum_contiguous(const In* x, int64_t n) {
 // The super-blocks depend on the shape only, so any thread count gives the same bits. Threads split the
 // super-blocks, each reading whole rows (contiguous memory). A single super-block (r <= kSuperRows), or partial
 // rows that would take more than kMaxScratch doubles, are split by columns instead (tiles of kTile columns).
-// Inside a super-block the loop runs row blocks outside and column tiles inside, so the reads stream through
-// memory row after row. The partial rows live in a reused per-thread buffer (at most kMaxScratch doubles).
+// The partial rows live in a reused per-thread buffer (at most kMaxScratch doubles).
 constexpr int64_t kSuperRows = 256;
 constexpr int64_t kMaxSuperBlocks = 64;
 constexpr int64_t kTile = 512;                     // ColumnBlockSum's widest partial row
@@ -119,11 +118,10 @@ void column_block_sum(const In* x, int64_t stride, int64_t k0, int64_t k1, int64
 template <class In>
 void column_sums(const In* x, int64_t inner, int64_t k0, int64_t k1, int64_t c0, int64_t c1, double* acc) {
   std::fill(acc, acc + (c1 - c0), 0.0);
-  for (int64_t b0 = k0; b0 < k1; b0 += kBlockRows) {
-    const int64_t b1 = std::min(k1, b0 + kBlockRows);
-    for (int64_t j0 = c0; j0 < c1; j0 += kTile)
-      column_block_sum(x + j0, inner, b0, b1, std::min(kTile, c1 - j0), acc + (j0 - c0));
-  }
+  for (int64_t j0 = c0; j0 < c1; j0 += kTile)
+    for (int64_t b0 = k0; b0 < k1; b0 += kBlockRows)
+      column_block_sum(x + j0, inner, b0, std::min(k1, b0 + kBlockRows), std::min(kTile, c1 - j0),
+                       acc + (j0 - c0));
 }
 
 template <class In, class Out>
