@@ -344,15 +344,9 @@ void Kernel_VsCopy(benchmark::State& state) {
   const int saved_budget = kernels::cpu::thread_budget();
   kernels::cpu::set_thread_budget(threads);
   std::vector<float> src(n, 1.0f), dst(n);
-  std::vector<double> tk, tc, ck, cc;
+  std::vector<double> tk, tc;
   using Clock = std::chrono::steady_clock;
-  auto thread_cpu = [] {
-    timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-  };
   for (auto _ : state) {
-    const double c0 = thread_cpu();
     const auto t0 = Clock::now();
     kernels::cpu::parallel_for(n, 64, kernels::cpu::kParallelMinStreaming, [&](int64_t b, int64_t e) {
       std::memcpy(dst.data() + b, src.data() + b, static_cast<size_t>(e - b) * sizeof(float));
@@ -360,14 +354,10 @@ void Kernel_VsCopy(benchmark::State& state) {
     benchmark::DoNotOptimize(dst.data());
     benchmark::ClobberMemory();
     const auto t1 = Clock::now();
-    const double c1 = thread_cpu();
     data.run(k);
     const auto t2 = Clock::now();
-    const double c2 = thread_cpu();
     tc.push_back(std::chrono::duration<double>(t1 - t0).count());
     tk.push_back(std::chrono::duration<double>(t2 - t1).count());
-    cc.push_back(c1 - c0);
-    ck.push_back(c2 - c1);
   }
   const double kernel_bytes = static_cast<double>(kKernels[k].reads + kKernels[k].writes) * n * sizeof(float);
   const double copy_bytes = 2.0 * n * sizeof(float);
@@ -376,11 +366,6 @@ void Kernel_VsCopy(benchmark::State& state) {
   state.counters["copy_GBps"] = gc;
   state.counters["kernel_ms"] = median(tk) * 1e3;
   state.counters["vs_copy"] = gk / gc;
-  // One thread: the same ratio from the thread's CPU time (steadier on a shared machine: time the thread
-  // spends descheduled does not count). With more threads the workers' time is not in it: 0.
-  const double cpu_k = median(ck), cpu_c = median(cc);
-  state.counters["cpu_vs_copy"] =
-      threads == 1 && cpu_k > 0 && cpu_c > 0 ? (kernel_bytes / cpu_k) / (copy_bytes / cpu_c) : 0.0;
   state.SetLabel(std::string(kKernels[k].name) + " | " + size_name(n) + " | " + std::to_string(threads));
   kernels::cpu::set_thread_budget(saved_budget);
 }
@@ -607,8 +592,7 @@ class RatioReporter : public benchmark::ConsoleReporter {
       };
       if (r.run_name.function_name == "Kernel_VsCopy") {
         kernels_.push_back(
-            {r.report_label, get("kernel_ms"), get("kernel_GBps"), get("copy_GBps"), get("vs_copy"),
-             get("cpu_vs_copy")});
+            {r.report_label, get("kernel_ms"), get("kernel_GBps"), get("copy_GBps"), get("vs_copy")});
         continue;
       }
       if (r.run_name.function_name == "Kernel_Threads") {
@@ -660,19 +644,14 @@ class RatioReporter : public benchmark::ConsoleReporter {
       std::printf(
           "\nCPU kernels on float32 arrays (%s), against memcpy interleaved in the same loop (medians)\n",
           kernels::cpu::simd_target_name());
-      std::printf("  %-32s %5s %7s %10s %10s %10s %8s %8s\n", "kernel", "size", "threads", "ms", "GB/s",
-                  "copy GB/s", "vs copy", "cpu vs");
+      std::printf("  %-32s %5s %7s %10s %10s %10s %8s\n", "kernel", "size", "threads", "ms", "GB/s", "copy GB/s",
+                  "vs copy");
       for (const KernelRow& k : kernels_) {
         const size_t bar1 = k.name.find(" | "), bar2 = k.name.rfind(" | ");
-        std::printf("  %-32s %5s %7s %10.3f %10.2f %10.2f %8.2f", k.name.substr(0, bar1).c_str(),
+        std::printf("  %-32s %5s %7s %10.3f %10.2f %10.2f %8.2f\n", k.name.substr(0, bar1).c_str(),
                     k.name.substr(bar1 + 3, bar2 - bar1 - 3).c_str(), k.name.substr(bar2 + 3).c_str(), k.ms,
                     k.gbps, k.copy, k.ratio);
-        if (k.cpu_ratio > 0)
-          std::printf(" %8.2f\n", k.cpu_ratio);
-        else
-          std::printf(" %8s\n", "-");
       }
-      std::printf("  (cpu vs: the 1-thread ratio from thread CPU time, steadier when the machine is shared)\n");
     }
     if (!threads_order_.empty()) {
       std::printf("\nsecond thread's speedup (1-thread time / 2-thread time, split forced), per size (medians)\n");
@@ -700,7 +679,7 @@ class RatioReporter : public benchmark::ConsoleReporter {
   std::map<std::string, Row> rows_;
   struct KernelRow {
     std::string name;
-    double ms, gbps, copy, ratio, cpu_ratio;
+    double ms, gbps, copy, ratio;
   };
   std::vector<KernelRow> kernels_;
   std::map<std::string, std::map<std::string, double>> threads_;
