@@ -19,8 +19,9 @@
 //      measure their thread pools fighting, not the kernels): add --benchmark_repetitions=N
 //      --benchmark_enable_random_interleaving=true to interleave them.
 //      Gemm_StepSequence/<0 mlp, 1 gpt>: every linear-layer product of one training step (forward, input and
-//      weight gradients) on each library, the three interleaved in one loop, in CPU time of the calling thread
-//      (steady on a loaded machine); run it with --blas_threads=1 (one thread: no thread pools to fight).
+//      weight gradients) on each library, the three interleaved in one loop, in CPU time of the calling
+//      thread (steady on a loaded machine); run it with --blas_threads=1 (one thread: no thread pools to
+//      fight).
 // OpenBLAS threads: --blas_threads=N or DDP_BLAS_THREADS=N (default: OpenBLAS's own choice).
 // Run: bench_micro_ops --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
@@ -225,7 +226,16 @@ struct KernelData {
   std::vector<float> a, b, c, d, e, out, small;
   std::vector<int64_t> targets, idx;
   explicit KernelData(int64_t n_)
-      : n(n_), a(n), b(n), c(n), d(n), e(n), out(n), small(std::max<int64_t>(2 * (n / 128), 1024)), targets(n / 256), idx(n / 1024) {
+      : n(n_),
+        a(n),
+        b(n),
+        c(n),
+        d(n),
+        e(n),
+        out(n),
+        small(std::max<int64_t>(2 * (n / 128), 1024)),
+        targets(n / 256),
+        idx(n / 1024) {
     for (int64_t i = 0; i < n; ++i) {
       a[i] = std::sin(0.001f * static_cast<float>(i)) * 3.0f;
       b[i] = 0.5f + 0.25f * std::cos(0.003f * static_cast<float>(i));
@@ -283,8 +293,8 @@ struct KernelData {
         break;
       case 13: {
         int64_t count = 0;
-        benchmark::DoNotOptimize(kernels::cpu::cross_entropy_forward(x, targets.data(), r256, 256, false, -100,
-                                                                     small.data(), &count));
+        benchmark::DoNotOptimize(kernels::cpu::cross_entropy_forward(x, targets.data(), r256, 256, false,
+                                                                     -100, small.data(), &count));
         break;
       }
       case 14: {
@@ -294,12 +304,12 @@ struct KernelData {
         break;
       }
       case 15:
-        kernels::cpu::layernorm_forward(x, b.data(), c.data(), o, small.data(), small.data() + r128, r128, 128,
-                                        1e-5);
+        kernels::cpu::layernorm_forward(x, b.data(), c.data(), o, small.data(), small.data() + r128, r128,
+                                        128, 1e-5);
         break;
       case 16:
-        kernels::cpu::layernorm_backward(b.data(), x, c.data(), small.data(), small.data() + r128, o, d.data(),
-                                         e.data(), r128, 128);
+        kernels::cpu::layernorm_backward(b.data(), x, c.data(), small.data(), small.data() + r128, o,
+                                         d.data(), e.data(), r128, 128);
         break;
       case 17:
         kernels::cpu::sgd_step(o, c.data(), d.data(), n, 1e-3, 0.9, 0.0, 0.0, false, false);
@@ -373,11 +383,11 @@ BENCHMARK(Kernel_VsCopy)
     ->ArgsProduct({benchmark::CreateDenseRange(0, kNumKernels - 1, 1), {1, 2}, {kN, kLargeN}})
     ->Unit(benchmark::kMicrosecond);
 
-// Kernel_Threads/<k>/<n>: the kernel on n elements with a thread budget of 1 and of 2, interleaved in one loop,
-// every parallel_for forced to split (set_parallel_split_always), so the second thread's gain or loss is
-// seen at sizes below the split threshold too. Counters: median microseconds of each and speedup = 1-thread /
-// 2-thread time (> 1: the second thread pays). The table after the run lists the speedups per size, the
-// measurement behind the per-op thresholds of kernels/cpu/parallel.h.
+// Kernel_Threads/<k>/<n>: the kernel on n elements with a thread budget of 1 and of 2, interleaved in one
+// loop, every parallel_for forced to split (set_parallel_split_always), so the second thread's gain or loss
+// is seen at sizes below the split threshold too. Counters: median microseconds of each and speedup =
+// 1-thread / 2-thread time (> 1: the second thread pays). The table after the run lists the speedups per
+// size, the measurement behind the per-op thresholds of kernels/cpu/parallel.h.
 void Kernel_Threads(benchmark::State& state) {
   const int k = static_cast<int>(state.range(0));
   const int64_t n = state.range(1);
@@ -406,7 +416,8 @@ void Kernel_Threads(benchmark::State& state) {
   state.SetLabel(std::string(kKernels[k].name) + " | " + size_name(n));
 }
 BENCHMARK(Kernel_Threads)
-    ->ArgsProduct({benchmark::CreateDenseRange(0, kNumKernels - 1, 1), {1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24}})
+    ->ArgsProduct({benchmark::CreateDenseRange(0, kNumKernels - 1, 1),
+                   {1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24}})
     ->Unit(benchmark::kMicrosecond);
 
 // Parallel_Threshold/<n>/<threads>: gelu forward (a compute-heavy kernel) and relu forward (a memory-bound
@@ -644,8 +655,8 @@ class RatioReporter : public benchmark::ConsoleReporter {
       std::printf(
           "\nCPU kernels on float32 arrays (%s), against memcpy interleaved in the same loop (medians)\n",
           kernels::cpu::simd_target_name());
-      std::printf("  %-32s %5s %7s %10s %10s %10s %8s\n", "kernel", "size", "threads", "ms", "GB/s", "copy GB/s",
-                  "vs copy");
+      std::printf("  %-32s %5s %7s %10s %10s %10s %8s\n", "kernel", "size", "threads", "ms", "GB/s",
+                  "copy GB/s", "vs copy");
       for (const KernelRow& k : kernels_) {
         const size_t bar1 = k.name.find(" | "), bar2 = k.name.rfind(" | ");
         std::printf("  %-32s %5s %7s %10.3f %10.2f %10.2f %8.2f\n", k.name.substr(0, bar1).c_str(),
@@ -654,7 +665,8 @@ class RatioReporter : public benchmark::ConsoleReporter {
       }
     }
     if (!threads_order_.empty()) {
-      std::printf("\nsecond thread's speedup (1-thread time / 2-thread time, split forced), per size (medians)\n");
+      std::printf(
+          "\nsecond thread's speedup (1-thread time / 2-thread time, split forced), per size (medians)\n");
       std::printf("  %-32s", "kernel");
       for (const std::string& size : threads_sizes_) std::printf(" %7s", size.c_str());
       std::printf("\n");

@@ -142,7 +142,8 @@ void LayerNormBackward(const T* dy, const T* x, const T* weight, const T* mean, 
         const V vrs = hn::Set(d, crs[k]);
         const V xh = hn::Mul(hn::Sub(vx, hn::Set(d, cm[k])), vrs);
         if (dxs) {
-          const V v = hn::NegMulAdd(hn::Set(d, cc[k]), xh, hn::MulAdd(vrs, hn::Mul(vdy, vw), hn::Set(d, cb[k])));
+          const V v =
+              hn::NegMulAdd(hn::Set(d, cc[k]), xh, hn::MulAdd(vrs, hn::Mul(vdy, vw), hn::Set(d, cb[k])));
           if (whole)
             hn::StoreU(v, d, dxs + k * cols + i);
           else
@@ -163,8 +164,8 @@ void LayerNormBackward(const T* dy, const T* x, const T* weight, const T* mean, 
         whole ? hn::StoreU(v, d, dweight + i) : StoreTail(d, v, dweight + i, count);
       }
       if (dbias) {
-        const V v = hn::Add(whole ? hn::LoadU(d, dbias + i) : LoadTail(d, dbias + i, count, T(0)),
-                            hn::Add(db0, db1));
+        const V v =
+            hn::Add(whole ? hn::LoadU(d, dbias + i) : LoadTail(d, dbias + i, count, T(0)), hn::Add(db0, db1));
         whole ? hn::StoreU(v, d, dbias + i) : StoreTail(d, v, dbias + i, count);
       }
     };

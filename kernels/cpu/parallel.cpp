@@ -129,8 +129,9 @@ void set_parallel_split_always(bool on) { g_split_always.store(on); }
 namespace detail {
 void parallel_run(int64_t n, int64_t align, int64_t min_per_thread, RangeFn fn, void* ctx) {
   if (n <= 0) return;
-  const int64_t per = g_split_always.load(std::memory_order_relaxed) ? std::max<int64_t>(align, 1)
-                                                                      : std::max<int64_t>({min_per_thread, align, 1});
+  const int64_t per = g_split_always.load(std::memory_order_relaxed)
+                          ? std::max<int64_t>(align, 1)
+                          : std::max<int64_t>({min_per_thread, align, 1});
   int threads = static_cast<int>(std::min<int64_t>(thread_budget(), n / per));
   if (threads <= 1 || t_in_pool_task) {
     fn(ctx, 0, n);

@@ -94,13 +94,13 @@ double sum_contiguous(const In* x, int64_t n) {
 }
 }  // namespace
 
-// Column sums (inner > 1): rows are taken in fixed super-blocks (kSuperRows rows, more for very tall inputs so
-// there are at most kMaxSuperBlocks), each summed into its own double partial row (blocks of kBlockRows rows
-// added in the input type, then into double, in row order), and the partial rows added in super-block order.
-// The super-blocks depend on the shape only, so any thread count gives the same bits. Threads split the
-// super-blocks, each reading whole rows (contiguous memory). A single super-block (r <= kSuperRows), or partial
-// rows that would take more than kMaxScratch doubles, are split by columns instead (tiles of kTile columns).
-// The partial rows live in a reused per-thread buffer (at most kMaxScratch doubles).
+// Column sums (inner > 1): rows are taken in fixed super-blocks (kSuperRows rows, more for very tall inputs
+// so there are at most kMaxSuperBlocks), each summed into its own double partial row (blocks of kBlockRows
+// rows added in the input type, then into double, in row order), and the partial rows added in super-block
+// order. The super-blocks depend on the shape only, so any thread count gives the same bits. Threads split
+// the super-blocks, each reading whole rows (contiguous memory). A single super-block (r <= kSuperRows), or
+// partial rows that would take more than kMaxScratch doubles, are split by columns instead (tiles of kTile
+// columns). The partial rows live in a reused per-thread buffer (at most kMaxScratch doubles).
 constexpr int64_t kSuperRows = 256;
 constexpr int64_t kMaxSuperBlocks = 64;
 constexpr int64_t kTile = 512;                     // ColumnBlockSum's widest partial row

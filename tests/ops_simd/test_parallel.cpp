@@ -233,7 +233,8 @@ int streaming_kernels_child() {
   kc::sum_middle(w.data(), 1, 1024, 1024, y.data(), 1.0);
   const int below = kc::pool_threads_started();
   std::vector<float> big(4 * n, 1.0f), gbig(4 * n, 0.5f);
-  kc::sgd_step(big.data(), gbig.data(), static_cast<float*>(nullptr), 4 * n, 0.01, 0.0, 0.0, 0.0, false, false);
+  kc::sgd_step(big.data(), gbig.data(), static_cast<float*>(nullptr), 4 * n, 0.01, 0.0, 0.0, 0.0, false,
+               false);
   const int above = kc::pool_threads_started();
   if (below != 0 || above != 1) std::fprintf(stderr, "pool threads %d below, %d above\n", below, above);
   return below == 0 && above == 1 ? 0 : 1;

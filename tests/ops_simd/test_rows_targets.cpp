@@ -93,47 +93,50 @@ TEST(RowKernelTargets, SoftmaxFamilyMatchesFloat64OnEveryTarget) {
 
 TEST(RowKernelTargets, LayerNormMatchesFloat64OnEveryTarget) {
   for_each_simd_target([](const std::string&) {
-  // 67 rows: a block of 64 rows plus 3 (the partial dweight / dbias rows), sub-blocks of 12 rows ending in 4
-  // + 3 (backward's four-row and one-row paths).
-  for (int64_t rows : {4, 67})
-    for (int64_t cols : {1, 5, 16, 17, 100, 128}) {
-      const int64_t n = rows * cols;
-      const std::vector<float> x = cast_to<float>(spread(n, -3, 5)), dy = cast_to<float>(spread(n, -1, 1)),
-                               w = cast_to<float>(spread(cols, 0.5, 1.5)),
-                               b = cast_to<float>(spread(cols, -0.2, 0.3));
-      std::vector<float> y(n), mean(rows), rstd(rows), dx(n), dw(cols), db(cols);
-      kc::layernorm_forward(x.data(), w.data(), b.data(), y.data(), mean.data(), rstd.data(), rows, cols,
-                            1e-5);
-      std::vector<double> yref(n), xhat(n), dxref(n), dwref(cols, 0), dbref(cols, 0);
-      for (int64_t r = 0; r < rows; ++r) {
-        double m = 0, v = 0;
-        for (int64_t c = 0; c < cols; ++c) m += x[r * cols + c];
-        m /= cols;
-        for (int64_t c = 0; c < cols; ++c) v += (x[r * cols + c] - m) * (x[r * cols + c] - m);
-        const double rs = 1 / std::sqrt(v / cols + 1e-5);
-        double sg = 0, sgx = 0;
-        for (int64_t c = 0; c < cols; ++c) {
-          xhat[r * cols + c] = (x[r * cols + c] - m) * rs;
-          yref[r * cols + c] = xhat[r * cols + c] * w[c] + b[c];
-          dwref[c] += double(dy[r * cols + c]) * xhat[r * cols + c];
-          dbref[c] += dy[r * cols + c];
-          sg += double(dy[r * cols + c]) * w[c];
-          sgx += double(dy[r * cols + c]) * w[c] * xhat[r * cols + c];
+    // 67 rows: a block of 64 rows plus 3 (the partial dweight / dbias rows), sub-blocks of 12 rows ending in
+    // 4
+    // + 3 (backward's four-row and one-row paths).
+    for (int64_t rows : {4, 67})
+      for (int64_t cols : {1, 5, 16, 17, 100, 128}) {
+        const int64_t n = rows * cols;
+        const std::vector<float> x = cast_to<float>(spread(n, -3, 5)), dy = cast_to<float>(spread(n, -1, 1)),
+                                 w = cast_to<float>(spread(cols, 0.5, 1.5)),
+                                 b = cast_to<float>(spread(cols, -0.2, 0.3));
+        std::vector<float> y(n), mean(rows), rstd(rows), dx(n), dw(cols), db(cols);
+        kc::layernorm_forward(x.data(), w.data(), b.data(), y.data(), mean.data(), rstd.data(), rows, cols,
+                              1e-5);
+        std::vector<double> yref(n), xhat(n), dxref(n), dwref(cols, 0), dbref(cols, 0);
+        for (int64_t r = 0; r < rows; ++r) {
+          double m = 0, v = 0;
+          for (int64_t c = 0; c < cols; ++c) m += x[r * cols + c];
+          m /= cols;
+          for (int64_t c = 0; c < cols; ++c) v += (x[r * cols + c] - m) * (x[r * cols + c] - m);
+          const double rs = 1 / std::sqrt(v / cols + 1e-5);
+          double sg = 0, sgx = 0;
+          for (int64_t c = 0; c < cols; ++c) {
+            xhat[r * cols + c] = (x[r * cols + c] - m) * rs;
+            yref[r * cols + c] = xhat[r * cols + c] * w[c] + b[c];
+            dwref[c] += double(dy[r * cols + c]) * xhat[r * cols + c];
+            dbref[c] += dy[r * cols + c];
+            sg += double(dy[r * cols + c]) * w[c];
+            sgx += double(dy[r * cols + c]) * w[c] * xhat[r * cols + c];
+          }
+          for (int64_t c = 0; c < cols; ++c)
+            dxref[r * cols + c] =
+                rs * (double(dy[r * cols + c]) * w[c] - sg / cols - xhat[r * cols + c] * sgx / cols);
         }
-        for (int64_t c = 0; c < cols; ++c)
-          dxref[r * cols + c] =
-              rs * (double(dy[r * cols + c]) * w[c] - sg / cols - xhat[r * cols + c] * sgx / cols);
+        // cols = 1: the centred value must be exactly 0 (x - mean formed before scaling by rstd =
+        // 1/sqrt(eps)); y and dx are still checked with an absolute tolerance scaled up for rstd = 316.
+        const double scale = cols == 1 ? 400 : 1;
+        EXPECT_TRUE(close_to(y, yref, kAtol * scale, kRtol)) << "layernorm rows " << rows << " cols " << cols;
+        kc::layernorm_backward(dy.data(), x.data(), w.data(), mean.data(), rstd.data(), dx.data(), dw.data(),
+                               db.data(), rows, cols);
+        EXPECT_TRUE(close_to(dx, dxref, 1e-5 * scale, 1e-4))
+            << "layernorm dx rows " << rows << " cols " << cols;
+        EXPECT_TRUE(close_to(dw, dwref, kAtol, kRtol))
+            << "layernorm dweight rows " << rows << " cols " << cols;
+        EXPECT_TRUE(close_to(db, dbref, kAtol, kRtol)) << "layernorm dbias rows " << rows << " cols " << cols;
       }
-      // cols = 1: the centred value must be exactly 0 (x - mean formed before scaling by rstd = 1/sqrt(eps));
-      // y and dx are still checked with an absolute tolerance scaled up for rstd = 316.
-      const double scale = cols == 1 ? 400 : 1;
-      EXPECT_TRUE(close_to(y, yref, kAtol * scale, kRtol)) << "layernorm rows " << rows << " cols " << cols;
-      kc::layernorm_backward(dy.data(), x.data(), w.data(), mean.data(), rstd.data(), dx.data(), dw.data(),
-                             db.data(), rows, cols);
-      EXPECT_TRUE(close_to(dx, dxref, 1e-5 * scale, 1e-4)) << "layernorm dx rows " << rows << " cols " << cols;
-      EXPECT_TRUE(close_to(dw, dwref, kAtol, kRtol)) << "layernorm dweight rows " << rows << " cols " << cols;
-      EXPECT_TRUE(close_to(db, dbref, kAtol, kRtol)) << "layernorm dbias rows " << rows << " cols " << cols;
-    }
   });
 }
 
