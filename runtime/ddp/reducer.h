@@ -93,6 +93,7 @@ class Reducer {
     std::vector<size_t> params;
     std::vector<int64_t> offsets;  // element offset of each param's slot in buffer
     Tensor buffer;                 // flat, all slots back to back
+    bool in_comm_memory = false;   // buffer from ProcessGroup::allocate_comm_buffer (shm: shared memory)
     size_t pending = 0;
     std::shared_ptr<dist::Work> work;
     BucketTiming timing;
@@ -115,6 +116,9 @@ class Reducer {
   void mark_ready(size_t index, bool observed);
   void launch_ready_buckets();
   void launch(Bucket& b);
+  // True when the bucket's all-reduce divides (ReduceOp::Avg) instead of the copy-in: the default hook, a
+  // buffer in the backend's communication memory, and the divisor is the world size.
+  bool folds_division(const Bucket& b) const;
   void finalize();
   void finish_communication();
   void write_back();
@@ -138,6 +142,7 @@ class Reducer {
   std::unordered_map<const TensorImpl*, size_t> index_of_;  // parameter -> index (reachability lookups)
   bool sync_ = true;
   bool rebuilt_ = false;
+  bool default_hook_ = false;  // opt_.comm_hook is the plain AllreduceHook
 
   // ---- per-iteration state ----
   bool backward_started_ = false;
