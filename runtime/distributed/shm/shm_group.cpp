@@ -579,8 +579,10 @@ void ShmProcessGroup::Impl::direct_allreduce(const CollectiveDesc& d, const Dire
   for (int q = 0; q < size; ++q)
     bufs[q] = (q == rank ? static_cast<char*>(ref.own->seg.data()) : peer_buffer(q, ref.own->index, end_bytes)) +
               ref.offset;
+  // Parts of ceil(len / size) rounded up to 64 bytes (never 0: a range shorter than the world has parts too).
   const size_t align = 64 / es;
-  const size_t part = (len / size + align - 1) / align * align;
+  const size_t per_rank = (len + static_cast<size_t>(size) - 1) / static_cast<size_t>(size);
+  const size_t part = (per_rank + align - 1) / align * align;
   const size_t lo = std::min(len, part * static_cast<size_t>(rank));
   const size_t hi = std::min(len, part * static_cast<size_t>(rank + 1));
   std::vector<const void*> inputs(size);
