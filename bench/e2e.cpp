@@ -180,7 +180,7 @@ int main(int argc, char** argv) {
     int warmup = 3, steps = 20, threads = 0;
     int64_t batch = 0;
     double cap_mb = 25.0, first_mb = 1.0, peak_tflops = 0, lr = 0;
-    bool force = false, grad_as_bucket_view = false;
+    bool force = false, grad_as_bucket_view = false, zero_grad_in_place = false;
     ddp::cli::Parser p(
         "bench_e2e",
         "End-to-end DDP training throughput on synthetic data: step, forward, backward compute, "
@@ -199,6 +199,9 @@ int main(int argc, char** argv) {
     p.add("gradient-as-bucket-view", &grad_as_bucket_view,
           "DDPOptions.gradient_as_bucket_view: gradients are views of the bucket buffers (no copy-in or "
           "write-back; with shm the buckets are shared memory that the all-reduce works on in place)");
+    p.add("zero-grad-in-place", &zero_grad_in_place,
+          "zero_grad(set_to_none = false): keep the gradient tensors (with --gradient-as-bucket-view, backward "
+          "then accumulates into the buckets) instead of dropping them each step");
     p.add("warmup", &warmup, "untimed steps first (>= 1: the first step rebuilds the buckets)");
     p.add("steps", &steps, "measured steps");
     p.add("batch-size", &batch, "samples per rank (0: the configuration's default)");
@@ -285,6 +288,7 @@ int main(int argc, char** argv) {
     ddp::models::StepOptions step_options;
     step_options.synchronize_gradients = mode != "nosync";  // nosync: the whole backward under no_sync
     step_options.wait_for_device = gpu;                      // each phase's GPU work counted in it
+    step_options.zero_grad_set_to_none = !zero_grad_in_place;
     auto next_batch = [&w] {
       ddp::data::Batch b;
       b.x = w.x;
@@ -363,7 +367,9 @@ int main(int argc, char** argv) {
                       ? (" (" + std::to_string(w.samples_per_rank * w.tokens_per_sample) + " tokens)").c_str()
                       : "",
                   w.optimizer_name.c_str(), cap_mb, first_mb, buckets,
-                  grad_as_bucket_view ? ", gradient as bucket view" : "");
+                  grad_as_bucket_view ? (zero_grad_in_place ? ", gradient as bucket view, zero_grad in place"
+                                                            : ", gradient as bucket view")
+                                      : (zero_grad_in_place ? ", zero_grad in place" : ""));
       std::printf("  BLAS threads per rank %d (%s), %u cores, host %s, load %.2f -> %.2f\n", threads,
                   ddp::kernels::cpu::gemm_libraries().c_str(), std::thread::hardware_concurrency(), host,
                   load_before, load_after);
@@ -403,6 +409,7 @@ int main(int argc, char** argv) {
             {"bucket_cap_mb", cap_mb},
             {"first_bucket_mb", first_mb},
             {"gradient_as_bucket_view", grad_as_bucket_view},
+            {"zero_grad_in_place", zero_grad_in_place},
             {"buckets", buckets},
             {"threads", threads},
             {"backend", ctx.group->backend_name()},
