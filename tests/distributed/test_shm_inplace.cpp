@@ -312,3 +312,20 @@ TEST_F(ShmInPlace, BadThresholdIsRefusedByName) {
   unsetenv("DDP_SHM_DIRECT_MIN_BYTES");
   EXPECT_NE(err.find("DDP_SHM_DIRECT_MIN_BYTES='lots' is not valid"), std::string::npos) << err;
 }
+
+// /dev/shm cannot hold a buffer (here 1 TiB): ordinary memory instead (data == nullptr, a warning), no
+// SIGBUS at the first write, nothing left in /dev/shm, and the next buffer still goes in place (the failed
+// allocation used up its index on every rank alike).
+TEST_F(ShmInPlace, ABufferDevShmCannotHoldGetsOrdinaryMemory) {
+  run_threads(
+      2,
+      [&](int rank, ProcessGroup& pg) {
+        EXPECT_EQ(pg.allocate_comm_buffer(int64_t{1} << 38, DType::F32, Device::cpu()).data, nullptr);
+        CommBuffer b = registered(pg, 100000, DType::F32);
+        std::fill_n(static_cast<float*>(b.data), b.numel, rank + 1.0f);
+        pg.allreduce(b)->wait();
+        EXPECT_EQ(static_cast<float*>(b.data)[99999], 3.0f);
+        EXPECT_EQ(shm_of(pg).direct_allreduces(), 1u);
+      },
+      quick(), "shm");
+}

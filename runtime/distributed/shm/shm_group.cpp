@@ -324,8 +324,16 @@ CommBuffer ShmProcessGroup::allocate_comm_buffer(int64_t numel, DType dtype, Dev
     return ProcessGroup::allocate_comm_buffer(numel, dtype, device);
   auto own = std::make_shared<OwnBuffer>();
   std::lock_guard<std::mutex> g(s.reg_mu);
-  own->index = s.next_buffer++;
-  own->seg = Segment::create(s.segments[s.rank].name() + ".b" + std::to_string(own->index), bytes);  // zeros
+  own->index = s.next_buffer++;  // taken even on failure: the next buffer keeps the index its peers expect
+  try {
+    own->seg = Segment::create(s.segments[s.rank].name() + ".b" + std::to_string(own->index), bytes,
+                               /*reserve=*/true);  // zero-filled
+  } catch (const Error& e) {
+    // Ordinary memory instead: its all-reduces take the slot algorithm (the peers see no registered stamp).
+    DDP_LOG(Warn, "shm: rank ", s.rank, ": no shared memory for a ", bytes,
+            "-byte communication buffer, using ordinary memory (all-reduces of it are slower): ", e.what());
+    return ProcessGroup::allocate_comm_buffer(numel, dtype, device);
+  }
   // Drop the registry entries of freed buffers (their addresses may come back).
   std::erase_if(s.registry, [](const auto& e) { return e.second.expired(); });
   s.registry[static_cast<const char*>(own->seg.data())] = own;
