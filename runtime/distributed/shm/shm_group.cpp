@@ -1,6 +1,6 @@
 // shm_group.cpp - the shared-memory group: segment setup through the store, running a collective (on the
 // worker thread of queued_process_group.h) with its error text, and the chunked lock-step algorithms of each
-// collective over the peers' slots.
+// collective over the peers' slots (the in-place all-reduce of registered buffers: shm_inplace.cpp).
 #include "runtime/distributed/shm/shm_group.h"
 
 #include <unistd.h>
@@ -8,28 +8,19 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
-#include <map>
-#include <mutex>
 #include <new>
 #include <vector>
 
 #include "runtime/core/error.h"
 #include "runtime/core/log.h"
-#include "runtime/distributed/collective.h"
-#include "runtime/distributed/collective_tracker.h"
+#include "runtime/distributed/shm/shm_group_impl.h"
 #include "runtime/distributed/shm/shm_reduce.h"
-#include "runtime/distributed/shm/shm_segment.h"
-#include "runtime/distributed/shm/shm_sync.h"
 
 namespace ddp::dist {
 
 using namespace shm;
 
 namespace {
-
-constexpr size_t kDefaultSlotBytes = size_t{1} << 20;
-constexpr size_t kSmallAllreduceBytes = 32 << 10;  // below: every rank reduces the whole chunk
-constexpr size_t kDefaultDirectMinBytes = kSmallAllreduceBytes + 1;  // in-place path from here
 
 size_t slot_bytes_from_env() {
   const char* v = std::getenv("DDP_SHM_CHUNK_BYTES");
@@ -40,35 +31,6 @@ size_t slot_bytes_from_env() {
             "' is not valid: expected a multiple of 64 between 4096 and 1073741824 bytes");
   return static_cast<size_t>(b);
 }
-
-size_t direct_min_bytes_from_env() {
-  const char* v = std::getenv("DDP_SHM_DIRECT_MIN_BYTES");
-  if (!v || !*v) return kDefaultDirectMinBytes;
-  char* end = nullptr;
-  long long b = std::strtoll(v, &end, 10);
-  DDP_CHECK(end && *end == '\0' && b >= 0, "DDP_SHM_DIRECT_MIN_BYTES='", v,
-            "' is not valid: expected a byte count >= 0 (all-reduces of registered buffers from this size on "
-            "take the in-place path)");
-  return static_cast<size_t>(b);
-}
-
-// One registered buffer of this rank: its own segment. Owned by the memory's keepalive (it can outlive the
-// group); the group keeps a weak reference to find it from a buffer address.
-struct OwnBuffer {
-  uint64_t index = 0;
-  std::mutex mu;  // guards seg's name (unlinked from the worker, the group's destructor or the last owner)
-  Segment seg;
-  void unlink() {
-    std::lock_guard<std::mutex> g(mu);
-    seg.unlink();
-  }
-};
-
-// What prepare() found for an all-reduce: the registered buffer its memory lies in (kept alive with it).
-struct DirectRef {
-  std::shared_ptr<OwnBuffer> own;
-  uint64_t offset = 0;  // bytes from the buffer's start
-};
 
 // While a caller blocks in wait(), the worker's waits on peers spin longer: nothing else needs this rank's
 // core then, and a futex wake-up is slow. The counter outlives the group (a Work may).
@@ -94,12 +56,6 @@ class ShmWork : public Work {
   std::shared_ptr<std::atomic<int>> waiters_;
 };
 
-// A wait on a peer that ended without the peer getting there.
-struct PeerProblem {
-  int rank;
-  WaitEnd end;
-};
-
 uint64_t pack_shape(const CollectiveDesc& d) {
   return static_cast<uint64_t>(d.kind) | static_cast<uint64_t>(d.dtype) << 8 |
          static_cast<uint64_t>(d.op) << 16 | static_cast<uint64_t>(d.root + 1) << 24;
@@ -116,75 +72,6 @@ CollectiveDesc unpack_shape(uint64_t shape, int64_t count, uint64_t seq) {
 }
 
 }  // namespace
-
-struct ShmProcessGroup::Impl {
-  int rank = 0;
-  int size = 1;
-  ProcessGroupOptions options;
-  std::string prefix;
-  std::shared_ptr<Store> store;
-  std::unique_ptr<CollectiveTracker> tracker;  // debug mode only
-  WaitPolicy policy;
-  std::shared_ptr<std::atomic<int>> waiters = std::make_shared<std::atomic<int>>(0);  // callers in wait()
-
-  size_t slot_bytes = kDefaultSlotBytes;
-  size_t direct_min_bytes = kDefaultDirectMinBytes;
-  std::string run_id;
-  // ---- registered buffers
-  std::mutex reg_mu;  // guards next_buffer, registry (callers' threads)
-  uint64_t next_buffer = 0;
-  std::map<const char*, std::weak_ptr<OwnBuffer>> registry;  // by base address
-  std::map<std::pair<int, uint64_t>, Segment> peer_buffers;  // worker thread only: (rank, index) mapped
-  std::atomic<uint64_t> direct_count{0};
-  // The in-place candidacy of the collective being stamped (worker thread).
-  uint64_t stamp_direct_buffer = 0, stamp_direct_offset = 0;
-  std::vector<Segment> segments;   // [rank] is ours
-  std::vector<ControlBlock*> cb;   // control block of each rank
-  std::vector<char*> slots;        // base of each rank's two slots
-  std::vector<bool> same_process;  // thread ranks: no pid check
-  uint64_t step = 0;               // worker thread only: steps run so far (the same on every rank)
-  std::chrono::steady_clock::time_point deadline;
-
-  void setup();
-  void execute(const CollectiveDesc& d, char* in, char* out, const DirectRef* direct);
-  std::string failure_message(const CollectiveDesc& d, const PeerProblem& p);
-
-  // --- step machinery
-  char* slot(int r, uint64_t k) const { return slots[r] + (k % 2) * slot_bytes; }
-  // Each step has four marks: 1 written (or stamped), 2 written after a fallback, 3 reduced, 4 done.
-  uint32_t base() const { return static_cast<uint32_t>(step * 4); }
-  void publish(uint32_t v) { publish_progress(*cb[rank], v); }
-  void wait_rank(int q, uint32_t target) {
-    WaitEnd e = wait_progress(*cb[q], target, deadline, policy, same_process[q], waiters.get());
-    if (e != WaitEnd::Reached) throw PeerProblem{q, e};
-  }
-  void wait_all(uint32_t target) {
-    for (int q = 0; q < size; ++q)
-      if (q != rank) wait_rank(q, target);
-  }
-  // Start of a step: our slot of this step's parity is free once every peer finished the step before last.
-  // The first step of a collective also stamps the call, only now: a peer still checking our stamp of the
-  // same parity (two collectives back) has finished that step.
-  void begin_step(const CollectiveDesc& d, uint64_t s) {
-    if (step >= 2) wait_all(base() - 4);
-    if (s == 0) stamp_call(d);
-  }
-  void end_step() {
-    publish(base() + 4);
-    ++step;
-  }
-  void stamp_call(const CollectiveDesc& d);
-  void check_peer_call(int q, const CollectiveDesc& d);
-
-  void allreduce(const CollectiveDesc& d, char* data, const DirectRef* direct);
-  bool all_agree_on_direct(const CollectiveDesc& d) const;
-  void direct_allreduce(const CollectiveDesc& d, const DirectRef& ref);
-  char* peer_buffer(int q, uint64_t index, size_t end_bytes);
-  void broadcast(const CollectiveDesc& d, char* data);
-  void allgather(const CollectiveDesc& d, const char* in, char* out);
-  void reduce_scatter(const CollectiveDesc& d, const char* in, char* out);
-  void barrier(const CollectiveDesc& d);
-};
 
 // ---------------------------------------------------------------------------------------------- setup
 
@@ -277,12 +164,7 @@ void ShmProcessGroup::Impl::setup() {
 ShmProcessGroup::~ShmProcessGroup() {
   Impl& s = *impl_;
   stop_worker();
-  {
-    // Registered buffers that outlive the group stay usable memory, but their names go now.
-    std::lock_guard<std::mutex> g(s.reg_mu);
-    for (auto& [base, weak] : s.registry)
-      if (auto own = weak.lock()) own->unlink();
-  }
+  s.unlink_buffers();  // registered buffers that outlive the group stay usable memory; their names go now
   if (static_cast<PeerState>(s.cb[s.rank]->state.load()) == PeerState::Alive)
     publish_state(*s.cb[s.rank], PeerState::Closed);
 }
@@ -294,54 +176,9 @@ void ShmProcessGroup::prepare(Task& t) {
             t.in.device.is_cpu() ? t.out.device.str() : t.in.device.str(),
             " but the shm backend moves CPU memory only; use nccl for CUDA buffers (or gloo, which stages "
             "them through host memory)");
-  Impl& s = *impl_;
-  if (t.desc.kind != CollectiveKind::Allreduce || s.size == 1 || t.in.nbytes() < s.direct_min_bytes ||
-      t.in.numel <= 0)
-    return;
-  // Does the buffer lie inside one registered buffer? The registered buffer with the highest base <= data.
-  const char* data = static_cast<const char*>(t.in.data);
-  std::lock_guard<std::mutex> g(s.reg_mu);
-  auto it = s.registry.upper_bound(data);
-  if (it == s.registry.begin()) return;
-  --it;
-  auto own = it->second.lock();
-  if (!own) {
-    s.registry.erase(it);  // freed; its address may be reused
-    return;
-  }
-  const char* base = static_cast<const char*>(own->seg.data());
-  if (data + t.in.nbytes() > base + own->seg.size()) return;
-  auto ref = std::make_shared<DirectRef>();
-  ref->own = std::move(own);
-  ref->offset = static_cast<uint64_t>(data - base);
-  t.staging = std::move(ref);
+  if (t.desc.kind == CollectiveKind::Allreduce) t.staging = impl_->find_registered(t.in);
 }
 
-CommBuffer ShmProcessGroup::allocate_comm_buffer(int64_t numel, DType dtype, Device device) {
-  Impl& s = *impl_;
-  const size_t bytes = static_cast<size_t>(std::max<int64_t>(numel, 0)) * dtype_size(dtype);
-  if (!device.is_cpu() || s.size == 1 || bytes < s.direct_min_bytes || bytes == 0)
-    return ProcessGroup::allocate_comm_buffer(numel, dtype, device);
-  auto own = std::make_shared<OwnBuffer>();
-  std::lock_guard<std::mutex> g(s.reg_mu);
-  own->index = s.next_buffer++;  // taken even on failure: the next buffer keeps the index its peers expect
-  try {
-    own->seg = Segment::create(s.segments[s.rank].name() + ".b" + std::to_string(own->index), bytes,
-                               /*reserve=*/true);  // zero-filled
-  } catch (const Error& e) {
-    // Ordinary memory instead: its all-reduces take the slot algorithm (the peers see no registered stamp).
-    DDP_LOG(Warn, "shm: rank ", s.rank, ": no shared memory for a ", bytes,
-            "-byte communication buffer, using ordinary memory (all-reduces of it are slower): ", e.what());
-    return ProcessGroup::allocate_comm_buffer(numel, dtype, device);
-  }
-  // Drop the registry entries of freed buffers (their addresses may come back).
-  std::erase_if(s.registry, [](const auto& e) { return e.second.expired(); });
-  s.registry[static_cast<const char*>(own->seg.data())] = own;
-  void* data = own->seg.data();
-  return CommBuffer{data, numel, dtype, device, std::shared_ptr<void>(std::move(own))};
-}
-
-uint64_t ShmProcessGroup::direct_allreduces() const { return impl_->direct_count.load(); }
 
 std::shared_ptr<Work> ShmProcessGroup::make_work(Task& t) {
   return std::make_shared<ShmWork>(t.desc.str(), impl_->waiters);
@@ -373,9 +210,11 @@ std::string ShmProcessGroup::Impl::failure_message(const CollectiveDesc& d, cons
     const uint64_t arrived = cb[q]->arrived.load();
     if (arrived > d.seq) continue;
     if (!missing.empty()) missing += ", ";
-    missing += std::to_string(q) +
-               " (last reached: " + (arrived == 0 ? std::string("none") : "#" + std::to_string(arrived - 1)) +
-               ")";
+    // Appended piece by piece: `"#" + std::to_string(...)` here makes GCC 12 warn falsely (-Wrestrict).
+    missing += std::to_string(q);
+    missing += " (last reached: ";
+    missing += arrived == 0 ? std::string("none") : std::string("#").append(std::to_string(arrived - 1));
+    missing += ")";
   }
   if (missing.empty()) {
     msg += "all ranks arrived at this collective";
@@ -545,68 +384,6 @@ void ShmProcessGroup::Impl::allreduce(const CollectiveDesc& d, char* data, const
     }
     end_step();
   }
-}
-
-// After the first mark: every rank (this one included) stamped the same registered buffer and offset.
-bool ShmProcessGroup::Impl::all_agree_on_direct(const CollectiveDesc& d) const {
-  if (stamp_direct_buffer == 0) return false;
-  for (int q = 0; q < size; ++q) {
-    if (q == rank) continue;
-    const CallStamp& st = cb[q]->call[d.seq % 2];
-    if (st.direct_buffer.load(std::memory_order_relaxed) != stamp_direct_buffer ||
-        st.direct_offset.load(std::memory_order_relaxed) != stamp_direct_offset)
-      return false;
-  }
-  return true;
-}
-
-// Peer q's registered buffer `index`, mapped on first use (its name lives until the peer's first in-place
-// all-reduce of it has ended, which needs this rank's "reduced" mark, so it is still there now).
-char* ShmProcessGroup::Impl::peer_buffer(int q, uint64_t index, size_t end_bytes) {
-  auto key = std::make_pair(q, index);
-  auto it = peer_buffers.find(key);
-  if (it == peer_buffers.end()) {
-    const std::string name = segments[q].name() + ".b" + std::to_string(index);
-    it = peer_buffers.emplace(key, Segment::open(name)).first;
-  }
-  DDP_CHECK(it->second.size() >= end_bytes, "shm: registered buffer ", it->second.name(), " of rank ", q,
-            " has ", it->second.size(), " bytes but the all-reduce needs ", end_bytes,
-            ": the ranks allocated their communication buffers with different sizes (allocate them in the "
-            "same order and sizes on every rank)");
-  return static_cast<char*>(it->second.data());
-}
-
-// The in-place all-reduce: rank r reduces part r of the range, in rank order, straight from every rank's
-// buffer, and writes the result into part r of every rank's buffer. The parts are disjoint, and no rank
-// touches its buffer outside this collective until the second mark says every rank is done with it.
-void ShmProcessGroup::Impl::direct_allreduce(const CollectiveDesc& d, const DirectRef& ref) {
-  const size_t es = dtype_size(d.dtype);
-  const size_t len = static_cast<size_t>(d.count);
-  const size_t end_bytes = ref.offset + len * es;
-  std::vector<char*> bufs(size);
-  for (int q = 0; q < size; ++q)
-    bufs[q] = (q == rank ? static_cast<char*>(ref.own->seg.data()) : peer_buffer(q, ref.own->index, end_bytes)) +
-              ref.offset;
-  // Parts of ceil(len / size) rounded up to 64 bytes (never 0: a range shorter than the world has parts too).
-  const size_t align = 64 / es;
-  const size_t per_rank = (len + static_cast<size_t>(size) - 1) / static_cast<size_t>(size);
-  const size_t part = (per_rank + align - 1) / align * align;
-  const size_t lo = std::min(len, part * static_cast<size_t>(rank));
-  const size_t hi = std::min(len, part * static_cast<size_t>(rank + 1));
-  std::vector<const void*> inputs(size);
-  std::vector<void*> outs(size);
-  for (int q = 0; q < size; ++q) {
-    inputs[q] = bufs[q] + lo * es;
-    outs[q] = bufs[q] + lo * es;
-  }
-  reduce_to_all(outs.data(), size, inputs.data(), size, hi - lo, d.dtype, d.op, size);
-  const uint32_t b = base();
-  publish(b + 3);
-  wait_all(b + 3);
-  end_step();
-  // Every peer mapped our buffer before its mark 3: the name can go.
-  ref.own->unlink();
-  direct_count.fetch_add(1, std::memory_order_relaxed);
 }
 
 void ShmProcessGroup::Impl::broadcast(const CollectiveDesc& d, char* data) {
