@@ -24,6 +24,8 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 // Bytes of the widest vector of any x86 target (AVX-512); tail buffers are this big.
 constexpr size_t kMaxVectorBytes = 64;
+// log2(e) rounded to float (the base-2 exp and tanh below).
+constexpr float kLog2E = 1.44269504088896341f;
 
 // y[i] = f(d, x[i]) over n elements; y may alias x.
 template <class D, class F>
@@ -150,6 +152,30 @@ HWY_INLINE V TanhFast(D d, V x) {
   }
 }
 
+// tanh(x) for float32 as TanhFast's sign(x) m / (m + 2), m = expm1(2|x|), with the expm1 in base 2 (fewer
+// FMAs): w = 2|x| log2(e) capped at 20 log2(e), n = round(w) (1.5 * 2^23 trick, exponent bias folded in), f =
+// w - n exactly, 2^f - 1 = f q(f) with q of degree 5 (Horner; minimax fit for the relative error of 2^f - 1,
+// 1.1e-8), m = 2^n (2^f - 1) + (2^n - 1); small |x| (n = 0) keeps full relative accuracy. Within 3e-7
+// relative of tanh (2.6e-7 measured by test_fast_math_targets; TanhFast: 2e-7, one FMA-chain longer and
+// slower); NaN input needs the caller's select.
+template <class D, class V>
+HWY_INLINE V TanhBase2F32(D d, V x) {
+  const hn::RebindToSigned<D> di;
+  const V magic = hn::Set(d, 12582912.0f + 127.0f);  // 1.5 * 2^23 + exponent bias: t's bits give 2^n
+  const V w = hn::Min(hn::Mul(hn::Abs(x), hn::Set(d, 2 * kLog2E)), hn::Set(d, 20 * kLog2E));
+  const V t = hn::Add(w, magic);
+  const V f = hn::Sub(w, hn::Sub(t, magic));
+  V q = hn::Set(d, 0.00015403510769829154f);
+  q = hn::MulAdd(q, f, hn::Set(d, 0.0013390736421570182f));
+  q = hn::MulAdd(q, f, hn::Set(d, 0.009618237614631653f));
+  q = hn::MulAdd(q, f, hn::Set(d, 0.05550357326865196f));
+  q = hn::MulAdd(q, f, hn::Set(d, 0.24022649228572845f));
+  q = hn::MulAdd(q, f, hn::Set(d, 0.6931471824645996f));
+  const V scale = hn::BitCast(d, hn::ShiftLeft<23>(hn::BitCast(di, t)));  // 2^n, n in [0, 29]
+  const V m = hn::MulAdd(scale, hn::Mul(f, q), hn::Sub(scale, hn::Set(d, 1.0f)));  // expm1(2|x|)
+  return hn::CopySignToAbs(hn::Div(m, hn::Add(m, hn::Set(d, 2.0f))), x);
+}
+
 // sigmoid(z) = 1 / (1 + exp(-z)): exp(-z) overflows to +inf for z < -88.7 (float32), giving 0; no
 // cancellation on either side. NaN stays NaN.
 template <class D, class V>
@@ -259,7 +285,6 @@ HWY_INLINE void RowAffine(const T* x, T* y, int64_t n, T a, T b) {
 // c ln 2 + log(sum), exact in c). n = round(z) by the 1.5 * 2^23 trick, f = z - n in [-0.5, 0.5] exactly
 // (three adds, off the FMA pipes), 2^f by a degree-5 polynomial (Horner: 5 FMAs; minimax fit, relative
 // error 9.2e-8). Relative error within 2.5e-7 plus z's own rounding (|z| 2^-24 ln 2).
-constexpr float kLog2E = 1.44269504088896341f;
 template <class D, class V>
 HWY_INLINE V Exp2PolyF32(D d, V f, float c0) {  // c0 * 2^f, c0 = 1 or 2 (exact scaling of the fit)
   V p = hn::Set(d, c0 * 0.0013264708686619997f);
@@ -269,7 +294,7 @@ HWY_INLINE V Exp2PolyF32(D d, V f, float c0) {  // c0 * 2^f, c0 = 1 or 2 (exact 
   p = hn::MulAdd(p, f, hn::Set(d, c0 * 0.6931470036506653f));
   return hn::MulAdd(p, f, hn::Set(d, c0));
 }
-// 2^z for z <= 0.5 (written results): z is clamped at -126.4, the scale 2^(n-1) comes from t's low bits
+// 2^z for z <= 127 (written results): z is clamped at -126.4, the scale 2^(n-1) comes from t's low bits
 // (exponent offset 126 folded into the magic constant) times 2 * 2^f, and n = -126 gives the scale 0:
 // results below about 2^-125 are 0 (2^-inf = 0).
 template <class D, class V>
@@ -281,6 +306,12 @@ HWY_INLINE V Exp2NonPositiveF32(D d, V z) {
   const V f = hn::Sub(zc, hn::Sub(t, magic));
   const V scale = hn::BitCast(d, hn::ShiftLeft<23>(hn::BitCast(di, t)));  // 2^(n-1); 0 when n = -126
   return hn::Mul(Exp2PolyF32(d, f, 2.0f), scale);
+}
+// 2^z for any float32 z, clamped to [-126.4, 127] (as Exp2NonPositiveF32, plus the upper clamp): never inf
+// or NaN for non-NaN z, at most 2^127.5 (so 1 + 2^z stays finite); results below about 2^-125 are 0.
+template <class D, class V>
+HWY_INLINE V Exp2ClampedF32(D d, V z) {
+  return Exp2NonPositiveF32(d, hn::Min(z, hn::Set(d, 127.0f)));
 }
 // 2^z for z <= 0.5 when only sums are needed: z is clamped at -125 (2^-inf gives about 2^-125, nothing
 // next to a row sum >= 1) so the result is normal and n goes into the exponent by an integer add instead

@@ -174,3 +174,42 @@ TEST(FastMathTargets, LogSumExpMatchesFloat64OnEveryTarget) {
     });
   }
 }
+
+// TanhBase2F32 (tanh_forward, float32): relative error at most 3e-7 over every 16th float of magnitude in
+// [2^-20, 10] (every 97th float, both signs) and beyond.
+TEST(FastMathTargets, TanhFloat32WithinBoundOnEveryTarget) {
+  std::vector<float> x;
+  for (uint32_t b = 0x35800000u; b <= 0x41200000u; b += 97) x.push_back(from_bits(b)), x.push_back(-from_bits(b));
+  for (float v : {1e-30f, -1e-38f, 10.5f, 20.0f, -1e4f}) x.push_back(v);
+  for_each_simd_target([&](const std::string&) {
+    std::vector<float> y(x.size());
+    kc::tanh_forward(x.data(), y.data(), static_cast<int64_t>(x.size()));
+    double worst = 0;
+    size_t wi = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      const double ref = std::tanh(static_cast<double>(x[i]));
+      const double e = std::fabs(static_cast<double>(y[i]) - ref) / std::fabs(ref);
+      if (!(e <= worst)) worst = e, wi = i;
+    }
+    EXPECT_LE(worst, 3e-7) << "tanh(" << x[wi] << ") = " << y[wi] << ", relative error " << worst;
+  });
+}
+
+// GeluForward float32 (Exp2ClampedF32): relative error against x / (1 + exp(-2u)) in float64 at the float
+// input. 2u is formed in float (rounded), and exp(-2u) amplifies that rounding by |2u| (up to 66 at x = -9),
+// so the bound is 3e-7 + 1.8e-7 |2u| (2.5 float ulp of 2u); below x = -9.2 the result is under 6e-39 |x|.
+TEST(FastMathTargets, GeluFloat32WithinBoundOnEveryTarget) {
+  std::vector<float> x;
+  for (int i = -400000; i <= 400000; ++i) x.push_back(static_cast<float>(i) * 2.5e-5f);  // [-10, 10]
+  for (float v : {-30.0f, -1e4f, 30.0f, 1e-30f, -1e-30f}) x.push_back(v);
+  for_each_simd_target([&](const std::string&) {
+    std::vector<float> y(x.size());
+    kc::gelu_forward(x.data(), y.data(), static_cast<int64_t>(x.size()));
+    for (size_t i = 0; i < x.size(); ++i) {
+      const double v = x[i], two_u = 2 * std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v);
+      const double ref = v / (1 + std::exp(-two_u));
+      const double tol = (3e-7 + 1.8e-7 * std::fabs(two_u)) * std::fabs(ref) + (v < -9.2 ? 6e-39 * std::fabs(v) : 0.0);
+      ASSERT_LE(std::fabs(static_cast<double>(y[i]) - ref), tol) << "gelu(" << x[i] << ") = " << y[i] << ", reference " << ref;
+    }
+  });
+}
