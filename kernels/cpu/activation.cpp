@@ -61,7 +61,8 @@ void GeluForward(const T* x, T* y, int64_t n) {
   });
 }
 // d/dx [x s(2u)] = s + x s (1 - s) d(2u)/dx with s (1 - s) = e s^2, e = exp(-2u) (no cancellation of 1 - s
-// near s = 1); d(2u)/dx = c + 3 c3 x^2. e is kept finite (argument <= 88) so e * s is never inf * 0.
+// near s = 1); d(2u)/dx = c + 3 c3 x^2. e is kept finite (float32: Exp2ClampedF32, at most 2^127.5;
+// float64: argument <= 700) so e * s is never inf * 0.
 template <class T>
 void GeluBackward(const T* g, const T* x, T* dx, int64_t n) {
   MapBinary(hn::ScalableTag<T>(), g, x, dx, n, [](auto d, auto vg, auto v) HWY_ATTR {
@@ -70,8 +71,14 @@ void GeluBackward(const T* g, const T* x, T* dx, int64_t n) {
     const auto c3x3 = hn::Set(d, static_cast<T>(3 * 2 * kSqrt2OverPi * kGeluCubic));
     const auto one = hn::Set(d, T(1));
     const auto v2 = hn::Mul(v, v);
-    const T max_arg = sizeof(T) == 4 ? T(88) : T(700);
-    const auto e = ExpFast(d, hn::Min(hn::Neg(hn::Mul(v, hn::MulAdd(c3, v2, c))), hn::Set(d, max_arg)));
+    hn::Vec<decltype(d)> e;
+    if constexpr (sizeof(T) == 4) {  // 2^(-2u log2(e)), log2(e) folded into u's constants; at most 2^127.5
+      const auto cl = hn::Set(d, static_cast<float>(-2 * kSqrt2OverPi * kLog2EDouble));
+      const auto c3l = hn::Set(d, static_cast<float>(-2 * kSqrt2OverPi * kGeluCubic * kLog2EDouble));
+      e = Exp2ClampedF32(d, hn::Mul(v, hn::MulAdd(c3l, v2, cl)));
+    } else {
+      e = ExpFast(d, hn::Min(hn::Neg(hn::Mul(v, hn::MulAdd(c3, v2, c))), hn::Set(d, T(700))));
+    }
     const auto s = hn::Div(one, hn::Add(one, e));
     const auto dz = hn::MulAdd(c3x3, v2, c);
     // g s (1 + x dz e s)
