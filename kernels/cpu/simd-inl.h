@@ -276,7 +276,7 @@ HWY_INLINE void RowAffine(const T* x, T* y, int64_t n, T a, T b) {
   MapUnary(d, x, y, n, [va, vb](auto, auto v) HWY_ATTR { return hn::MulAdd(va, v, vb); });
 }
 
-// ---- float32 fast paths of the transcendental kernels (round 3: exp of the softmax family, log, division) --
+// ---- float32 fast paths of the transcendental kernels (round 3: the softmax family's exp, log) ----
 // Polynomial coefficients are minimax fits made for this project (Lawson's iteration in float64, rounded to
 // float32); the error bounds below are measured by tests/ops_simd/test_fast_math_targets.cpp on every target.
 
@@ -394,11 +394,8 @@ HWY_INLINE T RowMaxUnrolled(const T* x, int64_t n) {
 // float32, one row: the sum of 2^(x[i] log2(e) - c) (c = the row max times log2(e), rounded), two vectors
 // per step with independent sums; kWrite stores those values to y (Exp2NonPositiveF32), otherwise only
 // the sum is formed (Exp2SumTermF32). The tail pads with -inf (a term of 0, or 2^-125 for the sum).
-// pf_read / pf_write (may be null): n floats to prefetch meanwhile (the next rows' input; an output row
-// written later), so the next pass finds them in cache instead of waiting on L3.
 template <bool kWrite>
-HWY_INLINE float RowExp2SumF32(const float* x, float* y, int64_t n, float c, const float* pf_read = nullptr,
-                               float* pf_write = nullptr) {
+HWY_INLINE float RowExp2SumF32(const float* x, float* y, int64_t n, float c) {
   const hn::ScalableTag<float> d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   const auto vl = hn::Set(d, kLog2E), vc = hn::Set(d, c);
@@ -412,9 +409,6 @@ HWY_INLINE float RowExp2SumF32(const float* x, float* y, int64_t n, float c, con
   auto s0 = hn::Zero(d), s1 = hn::Zero(d);
   int64_t i = 0;
   for (; i + 2 * N <= n; i += 2 * N) {
-    // prefetches never fault: pointers past the end of an array are harmless
-    if (pf_read) __builtin_prefetch(pf_read + i, 0, 3), __builtin_prefetch(pf_read + i + N, 0, 3);
-    if (pf_write) __builtin_prefetch(pf_write + i, 1, 3), __builtin_prefetch(pf_write + i + N, 1, 3);
     const auto e0 = term(hn::LoadU(d, x + i));
     const auto e1 = term(hn::LoadU(d, x + i + N));
     if constexpr (kWrite) {
@@ -442,18 +436,11 @@ HWY_INLINE float RowExp2SumF32(const float* x, float* y, int64_t n, float c, con
 // first, then all sums: each row's horizontal reductions overlap the next row's work instead of stalling
 // it. Row j's log-sum-exp is c[j] ln 2 + log(s[j]).
 constexpr int64_t kExpRowsBlock = 16;
-// While summing, the next block's rows (x + nb * cols on; rows_left of them exist) are prefetched, and
-// y_later's rows (an output written after this call) or else y's next block.
 template <bool kWrite>
-HWY_INLINE void RowsExp2SumF32(const float* x, float* y, int64_t nb, int64_t cols, float* c, float* s,
-                               int64_t rows_left, float* y_later = nullptr) {
+HWY_INLINE void RowsExp2SumF32(const float* x, float* y, int64_t nb, int64_t cols, float* c, float* s) {
   for (int64_t j = 0; j < nb; ++j) c[j] = RowMaxUnrolled(x + j * cols, cols) * kLog2E;
-  for (int64_t j = 0; j < nb; ++j) {
-    const bool next = nb + j < rows_left;
-    float* pf_write = y_later ? y_later + j * cols : (kWrite && next ? y + (nb + j) * cols : nullptr);
-    s[j] = RowExp2SumF32<kWrite>(x + j * cols, kWrite ? y + j * cols : nullptr, cols, c[j],
-                                 next ? x + (nb + j) * cols : nullptr, pf_write);
-  }
+  for (int64_t j = 0; j < nb; ++j)
+    s[j] = RowExp2SumF32<kWrite>(x + j * cols, kWrite ? y + j * cols : nullptr, cols, c[j]);
 }
 
 // out[i] = log(s[i]) for float32 (LogFastF32); out may alias s.

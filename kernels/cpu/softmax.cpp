@@ -27,8 +27,9 @@ void SoftmaxForward(const T* x, T* y, int64_t rows, int64_t cols) {
     alignas(64) float c[kExpRowsBlock], sum[kExpRowsBlock];
     for (int64_t r0 = 0; r0 < rows; r0 += kExpRowsBlock) {
       const int64_t nb = std::min(kExpRowsBlock, rows - r0);
-      RowsExp2SumF32<true>(x + r0 * cols, y + r0 * cols, nb, cols, c, sum, rows - r0);
-      for (int64_t j = 0; j < nb; ++j) RowAffine(y + (r0 + j) * cols, y + (r0 + j) * cols, cols, 1.0f / sum[j], 0.0f);
+      RowsExp2SumF32<true>(x + r0 * cols, y + r0 * cols, nb, cols, c, sum);
+      for (int64_t j = 0; j < nb; ++j)
+        RowAffine(y + (r0 + j) * cols, y + (r0 + j) * cols, cols, 1.0f / sum[j], 0.0f);
     }
     return;
   }
@@ -45,7 +46,7 @@ void LogSoftmaxForward(const T* x, T* y, int64_t rows, int64_t cols) {
     alignas(64) float c[kExpRowsBlock], l[kExpRowsBlock];
     for (int64_t r0 = 0; r0 < rows; r0 += kExpRowsBlock) {
       const int64_t nb = std::min(kExpRowsBlock, rows - r0);
-      RowsExp2SumF32<false>(x + r0 * cols, nullptr, nb, cols, c, l, rows - r0, y + r0 * cols);
+      RowsExp2SumF32<false>(x + r0 * cols, nullptr, nb, cols, c, l);
       LogArrayF32(l, l, nb);
       for (int64_t j = 0; j < nb; ++j) {
         const float shift = static_cast<float>(static_cast<double>(c[j]) * kLn2 + static_cast<double>(l[j]));

@@ -62,8 +62,8 @@ TEST(FastMathTargets, LogFloat32IeeeCasesOnEveryTarget) {
   const float denorm_min = std::numeric_limits<float>::denorm_min(), fmin = std::numeric_limits<float>::min();
   const float fmax = std::numeric_limits<float>::max();
   // One special value among ordinary ones in the same vector (the slow path must not disturb its lanes).
-  const std::vector<float> x = {0.0f, -0.0f, -1.0f, -kInf, kInf, nan, denorm_min, fmin, fmax, 1.0f, 2.0f, 0.5f,
-                                3e-39f, 7.0f, 1e-3f, 1e30f, 1.0f, 2.0f};
+  const std::vector<float> x = {0.0f, -0.0f, -1.0f, -kInf,  kInf, nan,   denorm_min, fmin, fmax,
+                                1.0f, 2.0f,  0.5f,  3e-39f, 7.0f, 1e-3f, 1e30f,      1.0f, 2.0f};
   for_each_simd_target([&](const std::string&) {
     // every alignment of the values against the vector lanes
     for (size_t shift = 0; shift < 16; ++shift) {
@@ -168,7 +168,8 @@ TEST(FastMathTargets, LogSumExpMatchesFloat64OnEveryTarget) {
           }
           // x - lse rounded once more, relative to |x| + |lse|
           const double tol_y = tol + 1.2e-7 * (std::fabs(xv) + std::fabs(lse_ref[r]));
-          ASSERT_NEAR(y[r * cols + c], want, tol_y) << "log_softmax row " << r << " col " << c << " cols " << cols;
+          ASSERT_NEAR(y[r * cols + c], want, tol_y)
+              << "log_softmax row " << r << " col " << c << " cols " << cols;
         }
       }
     });
@@ -179,7 +180,8 @@ TEST(FastMathTargets, LogSumExpMatchesFloat64OnEveryTarget) {
 // [2^-20, 10] (every 97th float, both signs) and beyond.
 TEST(FastMathTargets, TanhFloat32WithinBoundOnEveryTarget) {
   std::vector<float> x;
-  for (uint32_t b = 0x35800000u; b <= 0x41200000u; b += 97) x.push_back(from_bits(b)), x.push_back(-from_bits(b));
+  for (uint32_t b = 0x35800000u; b <= 0x41200000u; b += 97)
+    x.push_back(from_bits(b)), x.push_back(-from_bits(b));
   for (float v : {1e-30f, -1e-38f, 10.5f, 20.0f, -1e4f}) x.push_back(v);
   for_each_simd_target([&](const std::string&) {
     std::vector<float> y(x.size());
@@ -208,8 +210,10 @@ TEST(FastMathTargets, GeluFloat32WithinBoundOnEveryTarget) {
     for (size_t i = 0; i < x.size(); ++i) {
       const double v = x[i], two_u = 2 * std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v);
       const double ref = v / (1 + std::exp(-two_u));
-      const double tol = (3e-7 + 1.8e-7 * std::fabs(two_u)) * std::fabs(ref) + (v < -9.2 ? 6e-39 * std::fabs(v) : 0.0);
-      ASSERT_LE(std::fabs(static_cast<double>(y[i]) - ref), tol) << "gelu(" << x[i] << ") = " << y[i] << ", reference " << ref;
+      const double tol =
+          (3e-7 + 1.8e-7 * std::fabs(two_u)) * std::fabs(ref) + (v < -9.2 ? 6e-39 * std::fabs(v) : 0.0);
+      ASSERT_LE(std::fabs(static_cast<double>(y[i]) - ref), tol)
+          << "gelu(" << x[i] << ") = " << y[i] << ", reference " << ref;
     }
   });
 }
