@@ -19,15 +19,14 @@
 HWY_BEFORE_NAMESPACE();
 namespace ddp::kernels::cpu::HWY_NAMESPACE {
 namespace {
-constexpr double kLn2 = 0.6931471805599453;
-
 template <class T>
 void SoftmaxForward(const T* x, T* y, int64_t rows, int64_t cols) {
   if constexpr (sizeof(T) == 4) {
-    alignas(64) float c[kExpRowsBlock], sum[kExpRowsBlock];
+    alignas(64) double base[kExpRowsBlock];
+    alignas(64) float sum[kExpRowsBlock];
     for (int64_t r0 = 0; r0 < rows; r0 += kExpRowsBlock) {
       const int64_t nb = std::min(kExpRowsBlock, rows - r0);
-      RowsExp2SumF32<true>(x + r0 * cols, y + r0 * cols, nb, cols, c, sum);
+      RowsExp2SumF32<true>(x + r0 * cols, y + r0 * cols, nb, cols, base, sum, rows - r0);
       for (int64_t j = 0; j < nb; ++j)
         RowAffine(y + (r0 + j) * cols, y + (r0 + j) * cols, cols, 1.0f / sum[j], 0.0f);
     }
@@ -43,13 +42,14 @@ void SoftmaxForward(const T* x, T* y, int64_t rows, int64_t cols) {
 template <class T>
 void LogSoftmaxForward(const T* x, T* y, int64_t rows, int64_t cols) {
   if constexpr (sizeof(T) == 4) {
-    alignas(64) float c[kExpRowsBlock], l[kExpRowsBlock];
+    alignas(64) double base[kExpRowsBlock];
+    alignas(64) float l[kExpRowsBlock];
     for (int64_t r0 = 0; r0 < rows; r0 += kExpRowsBlock) {
       const int64_t nb = std::min(kExpRowsBlock, rows - r0);
-      RowsExp2SumF32<false>(x + r0 * cols, nullptr, nb, cols, c, l);
+      RowsExp2SumF32<false>(x + r0 * cols, nullptr, nb, cols, base, l, rows - r0, y + r0 * cols);
       LogArrayF32(l, l, nb);
       for (int64_t j = 0; j < nb; ++j) {
-        const float shift = static_cast<float>(static_cast<double>(c[j]) * kLn2 + static_cast<double>(l[j]));
+        const float shift = static_cast<float>(base[j] + static_cast<double>(l[j]));  // log-sum-exp
         RowAffine(x + (r0 + j) * cols, y + (r0 + j) * cols, cols, 1.0f, -shift);
       }
     }

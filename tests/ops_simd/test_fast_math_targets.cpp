@@ -131,6 +131,25 @@ TEST(FastMathTargets, SoftmaxExpMatchesFloat64DownToTheFlushOnEveryTarget) {
 // magnitudes (spread over [-120, 40] around a per-row offset), -inf entries (masked logits) and every tail
 // length. The sum's relative error is the terms' (2.5e-7 + |z| 2^-24 each, weighted by the terms), then one
 // float log and the rounding of the result: |lse - ref| <= 1e-6 + 2e-7 |ref|.
+// Rows of huge magnitude: x - max is formed first, so nothing depends on the size of the logits.
+TEST(FastMathTargets, SoftmaxFamilyOfHugeLogitsOnEveryTarget) {
+  const std::vector<float> x = {3e20f, 1e20f, -1e20f, 0.0f, -3e37f, 3e37f, 3e37f, 1e37f};
+  for_each_simd_target([&](const std::string&) {
+    std::vector<float> y(8), ly(8), lse(2);
+    std::vector<int64_t> targets = {0, 1};
+    int64_t count = 0;
+    kc::softmax_forward(x.data(), y.data(), 2, 4);
+    kc::log_softmax_forward(x.data(), ly.data(), 2, 4);
+    const double loss = kc::cross_entropy_forward(x.data(), targets.data(), 2, 4, false, -100, lse.data(), &count);
+    EXPECT_EQ(y, (std::vector<float>{1, 0, 0, 0, 0, 0.5f, 0.5f, 0}));
+    EXPECT_EQ(ly[0], 0.0f);
+    EXPECT_EQ(ly[1], -2e20f);
+    EXPECT_EQ(lse[0], 3e20f);
+    EXPECT_EQ(lse[1], 3e37f);  // 3e37 + log 2 rounds to 3e37
+    EXPECT_EQ(loss, 0.0);
+  });
+}
+
 TEST(FastMathTargets, LogSumExpMatchesFloat64OnEveryTarget) {
   for (int64_t cols : {1, 2, 3, 15, 17, 33, 256, 1000}) {
     const int64_t rows = 37;  // more than two blocks of 16 rows, the last one partial
