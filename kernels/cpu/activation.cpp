@@ -1,6 +1,6 @@
 // activation.cpp - the CPU activation kernels, vectorized with Google Highway: this file is compiled once per
 // instruction set (SSSE3, SSE4, AVX2, AVX-512, and the scalar fallback) and HWY_DYNAMIC_DISPATCH picks the
-// best one the running CPU supports. float32 log is simd-inl.h's LogFastF32 (1 ulp + 3e-8 relative, all IEEE
+// best one the running CPU supports. float32 log is simd-inl.h's LogFastF32 (1.5 ulp, all IEEE
 // cases), float64 log Highway's contrib/math (documented within 1-4 ulp); exp is simd-inl.h's ExpFast (2 ulp,
 // subnormal results flushed to 0); tanh is TanhBase2F32 (3e-7 relative) in float32, TanhFast in float64;
 // float32 gelu forward takes its exp in base 2 (Exp2ClampedF32).
