@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/core/cli.h"
+#include "runtime/ddp/comm_buffer_of.h"
 #include "runtime/distributed/init.h"
 #include "runtime/distributed/process_group_factory.h"
 #include "runtime/sim/network_model.h"
@@ -97,6 +98,7 @@ int main(int argc, char** argv) {
   try {
     std::string min_s = "4K", max_s = "32M", backend = "auto", device_s = "auto", json_path;
     int factor = 4, iters = 10, warmup = 3;
+    bool registered = false;
     ddp::cli::Parser p(
         "bench_allreduce",
         "All-reduce (sum, float32) timing table over ddp.cpp's process groups: time, algbw, busbw, "
@@ -110,6 +112,9 @@ int main(int argc, char** argv) {
     p.add("backend", &backend,
           "process group backend(s), comma-separated, timed interleaved: auto, cpu, shm, gloo, hier, nccl");
     p.add_choice("device", &device_s, {"auto", "cpu", "cuda"}, "buffer device (auto: cuda with nccl)");
+    p.add("registered", &registered,
+          "buffers from the first backend's allocate_comm_buffer (shm: registered shared memory, all-reduced "
+          "in place above DDP_SHM_DIRECT_MIN_BYTES), as DDP's buckets are; else ordinary memory");
     p.add("json", &json_path, "append one JSON record (points and fit) per backend to this file (rank 0)");
     p.parse(argc, argv);
     const int64_t min_bytes = parse_size(min_s), max_bytes = parse_size(max_s);
@@ -136,8 +141,9 @@ int main(int argc, char** argv) {
     if (rank == 0) {
       std::string names;
       for (auto& g : groups) names += (names.empty() ? "" : ", ") + g.name;
-      std::printf("# bench_allreduce: backend %s, world %d, device %s, float32 sum, %d iters (+%d warmup)\n",
-                  names.c_str(), world, dev.str().c_str(), iters, warmup);
+      std::printf("# bench_allreduce: backend %s, world %d, device %s, float32 sum, %d iters (+%d warmup)%s\n",
+                  names.c_str(), world, dev.str().c_str(), iters, warmup,
+                  registered ? ", registered buffers" : "");
       std::printf("# copy: one thread's memcpy of the same bytes on each rank, timed between the iterations\n");
       std::printf("# %12s %12s %8s %12s %12s %12s %10s %10s %7s %10s\n", "size(B)", "count", "backend",
                   "time(us)", "p10(us)", "p90(us)", "algbw", "busbw", "#wrong", "copy");
@@ -146,7 +152,9 @@ int main(int argc, char** argv) {
     }
     for (int64_t bytes = min_bytes; bytes <= max_bytes; bytes *= factor) {
       const int64_t count = std::max<int64_t>(1, bytes / 4);
-      ddp::Tensor buf = ddp::Tensor::full({count}, 1.0, ddp::DType::F32, dev);
+      ddp::Tensor buf = registered ? ddp::comm_tensor(*groups[0].pg, count, ddp::DType::F32, dev)
+                                   : ddp::Tensor::empty({count}, ddp::DType::F32, dev);
+      buf.fill_(1.0);
       ddp::dist::CommBuffer cb{buf.raw_data(), buf.numel(), buf.dtype(), buf.device(), buf.storage()};
       std::vector<char> copy_src(dev.is_cpu() ? static_cast<size_t>(count) * 4 : 0, 1), copy_dst(copy_src.size());
       for (auto& g : groups) {
@@ -229,6 +237,7 @@ int main(int argc, char** argv) {
       for (auto& g : groups) {
         std::printf("# %s: avg bus bandwidth %.3f GB/s\n", g.name.c_str(), g.busbw_sum / std::max(g.rows_n, 1));
         nlohmann::ordered_json rec = {{"kind", "allreduce"}, {"backend", g.name}, {"world", world},
+                                       {"registered", registered},
                                       {"device", dev.str()}, {"iters", iters},    {"points", g.rows}};
         if (world > 1 && g.points.size() >= 2) {
           auto fit = ddp::sim::fit_network_model(g.points, world, ddp::sim::AllreduceAlgorithm::Ring);

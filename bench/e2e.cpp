@@ -180,7 +180,7 @@ int main(int argc, char** argv) {
     int warmup = 3, steps = 20, threads = 0;
     int64_t batch = 0;
     double cap_mb = 25.0, first_mb = 1.0, peak_tflops = 0, lr = 0;
-    bool force = false;
+    bool force = false, grad_as_bucket_view = false, zero_grad_in_place = false;
     ddp::cli::Parser p(
         "bench_e2e",
         "End-to-end DDP training throughput on synthetic data: step, forward, backward compute, "
@@ -196,6 +196,12 @@ int main(int argc, char** argv) {
         "unused: find_unused_parameters");
     p.add("bucket-cap-mb", &cap_mb, "DDP bucket cap (MiB)");
     p.add("first-bucket-mb", &first_mb, "cap of the first bucket (MiB)");
+    p.add("gradient-as-bucket-view", &grad_as_bucket_view,
+          "DDPOptions.gradient_as_bucket_view: gradients are views of the bucket buffers (no copy-in or "
+          "write-back; with shm the buckets are shared memory that the all-reduce works on in place)");
+    p.add("zero-grad-in-place", &zero_grad_in_place,
+          "zero_grad(set_to_none = false): keep the gradient tensors (with --gradient-as-bucket-view, backward "
+          "then accumulates into the buckets) instead of dropping them each step");
     p.add("warmup", &warmup, "untimed steps first (>= 1: the first step rebuilds the buckets)");
     p.add("steps", &steps, "measured steps");
     p.add("batch-size", &batch, "samples per rank (0: the configuration's default)");
@@ -254,6 +260,7 @@ int main(int argc, char** argv) {
     ddp::DDPOptions opts;
     opts.bucket_cap_mb = cap_mb;
     opts.first_bucket_mb = first_mb;
+    opts.gradient_as_bucket_view = grad_as_bucket_view;
     opts.overlap = mode != "nooverlap";
     opts.find_unused_parameters = mode == "unused";
     if (allreduce_dtype == "bf16") opts.comm_hook = std::make_shared<ddp::BF16CompressHook>();
@@ -281,6 +288,7 @@ int main(int argc, char** argv) {
     ddp::models::StepOptions step_options;
     step_options.synchronize_gradients = mode != "nosync";  // nosync: the whole backward under no_sync
     step_options.wait_for_device = gpu;                      // each phase's GPU work counted in it
+    step_options.zero_grad_set_to_none = !zero_grad_in_place;
     auto next_batch = [&w] {
       ddp::data::Batch b;
       b.x = w.x;
@@ -353,12 +361,15 @@ int main(int argc, char** argv) {
       std::printf("bench_e2e: %s (%lld parameters), mode %s, world %d, backend %s, device %s, %s\n",
                   w.description.c_str(), static_cast<long long>(w.model->num_parameters()), mode.c_str(),
                   world, ctx.group->backend_name().c_str(), dev.str().c_str(), dtype_s.c_str());
-      std::printf("  batch %lld per rank%s, %s, bucket cap %.3g MiB (first %.3g MiB, %zu buckets)\n",
+      std::printf("  batch %lld per rank%s, %s, bucket cap %.3g MiB (first %.3g MiB, %zu buckets%s)\n",
                   static_cast<long long>(w.samples_per_rank),
                   w.tokens_per_sample > 0
                       ? (" (" + std::to_string(w.samples_per_rank * w.tokens_per_sample) + " tokens)").c_str()
                       : "",
-                  w.optimizer_name.c_str(), cap_mb, first_mb, buckets);
+                  w.optimizer_name.c_str(), cap_mb, first_mb, buckets,
+                  grad_as_bucket_view ? (zero_grad_in_place ? ", gradient as bucket view, zero_grad in place"
+                                                            : ", gradient as bucket view")
+                                      : (zero_grad_in_place ? ", zero_grad in place" : ""));
       std::printf("  BLAS threads per rank %d (%s), %u cores, host %s, load %.2f -> %.2f\n", threads,
                   ddp::kernels::cpu::gemm_libraries().c_str(), std::thread::hardware_concurrency(), host,
                   load_before, load_after);
@@ -397,6 +408,8 @@ int main(int argc, char** argv) {
             {"world", world},
             {"bucket_cap_mb", cap_mb},
             {"first_bucket_mb", first_mb},
+            {"gradient_as_bucket_view", grad_as_bucket_view},
+            {"zero_grad_in_place", zero_grad_in_place},
             {"buckets", buckets},
             {"threads", threads},
             {"backend", ctx.group->backend_name()},

@@ -20,7 +20,7 @@
 # before starting: other work on the cores makes every number noisy), BENCH_NICE=N (run in a new session whose
 # autogroup has nice N, e.g. -15; negative values need root: with the kernel's autogroup scheduling a plain
 # `nice` only ranks processes within one session, so compile jobs of other sessions would still take half the
-# cores). Exit code: that of the simulator
+# cores), BENCH_E2E_FLAGS (extra flags for every bench_e2e run, e.g. "--gradient-as-bucket-view"). Exit code: that of the simulator
 # validation (3 when an error is above 20%).
 set -euo pipefail
 
@@ -80,7 +80,9 @@ fi
 # run WORLD ARGS... : one bench_e2e run, its table to the log, its record to $JSON.
 run() {
   local world=$1; shift
-  local cmd=("$BIN/bench_e2e" --json "$JSON" --warmup "$WARMUP" "$@")
+  local extra=()
+  read -r -a extra <<<"${BENCH_E2E_FLAGS:-}"
+  local cmd=("$BIN/bench_e2e" --json "$JSON" --warmup "$WARMUP" "${extra[@]}" "$@")
   if [[ $world -gt 1 ]]; then
     cmd=("$BIN/ddprun" --standalone --nproc-per-node "$world" --local-ranks-filter 0 "${cmd[@]}")
   fi

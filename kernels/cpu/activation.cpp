@@ -1,7 +1,9 @@
 // activation.cpp - the CPU activation kernels, vectorized with Google Highway: this file is compiled once per
 // instruction set (SSSE3, SSE4, AVX2, AVX-512, and the scalar fallback) and HWY_DYNAMIC_DISPATCH picks the
-// best one the running CPU supports. log is Highway's contrib/math (documented within 1-4 ulp); exp and tanh
-// are simd-inl.h's ExpFast (2 ulp, subnormal results flushed to 0) and TanhFast (2e-7 relative).
+// best one the running CPU supports. float32 log is simd-inl.h's LogFastF32 (1.5 ulp, all IEEE
+// cases), float64 log Highway's contrib/math (documented within 1-4 ulp); exp is simd-inl.h's ExpFast (2 ulp,
+// subnormal results flushed to 0); tanh is TanhBase2F32 (3e-7 relative) in float32, TanhFast in float64;
+// float32 gelu forward takes its exp in base 2 (Exp2ClampedF32).
 //
 // GELU is computed in its sigmoid form: 0.5 x (1 + tanh(u)) = x * sigmoid(2u), u = sqrt(2/pi)(x + 0.044715
 // x^3), which needs one exp and has no cancellation for large negative x.
@@ -23,6 +25,7 @@ namespace ddp::kernels::cpu::HWY_NAMESPACE {
 namespace {
 constexpr double kSqrt2OverPi = 0.7978845608028654;
 constexpr double kGeluCubic = 0.044715;
+constexpr double kLog2EDouble = 1.4426950408889634;
 
 template <class T>
 void ReluForward(const T* x, T* y, int64_t n) {
@@ -35,9 +38,21 @@ void ReluBackward(const T* g, const T* x, T* dx, int64_t n) {
   });
 }
 
-// y = x * sigmoid(2u) = x / (1 + exp(-2u)); exp overflowing to +inf (x < about -9.3) gives -0.
+// y = x * sigmoid(2u) = x / (1 + exp(-2u)); float64: exp overflowing to +inf (x < about -9.3) gives -0.
+// float32: exp(-2u) = 2^z with log2(e) folded into the constants of z and simd-inl.h's Exp2ClampedF32
+// (fewer FMAs than ExpFast; z rounded to float is the same error ExpFast sees); 2^z is capped at 2^127.5,
+// so below x = -9.2 the result is x / (1 + 2^127.5), under 6e-39 |x| in magnitude, not -0.
 template <class T>
 void GeluForward(const T* x, T* y, int64_t n) {
+  if constexpr (sizeof(T) == 4) {
+    MapUnary(hn::ScalableTag<float>(), x, y, n, [](auto d, auto v) HWY_ATTR {
+      const auto c = hn::Set(d, static_cast<float>(-2 * kSqrt2OverPi * kLog2EDouble));
+      const auto c3 = hn::Set(d, static_cast<float>(-2 * kSqrt2OverPi * kGeluCubic * kLog2EDouble));
+      const auto z = hn::Mul(v, hn::MulAdd(c3, hn::Mul(v, v), c));  // -2u log2(e)
+      return hn::Div(v, hn::Add(hn::Set(d, 1.0f), Exp2ClampedF32(d, z)));
+    });
+    return;
+  }
   MapUnary(hn::ScalableTag<T>(), x, y, n, [](auto d, auto v) HWY_ATTR {
     const auto c = hn::Set(d, static_cast<T>(-2 * kSqrt2OverPi));
     const auto c3 = hn::Set(d, static_cast<T>(-2 * kSqrt2OverPi * kGeluCubic));
@@ -46,7 +61,8 @@ void GeluForward(const T* x, T* y, int64_t n) {
   });
 }
 // d/dx [x s(2u)] = s + x s (1 - s) d(2u)/dx with s (1 - s) = e s^2, e = exp(-2u) (no cancellation of 1 - s
-// near s = 1); d(2u)/dx = c + 3 c3 x^2. e is kept finite (argument <= 88) so e * s is never inf * 0.
+// near s = 1); d(2u)/dx = c + 3 c3 x^2. e is kept finite (float32: Exp2ClampedF32, at most 2^127.5;
+// float64: argument <= 700) so e * s is never inf * 0.
 template <class T>
 void GeluBackward(const T* g, const T* x, T* dx, int64_t n) {
   MapBinary(hn::ScalableTag<T>(), g, x, dx, n, [](auto d, auto vg, auto v) HWY_ATTR {
@@ -55,8 +71,14 @@ void GeluBackward(const T* g, const T* x, T* dx, int64_t n) {
     const auto c3x3 = hn::Set(d, static_cast<T>(3 * 2 * kSqrt2OverPi * kGeluCubic));
     const auto one = hn::Set(d, T(1));
     const auto v2 = hn::Mul(v, v);
-    const T max_arg = sizeof(T) == 4 ? T(88) : T(700);
-    const auto e = ExpFast(d, hn::Min(hn::Neg(hn::Mul(v, hn::MulAdd(c3, v2, c))), hn::Set(d, max_arg)));
+    hn::Vec<decltype(d)> e;
+    if constexpr (sizeof(T) == 4) {  // 2^(-2u log2(e)), log2(e) folded into u's constants; at most 2^127.5
+      const auto cl = hn::Set(d, static_cast<float>(-2 * kSqrt2OverPi * kLog2EDouble));
+      const auto c3l = hn::Set(d, static_cast<float>(-2 * kSqrt2OverPi * kGeluCubic * kLog2EDouble));
+      e = Exp2ClampedF32(d, hn::Mul(v, hn::MulAdd(c3l, v2, cl)));
+    } else {
+      e = ExpFast(d, hn::Min(hn::Neg(hn::Mul(v, hn::MulAdd(c3, v2, c))), hn::Set(d, T(700))));
+    }
     const auto s = hn::Div(one, hn::Add(one, e));
     const auto dz = hn::MulAdd(c3x3, v2, c);
     // g s (1 + x dz e s)
@@ -67,7 +89,12 @@ void GeluBackward(const T* g, const T* x, T* dx, int64_t n) {
 template <class T>
 void TanhForward(const T* x, T* y, int64_t n) {
   MapUnary(hn::ScalableTag<T>(), x, y, n,
-           [](auto d, auto v) HWY_ATTR { return hn::IfThenElse(hn::IsNaN(v), v, TanhFast(d, v)); });
+           [](auto d, auto v) HWY_ATTR {
+             if constexpr (sizeof(T) == 4)
+               return hn::IfThenElse(hn::IsNaN(v), v, TanhBase2F32(d, v));
+             else
+               return hn::IfThenElse(hn::IsNaN(v), v, TanhFast(d, v));
+           });
 }
 template <class T>
 void TanhBackward(const T* g, const T* y, T* dx, int64_t n) {
@@ -99,9 +126,14 @@ void ExpBackward(const T* g, const T* y, T* dx, int64_t n) {
             [](auto, auto vg, auto vy) HWY_ATTR { return hn::Mul(vg, vy); });
 }
 
-// log with the IEEE edge cases: log(0) = -inf, log(x < 0) = NaN, log(+inf) = +inf, NaN passes through.
+// log with the IEEE edge cases: log(0) = -inf, log(x < 0) = NaN, log(+inf) = +inf, NaN passes through
+// (float32: LogFastF32 handles them itself).
 template <class T>
 void LogForward(const T* x, T* y, int64_t n) {
+  if constexpr (sizeof(T) == 4) {
+    LogArrayF32(x, y, n);
+    return;
+  }
   MapUnary(hn::ScalableTag<T>(), x, y, n, [](auto d, auto v) HWY_ATTR {
     const auto zero = hn::Zero(d);
     const auto inf = hn::Set(d, std::numeric_limits<T>::infinity());

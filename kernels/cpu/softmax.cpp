@@ -1,5 +1,7 @@
 // softmax.cpp - CPU softmax / log-softmax forward and backward, one row at a time (rows are independent),
-// vectorized with Google Highway (compiled per instruction set, chosen at run time; exp from contrib/math).
+// vectorized with Google Highway (compiled per instruction set, chosen at run time). float32 forward: a max
+// pass and an exp-and-sum pass per block of 16 rows (simd-inl.h's RowsExp2SumF32), then the scale
+// (softmax) or x - logsumexp with the 16 rows' logs vectorized (log_softmax); float64 keeps ExpFast/std::log.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/softmax.cpp"
 #include "hwy/foreach_target.h"  // must come before highway.h
@@ -19,6 +21,17 @@ namespace ddp::kernels::cpu::HWY_NAMESPACE {
 namespace {
 template <class T>
 void SoftmaxForward(const T* x, T* y, int64_t rows, int64_t cols) {
+  if constexpr (sizeof(T) == 4) {
+    alignas(64) double base[kExpRowsBlock];
+    alignas(64) float sum[kExpRowsBlock];
+    for (int64_t r0 = 0; r0 < rows; r0 += kExpRowsBlock) {
+      const int64_t nb = std::min(kExpRowsBlock, rows - r0);
+      RowsExp2SumF32<true>(x + r0 * cols, y + r0 * cols, nb, cols, base, sum, rows - r0);
+      for (int64_t j = 0; j < nb; ++j)
+        RowAffine(y + (r0 + j) * cols, y + (r0 + j) * cols, cols, 1.0f / sum[j], 0.0f);
+    }
+    return;
+  }
   for (int64_t r = 0; r < rows; ++r) {
     const T* xr = x + r * cols;
     T* yr = y + r * cols;
@@ -28,6 +41,20 @@ void SoftmaxForward(const T* x, T* y, int64_t rows, int64_t cols) {
 }
 template <class T>
 void LogSoftmaxForward(const T* x, T* y, int64_t rows, int64_t cols) {
+  if constexpr (sizeof(T) == 4) {
+    alignas(64) double base[kExpRowsBlock];
+    alignas(64) float l[kExpRowsBlock];
+    for (int64_t r0 = 0; r0 < rows; r0 += kExpRowsBlock) {
+      const int64_t nb = std::min(kExpRowsBlock, rows - r0);
+      RowsExp2SumF32<false>(x + r0 * cols, nullptr, nb, cols, base, l, rows - r0, y + r0 * cols);
+      LogArrayF32(l, l, nb);
+      for (int64_t j = 0; j < nb; ++j) {
+        const float shift = static_cast<float>(base[j] + static_cast<double>(l[j]));  // log-sum-exp
+        RowAffine(x + (r0 + j) * cols, y + (r0 + j) * cols, cols, 1.0f, -shift);
+      }
+    }
+    return;
+  }
   for (int64_t r = 0; r < rows; ++r) {
     const T* xr = x + r * cols;
     const T m = RowMax(xr, cols);

@@ -20,6 +20,9 @@ struct GradBucket {
   size_t index = 0;      // launch order within the iteration (0 first)
   bool is_last = false;  // the last bucket of this iteration
   Tensor buffer;         // flat: this rank's gradients / world size; the hook leaves the average here
+  // Set only for the default AllreduceHook on a buffer in the backend's communication memory: buffer holds
+  // the undivided gradients and the all-reduce averages (one pass less over the gradients).
+  bool average = false;
   std::vector<Tensor> gradients;  // per parameter: a view of buffer with the parameter's shape
 };
 

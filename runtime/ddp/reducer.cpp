@@ -35,6 +35,7 @@ Reducer::Reducer(std::vector<nn::NamedTensor> params, std::shared_ptr<dist::Proc
               dtype_name(p.tensor.dtype()), "; gradients need a floating dtype");
   }
   if (!opt_.comm_hook) opt_.comm_hook = std::make_shared<AllreduceHook>();
+  default_hook_ = dynamic_cast<AllreduceHook*>(opt_.comm_hook.get()) != nullptr;
   if (opt_.static_graph && opt_.find_unused_parameters) {
     DDP_LOG(Info, "DDP: static_graph makes find_unused_parameters redundant (unused parameters are known after "
                   "iteration 1); the per-iteration search is off");
@@ -124,7 +125,9 @@ void Reducer::build_buckets(const Layout& groups) {
       total += params_[i].tensor.numel();
     }
     const Tensor& first = params_[bk.params.front()].tensor;
-    bk.buffer = Tensor::zeros({total}, first.dtype(), first.device());
+    // In the memory the backend communicates best from (shm: a shared segment its all-reduce works on in
+    // place); every rank allocates its buckets in the same order (rank 0's layout).
+    bk.buffer = comm_tensor(*pg_, total, first.dtype(), first.device(), &bk.in_comm_memory);
     bk.pending = bk.params.size();
     bk.timing.index = b;
     bk.timing.bytes = static_cast<int64_t>(bk.buffer.nbytes());
@@ -237,12 +240,17 @@ void Reducer::mark_ready(size_t index, bool observed) {
   Tensor slot = slot_view(index);
   Tensor grad = params_[index].tensor.grad();
   const double inv = 1.0 / divide_factor_;
+  const bool fold = folds_division(buckets_[slots_[index].bucket]);  // the all-reduce divides
   if (grad.defined()) {
     const bool is_view = grad.storage() == slot.storage() && grad.impl()->offset == slot.impl()->offset;
     if (is_view) {
-      scale_(slot, inv);  // gradient_as_bucket_view: backward accumulated straight into the bucket
+      // gradient_as_bucket_view: backward accumulated straight into the bucket
+      if (!fold) scale_(slot, inv);
     } else {
-      copy_scaled_(slot, grad, inv);  // copy and divide in one pass
+      if (fold)
+        slot.copy_from(grad);
+      else
+        copy_scaled_(slot, grad, inv);  // copy and divide in one pass
       if (opt_.gradient_as_bucket_view) params_[index].tensor.set_grad(slot);
     }
   } else {
@@ -279,12 +287,17 @@ void Reducer::launch(Bucket& b) {
   gb.index = b.timing.index;
   gb.is_last = b.timing.index + 1 == buckets_.size();
   gb.buffer = b.buffer;
+  gb.average = folds_division(b);
   for (size_t k = 0; k < b.params.size(); ++k) {
     const Tensor& p = params_[b.params[k]].tensor;
     gb.gradients.push_back(b.buffer.slice0(b.offsets[k], b.offsets[k] + p.numel()).view(p.shape()));
   }
   b.work = opt_.comm_hook->run(*pg_, gb);
   timing_->bucket_launched(b.timing.index, b.work, b.launched_at);
+}
+
+bool Reducer::folds_division(const Bucket& b) const {
+  return default_hook_ && b.in_comm_memory && divide_factor_ == pg_->size();
 }
 
 void Reducer::finish_communication() {

@@ -1,6 +1,7 @@
 // reducer.h - the gradient bucketer at the heart of DDP. It listens to every parameter's post-accumulate
-// hook; each ready gradient is copied into its slot of a flat bucket buffer and divided by the world size in
-// the same pass; a bucket whose last gradient arrived is launched as one all-reduce, strictly in bucket-index
+// hook; each ready gradient is copied into its slot of a flat bucket buffer (allocated through the process
+// group: shared memory on shm) and divided by the world size in the same pass (or, on such memory, by the
+// all-reduce itself); a bucket whose last gradient arrived is launched as one all-reduce, strictly in bucket-index
 // order on every rank, while backward keeps running; an end-of-backward callback waits for the buckets and
 // writes the averaged gradients back. See docs/ddp-step.md for the whole flow and why each rule exists.
 //
@@ -93,6 +94,7 @@ class Reducer {
     std::vector<size_t> params;
     std::vector<int64_t> offsets;  // element offset of each param's slot in buffer
     Tensor buffer;                 // flat, all slots back to back
+    bool in_comm_memory = false;   // buffer from ProcessGroup::allocate_comm_buffer (shm: shared memory)
     size_t pending = 0;
     std::shared_ptr<dist::Work> work;
     BucketTiming timing;
@@ -115,6 +117,9 @@ class Reducer {
   void mark_ready(size_t index, bool observed);
   void launch_ready_buckets();
   void launch(Bucket& b);
+  // True when the bucket's all-reduce divides (ReduceOp::Avg) instead of the copy-in: the default hook, a
+  // buffer in the backend's communication memory, and the divisor is the world size.
+  bool folds_division(const Bucket& b) const;
   void finalize();
   void finish_communication();
   void write_back();
@@ -138,6 +143,7 @@ class Reducer {
   std::unordered_map<const TensorImpl*, size_t> index_of_;  // parameter -> index (reachability lookups)
   bool sync_ = true;
   bool rebuilt_ = false;
+  bool default_hook_ = false;  // opt_.comm_hook is the plain AllreduceHook
 
   // ---- per-iteration state ----
   bool backward_started_ = false;

@@ -128,6 +128,18 @@ class ProcessGroup {
   // (Work::device_start_event), so a collective's time can be read on the GPU's clock.
   virtual bool records_device_events() const { return false; }
 
+  // Zero-filled memory for a buffer this rank will communicate often (DDP's gradient buckets). A backend may
+  // place it where its collectives are cheaper: shm puts each such buffer in its own shared-memory segment,
+  // and an all-reduce of it (every rank passing its buffer of the same allocation order, at the same offset)
+  // reads and writes the peers' buffers in place. Returns a CommBuffer with data == nullptr when the backend
+  // has nothing better than ordinary memory; otherwise the keepalive owns the memory (drop it to free).
+  // Allocate such buffers in the same order on every rank.
+  virtual CommBuffer allocate_comm_buffer(int64_t numel, DType dtype, Device device) {
+    (void)numel;
+    (void)device;
+    return CommBuffer{nullptr, 0, dtype, device, nullptr};
+  }
+
  private:
   int rank_;
   int size_;

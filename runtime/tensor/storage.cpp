@@ -26,7 +26,25 @@ std::shared_ptr<Storage> Storage::allocate(size_t nbytes, Device device, bool pi
   return s;
 }
 
+std::shared_ptr<Storage> Storage::wrap(void* data, size_t nbytes, Device device, std::function<void()> release) {
+  DDP_CHECK(release != nullptr, "Storage::wrap: no release function for the external memory");
+  std::shared_ptr<Storage> s(new Storage());
+  s->data_ = data;
+  s->nbytes_ = nbytes;
+  s->device_ = device;
+  s->release_ = std::move(release);
+  return s;
+}
+
 Storage::~Storage() {
+  if (release_) {
+    try {
+      release_();
+    } catch (...) {
+      // a destructor must not throw
+    }
+    return;
+  }
   if (!data_) return;
   if (device_.is_cuda()) {
     try {

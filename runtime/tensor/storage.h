@@ -4,6 +4,7 @@
 // every stream that used it has caught up.
 #pragma once
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -15,6 +16,9 @@ class Storage {
  public:
   // Allocates nbytes on device (uninitialised). pinned=true gives page-locked host memory (CUDA builds).
   static std::shared_ptr<Storage> allocate(size_t nbytes, Device device, bool pinned = false);
+  // Memory someone else owns (e.g. a process group's shared-memory buffer): `release` runs once when the last
+  // tensor over it is gone, instead of a free.
+  static std::shared_ptr<Storage> wrap(void* data, size_t nbytes, Device device, std::function<void()> release);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -34,6 +38,7 @@ class Storage {
   bool pinned_ = false;
   void* alloc_stream_ = nullptr;
   std::vector<void*> used_on_streams_;
+  std::function<void()> release_;  // wrap(): external memory
 };
 
 namespace detail {

@@ -1,7 +1,9 @@
 // test_equivalence.cpp - N ranks with per-rank batch b train exactly like one process with batch N*b
 // (float64, relative 1e-10 after 5 SGD-with-momentum steps), for MLP, CNN (BatchNorm) and a GPT-like model,
 // world sizes 1-4, bucket caps tiny / default / huge, with and without gradient_as_bucket_view, over each CPU
-// process group (gloo, shm, hier).
+// process group (gloo, shm, hier), and "shm-inplace": shm with every bucket in a registered shared-memory
+// buffer and all-reduced in place (DDP_SHM_DIRECT_MIN_BYTES=0; these models' buckets are small), the division
+// by the world size folded into the all-reduce.
 #include <gtest/gtest.h>
 
 #include "models/cnn.h"
@@ -76,11 +78,13 @@ BatchFn gpt_data() {
 void check_equivalence(const ModelFactory& make, const BatchFn& data, bool per_slice, const std::string& backend,
                        int world, Cap cap, bool view) {
   RunConfig run;
-  run.backend = backend;
+  run.backend = backend == "shm-inplace" ? "shm" : backend;
+  if (backend == "shm-inplace") setenv("DDP_SHM_DIRECT_MIN_BYTES", "0", 1);
   run.world = world;
   run.per_rank = 2;
   run.ddp = options_for(cap, view);
   auto ranks = train_ddp(make, data, run);
+  unsetenv("DDP_SHM_DIRECT_MIN_BYTES");
   auto ref = train_reference(make, data, run, per_slice);
   for (int r = 0; r < world; ++r)
     EXPECT_LT(max_relative_difference(ranks[r], ref), 1e-10)
@@ -104,7 +108,8 @@ TEST_P(Equivalence, GPT) {
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldCapView, Equivalence,
-                         ::testing::Combine(::testing::Values(std::string("gloo"), std::string("shm"), std::string("hier")),
+                         ::testing::Combine(::testing::Values(std::string("gloo"), std::string("shm"), std::string("hier"),
+                                                              std::string("shm-inplace")),
                                             ::testing::Values(1, 2, 3, 4),
                                             ::testing::Values(Cap::Tiny, Cap::Default, Cap::Huge),
                                             ::testing::Bool()));

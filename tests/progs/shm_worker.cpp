@@ -2,7 +2,11 @@
 // (shm_worker <port> <token> <rank> <world> <mode>) and builds a shm group, then by mode:
 //   "die":   rank 1 kills itself (SIGKILL) in the middle of a 16 MiB all-reduce; the others report the error
 //            they got (stderr) and exit 3 when it came, 0 when the collective unexpectedly succeeded;
-//   "setup": create the group and exit at once without destroying it (_exit), as a crash after setup would.
+//   "setup": create the group and exit at once without destroying it (_exit), as a crash after setup would;
+//   "die-inplace": on a registered buffer (allocate_comm_buffer), so the all-reduce runs in place: after an
+//            in-place warm-up (each prints "in place: N", N: in-place all-reduces so far) rank 1 issues the
+//            next one and kills itself; the others issue theirs once it did, and report as in "die";
+//   "setup-buffers": create the group and one registered buffer, then _exit(0) before ever using it.
 #include <signal.h>
 #include <unistd.h>
 
@@ -19,7 +23,7 @@
 int main(int argc, char** argv) {
   using namespace ddp::dist;
   if (argc != 6) {
-    std::fprintf(stderr, "usage: shm_worker <port> <token> <rank> <world> <die|setup>\n");
+    std::fprintf(stderr, "usage: shm_worker <port> <token> <rank> <world> <die|setup|die-inplace|setup-buffers>\n");
     return 2;
   }
   const int port = std::atoi(argv[1]);
@@ -35,18 +39,42 @@ int main(int argc, char** argv) {
     std::printf("rank %d pid %d ready\n", rank, static_cast<int>(::getpid()));
     std::fflush(stdout);
     if (mode == "setup") ::_exit(0);
-    std::vector<float> buf(size_t{4} << 20, 1.0f);  // 16 MiB: 16 chunk steps
-    pg.allreduce(comm_buffer(buf.data(), 16))->wait();
+    if (mode == "setup-buffers") {
+      CommBuffer b = pg.allocate_comm_buffer(1 << 20, ddp::DType::F32, ddp::Device::cpu());
+      if (!b.data) return 4;
+      ::_exit(0);
+    }
+    std::vector<float> plain(size_t{4} << 20, 1.0f);  // 16 MiB: 16 chunk steps
+    CommBuffer big = comm_buffer(plain.data(), static_cast<int64_t>(plain.size()));
+    if (mode == "die-inplace") {
+      big = pg.allocate_comm_buffer(static_cast<int64_t>(plain.size()), ddp::DType::F32, ddp::Device::cpu());
+      if (!big.data) return 4;
+      std::fill_n(static_cast<float*>(big.data), plain.size(), 1.0f);
+      pg.allreduce(big)->wait();  // warm-up, in place: every peer maps every buffer
+      std::printf("rank %d in place: %llu\n", rank,
+                  static_cast<unsigned long long>(pg.direct_allreduces()));
+      std::fflush(stdout);
+    } else {
+      pg.allreduce(comm_buffer(plain.data(), 16))->wait();
+    }
     store->set("warm/" + std::to_string(rank), "1");
     if (rank == 1) {
+      if (mode == "die-inplace") {
+        // Our in-place all-reduce is issued (stamped, then waiting for the peers) and we die; the others
+        // enter only after that, so the collective can never complete, whatever the scheduling.
+        auto w = pg.allreduce(big);
+        store->set("issued/1", "1");
+        ::raise(SIGKILL);
+      }
       // Everyone is in the big all-reduce (waiting on our parts) when we die in the middle of it.
-      auto w = pg.allreduce(comm_buffer(buf.data(), static_cast<int64_t>(buf.size())));
+      auto w = pg.allreduce(big);
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
       ::raise(SIGKILL);
     }
     const auto t0 = std::chrono::steady_clock::now();
     try {
-      pg.allreduce(comm_buffer(buf.data(), static_cast<int64_t>(buf.size())))->wait();
+      if (mode == "die-inplace") store->wait({"issued/1"}, std::chrono::seconds(30));
+      pg.allreduce(big)->wait();
     } catch (const std::exception& e) {
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       std::fprintf(stderr, "rank %d got after %.3f s: %s\n", rank, s, e.what());

@@ -1,6 +1,6 @@
 // shm_group.cpp - the shared-memory group: segment setup through the store, running a collective (on the
 // worker thread of queued_process_group.h) with its error text, and the chunked lock-step algorithms of each
-// collective over the peers' slots.
+// collective over the peers' slots (the in-place all-reduce of registered buffers: shm_inplace.cpp).
 #include "runtime/distributed/shm/shm_group.h"
 
 #include <unistd.h>
@@ -13,20 +13,14 @@
 
 #include "runtime/core/error.h"
 #include "runtime/core/log.h"
-#include "runtime/distributed/collective.h"
-#include "runtime/distributed/collective_tracker.h"
+#include "runtime/distributed/shm/shm_group_impl.h"
 #include "runtime/distributed/shm/shm_reduce.h"
-#include "runtime/distributed/shm/shm_segment.h"
-#include "runtime/distributed/shm/shm_sync.h"
 
 namespace ddp::dist {
 
 using namespace shm;
 
 namespace {
-
-constexpr size_t kDefaultSlotBytes = size_t{1} << 20;
-constexpr size_t kSmallAllreduceBytes = 32 << 10;  // below: every rank reduces the whole chunk
 
 size_t slot_bytes_from_env() {
   const char* v = std::getenv("DDP_SHM_CHUNK_BYTES");
@@ -62,12 +56,6 @@ class ShmWork : public Work {
   std::shared_ptr<std::atomic<int>> waiters_;
 };
 
-// A wait on a peer that ended without the peer getting there.
-struct PeerProblem {
-  int rank;
-  WaitEnd end;
-};
-
 uint64_t pack_shape(const CollectiveDesc& d) {
   return static_cast<uint64_t>(d.kind) | static_cast<uint64_t>(d.dtype) << 8 |
          static_cast<uint64_t>(d.op) << 16 | static_cast<uint64_t>(d.root + 1) << 24;
@@ -84,61 +72,6 @@ CollectiveDesc unpack_shape(uint64_t shape, int64_t count, uint64_t seq) {
 }
 
 }  // namespace
-
-struct ShmProcessGroup::Impl {
-  int rank = 0;
-  int size = 1;
-  ProcessGroupOptions options;
-  std::string prefix;
-  std::shared_ptr<Store> store;
-  std::unique_ptr<CollectiveTracker> tracker;  // debug mode only
-  WaitPolicy policy;
-  std::shared_ptr<std::atomic<int>> waiters = std::make_shared<std::atomic<int>>(0);  // callers in wait()
-
-  size_t slot_bytes = kDefaultSlotBytes;
-  std::vector<Segment> segments;   // [rank] is ours
-  std::vector<ControlBlock*> cb;   // control block of each rank
-  std::vector<char*> slots;        // base of each rank's two slots
-  std::vector<bool> same_process;  // thread ranks: no pid check
-  uint64_t step = 0;               // worker thread only: steps run so far (the same on every rank)
-  std::chrono::steady_clock::time_point deadline;
-
-  void setup();
-  void execute(const CollectiveDesc& d, char* in, char* out);
-  std::string failure_message(const CollectiveDesc& d, const PeerProblem& p);
-
-  // --- step machinery
-  char* slot(int r, uint64_t k) const { return slots[r] + (k % 2) * slot_bytes; }
-  uint32_t base() const { return static_cast<uint32_t>(step * 3); }
-  void publish(uint32_t v) { publish_progress(*cb[rank], v); }
-  void wait_rank(int q, uint32_t target) {
-    WaitEnd e = wait_progress(*cb[q], target, deadline, policy, same_process[q], waiters.get());
-    if (e != WaitEnd::Reached) throw PeerProblem{q, e};
-  }
-  void wait_all(uint32_t target) {
-    for (int q = 0; q < size; ++q)
-      if (q != rank) wait_rank(q, target);
-  }
-  // Start of a step: our slot of this step's parity is free once every peer finished the step before last.
-  // The first step of a collective also stamps the call, only now: a peer still checking our stamp of the
-  // same parity (two collectives back) has finished that step.
-  void begin_step(const CollectiveDesc& d, uint64_t s) {
-    if (step >= 2) wait_all(base() - 3);
-    if (s == 0) stamp_call(d);
-  }
-  void end_step() {
-    publish(base() + 3);
-    ++step;
-  }
-  void stamp_call(const CollectiveDesc& d);
-  void check_peer_call(int q, const CollectiveDesc& d);
-
-  void allreduce(const CollectiveDesc& d, char* data);
-  void broadcast(const CollectiveDesc& d, char* data);
-  void allgather(const CollectiveDesc& d, const char* in, char* out);
-  void reduce_scatter(const CollectiveDesc& d, const char* in, char* out);
-  void barrier(const CollectiveDesc& d);
-};
 
 // ---------------------------------------------------------------------------------------------- setup
 
@@ -169,15 +102,19 @@ void ShmProcessGroup::Impl::setup() {
   // Rank 0 picks the run id (part of every segment name) and the slot size; all ranks use its choice.
   std::string config;
   if (rank == 0) {
-    config = random_run_id() + " " + std::to_string(slot_bytes_from_env());
+    config = random_run_id() + " " + std::to_string(slot_bytes_from_env()) + " " +
+             std::to_string(direct_min_bytes_from_env());
     store->set(key("config"), config);
   } else {
     config = store->get(key("config"), t);
   }
   const size_t space = config.find(' ');
   DDP_CHECK(space != std::string::npos, "shm: malformed group config '", config, "' in the store");
-  const std::string run_id = config.substr(0, space);
-  slot_bytes = std::stoull(config.substr(space + 1));
+  const size_t space2 = config.find(' ', space + 1);
+  DDP_CHECK(space2 != std::string::npos, "shm: malformed group config '", config, "' in the store");
+  run_id = config.substr(0, space);
+  slot_bytes = std::stoull(config.substr(space + 1, space2 - space - 1));
+  direct_min_bytes = std::stoull(config.substr(space2 + 1));
 
   segments.resize(size);
   cb.resize(size);
@@ -227,6 +164,7 @@ void ShmProcessGroup::Impl::setup() {
 ShmProcessGroup::~ShmProcessGroup() {
   Impl& s = *impl_;
   stop_worker();
+  s.unlink_buffers();  // registered buffers that outlive the group stay usable memory; their names go now
   if (static_cast<PeerState>(s.cb[s.rank]->state.load()) == PeerState::Alive)
     publish_state(*s.cb[s.rank], PeerState::Closed);
 }
@@ -238,7 +176,9 @@ void ShmProcessGroup::prepare(Task& t) {
             t.in.device.is_cpu() ? t.out.device.str() : t.in.device.str(),
             " but the shm backend moves CPU memory only; use nccl for CUDA buffers (or gloo, which stages "
             "them through host memory)");
+  if (t.desc.kind == CollectiveKind::Allreduce) t.staging = impl_->find_registered(t.in);
 }
+
 
 std::shared_ptr<Work> ShmProcessGroup::make_work(Task& t) {
   return std::make_shared<ShmWork>(t.desc.str(), impl_->waiters);
@@ -250,7 +190,8 @@ void ShmProcessGroup::run(Task& t) {
   if (s.tracker) s.tracker->check_same_call(d);
   s.deadline = std::chrono::steady_clock::now() + s.options.timeout;
   try {
-    s.execute(d, static_cast<char*>(t.in.data), static_cast<char*>(t.out.data));
+    s.execute(d, static_cast<char*>(t.in.data), static_cast<char*>(t.out.data),
+              static_cast<const DirectRef*>(t.staging.get()));
   } catch (const PeerProblem& p) {
     throw Error(s.failure_message(d, p));
   }
@@ -269,9 +210,11 @@ std::string ShmProcessGroup::Impl::failure_message(const CollectiveDesc& d, cons
     const uint64_t arrived = cb[q]->arrived.load();
     if (arrived > d.seq) continue;
     if (!missing.empty()) missing += ", ";
-    missing += std::to_string(q) +
-               " (last reached: " + (arrived == 0 ? std::string("none") : "#" + std::to_string(arrived - 1)) +
-               ")";
+    // Appended piece by piece: `"#" + std::to_string(...)` here makes GCC 12 warn falsely (-Wrestrict).
+    missing += std::to_string(q);
+    missing += " (last reached: ";
+    missing += arrived == 0 ? std::string("none") : std::string("#").append(std::to_string(arrived - 1));
+    missing += ")";
   }
   if (missing.empty()) {
     msg += "all ranks arrived at this collective";
@@ -308,6 +251,8 @@ void ShmProcessGroup::Impl::stamp_call(const CollectiveDesc& d) {
   CallStamp& st = cb[rank]->call[d.seq % 2];
   st.shape.store(pack_shape(d), std::memory_order_relaxed);
   st.count.store(d.count, std::memory_order_relaxed);
+  st.direct_buffer.store(stamp_direct_buffer, std::memory_order_relaxed);
+  st.direct_offset.store(stamp_direct_offset, std::memory_order_relaxed);
   st.seq.store(d.seq, std::memory_order_relaxed);
   // Published to peers by the release of the next progress store.
 }
@@ -332,7 +277,7 @@ void ShmProcessGroup::Impl::check_peer_call(int q, const CollectiveDesc& d) {
 
 // ---------------------------------------------------------------------------------------- algorithms
 
-void ShmProcessGroup::Impl::execute(const CollectiveDesc& d, char* in, char* out) {
+void ShmProcessGroup::Impl::execute(const CollectiveDesc& d, char* in, char* out, const DirectRef* direct) {
   const size_t es = dtype_size(d.dtype);
   if (size == 1) {
     // Nothing to exchange: only the out-of-place collectives copy.
@@ -341,9 +286,10 @@ void ShmProcessGroup::Impl::execute(const CollectiveDesc& d, char* in, char* out
     return;
   }
   cb[rank]->arrived.store(d.seq + 1, std::memory_order_release);
+  stamp_direct_buffer = stamp_direct_offset = 0;
   switch (d.kind) {
     case CollectiveKind::Allreduce:
-      return allreduce(d, out);
+      return allreduce(d, out, direct);
     case CollectiveKind::Broadcast:
       return broadcast(d, out);
     case CollectiveKind::Allgather:
@@ -363,11 +309,17 @@ uint64_t steps_for(int64_t n, int64_t per_step) {
 }
 }  // namespace
 
-void ShmProcessGroup::Impl::allreduce(const CollectiveDesc& d, char* data) {
+void ShmProcessGroup::Impl::allreduce(const CollectiveDesc& d, char* data, const DirectRef* direct) {
   const size_t es = dtype_size(d.dtype);
   const int64_t per_step = static_cast<int64_t>(slot_bytes / es);
   const uint64_t steps = steps_for(d.count, per_step);
   std::vector<const void*> inputs(size);
+  // A registered buffer (prepare() found it): the first step only stamps; the copy into the slot waits until
+  // the stamps show whether every rank agrees on the in-place path.
+  if (direct) {
+    stamp_direct_buffer = direct->own->index + 1;
+    stamp_direct_offset = direct->offset;
+  }
   for (uint64_t s = 0; s < steps; ++s) {
     const int64_t off = static_cast<int64_t>(s) * per_step;
     const size_t len =
@@ -381,17 +333,33 @@ void ShmProcessGroup::Impl::allreduce(const CollectiveDesc& d, char* data) {
     auto lo = [&](int q) { return std::min(len, part * static_cast<size_t>(q)); };
     auto hi = [&](int q) { return std::min(len, part * static_cast<size_t>(q + 1)); };
     // Into our slot goes what the peers read: all of it (small), or the parts the peers reduce.
-    if (small) {
-      std::memcpy(slot(rank, step), chunk, len * es);
-    } else {
-      for (int q = 0; q < size; ++q)
-        if (q != rank) std::memcpy(slot(rank, step) + lo(q) * es, chunk + lo(q) * es, (hi(q) - lo(q)) * es);
-    }
+    auto fill_slot = [&] {
+      if (small) {
+        std::memcpy(slot(rank, step), chunk, len * es);
+      } else {
+        for (int q = 0; q < size; ++q)
+          if (q != rank)
+            std::memcpy(slot(rank, step) + lo(q) * es, chunk + lo(q) * es, (hi(q) - lo(q)) * es);
+      }
+    };
+    const bool stamped_only = s == 0 && direct;
+    if (!stamped_only) fill_slot();
     publish(b + 1);
+    bool any_candidate = stamped_only;
     for (int q = 0; q < size; ++q) {
       if (q == rank) continue;
       wait_rank(q, b + 1);
-      if (s == 0) check_peer_call(q, d);
+      if (s == 0) {
+        check_peer_call(q, d);
+        any_candidate |= cb[q]->call[d.seq % 2].direct_buffer.load(std::memory_order_relaxed) != 0;
+      }
+    }
+    if (s == 0 && any_candidate) {
+      if (all_agree_on_direct(d)) return direct_allreduce(d, *direct);
+      // Fallback: some rank stamped only, so everyone waits for the second "written" mark.
+      if (stamped_only) fill_slot();
+      publish(b + 2);
+      wait_all(b + 2);
     }
     if (small) {
       for (int q = 0; q < size; ++q) inputs[q] = slot(q, step);
@@ -407,11 +375,11 @@ void ShmProcessGroup::Impl::allreduce(const CollectiveDesc& d, char* data) {
       inputs[q] = q == rank ? static_cast<const void*>(chunk + my_lo * es) : slot(q, step) + my_lo * es;
     reduce_inputs(slot(rank, step) + my_lo * es, inputs.data(), size, my_n, d.dtype, d.op, size,
                   chunk + my_lo * es);
-    publish(b + 2);
+    publish(b + 3);
     // All-gather of the reduced parts.
     for (int q = 0; q < size; ++q) {
       if (q == rank) continue;
-      wait_rank(q, b + 2);
+      wait_rank(q, b + 3);
       std::memcpy(chunk + lo(q) * es, slot(q, step) + lo(q) * es, (hi(q) - lo(q)) * es);
     }
     end_step();

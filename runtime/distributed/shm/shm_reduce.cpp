@@ -112,4 +112,21 @@ void reduce_inputs(void* out, const void* const* in, int n_in, size_t count, DTy
            ": expected float32, float64, bfloat16, int32 or int64");
 }
 
+void reduce_to_all(void* const* outs, int n_out, const void* const* in, int n_in, size_t count, DType dtype,
+                   ReduceOp op, int divisor) {
+  if (count == 0) return;
+  // 16 KiB blocks: reduced into scratch (it stays in L1), then stored to every destination.
+  constexpr size_t kBlockBytes = 16 << 10;
+  alignas(64) static thread_local char scratch[kBlockBytes];
+  const size_t es = dtype_size(dtype);
+  const size_t block = kBlockBytes / es;
+  std::vector<const void*> shifted(static_cast<size_t>(n_in));
+  for (size_t b = 0; b < count; b += block) {
+    const size_t m = std::min(block, count - b);
+    for (int k = 0; k < n_in; ++k) shifted[k] = static_cast<const char*>(in[k]) + b * es;
+    reduce_inputs(scratch, shifted.data(), n_in, m, dtype, op, divisor);
+    for (int k = 0; k < n_out; ++k) std::memcpy(static_cast<char*>(outs[k]) + b * es, scratch, m * es);
+  }
+}
+
 }  // namespace ddp::dist::shm

@@ -14,4 +14,9 @@ namespace ddp::dist::shm {
 void reduce_inputs(void* out, const void* const* in, int n_in, size_t count, DType dtype, ReduceOp op,
                    int divisor, void* copy_to = nullptr);
 
+// The same reduction, block by block through a small scratch buffer, with the result written to each of
+// `outs` (n_out places). Any out may alias any input (each block is read completely before it is written).
+void reduce_to_all(void* const* outs, int n_out, const void* const* in, int n_in, size_t count, DType dtype,
+                   ReduceOp op, int divisor);
+
 }  // namespace ddp::dist::shm

@@ -32,7 +32,7 @@ void* map_fd(int fd, size_t bytes, const std::string& name) {
 }
 }  // namespace
 
-Segment Segment::create(const std::string& name, size_t bytes) {
+Segment Segment::create(const std::string& name, size_t bytes, bool reserve) {
   int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
   DDP_CHECK(fd >= 0, "shm: cannot create shared-memory segment ", name, ": ", errno_text(),
             ". Is /dev/shm mounted and writable? Use --backend gloo (or DDP_SHM=0) to avoid shared memory");
@@ -42,6 +42,15 @@ Segment Segment::create(const std::string& name, size_t bytes) {
     ::shm_unlink(name.c_str());
     DDP_FAIL("shm: cannot size segment ", name, " to ", bytes, " bytes: ", why,
              ". /dev/shm may be too small (df -h /dev/shm); lower DDP_SHM_CHUNK_BYTES or use --backend gloo");
+  }
+  if (reserve && bytes > 0) {
+    const int err = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+    if (err != 0) {
+      ::close(fd);
+      ::shm_unlink(name.c_str());
+      DDP_FAIL("shm: cannot reserve ", bytes, " bytes for segment ", name, ": ", std::strerror(err),
+               ". /dev/shm is too small (df -h /dev/shm; a container's default is 64 MiB: --shm-size)");
+    }
   }
   Segment s;
   try {

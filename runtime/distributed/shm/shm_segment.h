@@ -20,8 +20,9 @@ inline constexpr const char* kSegmentPrefix = "ddpshm.";
 class Segment {
  public:
   Segment() = default;
-  // Creates (exclusively) and maps a zero-filled segment of `bytes`.
-  static Segment create(const std::string& name, size_t bytes);
+  // Creates (exclusively) and maps a zero-filled segment of `bytes`. `reserve`: allocate every page now
+  // (posix_fallocate), so a full /dev/shm is an error here rather than a SIGBUS at the first write.
+  static Segment create(const std::string& name, size_t bytes, bool reserve = false);
   // Opens and maps an existing segment; its size is read from the file.
   static Segment open(const std::string& name);
   ~Segment();

@@ -18,13 +18,17 @@
 
 namespace ddp::dist::shm {
 
-inline constexpr uint64_t kMagic = 0x6464707368'6d3031ull;  // "ddpshm01"
+inline constexpr uint64_t kMagic = 0x6464707368'6d3032ull;  // "ddpshm02"
 
 // What a rank is doing, so peers can check that they run the same collective (cheap, always on).
 struct CallStamp {
   std::atomic<uint64_t> seq{~0ull};  // ~0: being written
   std::atomic<uint64_t> shape{0};    // kind | dtype << 8 | op << 16 | (root + 1) << 24
   std::atomic<int64_t> count{0};
+  // All-reduce of a registered buffer (ShmProcessGroup::allocate_comm_buffer): its index + 1 and the byte
+  // offset of the data in it; 0: not a candidate for the in-place path.
+  std::atomic<uint64_t> direct_buffer{0};
+  std::atomic<uint64_t> direct_offset{0};
 };
 
 enum class PeerState : uint32_t { Alive = 0, Closed = 1, Failed = 2 };
