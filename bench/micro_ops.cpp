@@ -36,6 +36,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,23 @@
 using namespace ddp;
 
 namespace {
+
+// Benchmark arrays are 64-byte aligned like tensor storage (runtime/tensor/cpu_allocator.h): a std::vector
+// of 4 MiB from the heap is only 16-byte aligned, and then every 64-byte vector load of a kernel straddles two
+// cache lines (exp on 1M floats ran 1.5x slower that way once glibc served such blocks from the heap).
+template <class T>
+struct Aligned64 {
+  using value_type = T;
+  Aligned64() = default;
+  template <class U>
+  Aligned64(const Aligned64<U>&) {}
+  T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{64})); }
+  void deallocate(T* p, size_t) { ::operator delete(p, std::align_val_t{64}); }
+  template <class U>
+  bool operator==(const Aligned64<U>&) const { return true; }
+};
+template <class T>
+using AlignedVector = std::vector<T, Aligned64<T>>;
 double linear_flops(int64_t rows, int64_t in, int64_t out) { return 3.0 * 2.0 * rows * in * out; }
 
 void set_flop_counters(benchmark::State& state, double flops_per_iter) {
@@ -73,7 +91,7 @@ void set_flop_counters(benchmark::State& state, double flops_per_iter) {
 struct LinearCase {
   int64_t rows, in, out;
   Tensor x, w, b, g;
-  std::vector<float> rx, rw, rg, ry, rdx, rdw;
+  AlignedVector<float> rx, rw, rg, ry, rdx, rdw;
   LinearCase(int64_t rows_, int64_t in_, int64_t out_) : rows(rows_), in(in_), out(out_) {
     x = Tensor::randn({rows, in}, 1, DType::F32).set_requires_grad(true);
     w = Tensor::randn({out, in}, 2, DType::F32, 0.05).set_requires_grad(true);
@@ -223,8 +241,8 @@ constexpr int kNumKernels = sizeof(kKernels) / sizeof(kKernels[0]);
 // The inputs of every kernel for n elements (n a multiple of 1024).
 struct KernelData {
   int64_t n;
-  std::vector<float> a, b, c, d, e, out, small;
-  std::vector<int64_t> targets, idx;
+  AlignedVector<float> a, b, c, d, e, out, small;
+  AlignedVector<int64_t> targets, idx;
   explicit KernelData(int64_t n_)
       : n(n_),
         a(n),
@@ -353,7 +371,7 @@ void Kernel_VsCopy(benchmark::State& state) {
   KernelData& data = kernel_data(n);
   const int saved_budget = kernels::cpu::thread_budget();
   kernels::cpu::set_thread_budget(threads);
-  std::vector<float> src(n, 1.0f), dst(n);
+  AlignedVector<float> src(n, 1.0f), dst(n);
   std::vector<double> tk, tc;
   using Clock = std::chrono::steady_clock;
   for (auto _ : state) {
@@ -428,7 +446,7 @@ void Parallel_Threshold(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(1));
   const int saved_budget = kernels::cpu::thread_budget();
   kernels::cpu::set_thread_budget(threads);
-  std::vector<float> x(static_cast<size_t>(n)), y(static_cast<size_t>(n));
+  AlignedVector<float> x(static_cast<size_t>(n)), y(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) x[i] = std::sin(0.001f * static_cast<float>(i)) * 3.0f;
   std::vector<double> tg, tr;
   using Clock = std::chrono::steady_clock;
@@ -493,7 +511,7 @@ void run_gemm(benchmark::State& state, const GemmShape& g, kernels::cpu::GemmBac
   }
   const kernels::cpu::GemmBackend saved = kernels::cpu::gemm_backend();
   kernels::cpu::set_gemm_backend(library);
-  std::vector<float> A(g.M * g.K, 0.5f), B(g.K * g.N, 0.25f), C(g.M * g.N);
+  AlignedVector<float> A(g.M * g.K, 0.5f), B(g.K * g.N, 0.25f), C(g.M * g.N);
   for (size_t i = 0; i < A.size(); ++i) A[i] = 0.01f * static_cast<float>(i % 17);
   for (size_t i = 0; i < B.size(); ++i) B[i] = 0.02f * static_cast<float>(i % 13);
   // One product first: oneDNN's first call per shape class generates its kernel (tens of ms).
@@ -553,7 +571,7 @@ double thread_cpu_seconds() {
 void Gemm_StepSequence(benchmark::State& state) {
   const std::vector<GemmShape> seq = step_sequence(state.range(0) == 1);
   const kernels::cpu::GemmBackend saved = kernels::cpu::gemm_backend();
-  std::vector<float> A(1 << 20), B(1 << 20), C(1 << 20);
+  AlignedVector<float> A(1 << 20), B(1 << 20), C(1 << 20);
   for (size_t i = 0; i < A.size(); ++i)
     A[i] = 0.01f * static_cast<float>(i % 17), B[i] = 0.02f * static_cast<float>(i % 13);
   const int n_lib = kernels::cpu::onednn_available() ? 3 : 1;
