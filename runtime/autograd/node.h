@@ -59,6 +59,13 @@ class AccumulateGrad final : public Node {
   std::shared_ptr<TensorImpl> variable_;
 };
 
+// The memory a backward may write the gradient for edge `e` into: the leaf's grad_destination (tensor.h)
+// when `e` leads to the AccumulateGrad of a leaf with no .grad, this gradient is the leaf's whole gradient in
+// this backward (its AccumulateGrad waits for this edge only and holds nothing yet), and the destination is
+// contiguous with this shape, dtype and device. Undefined otherwise: the op allocates as usual. The op
+// returns the destination as its gradient; AccumulateGrad then makes it the .grad without a copy.
+Tensor gradient_destination(const Edge& e, const Shape& shape, DType dtype, Device device);
+
 // ---- grad mode ----
 bool grad_enabled();
 // Disables graph recording in its scope (inference, optimizer steps, evaluation).

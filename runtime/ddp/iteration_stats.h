@@ -30,6 +30,8 @@ struct IterationStats {
   double communication_s = 0;          // first launch -> last completion
   double exposed_communication_s = 0;  // finalize start -> all buckets reduced and written back
   size_t num_unused_marked = 0;        // parameters marked ready with no gradient (find_unused_parameters)
+  size_t num_gradients_copied = 0;     // gradients copied into their bucket slot (0 for those backward wrote
+                                       // there itself: gradient_as_bucket_view, autograd/node.h)
   double unused_search_s = 0;          // the graph traversal after forward (find_unused_parameters)
   // Host wait for the used-map's copy to the host (find_unused_parameters on GPU).
   double used_map_sync_s = 0;

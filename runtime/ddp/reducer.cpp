@@ -54,12 +54,20 @@ Reducer::Reducer(std::vector<nn::NamedTensor> params, std::shared_ptr<dist::Proc
   for (size_t i = 0; i < params_.size(); ++i)
     params_[i].tensor.impl()->add_post_accumulate_hook(this,
                                                        [this, i](TensorImpl&) { on_gradient_ready(i); });
+  // gradient_as_bucket_view: a parameter without .grad gets its next gradient written straight into its
+  // bucket slot by the op that computes it (linear), so on_gradient_ready has nothing to copy.
+  if (opt_.gradient_as_bucket_view)
+    for (size_t i = 0; i < params_.size(); ++i)
+      params_[i].tensor.impl()->grad_destination = {this, [this, i] { return slot_view(i).impl_ptr(); }};
   DDP_LOG(Detail, "reducer: ", params_.size(), " parameters in ", buckets_.size(), " buckets\n",
           describe_buckets());
 }
 
 Reducer::~Reducer() {
-  for (auto& p : params_) p.tensor.impl()->remove_post_accumulate_hooks(this);
+  for (auto& p : params_) {
+    p.tensor.impl()->remove_post_accumulate_hooks(this);
+    if (p.tensor.impl()->grad_destination.first == this) p.tensor.impl()->grad_destination = {nullptr, {}};
+  }
   wait_for_outstanding_work();
 }
 
@@ -247,6 +255,7 @@ void Reducer::mark_ready(size_t index, bool observed) {
       // gradient_as_bucket_view: backward accumulated straight into the bucket
       if (!fold) scale_(slot, inv);
     } else {
+      ++gradients_copied_;
       if (fold)
         slot.copy_from(grad);
       else
@@ -353,6 +362,7 @@ void Reducer::finalize() {
   stats.num_reachability_searches = searches_;
   stats.backward_compute_s = since_forward();
   stats.num_unused_marked = unused_marked_;
+  stats.num_gradients_copied = gradients_copied_;
   stats.unused_search_s = unused_search_s_;
   trace::trace_instant("finalize", "ddp");
 
@@ -450,6 +460,7 @@ void Reducer::reset_iteration() {
   used_map_ = Tensor();
   used_map_work_.reset();
   unused_marked_ = 0;
+  gradients_copied_ = 0;
   searches_ = 0;
   unused_search_s_ = 0;
   ready_order_.clear();  // a failed iteration's order must not leak into the next one's
@@ -540,6 +551,7 @@ std::string IterationStats::summary() const {
      << communication_s * 1e3 << " ms, exposed " << exposed_communication_s * 1e3 << " ms (" << buckets.size()
      << " buckets";
   if (num_unused_marked) os << ", " << num_unused_marked << " unused marked";
+  if (num_gradients_copied) os << ", " << num_gradients_copied << " gradients copied into buckets";
   if (unused_search_s > 0) os << ", unused search " << unused_search_s * 1e3 << " ms";
   os << ")";
   return os.str();

@@ -158,6 +158,7 @@ class Reducer {
   int divide_factor_ = 1;            // set_divide_factor; the world size unless Join says otherwise
   std::chrono::steady_clock::time_point forward_end_;
   size_t unused_marked_ = 0;
+  size_t gradients_copied_ = 0;
   double unused_search_s_ = 0;
 
   size_t searches_ = 0;

@@ -51,6 +51,12 @@ struct TensorImpl {
   void remove_post_accumulate_hooks(const void* owner) {
     std::erase_if(post_accumulate_hooks, [owner](const auto& e) { return e.first == owner; });
   }
+  // Where this leaf's next gradient may be written directly while it has no .grad, with the key of its owner:
+  // the DDP reducer with gradient_as_bucket_view returns the parameter's slot in its bucket, so linear's
+  // backward computes the weight and bias gradients straight into the bucket and no copy follows
+  // (autograd::gradient_destination says when it may be used). Empty: none.
+  using GradDestination = std::function<std::shared_ptr<TensorImpl>()>;
+  std::pair<const void*, GradDestination> grad_destination{nullptr, {}};
   std::string name;  // optional, for error messages and traces
 };
 

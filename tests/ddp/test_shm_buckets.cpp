@@ -71,3 +71,44 @@ TEST(ShmBuckets, EveryBucketIsAllReducedInPlaceAndGivesTheMeanOfTheRanks) {
       }
   }
 }
+
+// With gradient_as_bucket_view and .grad set to none between steps (zero_grad's default), linear's backward
+// computes every weight and bias gradient straight into its bucket slot: the reducer copies none
+// (IterationStats::num_gradients_copied), where plain buckets copy every one; the gradients agree bitwise.
+TEST(ShmBuckets, BackwardWritesTheGradientsIntoTheBucketsWithGradientAsBucketView) {
+  std::vector<Grads> synced(2);
+  std::vector<size_t> copied(2);
+  size_t num_params = 0;
+  std::mutex mu;
+  dist::ProcessGroupOptions o;
+  o.timeout = std::chrono::seconds(60);
+  for (bool view : {false, true}) {
+    SCOPED_TRACE(view ? "gradient_as_bucket_view" : "copy into buckets");
+    dist::run_threads(
+        2,
+        [&](int rank, dist::ProcessGroup& pg) {
+          nn::manual_seed(5);
+          auto model = std::make_shared<models::MLP>(models::MLPConfig{64, {512}, 64, DType::F32});
+          DDPOptions opt;
+          opt.gradient_as_bucket_view = view;
+          opt.first_bucket_mb = opt.bucket_cap_mb = 0.1;
+          DistributedDataParallel ddp(
+              model, std::shared_ptr<dist::ProcessGroup>(std::shared_ptr<dist::ProcessGroup>{}, &pg), opt);
+          Tensor y = Tensor::from_data<int64_t>({0, 1, 2, 3, 4, 5, 6, 7}, {8});
+          for (int step = 0; step < 3; ++step) {  // the bucket rebuild happens after the first
+            for (auto& p : model->named_parameters()) p.tensor.set_grad(Tensor());  // zero_grad(set_to_none)
+            autograd::backward(ops::cross_entropy(ddp.forward(Tensor::randn({8, 64}, 300 + 10 * step + rank)), y));
+          }
+          std::lock_guard<std::mutex> g(mu);
+          copied[rank] = ddp.reducer().last_stats().num_gradients_copied;
+          num_params = model->named_parameters().size();
+          if (view) {
+            EXPECT_EQ(grads_of(*model), synced[rank]) << "rank " << rank << ": gradients differ from plain buckets";
+          } else {
+            synced[rank] = grads_of(*model);
+          }
+        },
+        o, "shm");
+    for (int r = 0; r < 2; ++r) EXPECT_EQ(copied[r], view ? 0u : num_params) << "rank " << r;
+  }
+}
