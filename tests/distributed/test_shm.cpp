@@ -28,13 +28,7 @@ using ddp::testing::error_of;
 namespace {
 
 // Our segments (of any pid in `pids`) still in /dev/shm.
-std::vector<std::string> segments_of(const std::vector<pid_t>& pids) {
-  std::vector<std::string> out;
-  for (const auto& n : shm::list_segments())
-    for (pid_t p : pids)
-      if (n.rfind(shm::segment_prefix_of(p), 0) == 0) out.push_back(n);
-  return out;
-}
+std::vector<std::string> segments_of(const std::vector<pid_t>& pids) { return shm::list_segments_of(pids); }
 
 class Shm : public ::testing::Test {
  protected:

@@ -24,13 +24,8 @@ using namespace std::chrono_literals;
 
 namespace {
 
-std::vector<std::string> segments_of(const std::vector<pid_t>& pids) {
-  std::vector<std::string> out;
-  for (const auto& n : shm::list_segments())
-    for (pid_t p : pids)
-      if (n.rfind(shm::segment_prefix_of(p), 0) == 0) out.push_back(n);
-  return out;
-}
+// Our segments (of any pid in `pids`) still in /dev/shm.
+std::vector<std::string> segments_of(const std::vector<pid_t>& pids) { return shm::list_segments_of(pids); }
 size_t buffer_segments() {  // registered-buffer segments of this process (names end ".b<index>")
   size_t n = 0;
   for (const auto& s : segments_of({::getpid()})) {

@@ -148,6 +148,14 @@ std::vector<std::string> list_segments(const std::string& shm_dir) {
   return out;
 }
 
+std::vector<std::string> list_segments_of(const std::vector<pid_t>& pids, const std::string& shm_dir) {
+  std::vector<std::string> out;
+  for (const auto& n : list_segments(shm_dir))
+    for (pid_t p : pids)
+      if (n.rfind(segment_prefix_of(p), 0) == 0) out.push_back(n);
+  return out;
+}
+
 namespace {
 // Unlinks our namespace's segments whose creator pid is dead and accepted by `wanted`.
 template <class Wanted>
