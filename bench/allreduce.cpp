@@ -141,9 +141,9 @@ int main(int argc, char** argv) {
     if (rank == 0) {
       std::string names;
       for (auto& g : groups) names += (names.empty() ? "" : ", ") + g.name;
-      std::printf("# bench_allreduce: backend %s, world %d, device %s, float32 sum, %d iters (+%d warmup)%s\n",
-                  names.c_str(), world, dev.str().c_str(), iters, warmup,
-                  registered ? ", registered buffers" : "");
+      std::printf(
+          "# bench_allreduce: backend %s, world %d, device %s, float32 sum, %d iters (+%d warmup)%s\n",
+          names.c_str(), world, dev.str().c_str(), iters, warmup, registered ? ", registered buffers" : "");
       std::printf("# copy: one thread's memcpy of the same bytes on each rank, timed between the iterations\n");
       std::printf("# %12s %12s %8s %12s %12s %12s %10s %10s %7s %10s\n", "size(B)", "count", "backend",
                   "time(us)", "p10(us)", "p90(us)", "algbw", "busbw", "#wrong", "copy");
@@ -236,9 +236,9 @@ int main(int argc, char** argv) {
     if (rank == 0) {
       for (auto& g : groups) {
         std::printf("# %s: avg bus bandwidth %.3f GB/s\n", g.name.c_str(), g.busbw_sum / std::max(g.rows_n, 1));
-        nlohmann::ordered_json rec = {{"kind", "allreduce"}, {"backend", g.name}, {"world", world},
-                                       {"registered", registered},
-                                      {"device", dev.str()}, {"iters", iters},    {"points", g.rows}};
+        nlohmann::ordered_json rec = {{"kind", "allreduce"},      {"backend", g.name},   {"world", world},
+                                      {"registered", registered}, {"device", dev.str()}, {"iters", iters},
+                                      {"points", g.rows}};
         if (world > 1 && g.points.size() >= 2) {
           auto fit = ddp::sim::fit_network_model(g.points, world, ddp::sim::AllreduceAlgorithm::Ring);
           std::printf("# %s ring fit: %s\n", g.name.c_str(), fit.describe().c_str());

@@ -199,9 +199,10 @@ int main(int argc, char** argv) {
     p.add("gradient-as-bucket-view", &grad_as_bucket_view,
           "DDPOptions.gradient_as_bucket_view: gradients are views of the bucket buffers (no copy-in or "
           "write-back; with shm the buckets are shared memory that the all-reduce works on in place)");
-    p.add("zero-grad-in-place", &zero_grad_in_place,
-          "zero_grad(set_to_none = false): keep the gradient tensors (with --gradient-as-bucket-view, backward "
-          "then accumulates into the buckets) instead of dropping them each step");
+    p.add(
+        "zero-grad-in-place", &zero_grad_in_place,
+        "zero_grad(set_to_none = false): keep the gradient tensors (with --gradient-as-bucket-view, backward "
+        "then accumulates into the buckets) instead of dropping them each step");
     p.add("warmup", &warmup, "untimed steps first (>= 1: the first step rebuilds the buckets)");
     p.add("steps", &steps, "measured steps");
     p.add("batch-size", &batch, "samples per rank (0: the configuration's default)");

@@ -88,13 +88,12 @@ void GeluBackward(const T* g, const T* x, T* dx, int64_t n) {
 
 template <class T>
 void TanhForward(const T* x, T* y, int64_t n) {
-  MapUnary(hn::ScalableTag<T>(), x, y, n,
-           [](auto d, auto v) HWY_ATTR {
-             if constexpr (sizeof(T) == 4)
-               return hn::IfThenElse(hn::IsNaN(v), v, TanhBase2F32(d, v));
-             else
-               return hn::IfThenElse(hn::IsNaN(v), v, TanhFast(d, v));
-           });
+  MapUnary(hn::ScalableTag<T>(), x, y, n, [](auto d, auto v) HWY_ATTR {
+    if constexpr (sizeof(T) == 4)
+      return hn::IfThenElse(hn::IsNaN(v), v, TanhBase2F32(d, v));
+    else
+      return hn::IfThenElse(hn::IsNaN(v), v, TanhFast(d, v));
+  });
 }
 template <class T>
 void TanhBackward(const T* g, const T* y, T* dx, int64_t n) {

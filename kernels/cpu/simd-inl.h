@@ -172,7 +172,7 @@ HWY_INLINE V TanhBase2F32(D d, V x) {
   q = hn::MulAdd(q, f, hn::Set(d, 0.05550357326865196f));
   q = hn::MulAdd(q, f, hn::Set(d, 0.24022649228572845f));
   q = hn::MulAdd(q, f, hn::Set(d, 0.6931471824645996f));
-  const V scale = hn::BitCast(d, hn::ShiftLeft<23>(hn::BitCast(di, t)));  // 2^n, n in [0, 29]
+  const V scale = hn::BitCast(d, hn::ShiftLeft<23>(hn::BitCast(di, t)));           // 2^n, n in [0, 29]
   const V m = hn::MulAdd(scale, hn::Mul(f, q), hn::Sub(scale, hn::Set(d, 1.0f)));  // expm1(2|x|)
   return hn::CopySignToAbs(hn::Div(m, hn::Add(m, hn::Set(d, 2.0f))), x);
 }

@@ -15,7 +15,8 @@ const char* g_state = "not applied";
 bool user_tunes_malloc() {
   if (std::getenv("MALLOC_MMAP_THRESHOLD_") || std::getenv("MALLOC_TRIM_THRESHOLD_")) return true;
   const char* t = std::getenv("GLIBC_TUNABLES");
-  return t && (std::strstr(t, "glibc.malloc.mmap_threshold") || std::strstr(t, "glibc.malloc.trim_threshold"));
+  return t &&
+         (std::strstr(t, "glibc.malloc.mmap_threshold") || std::strstr(t, "glibc.malloc.trim_threshold"));
 }
 
 struct ApplyAtLoad {

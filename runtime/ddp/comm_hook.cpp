@@ -15,7 +15,8 @@ void CommHook::attach(const void* reducer) {
 
 std::shared_ptr<dist::Work> AllreduceHook::run(dist::ProcessGroup& pg, GradBucket& bucket) {
   bytes_ += static_cast<int64_t>(bucket.buffer.nbytes());
-  return pg.allreduce(comm_buffer_of(bucket.buffer), bucket.average ? dist::ReduceOp::Avg : dist::ReduceOp::Sum);
+  return pg.allreduce(comm_buffer_of(bucket.buffer),
+                      bucket.average ? dist::ReduceOp::Avg : dist::ReduceOp::Sum);
 }
 
 std::shared_ptr<dist::Work> BF16CompressHook::run(dist::ProcessGroup& pg, GradBucket& bucket) {

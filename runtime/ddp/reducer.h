@@ -1,9 +1,10 @@
 // reducer.h - the gradient bucketer at the heart of DDP. It listens to every parameter's post-accumulate
 // hook; each ready gradient is copied into its slot of a flat bucket buffer (allocated through the process
 // group: shared memory on shm) and divided by the world size in the same pass (or, on such memory, by the
-// all-reduce itself); a bucket whose last gradient arrived is launched as one all-reduce, strictly in bucket-index
-// order on every rank, while backward keeps running; an end-of-backward callback waits for the buckets and
-// writes the averaged gradients back. See docs/ddp-step.md for the whole flow and why each rule exists.
+// all-reduce itself); a bucket whose last gradient arrived is launched as one all-reduce, strictly in
+// bucket-index order on every rank, while backward keeps running; an end-of-backward callback waits for the
+// buckets and writes the averaged gradients back. See docs/ddp-step.md for the whole flow and why each rule
+// exists.
 //
 // This is the only place where autograd and dist meet. It never blocks the host on CUDA (the comm stream
 // waits on events of the compute stream and vice versa); on CPU the all-reduces run on the process group's

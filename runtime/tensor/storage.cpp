@@ -26,7 +26,8 @@ std::shared_ptr<Storage> Storage::allocate(size_t nbytes, Device device, bool pi
   return s;
 }
 
-std::shared_ptr<Storage> Storage::wrap(void* data, size_t nbytes, Device device, std::function<void()> release) {
+std::shared_ptr<Storage> Storage::wrap(void* data, size_t nbytes, Device device,
+                                       std::function<void()> release) {
   DDP_CHECK(release != nullptr, "Storage::wrap: no release function for the external memory");
   std::shared_ptr<Storage> s(new Storage());
   s->data_ = data;

@@ -18,7 +18,8 @@ class Storage {
   static std::shared_ptr<Storage> allocate(size_t nbytes, Device device, bool pinned = false);
   // Memory someone else owns (e.g. a process group's shared-memory buffer): `release` runs once when the last
   // tensor over it is gone, instead of a free.
-  static std::shared_ptr<Storage> wrap(void* data, size_t nbytes, Device device, std::function<void()> release);
+  static std::shared_ptr<Storage> wrap(void* data, size_t nbytes, Device device,
+                                       std::function<void()> release);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;

@@ -1,6 +1,6 @@
 // test_gradient_destination.cpp - linear's backward writes a weight's or bias's gradient straight into the
-// leaf's grad_destination (the DDP bucket slot) exactly when that is the leaf's whole gradient: the leaf has no
-// .grad yet and this edge is its only use in the backward. Anything else allocates as before; values are
+// leaf's grad_destination (the DDP bucket slot) exactly when that is the leaf's whole gradient: the leaf has
+// no .grad yet and this edge is its only use in the backward. Anything else allocates as before; values are
 // bitwise those of the ordinary path.
 #include <gtest/gtest.h>
 

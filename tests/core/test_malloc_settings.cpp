@@ -1,5 +1,6 @@
-// test_malloc_settings.cpp - libddp fixes glibc's mmap and trim thresholds at load, so the temporaries of a step
-// (blocks the size of OpenBLAS's per-call sgemm buffer) are taken from the heap again, not faulted in anew.
+// test_malloc_settings.cpp - libddp fixes glibc's mmap and trim thresholds at load, so the temporaries of a
+// step (blocks the size of OpenBLAS's per-call sgemm buffer) are taken from the heap again, not faulted in
+// anew.
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 
@@ -52,8 +53,9 @@ TEST(MallocSettings, BuffersOfAStepFreedAndTakenAgainMakeNoNewPageFaults) {
   step();  // warm-up: the heap grows to its size
   const long before = minor_faults();
   for (int i = 0; i < 10; ++i) step();
-  EXPECT_LT(minor_faults() - before, 500) << "10 steps of 16 x 512 KiB faulted pages in again (glibc defaults: "
-                                             "about 20000)";
+  EXPECT_LT(minor_faults() - before, 500)
+      << "10 steps of 16 x 512 KiB faulted pages in again (glibc defaults: "
+         "about 20000)";
 }
 
 }  // namespace

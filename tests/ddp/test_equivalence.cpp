@@ -108,7 +108,8 @@ TEST_P(Equivalence, GPT) {
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldCapView, Equivalence,
-                         ::testing::Combine(::testing::Values(std::string("gloo"), std::string("shm"), std::string("hier"),
+                         ::testing::Combine(::testing::Values(std::string("gloo"), std::string("shm"),
+                                                              std::string("hier"),
                                                               std::string("shm-inplace")),
                                             ::testing::Values(1, 2, 3, 4),
                                             ::testing::Values(Cap::Tiny, Cap::Default, Cap::Huge),

@@ -97,13 +97,15 @@ TEST(ShmBuckets, BackwardWritesTheGradientsIntoTheBucketsWithGradientAsBucketVie
           Tensor y = Tensor::from_data<int64_t>({0, 1, 2, 3, 4, 5, 6, 7}, {8});
           for (int step = 0; step < 3; ++step) {  // the bucket rebuild happens after the first
             for (auto& p : model->named_parameters()) p.tensor.set_grad(Tensor());  // zero_grad(set_to_none)
-            autograd::backward(ops::cross_entropy(ddp.forward(Tensor::randn({8, 64}, 300 + 10 * step + rank)), y));
+            autograd::backward(
+                ops::cross_entropy(ddp.forward(Tensor::randn({8, 64}, 300 + 10 * step + rank)), y));
           }
           std::lock_guard<std::mutex> g(mu);
           copied[rank] = ddp.reducer().last_stats().num_gradients_copied;
           num_params = model->named_parameters().size();
           if (view) {
-            EXPECT_EQ(grads_of(*model), synced[rank]) << "rank " << rank << ": gradients differ from plain buckets";
+            EXPECT_EQ(grads_of(*model), synced[rank])
+                << "rank " << rank << ": gradients differ from plain buckets";
           } else {
             synced[rank] = grads_of(*model);
           }

@@ -55,12 +55,23 @@ void fill(void* p, int64_t n, DType dtype, int rank) {
   for (int64_t i = 0; i < n; ++i) {
     const double v = ((i * 7919 + rank * 104729) % 1000003) / 997.0 - 300.0 + 1.0 / (3 + rank);
     switch (dtype) {
-      case DType::F32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
-      case DType::F64: static_cast<double*>(p)[i] = v; break;
-      case DType::BF16: static_cast<BFloat16*>(p)[i] = BFloat16::from_float(static_cast<float>(v)); break;
-      case DType::I32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v * 10); break;
-      case DType::I64: static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v * 1000); break;
-      default: FAIL() << "dtype";
+      case DType::F32:
+        static_cast<float*>(p)[i] = static_cast<float>(v);
+        break;
+      case DType::F64:
+        static_cast<double*>(p)[i] = v;
+        break;
+      case DType::BF16:
+        static_cast<BFloat16*>(p)[i] = BFloat16::from_float(static_cast<float>(v));
+        break;
+      case DType::I32:
+        static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v * 10);
+        break;
+      case DType::I64:
+        static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v * 1000);
+        break;
+      default:
+        FAIL() << "dtype";
     }
   }
 }
@@ -105,7 +116,8 @@ TEST_F(ShmInPlace, EqualsTheSlotAlgorithmBitwiseForEveryDtypeAndOp) {
               fill(reg.data, n, dtype, rank);
               std::memcpy(plain.data(), reg.data, n * es);
               pg.allreduce(range_of(reg, off, len), op)->wait();
-              pg.allreduce(CommBuffer{plain.data() + off * es, len, dtype, Device::cpu(), nullptr}, op)->wait();
+              pg.allreduce(CommBuffer{plain.data() + off * es, len, dtype, Device::cpu(), nullptr}, op)
+                  ->wait();
               EXPECT_EQ(shm_of(pg).direct_allreduces(), before + 2);
               EXPECT_EQ(std::memcmp(reg.data, plain.data(), n * es), 0) << "range: results differ";
             }
@@ -126,16 +138,22 @@ TEST_F(ShmInPlace, SmallBuffersAndWorldOneGetOrdinaryMemory) {
       },
       quick(), "shm");
   run_threads(
-      1, [&](int, ProcessGroup& pg) { EXPECT_EQ(pg.allocate_comm_buffer(1 << 20, DType::F32, Device::cpu()).data, nullptr); },
+      1,
+      [&](int, ProcessGroup& pg) {
+        EXPECT_EQ(pg.allocate_comm_buffer(1 << 20, DType::F32, Device::cpu()).data, nullptr);
+      },
       quick(), "shm");
   // The gloo group has nothing better than ordinary memory.
   run_threads(
-      2, [&](int, ProcessGroup& pg) { EXPECT_EQ(pg.allocate_comm_buffer(1 << 20, DType::F32, Device::cpu()).data, nullptr); },
+      2,
+      [&](int, ProcessGroup& pg) {
+        EXPECT_EQ(pg.allocate_comm_buffer(1 << 20, DType::F32, Device::cpu()).data, nullptr);
+      },
       quick(), "gloo");
 }
 
-// Ranks that disagree - another offset, another buffer, or ordinary memory on one rank - fall back to the slot
-// algorithm: the right sums, and the group stays in step (the next agreeing all-reduce goes in place).
+// Ranks that disagree - another offset, another buffer, or ordinary memory on one rank - fall back to the
+// slot algorithm: the right sums, and the group stays in step (the next agreeing all-reduce goes in place).
 // Sizes of one and of several chunks (the fallback then runs many steps).
 TEST_F(ShmInPlace, DisagreeingRanksFallBackToTheSlotAlgorithm) {
   for (int64_t n : {int64_t{20000}, int64_t{700000}}) {  // 80 KB; 2.8 MB = 3 chunks of 1 MiB
@@ -231,7 +249,8 @@ TEST_F(ShmInPlace, BufferNamesLeaveDevShmAfterUseFreeAndGroupEnd) {
 }
 
 namespace {
-std::vector<ddp::testing::ProcessResult> run_workers(int world, const std::string& mode, std::vector<pid_t>& pids) {
+std::vector<ddp::testing::ProcessResult> run_workers(int world, const std::string& mode,
+                                                     std::vector<pid_t>& pids) {
   const std::string token = "shm-inplace-test";
   StoreServer server("127.0.0.1", 0, token);
   std::vector<std::future<ddp::testing::ProcessResult>> runs;
@@ -246,9 +265,10 @@ std::vector<ddp::testing::ProcessResult> run_workers(int world, const std::strin
       pids[r] = p;
     };
     runs.push_back(std::async(std::launch::async, [r, port, token, world, opt, mode] {
-      return ddp::testing::run_process({std::string(DDP_BIN_DIR) + "/testprog_shm_worker", std::to_string(port),
-                                        token, std::to_string(r), std::to_string(world), mode},
-                                       opt);
+      return ddp::testing::run_process(
+          {std::string(DDP_BIN_DIR) + "/testprog_shm_worker", std::to_string(port), token, std::to_string(r),
+           std::to_string(world), mode},
+          opt);
     }));
   }
   std::vector<ddp::testing::ProcessResult> res;
@@ -274,9 +294,11 @@ TEST_F(ShmInPlace, RankKilledInsideAnInPlaceAllreduceFailsTheOthers) {
   for (int r : {0, 2}) {
     EXPECT_FALSE(res[r].timed_out) << all();
     EXPECT_EQ(res[r].exit_code, 3) << all();
-    EXPECT_NE(res[r].err.find("shm allreduce #1 (4194304 x float32 on cpu, sum)"), std::string::npos) << all();
+    EXPECT_NE(res[r].err.find("shm allreduce #1 (4194304 x float32 on cpu, sum)"), std::string::npos)
+        << all();
     EXPECT_NE(res[r].err.find(" died"), std::string::npos) << all();
-    EXPECT_NE(res[r].out.find("in place: 1"), std::string::npos) << "the warm-up did not go in place\n" << all();
+    EXPECT_NE(res[r].out.find("in place: 1"), std::string::npos) << "the warm-up did not go in place\n"
+                                                                 << all();
   }
   EXPECT_EQ(segments_of(pids), std::vector<std::string>{}) << all();
 }
@@ -300,7 +322,8 @@ TEST_F(ShmInPlace, BadThresholdIsRefusedByName) {
   setenv("DDP_SHM_DIRECT_MIN_BYTES", "lots", 1);
   std::string err;
   try {
-    run_threads(1, [](int, ProcessGroup&) {}, quick(10s), "shm");
+    run_threads(
+        1, [](int, ProcessGroup&) {}, quick(10s), "shm");
   } catch (const Error& e) {
     err = e.what();
   }

@@ -140,7 +140,8 @@ TEST(FastMathTargets, SoftmaxFamilyOfHugeLogitsOnEveryTarget) {
     int64_t count = 0;
     kc::softmax_forward(x.data(), y.data(), 2, 4);
     kc::log_softmax_forward(x.data(), ly.data(), 2, 4);
-    const double loss = kc::cross_entropy_forward(x.data(), targets.data(), 2, 4, false, -100, lse.data(), &count);
+    const double loss =
+        kc::cross_entropy_forward(x.data(), targets.data(), 2, 4, false, -100, lse.data(), &count);
     EXPECT_EQ(y, (std::vector<float>{1, 0, 0, 0, 0, 0.5f, 0.5f, 0}));
     EXPECT_EQ(ly[0], 0.0f);
     EXPECT_EQ(ly[1], -2e20f);

@@ -23,7 +23,8 @@
 int main(int argc, char** argv) {
   using namespace ddp::dist;
   if (argc != 6) {
-    std::fprintf(stderr, "usage: shm_worker <port> <token> <rank> <world> <die|setup|die-inplace|setup-buffers>\n");
+    std::fprintf(stderr,
+                 "usage: shm_worker <port> <token> <rank> <world> <die|setup|die-inplace|setup-buffers>\n");
     return 2;
   }
   const int port = std::atoi(argv[1]);
@@ -51,8 +52,7 @@ int main(int argc, char** argv) {
       if (!big.data) return 4;
       std::fill_n(static_cast<float*>(big.data), plain.size(), 1.0f);
       pg.allreduce(big)->wait();  // warm-up, in place: every peer maps every buffer
-      std::printf("rank %d in place: %llu\n", rank,
-                  static_cast<unsigned long long>(pg.direct_allreduces()));
+      std::printf("rank %d in place: %llu\n", rank, static_cast<unsigned long long>(pg.direct_allreduces()));
       std::fflush(stdout);
     } else {
       pg.allreduce(comm_buffer(plain.data(), 16))->wait();

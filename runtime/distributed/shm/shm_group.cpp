@@ -179,7 +179,6 @@ void ShmProcessGroup::prepare(Task& t) {
   if (t.desc.kind == CollectiveKind::Allreduce) t.staging = impl_->find_registered(t.in);
 }
 
-
 std::shared_ptr<Work> ShmProcessGroup::make_work(Task& t) {
   return std::make_shared<ShmWork>(t.desc.str(), impl_->waiters);
 }
@@ -338,8 +337,7 @@ void ShmProcessGroup::Impl::allreduce(const CollectiveDesc& d, char* data, const
         std::memcpy(slot(rank, step), chunk, len * es);
       } else {
         for (int q = 0; q < size; ++q)
-          if (q != rank)
-            std::memcpy(slot(rank, step) + lo(q) * es, chunk + lo(q) * es, (hi(q) - lo(q)) * es);
+          if (q != rank) std::memcpy(slot(rank, step) + lo(q) * es, chunk + lo(q) * es, (hi(q) - lo(q)) * es);
       }
     };
     const bool stamped_only = s == 0 && direct;

@@ -11,22 +11,22 @@
 //
 // Same contract as the Gloo group: issuing queues the collective for one background thread (issue order,
 // sequence numbers, queued_process_group.h; collectives still queued when the group is destroyed fail), each
-// collective ends within its timeout with an error naming the ranks that did not arrive, and a peer that dies, fails or leaves is noticed within ~20 ms. The ranks' calls are compared
-// through the segment on every collective (a mismatch is an error, not a wrong result). Segments are
-// unlinked from /dev/shm as soon as every rank mapped them; ones left by killed jobs are removed by the
-// next group created on the host.
+// collective ends within its timeout with an error naming the ranks that did not arrive, and a peer that
+// dies, fails or leaves is noticed within ~20 ms. The ranks' calls are compared through the segment on every
+// collective (a mismatch is an error, not a wrong result). Segments are unlinked from /dev/shm as soon as
+// every rank mapped them; ones left by killed jobs are removed by the next group created on the host.
 //
-// Registered buffers (allocate_comm_buffer, used by the DDP reducer for its gradient buckets): each is its own
-// segment "<this rank's segment name>.b<index>", indices counted per rank in allocation order, so a peer can
-// open it by name when it first needs it. An all-reduce of more than DDP_SHM_DIRECT_MIN_BYTES (default
-// 32 KiB) whose buffer lies in one registered buffer, where every rank passes the same (index, offset),
-// takes the in-place path: rank r reduces part r reading every rank's buffer directly and writes the result
-// into part r of every rank's buffer; a second mark tells that all writes are done. No slot copies, no
-// all-gather: per rank one read of the data per rank and one write per rank. Whether all ranks agree is
-// decided from the call stamps of the first phase; when they do not (another offset, another buffer, one
-// rank's memory not registered) the collective runs the slot algorithm instead - same result. A buffer's
-// name is unlinked once its first in-place all-reduce has run (every peer mapped it then), when its memory is
-// freed, or when the group is destroyed; ddprun and the next group remove what a killed process left.
+// Registered buffers (allocate_comm_buffer, used by the DDP reducer for its gradient buckets): each is its
+// own segment "<this rank's segment name>.b<index>", indices counted per rank in allocation order, so a peer
+// can open it by name when it first needs it. An all-reduce of more than DDP_SHM_DIRECT_MIN_BYTES (default 32
+// KiB) whose buffer lies in one registered buffer, where every rank passes the same (index, offset), takes
+// the in-place path: rank r reduces part r reading every rank's buffer directly and writes the result into
+// part r of every rank's buffer; a second mark tells that all writes are done. No slot copies, no all-gather:
+// per rank one read of the data per rank and one write per rank. Whether all ranks agree is decided from the
+// call stamps of the first phase; when they do not (another offset, another buffer, one rank's memory not
+// registered) the collective runs the slot algorithm instead - same result. A buffer's name is unlinked once
+// its first in-place all-reduce has run (every peer mapped it then), when its memory is freed, or when the
+// group is destroyed; ddprun and the next group remove what a killed process left.
 #pragma once
 #include <memory>
 #include <string>

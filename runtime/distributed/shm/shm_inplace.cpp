@@ -116,8 +116,9 @@ void ShmProcessGroup::Impl::direct_allreduce(const CollectiveDesc& d, const Dire
   const size_t end_bytes = ref.offset + len * es;
   std::vector<char*> bufs(size);
   for (int q = 0; q < size; ++q)
-    bufs[q] = (q == rank ? static_cast<char*>(ref.own->seg.data()) : peer_buffer(q, ref.own->index, end_bytes)) +
-              ref.offset;
+    bufs[q] =
+        (q == rank ? static_cast<char*>(ref.own->seg.data()) : peer_buffer(q, ref.own->index, end_bytes)) +
+        ref.offset;
   // Parts of ceil(len / size) rounded up to 64 bytes (never 0: a range shorter than the world has parts too).
   const size_t align = 64 / es;
   const size_t per_rank = (len + static_cast<size_t>(size) - 1) / static_cast<size_t>(size);

@@ -62,6 +62,7 @@ std::vector<std::string> remove_segments_of(const std::vector<pid_t>& pids,
 // Names (without the leading '/') of our segments in shm_dir, alive or not.
 std::vector<std::string> list_segments(const std::string& shm_dir = "/dev/shm");
 // Those of them that belong to one of `pids` (of this pid namespace).
-std::vector<std::string> list_segments_of(const std::vector<pid_t>& pids, const std::string& shm_dir = "/dev/shm");
+std::vector<std::string> list_segments_of(const std::vector<pid_t>& pids,
+                                          const std::string& shm_dir = "/dev/shm");
 
 }  // namespace ddp::dist::shm
