@@ -36,10 +36,10 @@
 #include <cstring>
 #include <map>
 #include <memory>
-#include <new>
 #include <string>
 #include <vector>
 
+#include "runtime/tensor/cpu_allocator.h"
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/broadcast.h"
 #include "kernels/cpu/dropout.h"
@@ -62,17 +62,18 @@ using namespace ddp;
 
 namespace {
 
-// Benchmark arrays are 64-byte aligned like tensor storage (runtime/tensor/cpu_allocator.h): a std::vector
-// of 4 MiB from the heap is only 16-byte aligned, and then every 64-byte vector load of a kernel straddles
-// two cache lines (exp on 1M floats ran 1.5x slower that way once glibc served such blocks from the heap).
+// Benchmark arrays come from the tensors' allocator (runtime/tensor/cpu_allocator.h, 64-byte aligned): a
+// std::vector of 4 MiB from the heap is only 16-byte aligned, and then every 64-byte vector load of a kernel
+// straddles two cache lines (exp on 1M floats ran 1.5x slower that way once glibc served such blocks from the
+// heap).
 template <class T>
 struct Aligned64 {
   using value_type = T;
   Aligned64() = default;
   template <class U>
   Aligned64(const Aligned64<U>&) {}
-  T* allocate(size_t n) { return static_cast<T*>(::operator new (n * sizeof(T), std::align_val_t{64})); }
-  void deallocate(T* p, size_t) { ::operator delete (p, std::align_val_t{64}); }
+  T* allocate(size_t n) { return static_cast<T*>(cpu_allocate(n * sizeof(T))); }
+  void deallocate(T* p, size_t n) { cpu_free(p, n * sizeof(T)); }
   template <class U>
   bool operator==(const Aligned64<U>&) const {
     return true;

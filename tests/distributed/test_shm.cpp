@@ -120,13 +120,7 @@ TEST_F(Shm, RankKilledMidCollectiveFailsTheOthersNotHangs) {
   }
   std::vector<ddp::testing::ProcessResult> res;
   for (auto& f : runs) res.push_back(f.get());
-  auto all = [&] {
-    std::string s;
-    for (int r = 0; r < world; ++r)
-      s += "--- rank " + std::to_string(r) + " exit " + std::to_string(res[r].exit_code) + "\n" + res[r].out +
-           res[r].err;
-    return s;
-  };
+  auto all = [&] { return ddp::testing::describe_ranks(res); };
   EXPECT_EQ(res[1].exit_code, 128 + SIGKILL) << all();
   for (int r : {0, 2}) {
     EXPECT_FALSE(res[r].timed_out) << all();

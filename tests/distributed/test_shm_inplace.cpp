@@ -283,13 +283,7 @@ std::vector<ddp::testing::ProcessResult> run_workers(int world, const std::strin
 TEST_F(ShmInPlace, RankKilledInsideAnInPlaceAllreduceFailsTheOthers) {
   std::vector<pid_t> pids;
   auto res = run_workers(3, "die-inplace", pids);
-  auto all = [&] {
-    std::string s;
-    for (size_t r = 0; r < res.size(); ++r)
-      s += "--- rank " + std::to_string(r) + " exit " + std::to_string(res[r].exit_code) + "\n" + res[r].out +
-           res[r].err;
-    return s;
-  };
+  auto all = [&] { return ddp::testing::describe_ranks(res); };
   EXPECT_EQ(res[1].exit_code, 128 + SIGKILL) << all();
   for (int r : {0, 2}) {
     EXPECT_FALSE(res[r].timed_out) << all();

@@ -5,7 +5,9 @@
 //   "setup": create the group and exit at once without destroying it (_exit), as a crash after setup would;
 //   "die-inplace": on a registered buffer (allocate_comm_buffer), so the all-reduce runs in place: after an
 //            in-place warm-up (each prints "in place: N", N: in-place all-reduces so far) rank 1 issues the
-//            next one and kills itself; the others issue theirs once it did, and report as in "die";
+//            next one and kills itself; the others issue theirs once it is dead (its pid no longer
+//            alive: issuing is asynchronous, and a rank 1 still running could finish its part), and report as
+//            in "die";
 //   "setup-buffers": create the group and one registered buffer, then _exit(0) before ever using it.
 #include <signal.h>
 #include <unistd.h>
@@ -18,6 +20,7 @@
 #include <vector>
 
 #include "runtime/distributed/shm/shm_group.h"
+#include "runtime/distributed/shm/shm_sync.h"
 #include "runtime/distributed/store.h"
 
 int main(int argc, char** argv) {
@@ -61,9 +64,9 @@ int main(int argc, char** argv) {
     if (rank == 1) {
       if (mode == "die-inplace") {
         // Our in-place all-reduce is issued (stamped, then waiting for the peers) and we die; the others
-        // enter only after that, so the collective can never complete, whatever the scheduling.
+        // enter only once this process is gone, so the collective can never complete, whatever the scheduling.
         auto w = pg.allreduce(big);
-        store->set("issued/1", "1");
+        store->set("issued/1", std::to_string(::getpid()));
         ::raise(SIGKILL);
       }
       // Everyone is in the big all-reduce (waiting on our parts) when we die in the middle of it.
@@ -73,7 +76,12 @@ int main(int argc, char** argv) {
     }
     const auto t0 = std::chrono::steady_clock::now();
     try {
-      if (mode == "die-inplace") store->wait({"issued/1"}, std::chrono::seconds(30));
+      if (mode == "die-inplace") {
+        const pid_t dying = static_cast<pid_t>(std::stol(store->get("issued/1", std::chrono::seconds(30))));
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+        while (shm::pid_alive(dying) && std::chrono::steady_clock::now() < deadline)
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
       pg.allreduce(big)->wait();
     } catch (const std::exception& e) {
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

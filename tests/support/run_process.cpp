@@ -95,4 +95,12 @@ bool process_gone(pid_t pid) {
   return line[close + 2] == 'Z' || line[close + 2] == 'X';
 }
 
+std::string describe_ranks(const std::vector<ProcessResult>& results) {
+  std::string s;
+  for (size_t r = 0; r < results.size(); ++r)
+    s += "--- rank " + std::to_string(r) + " exit " + std::to_string(results[r].exit_code) + "\n" +
+         results[r].out + results[r].err;
+  return s;
+}
+
 }  // namespace ddp::testing

@@ -28,6 +28,10 @@ struct ProcessOptions {
 
 ProcessResult run_process(const std::vector<std::string>& argv, const ProcessOptions& opt = {});
 
+// "--- rank R exit E" then stdout and stderr, for each result in order: the failure text of a multi-rank
+// test.
+std::string describe_ranks(const std::vector<ProcessResult>& results);
+
 // True when no process with this pid exists any more, or it is a zombie nobody reaped yet.
 bool process_gone(pid_t pid);
 

@@ -11,6 +11,7 @@
 #include <new>
 #include <vector>
 
+#include "runtime/core/env_number.h"
 #include "runtime/core/error.h"
 #include "runtime/core/log.h"
 #include "runtime/distributed/shm/shm_group_impl.h"
@@ -23,13 +24,9 @@ using namespace shm;
 namespace {
 
 size_t slot_bytes_from_env() {
-  const char* v = std::getenv("DDP_SHM_CHUNK_BYTES");
-  if (!v || !*v) return kDefaultSlotBytes;
-  char* end = nullptr;
-  long long b = std::strtoll(v, &end, 10);
-  DDP_CHECK(end && *end == '\0' && b >= 4096 && b <= (1ll << 30) && b % 64 == 0, "DDP_SHM_CHUNK_BYTES='", v,
-            "' is not valid: expected a multiple of 64 between 4096 and 1073741824 bytes");
-  return static_cast<size_t>(b);
+  return static_cast<size_t>(integer_from_env("DDP_SHM_CHUNK_BYTES", 4096, 1ll << 30,
+                                              "a multiple of 64 between 4096 and 1073741824 bytes", 64)
+                                 .value_or(kDefaultSlotBytes));
 }
 
 // While a caller blocks in wait(), the worker's waits on peers spin longer: nothing else needs this rank's

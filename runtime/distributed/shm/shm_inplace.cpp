@@ -4,7 +4,9 @@
 // reduction straight out of and into every rank's buffer. See shm_group.h and docs/dist.md.
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 
+#include "runtime/core/env_number.h"
 #include "runtime/core/error.h"
 #include "runtime/core/log.h"
 #include "runtime/distributed/shm/shm_group_impl.h"
@@ -14,14 +16,11 @@ namespace ddp::dist {
 
 namespace shm {
 size_t direct_min_bytes_from_env() {
-  const char* v = std::getenv("DDP_SHM_DIRECT_MIN_BYTES");
-  if (!v || !*v) return kDefaultDirectMinBytes;
-  char* end = nullptr;
-  long long b = std::strtoll(v, &end, 10);
-  DDP_CHECK(end && *end == '\0' && b >= 0, "DDP_SHM_DIRECT_MIN_BYTES='", v,
-            "' is not valid: expected a byte count >= 0 (all-reduces of registered buffers from this size on "
-            "take the in-place path)");
-  return static_cast<size_t>(b);
+  return static_cast<size_t>(
+      integer_from_env("DDP_SHM_DIRECT_MIN_BYTES", 0, std::numeric_limits<long long>::max(),
+                       "a byte count >= 0 (all-reduces of registered buffers from this "
+                       "size on take the in-place path)")
+          .value_or(kDefaultDirectMinBytes));
 }
 }  // namespace shm
 

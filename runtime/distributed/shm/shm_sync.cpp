@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "runtime/core/env_number.h"
 #include "runtime/core/error.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -69,13 +70,9 @@ void publish_state(ControlBlock& cb, PeerState s, const std::string& why) {
 
 namespace {
 void microseconds_from_env(const char* name, std::chrono::microseconds& out) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return;
-  char* end = nullptr;
-  long us = std::strtol(v, &end, 10);
-  DDP_CHECK(end && *end == '\0' && us >= 0 && us <= 1'000'000, name, "='", v,
-            "' is not valid: expected microseconds of spinning before sleeping, 0 to 1000000");
-  out = std::chrono::microseconds(us);
+  if (auto us =
+          integer_from_env(name, 0, 1'000'000, "microseconds of spinning before sleeping, 0 to 1000000"))
+    out = std::chrono::microseconds(*us);
 }
 }  // namespace
 
