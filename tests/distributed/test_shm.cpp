@@ -137,15 +137,32 @@ TEST_F(Shm, RankKilledMidCollectiveFailsTheOthersNotHangs) {
 // /dev/shm/ddpshm.*; the next group on the host removes it (and leaves live processes' segments, and other
 // pid namespaces', alone).
 TEST_F(Shm, SegmentsOfDeadProcessesAreRemovedByTheNextGroup) {
+  // The child's name is looked for while it lives: a group starting in a test running in parallel would
+  // sweep it as soon as the child is dead.
+  int created[2], go[2];
+  ASSERT_EQ(::pipe(created), 0);
+  ASSERT_EQ(::pipe(go), 0);
   const pid_t child = ::fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
+    ::close(go[1]);  // or the read below never sees the end
+    ::close(created[0]);
     auto s = shm::Segment::create(shm::segment_name("deadbeefdeadbeef", "0"), 8192);
+    char c = 1;
+    if (::write(created[1], &c, 1) != 1) ::_exit(1);
+    (void)!::read(go[0], &c, 1);
     ::_exit(0);  // no destructor: the name stays, as after a crash
   }
+  ::close(created[1]);
+  ::close(go[0]);
+  char c = 0;
+  EXPECT_EQ(::read(created[0], &c, 1), 1);
+  EXPECT_EQ(segments_of({child}).size(), 1u);
+  ::close(go[1]);  // the child exits
+  ::close(created[0]);
   int status = 0;
   ::waitpid(child, &status, 0);
-  ASSERT_EQ(segments_of({child}).size(), 1u);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   auto own = shm::Segment::create(shm::segment_name("feedfeedfeedfeed", "0"), 8192);  // alive: must stay
   // The same dead pid in another pid namespace ("1"): the pid means nothing here, so it must stay too.
   const std::string foreign = std::string(shm::kSegmentPrefix) + "1." + std::to_string(child) + ".cafe.0";

@@ -8,7 +8,8 @@
 //            next one and kills itself; the others issue theirs once it is dead (its pid no longer
 //            alive: issuing is asynchronous, and a rank 1 still running could finish its part), and report as
 //            in "die";
-//   "setup-buffers": create the group and one registered buffer, then _exit(0) before ever using it.
+//   "setup-buffers": create the group and one registered buffer, never use it, and wait to be killed (the
+//            test SIGKILLs it once it saw the buffer's name; exits 5 after 60 s).
 #include <signal.h>
 #include <unistd.h>
 
@@ -46,7 +47,8 @@ int main(int argc, char** argv) {
     if (mode == "setup-buffers") {
       CommBuffer b = pg.allocate_comm_buffer(1 << 20, ddp::DType::F32, ddp::Device::cpu());
       if (!b.data) return 4;
-      ::_exit(0);
+      std::this_thread::sleep_for(std::chrono::seconds(60));
+      return 5;
     }
     std::vector<float> plain(size_t{4} << 20, 1.0f);  // 16 MiB: 16 chunk steps
     CommBuffer big = comm_buffer(plain.data(), static_cast<int64_t>(plain.size()));
