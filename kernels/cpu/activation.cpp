@@ -90,7 +90,7 @@ template <class T>
 void TanhForward(const T* x, T* y, int64_t n) {
   MapUnary(hn::ScalableTag<T>(), x, y, n, [](auto d, auto v) HWY_ATTR {
     if constexpr (sizeof(T) == 4)
-      return hn::IfThenElse(hn::IsNaN(v), v, TanhBase2F32(d, v));
+      return TanhBase2F32(d, v);  // NaN propagates (see there)
     else
       return hn::IfThenElse(hn::IsNaN(v), v, TanhFast(d, v));
   });
@@ -116,8 +116,10 @@ void SigmoidBackward(const T* g, const T* y, T* dx, int64_t n) {
 // exp with overflow to +inf and NaN passing through (ExpFast: results below 2^-125 are 0).
 template <class T>
 void ExpForward(const T* x, T* y, int64_t n) {
-  MapUnary(hn::ScalableTag<T>(), x, y, n,
-           [](auto d, auto v) HWY_ATTR { return hn::IfThenElse(hn::IsNaN(v), v, ExpFast(d, v)); });
+  MapUnary(hn::ScalableTag<T>(), x, y, n, [](auto d, auto v) HWY_ATTR {
+    if (sizeof(T) == 4 && DDP_SIMD_CLAMP_KEEPS_NAN) return ExpFast(d, v);  // NaN stays NaN
+    return hn::IfThenElse(hn::IsNaN(v), v, ExpFast(d, v));
+  });
 }
 template <class T>
 void ExpBackward(const T* g, const T* y, T* dx, int64_t n) {

@@ -8,6 +8,8 @@
 
 #include "hwy/highway.h"
 
+#include <algorithm>
+
 #include "kernels/cpu/dropout.h"
 #include "kernels/cpu/parallel.h"
 
@@ -20,10 +22,15 @@ namespace {
 template <class T>
 void DropoutApply(const T* x, T* y, int64_t n, uint64_t key, uint64_t offset, uint64_t threshold, T scale) {
   uint64_t z = key + (offset + 1) * kDropoutGolden;
-  for (int64_t i = 0; i < n; ++i) {
-    const T v = x[i] * scale;  // computed unconditionally so the select vectorizes
-    y[i] = dropout_mix64(z) >= threshold ? v : T(0);
-    z += kDropoutGolden;
+  constexpr int64_t kBlock = 1024 / sizeof(T);
+  for (int64_t b = 0; b < n; b += kBlock) {
+    const int64_t e = std::min(n, b + kBlock);
+    for (int64_t p = b + 4 * kBlock; p < e + 4 * kBlock; p += 64 / sizeof(T)) __builtin_prefetch(x + p, 0, 0);
+    for (int64_t i = b; i < e; ++i) {
+      const T v = x[i] * scale;  // computed unconditionally so the select vectorizes
+      y[i] = dropout_mix64(z) >= threshold ? v : T(0);
+      z += kDropoutGolden;
+    }
   }
 }
 }  // namespace

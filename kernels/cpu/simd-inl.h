@@ -23,6 +23,15 @@ HWY_BEFORE_NAMESPACE();
 namespace ddp::kernels::cpu::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
+// 1 where Min(c, x) and Max(c, x) return x when x is NaN (x86's minps/maxps return their second operand):
+// the float32 fast paths clamp as Min(c, x) so that NaN flows through and needs no select. Highway's
+// SCALAR and EMU128 targets drop the NaN instead: their callers select.
+#if HWY_TARGET == HWY_SCALAR || HWY_TARGET == HWY_EMU128
+#define DDP_SIMD_CLAMP_KEEPS_NAN 0
+#else
+#define DDP_SIMD_CLAMP_KEEPS_NAN 1
+#endif
+
 // Bytes of the widest vector of any x86 target (AVX-512); tail buffers are this big.
 constexpr size_t kMaxVectorBytes = 64;
 // log2(e) rounded to float (the base-2 exp and tanh below).
@@ -113,14 +122,36 @@ HWY_INLINE ExpReductionF32<V> ReduceExpF32(D d, V x, float magic_offset) {
 // two-constant Cody-Waite reduction to |r| <= ln(2)/2, a degree-7 polynomial evaluated by Estrin's scheme
 // (short dependency chains: several vectors in flight), and one multiply by 2^(n-1) built from those bits
 // (times 2, so n = 128 still works). Within 2 float32 ulp of exp(x) over the normal range; results below
-// 2^-125 (x < -86.99) are 0 and x >= 88.7229 gives +inf. NaN input gives a finite number: callers that must
-// propagate NaN select it. float64: Highway's Exp on [-708, 709.78], +inf above.
+// 2^-125 (x < -86.99) are 0 (AVX-512: the subnormal value) and x >= 88.7229 gives +inf. NaN input gives NaN
+// where DDP_SIMD_CLAMP_KEEPS_NAN, else a finite number: callers that must propagate NaN then select it.
+// float64: Highway's Exp on [-708, 709.78], +inf above.
 template <class D, class V>
 HWY_INLINE V ExpFast(D d, V x) {
   using T = hn::TFromD<D>;
   if constexpr (sizeof(T) == 4) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+    if constexpr (hn::MaxLanes(d) == 16) {
+      // AVX-512: the same reduction and polynomial, 2^n applied by vscalefps (overflow to inf and subnormal
+      // results exact, so x is only clamped to [-104, 89], where the results are 0 and inf already).
+      const V xc = hn::Min(hn::Set(d, 89.0f), hn::Max(hn::Set(d, -104.0f), x));  // keeps NaN
+      const V n{_mm512_roundscale_ps(hn::Mul(xc, hn::Set(d, 1.44269504088896341f)).raw,
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)};
+      V r = hn::MulAdd(n, hn::Set(d, -0.693145751953125f), xc);
+      r = hn::MulAdd(n, hn::Set(d, -1.428606765330187045e-6f), r);
+      const V r2 = hn::Mul(r, r);
+      const V r4 = hn::Mul(r2, r2);
+      const V p01 = hn::MulAdd(hn::Set(d, 0.166666671633720397949219f), r, hn::Set(d, 0.5f));
+      const V p23 =
+          hn::MulAdd(hn::Set(d, 0.00833336077630519866943359f), r, hn::Set(d, 0.0416664853692054748535156f));
+      const V p45 = hn::MulAdd(hn::Set(d, 0.000198527617612853646278381f), r,
+                               hn::Set(d, 0.00139304355252534151077271f));
+      const V p = hn::MulAdd(r4, p45, hn::MulAdd(r2, p23, p01));
+      const V e = hn::MulAdd(p, r2, hn::Add(r, hn::Set(d, 1.0f)));  // exp(r)
+      return V{_mm512_scalef_ps(e.raw, n.raw)};
+    }
+#endif
     const hn::RebindToSigned<D> di;
-    const V xc = hn::Min(hn::Max(x, hn::Set(d, -87.6f)), hn::Set(d, 88.7229f));
+    const V xc = hn::Min(hn::Set(d, 88.7229f), hn::Max(hn::Set(d, -87.6f), x));  // keeps NaN (see above)
     const ExpReductionF32<V> e_r = ReduceExpF32(d, xc, 126.0f);  // exponent bias - 1: the scale is 2^(n-1)
     const V e = hn::MulAdd(e_r.p, e_r.r2, hn::Add(e_r.r, hn::Set(d, 1.0f)));  // exp(r)
     const V scale = hn::BitCast(d, hn::ShiftLeft<23>(hn::BitCast(di, e_r.t)));  // 2^(n-1); 0 when n = -126
@@ -158,12 +189,13 @@ HWY_INLINE V TanhFast(D d, V x) {
 // w - n exactly, 2^f - 1 = f q(f) with q of degree 5 (Horner; minimax fit for the relative error of 2^f - 1,
 // 1.1e-8), m = 2^n (2^f - 1) + (2^n - 1); small |x| (n = 0) keeps full relative accuracy. Within 3e-7
 // relative of tanh (2.6e-7 measured by test_fast_math_targets; TanhFast: 2e-7, one FMA-chain longer and
-// slower); NaN input needs the caller's select.
+// slower); NaN input gives NaN.
 template <class D, class V>
 HWY_INLINE V TanhBase2F32(D d, V x) {
   const hn::RebindToSigned<D> di;
   const V magic = hn::Set(d, 12582912.0f + 127.0f);  // 1.5 * 2^23 + exponent bias: t's bits give 2^n
-  const V w = hn::Min(hn::Mul(hn::Abs(x), hn::Set(d, 2 * kLog2E)), hn::Set(d, 20 * kLog2E));
+  // Min(cap, w) is w when w is NaN (DDP_SIMD_CLAMP_KEEPS_NAN), and a NaN w makes m, and the result, NaN.
+  const V w = hn::Min(hn::Set(d, 20 * kLog2E), hn::Mul(hn::Abs(x), hn::Set(d, 2 * kLog2E)));
   const V t = hn::Add(w, magic);
   const V f = hn::Sub(w, hn::Sub(t, magic));
   V q = hn::Set(d, 0.00015403510769829154f);
@@ -174,7 +206,8 @@ HWY_INLINE V TanhBase2F32(D d, V x) {
   q = hn::MulAdd(q, f, hn::Set(d, 0.6931471824645996f));
   const V scale = hn::BitCast(d, hn::ShiftLeft<23>(hn::BitCast(di, t)));           // 2^n, n in [0, 29]
   const V m = hn::MulAdd(scale, hn::Mul(f, q), hn::Sub(scale, hn::Set(d, 1.0f)));  // expm1(2|x|)
-  return hn::CopySignToAbs(hn::Div(m, hn::Add(m, hn::Set(d, 2.0f))), x);
+  const V r = hn::CopySignToAbs(hn::Div(m, hn::Add(m, hn::Set(d, 2.0f))), x);
+  return DDP_SIMD_CLAMP_KEEPS_NAN ? r : hn::IfThenElse(hn::IsNaN(x), x, r);
 }
 
 // sigmoid(z) = 1 / (1 + exp(-z)): exp(-z) overflows to +inf for z < -88.7 (float32), giving 0; no
@@ -182,6 +215,7 @@ HWY_INLINE V TanhBase2F32(D d, V x) {
 template <class D, class V>
 HWY_INLINE V Sigmoid(D d, V z) {
   const V s = hn::Div(hn::Set(d, 1), hn::Add(hn::Set(d, 1), ExpFast(d, hn::Neg(z))));
+  if (sizeof(hn::TFromD<D>) == 4 && DDP_SIMD_CLAMP_KEEPS_NAN) return s;  // ExpFast kept the NaN
   return hn::IfThenElse(hn::IsNaN(z), z, s);
 }
 
@@ -299,8 +333,26 @@ HWY_INLINE V Exp2PolyF32(D d, V f, float c0) {  // c0 * 2^f, c0 = 1 or 2 (exact 
 // 2^z for z <= 127 (written results): z is clamped at -126.4, the scale 2^(n-1) comes from t's low bits
 // (exponent offset 126 folded into the magic constant) times 2 * 2^f, and n = -126 gives the scale 0:
 // results below about 2^-125 are 0 (2^-inf = 0).
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+#define DDP_SIMD_EXP2_SCALEF 1
+// AVX-512's form of 2^z: f = z - round(z) in one instruction (vreduceps; 0 for z = +-inf), n = round(z)
+// (vrndscaleps), 2^f by the same polynomial, and 2^n applied by vscalefps, which gives 0, subnormals and inf
+// exactly as 2^n does (no clamp, no exponent bits): 8 operations instead of 11. NaN stays NaN.
+template <class D, class V>
+HWY_INLINE V Exp2ScalefF32(D d, V z) {
+  const V f{_mm512_reduce_ps(z.raw, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)};
+  const V n{_mm512_roundscale_ps(z.raw, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)};
+  return V{_mm512_scalef_ps(Exp2PolyF32(d, f, 1.0f).raw, n.raw)};
+}
+#else
+#define DDP_SIMD_EXP2_SCALEF 0
+#endif
+
 template <class D, class V>
 HWY_INLINE V Exp2NonPositiveF32(D d, V z) {
+#if DDP_SIMD_EXP2_SCALEF
+  if constexpr (hn::MaxLanes(d) == 16) return Exp2ScalefF32(d, z);  // and results below 2^-125 are exact
+#endif
   const hn::RebindToSigned<D> di;
   const V magic = hn::Set(d, 12582912.0f + 126.0f);  // 1.5 * 2^23 + (exponent bias - 1)
   const V zc = hn::Max(z, hn::Set(d, -126.4f));
@@ -320,6 +372,9 @@ HWY_INLINE V Exp2ClampedF32(D d, V z) {
 // of a multiply (one FMA-pipe operation less).
 template <class D, class V>
 HWY_INLINE V Exp2SumTermF32(D d, V z) {
+#if DDP_SIMD_EXP2_SCALEF
+  if constexpr (hn::MaxLanes(d) == 16) return Exp2ScalefF32(d, z);  // 2^-inf is 0 there
+#endif
   const hn::RebindToSigned<D> di;
   const V magic = hn::Set(d, 12582912.0f);  // 1.5 * 2^23: t's bits shifted left by 23 are n << 23
   const V zc = hn::Max(z, hn::Set(d, -125.0f));
@@ -374,9 +429,10 @@ HWY_INLINE V LogFastF32(D d, V x) {
   return hn::IfThenElse(hn::IsNaN(x), x, r);
 }
 
-// The largest of x[0..n) (n >= 1) with four independent accumulators (max's latency does not chain).
+// Lane-wise maxima of x[0..n) (n >= 1) with four independent accumulators (max's latency does not chain);
+// the tail pads with -inf.
 template <class T>
-HWY_INLINE T RowMaxUnrolled(const T* x, int64_t n) {
+HWY_INLINE hn::Vec<hn::ScalableTag<T>> RowMaxLanes(const T* x, int64_t n) {
   const hn::ScalableTag<T> d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   const auto lowest = hn::Set(d, -std::numeric_limits<T>::infinity());
@@ -390,17 +446,25 @@ HWY_INLINE T RowMaxUnrolled(const T* x, int64_t n) {
   }
   for (; i + N <= n; i += N) m0 = hn::Max(m0, hn::LoadU(d, x + i));
   if (i < n) m1 = hn::Max(m1, LoadTail(d, x + i, n - i, -std::numeric_limits<T>::infinity()));
-  return hn::GetLane(hn::MaxOfLanes(d, hn::Max(hn::Max(m0, m1), hn::Max(m2, m3))));
+  return hn::Max(hn::Max(m0, m1), hn::Max(m2, m3));
+}
+// The largest of x[0..n) (n >= 1).
+template <class T>
+HWY_INLINE T RowMaxUnrolled(const T* x, int64_t n) {
+  const hn::ScalableTag<T> d;
+  return hn::GetLane(hn::MaxOfLanes(d, RowMaxLanes(x, n)));
 }
 
-// float32, one row: the sum of 2^z, z = x[i] log2(e) - shift (kSubtractFirst: (x[i] - shift) log2(e)), two
-// vectors per step with independent sums; kWrite stores those values to y (Exp2NonPositiveF32), otherwise
-// only the sum is formed (Exp2SumTermF32). The tail pads with -inf (a term of 0, or 2^-125 for the sum).
-// pf_read / pf_write (may be null): n floats to prefetch meanwhile (the next block's input row; an output row
-// written later), so that the next pass does not wait on L3 (measured: cross-entropy 160 -> 137 us).
+// float32, one row: the lane-wise sums of 2^z, z = x[i] log2(e) - shift (kSubtractFirst: (x[i] - shift)
+// log2(e)), two vectors per step with independent sums; kWrite stores those values to y
+// (Exp2NonPositiveF32), otherwise only the sum is formed (Exp2SumTermF32). The tail pads with -inf (a term
+// of 0, or 2^-125 for the sum). pf_read / pf_write (may be null): n floats to prefetch meanwhile (the next
+// block's input row; an output row written later), so that the next pass does not wait on L3 (measured:
+// cross-entropy 160 -> 137 us).
 template <bool kWrite, bool kSubtractFirst>
-HWY_INLINE float RowExp2SumF32(const float* x, float* y, int64_t n, float shift, const float* pf_read,
-                               float* pf_write) {
+HWY_INLINE hn::Vec<hn::ScalableTag<float>> RowExp2SumLanesF32(const float* x, float* y, int64_t n,
+                                                              float shift, const float* pf_read,
+                                                              float* pf_write) {
   const hn::ScalableTag<float> d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   const auto vl = hn::Set(d, kLog2E), vs = hn::Set(d, shift);
@@ -436,33 +500,96 @@ HWY_INLINE float RowExp2SumF32(const float* x, float* y, int64_t n, float shift,
     if constexpr (kWrite) StoreTail(d, e, y + i, n - i);
     s1 = hn::Add(s1, e);
   }
-  return ReduceSum(d, hn::Add(s0, s1));
+  return hn::Add(s0, s1);
 }
+
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+#define DDP_SIMD_TRANSPOSE_REDUCE16 1
+// 16 vectors of 16 floats -> one vector whose lane j is op (add or max) over the 16 lanes of a[j]: a tree of
+// 128-bit-block and in-block shuffles (46 operations for 16 rows, none of them waiting on another row)
+// instead of 16 horizontal reductions (about 8 dependent operations each, then a scalar store and reload).
+template <class Op>
+HWY_INLINE __m512 TransposeReduce16(const __m512* a, Op op) {
+  __m512 b[8], c[4], e[2];
+  for (int i = 0; i < 8; ++i)  // 128-bit blocks of b[i]: halves of rows 2i, 2i, 2i+1, 2i+1
+    b[i] = op(_mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+              _mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+  for (int k = 0; k < 4; ++k)  // block q of c[k]: 4 partials of row 4k + q
+    c[k] = op(_mm512_shuffle_f32x4(b[2 * k], b[2 * k + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+              _mm512_shuffle_f32x4(b[2 * k], b[2 * k + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+  for (int m = 0; m < 2; ++m)  // block q of e[m]: 2 partials each of rows 8m + q, 8m + 4 + q
+    e[m] = op(_mm512_shuffle_ps(c[2 * m], c[2 * m + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+              _mm512_shuffle_ps(c[2 * m], c[2 * m + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+  // lane 4q + k: row 4k + q
+  const __m512 f = op(_mm512_shuffle_ps(e[0], e[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                      _mm512_shuffle_ps(e[0], e[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  const __m512i row_order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  return _mm512_permutexvar_ps(row_order, f);
+}
+#else
+#define DDP_SIMD_TRANSPOSE_REDUCE16 0
+#endif
 
 // float32, rows [0, nb) of x (row length cols; nb at most kExpRowsBlock): per row the sum s[j] of
 // exp(x - base[j]) (kWrite: those values written to y), base[j] = c ln 2 in double with c = max log2(e)
 // rounded to float, or the max itself when |c| >= 2^22 (see the base-2 exp above). All maxima first, then
-// all sums: each row's horizontal reductions overlap the next row's work instead of stalling it. Row j's
-// log-sum-exp is base[j] + log(s[j]). Meanwhile the next block's rows are prefetched (rows_left rows exist
-// from x on), and y_later's rows (an output this block writes after the call) or else y's next block.
+// all sums: each row's horizontal reductions overlap the next row's work instead of stalling it (on AVX-512
+// all 16 rows' reductions are one TransposeReduce16). Row j's log-sum-exp is base[j] + log(s[j]). Meanwhile
+// the next block's rows are prefetched (rows_left rows exist from x on), and y_later's rows (an output this
+// block writes after the call) or else y's next block.
 constexpr int64_t kExpRowsBlock = 16;
 template <bool kWrite>
 HWY_INLINE void RowsExp2SumF32(const float* x, float* y, int64_t nb, int64_t cols, double* base, float* s,
                                int64_t rows_left, float* y_later = nullptr) {
-  float m[kExpRowsBlock];
+  const hn::ScalableTag<float> d;
+  alignas(64) float m[kExpRowsBlock];
+  auto prefetch_rows = [&](int64_t j, const float*& pf_read, float*& pf_write) {
+    const bool next = nb + j < rows_left;
+    pf_read = next ? x + (nb + j) * cols : nullptr;
+    pf_write = y_later ? y_later + j * cols : (kWrite && next ? y + (nb + j) * cols : nullptr);
+  };
+#if DDP_SIMD_TRANSPOSE_REDUCE16
+  if (hn::Lanes(d) == 16) {
+    __m512 lanes[kExpRowsBlock];
+    for (int64_t j = 0; j < kExpRowsBlock; ++j)
+      lanes[j] = j < nb ? RowMaxLanes(x + j * cols, cols).raw : _mm512_setzero_ps();
+    const __m512 c =
+        _mm512_mul_ps(TransposeReduce16(lanes, [](__m512 p, __m512 q) { return _mm512_max_ps(p, q); }),
+                      _mm512_set1_ps(kLog2E));
+    const __m512 abs_c = _mm512_abs_ps(c);
+    // every |c| < 2^22 (false for an infinite or NaN max): the one-FMA form for all rows of the block
+    if (_mm512_cmp_ps_mask(abs_c, _mm512_set1_ps(4194304.0f), _CMP_LT_OQ) == 0xffff) {
+      _mm512_store_ps(m, c);
+      for (int64_t j = 0; j < nb; ++j) {
+        const float* pf_read;
+        float* pf_write;
+        prefetch_rows(j, pf_read, pf_write);
+        base[j] = static_cast<double>(m[j]) * 0.6931471805599453;
+        lanes[j] = RowExp2SumLanesF32<kWrite, false>(x + j * cols, kWrite ? y + j * cols : nullptr, cols,
+                                                     m[j], pf_read, pf_write)
+                       .raw;
+      }
+      for (int64_t j = nb; j < kExpRowsBlock; ++j) lanes[j] = _mm512_setzero_ps();
+      alignas(64) float sums[kExpRowsBlock];
+      _mm512_store_ps(sums, TransposeReduce16(lanes, [](__m512 p, __m512 q) { return _mm512_add_ps(p, q); }));
+      for (int64_t j = 0; j < nb; ++j) s[j] = sums[j];
+      return;
+    }
+  }
+#endif
   for (int64_t j = 0; j < nb; ++j) m[j] = RowMaxUnrolled(x + j * cols, cols);
   for (int64_t j = 0; j < nb; ++j) {
     float* yr = kWrite ? y + j * cols : nullptr;
-    const bool next = nb + j < rows_left;
-    const float* pf_read = next ? x + (nb + j) * cols : nullptr;
-    float* pf_write = y_later ? y_later + j * cols : (kWrite && next ? y + (nb + j) * cols : nullptr);
+    const float* pf_read;
+    float* pf_write;
+    prefetch_rows(j, pf_read, pf_write);
     const float c = m[j] * kLog2E;
     if (std::fabs(c) < 4194304.0f) {  // 2^22 (false for an infinite or NaN max)
       base[j] = static_cast<double>(c) * 0.6931471805599453;
-      s[j] = RowExp2SumF32<kWrite, false>(x + j * cols, yr, cols, c, pf_read, pf_write);
+      s[j] = ReduceSum(d, RowExp2SumLanesF32<kWrite, false>(x + j * cols, yr, cols, c, pf_read, pf_write));
     } else {
       base[j] = m[j];
-      s[j] = RowExp2SumF32<kWrite, true>(x + j * cols, yr, cols, m[j], pf_read, pf_write);
+      s[j] = ReduceSum(d, RowExp2SumLanesF32<kWrite, true>(x + j * cols, yr, cols, m[j], pf_read, pf_write));
     }
   }
 }
