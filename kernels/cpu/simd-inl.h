@@ -26,6 +26,7 @@ namespace hn = hwy::HWY_NAMESPACE;
 // 1 where Min(c, x) and Max(c, x) return x when x is NaN (x86's minps/maxps return their second operand):
 // the float32 fast paths clamp as Min(c, x) so that NaN flows through and needs no select. Highway's
 // SCALAR and EMU128 targets drop the NaN instead: their callers select.
+#undef DDP_SIMD_CLAMP_KEEPS_NAN  // this header is included once per target
 #if HWY_TARGET == HWY_SCALAR || HWY_TARGET == HWY_EMU128
 #define DDP_SIMD_CLAMP_KEEPS_NAN 0
 #else
@@ -253,8 +254,9 @@ HWY_INLINE T RowMax(const T* x, int64_t n) {
   if (i < n) m = hn::Max(m, LoadTail(d, x + i, n - i, -std::numeric_limits<T>::infinity()));
   return hn::GetLane(hn::MaxOfLanes(d, m));
 }
+// Lane-wise sums of x[0..n) (two accumulators; the tail pads with 0).
 template <class T>
-HWY_INLINE T RowSum(const T* x, int64_t n) {
+HWY_INLINE hn::Vec<hn::ScalableTag<T>> RowSumLanes(const T* x, int64_t n) {
   const hn::ScalableTag<T> d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   auto s0 = hn::Zero(d), s1 = hn::Zero(d);
@@ -265,7 +267,34 @@ HWY_INLINE T RowSum(const T* x, int64_t n) {
   }
   for (; i + N <= n; i += N) s0 = hn::Add(s0, hn::LoadU(d, x + i));
   if (i < n) s1 = hn::Add(s1, LoadTail(d, x + i, n - i, T(0)));
-  return ReduceSum(d, hn::Add(s0, s1));
+  return hn::Add(s0, s1);
+}
+template <class T>
+HWY_INLINE T RowSum(const T* x, int64_t n) {
+  return ReduceSum(hn::ScalableTag<T>(), RowSumLanes(x, n));
+}
+// Lane-wise sums of (x[i] - m)^2 over x[0..n) (two accumulators; the tail pads with m: adds 0).
+template <class T>
+HWY_INLINE hn::Vec<hn::ScalableTag<T>> RowCentredSquaresLanes(const T* x, int64_t n, T m) {
+  const hn::ScalableTag<T> d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const auto vm = hn::Set(d, m);
+  auto q0 = hn::Zero(d), q1 = hn::Zero(d);
+  int64_t i = 0;
+  for (; i + 2 * N <= n; i += 2 * N) {
+    const auto c0 = hn::Sub(hn::LoadU(d, x + i), vm), c1 = hn::Sub(hn::LoadU(d, x + i + N), vm);
+    q0 = hn::MulAdd(c0, c0, q0);
+    q1 = hn::MulAdd(c1, c1, q1);
+  }
+  for (; i + N <= n; i += N) {
+    const auto c = hn::Sub(hn::LoadU(d, x + i), vm);
+    q0 = hn::MulAdd(c, c, q0);
+  }
+  if (i < n) {
+    const auto c = hn::Sub(LoadTail(d, x + i, n - i, m), vm);
+    q1 = hn::MulAdd(c, c, q1);
+  }
+  return hn::Add(q0, q1);
 }
 template <class T>
 HWY_INLINE T RowDot(const T* x, const T* y, int64_t n) {
@@ -333,6 +362,7 @@ HWY_INLINE V Exp2PolyF32(D d, V f, float c0) {  // c0 * 2^f, c0 = 1 or 2 (exact 
 // 2^z for z <= 127 (written results): z is clamped at -126.4, the scale 2^(n-1) comes from t's low bits
 // (exponent offset 126 folded into the magic constant) times 2 * 2^f, and n = -126 gives the scale 0:
 // results below about 2^-125 are 0 (2^-inf = 0).
+#undef DDP_SIMD_EXP2_SCALEF  // this header is included once per target
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
 #define DDP_SIMD_EXP2_SCALEF 1
 // AVX-512's form of 2^z: f = z - round(z) in one instruction (vreduceps; 0 for z = +-inf), n = round(z)
@@ -503,6 +533,7 @@ HWY_INLINE hn::Vec<hn::ScalableTag<float>> RowExp2SumLanesF32(const float* x, fl
   return hn::Add(s0, s1);
 }
 
+#undef DDP_SIMD_TRANSPOSE_REDUCE16  // this header is included once per target
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
 #define DDP_SIMD_TRANSPOSE_REDUCE16 1
 // 16 vectors of 16 floats -> one vector whose lane j is op (add or max) over the 16 lanes of a[j]: a tree of
