@@ -408,25 +408,27 @@ BENCHMARK(Kernel_VsCopy)
     ->ArgsProduct({benchmark::CreateDenseRange(0, kNumKernels - 1, 1), {1, 2}, {kN, kLargeN}})
     ->Unit(benchmark::kMicrosecond);
 
-// Kernel_Threads/<k>/<n>: the kernel on n elements with a thread budget of 1 and of 2, interleaved in one
-// loop, every parallel_for forced to split (set_parallel_split_always), so the second thread's gain or loss
-// is seen at sizes below the split threshold too. Counters: median microseconds of each and speedup =
-// 1-thread / 2-thread time (> 1: the second thread pays). The table after the run lists the speedups per
-// size, the measurement behind the per-op thresholds of kernels/cpu/parallel.h.
+// Kernel_Threads/<k>/<n>: the kernel on n elements with a pool budget of 1 and of 2 (set_pool_budget_only:
+// OpenBLAS keeps its 2 threads throughout), interleaved in one loop, every parallel_for forced to split
+// (set_parallel_split_always), so the second thread's gain or loss is seen at sizes below the split threshold
+// too. Counters: median microseconds of each and speedup = 1-thread / 2-thread time (> 1: the second thread
+// pays). The table after the run lists the speedups per size, the measurement behind the per-op thresholds of
+// kernels/cpu/parallel.h.
 void Kernel_Threads(benchmark::State& state) {
   const int k = static_cast<int>(state.range(0));
   const int64_t n = state.range(1);
   KernelData& data = kernel_data(n);
   const int saved_budget = kernels::cpu::thread_budget();
+  kernels::cpu::set_thread_budget(2);  // OpenBLAS's threads stay as they are during the loop
   kernels::cpu::set_parallel_split_always(true);
   std::vector<double> t1, t2;
   using Clock = std::chrono::steady_clock;
   for (auto _ : state) {
-    kernels::cpu::set_thread_budget(1);
+    kernels::cpu::set_pool_budget_only(1);
     const auto a = Clock::now();
     data.run(k);
     const auto b = Clock::now();
-    kernels::cpu::set_thread_budget(2);
+    kernels::cpu::set_pool_budget_only(2);
     const auto c = Clock::now();
     data.run(k);
     const auto d = Clock::now();

@@ -126,6 +126,11 @@ int pool_threads_started() { return pool().started(); }
 
 void set_parallel_split_always(bool on) { g_split_always.store(on); }
 
+void set_pool_budget_only(int n) {
+  DDP_CHECK(n >= 1, "set_pool_budget_only: ", n, " threads requested; give at least 1");
+  g_budget.store(n);
+}
+
 namespace detail {
 void parallel_run(int64_t n, int64_t align, int64_t min_per_thread, RangeFn fn, void* ctx) {
   if (n <= 0) return;

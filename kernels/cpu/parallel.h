@@ -43,6 +43,10 @@ constexpr int64_t kParallelMinStreaming = 1 << 20;
 // Benchmarks only (bench_micro_ops Kernel_Threads): while true, every parallel_for splits whenever it has two
 // aligned items, whatever min_per_thread says, so the second thread's effect can be timed at any size.
 void set_parallel_split_always(bool on);
+// Benchmarks only: the pool's share of the budget (parallel_for's thread count) set to n, OpenBLAS's thread
+// count left as it is. set_thread_budget calls openblas_set_num_threads, far too slow (and disturbing: it
+// starts or parks OpenBLAS's threads) to call between two timed runs of a kernel.
+void set_pool_budget_only(int n);
 
 namespace detail {
 using RangeFn = void (*)(void* ctx, int64_t begin, int64_t end);
