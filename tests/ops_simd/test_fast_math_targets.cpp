@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -200,6 +201,33 @@ TEST(FastMathTargets, LogSumExpMatchesFloat64OnEveryTarget) {
       }
     });
   }
+}
+
+// ExpFast (exp_forward, float32): within 2 ulp of exp(x) wherever the result is above 2^-125, on every 1021st
+// float of [-87.3, 88.7] and every 67th of 1/16 <= |x| <= 1 (the results near 1, where an ulp is smallest
+// against the function's slope); sigmoid, cross-entropy backward and log_softmax backward use the same
+// function.
+TEST(FastMathTargets, ExpFloat32WithinTwoUlpOnEveryTarget) {
+  std::vector<float> x;
+  for (uint32_t b = 0; b <= 0x42b1999au; b += 1021) x.push_back(from_bits(b));   // [0, 88.8]
+  for (uint32_t b = 0; b <= 0x42aea000u; b += 1021) x.push_back(-from_bits(b));  // [-87.3, 0]
+  for (uint32_t b = 0x3d800000u; b <= 0x3f800000u; b += 67)
+    x.push_back(from_bits(b)), x.push_back(-from_bits(b));
+  std::vector<double> ref(x.size());
+  for (size_t i = 0; i < x.size(); ++i) ref[i] = std::exp(static_cast<double>(x[i]));
+  for_each_simd_target([&](const std::string&) {
+    std::vector<float> y(x.size());
+    kc::exp_forward(x.data(), y.data(), static_cast<int64_t>(x.size()));
+    double worst = 0;
+    size_t wi = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (ref[i] > 3.4028234e38 || ref[i] < 2.3509887e-38) continue;  // overflow, or below 2^-125 (flushed)
+      const double e = ulps(y[i], ref[i]);
+      if (!(e <= worst)) worst = e, wi = i;
+    }
+    EXPECT_LE(worst, 2.0) << "exp(" << x[wi] << ") = " << y[wi] << ", reference " << ref[wi];
+    std::printf("  exp float32: worst %.2f ulp at x = %.9g\n", worst, x[wi]);
+  });
 }
 
 // TanhBase2F32 (tanh_forward, float32): relative error at most 3e-7 over every 16th float of magnitude in
