@@ -25,16 +25,9 @@ double CrossEntropyForward(const T* logits, const int64_t* targets, int64_t rows
                            bool has_ignore, int64_t ignore_index, T* lse, int64_t* count) {
   double total = 0;
   int64_t n = 0;
-  if constexpr (sizeof(T) == 4) {
-    alignas(64) double base[kExpRowsBlock];
-    alignas(64) float l[kExpRowsBlock];
-    for (int64_t r0 = 0; r0 < rows; r0 += kExpRowsBlock) {
-      const int64_t nb = std::min(kExpRowsBlock, rows - r0);
-      RowsExp2SumF32<false>(logits + r0 * cols, nullptr, nb, cols, base, l, rows - r0);
-      LogArrayF32(l, l, nb);
-      for (int64_t j = 0; j < nb; ++j) lse[r0 + j] = static_cast<float>(base[j] + static_cast<double>(l[j]));
-    }
-  }
+  if constexpr (sizeof(T) == 4)
+    for (int64_t r0 = 0; r0 < rows; r0 += kExpRowsBlock)
+      RowsLogSumExpF32(logits + r0 * cols, std::min(kExpRowsBlock, rows - r0), cols, lse + r0, rows - r0);
   for (int64_t r = 0; r < rows; ++r) {
     const T* xr = logits + r * cols;
     if constexpr (sizeof(T) != 4) {

@@ -11,6 +11,7 @@
 #define DDP_KERNELS_CPU_SIMD_INL_H_
 #endif
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -567,6 +568,11 @@ HWY_INLINE __m512 TransposeReduce16(const __m512* a, Op op) {
 #define DDP_SIMD_TRANSPOSE_REDUCE16 0
 #endif
 
+// out[i] = log(s[i]) for float32 (LogFastF32); out may alias s.
+HWY_INLINE void LogArrayF32(const float* s, float* out, int64_t n) {
+  MapUnary(hn::ScalableTag<float>(), s, out, n, [](auto d, auto v) HWY_ATTR { return LogFastF32(d, v); });
+}
+
 // float32, rows [0, nb) of x (row length cols; nb at most kExpRowsBlock): per row the sum s[j] of
 // exp(x - base[j]) (kWrite: those values written to y), base[j] = c ln 2 in double with c = max log2(e)
 // rounded to float, or the max itself when |c| >= 2^22 (see the base-2 exp above). All maxima first, then
@@ -580,61 +586,49 @@ HWY_INLINE void RowsExp2SumF32(const float* x, float* y, int64_t nb, int64_t col
                                int64_t rows_left, float* y_later = nullptr) {
   const hn::ScalableTag<float> d;
   alignas(64) float m[kExpRowsBlock];
-  auto prefetch_rows = [&](int64_t j, const float*& pf_read, float*& pf_write) {
+  // Row j's lane-wise sums, from its max m[j]; sets base[j]. Forced inline: as a call it cost softmax 10%.
+  auto row_sums = [&](int64_t j) HWY_ATTR __attribute__((always_inline)) {
     const bool next = nb + j < rows_left;
-    pf_read = next ? x + (nb + j) * cols : nullptr;
-    pf_write = y_later ? y_later + j * cols : (kWrite && next ? y + (nb + j) * cols : nullptr);
+    const float* pf_read = next ? x + (nb + j) * cols : nullptr;
+    float* pf_write = y_later ? y_later + j * cols : (kWrite && next ? y + (nb + j) * cols : nullptr);
+    float* yr = kWrite ? y + j * cols : nullptr;
+    const float c = m[j] * kLog2E;
+    if (std::fabs(c) < 4194304.0f) {  // 2^22 (false for an infinite or NaN max)
+      base[j] = static_cast<double>(c) * 0.6931471805599453;
+      return RowExp2SumLanesF32<kWrite, false>(x + j * cols, yr, cols, c, pf_read, pf_write);
+    }
+    base[j] = m[j];
+    return RowExp2SumLanesF32<kWrite, true>(x + j * cols, yr, cols, m[j], pf_read, pf_write);
   };
 #if DDP_SIMD_TRANSPOSE_REDUCE16
   if (hn::Lanes(d) == 16) {
     __m512 lanes[kExpRowsBlock];
     for (int64_t j = 0; j < kExpRowsBlock; ++j)
       lanes[j] = j < nb ? RowMaxLanes(x + j * cols, cols).raw : _mm512_setzero_ps();
-    const __m512 c =
-        _mm512_mul_ps(TransposeReduce16(lanes, [](__m512 p, __m512 q) { return _mm512_max_ps(p, q); }),
-                      _mm512_set1_ps(kLog2E));
-    const __m512 abs_c = _mm512_abs_ps(c);
-    // every |c| < 2^22 (false for an infinite or NaN max): the one-FMA form for all rows of the block
-    if (_mm512_cmp_ps_mask(abs_c, _mm512_set1_ps(4194304.0f), _CMP_LT_OQ) == 0xffff) {
-      _mm512_store_ps(m, c);
-      for (int64_t j = 0; j < nb; ++j) {
-        const float* pf_read;
-        float* pf_write;
-        prefetch_rows(j, pf_read, pf_write);
-        base[j] = static_cast<double>(m[j]) * 0.6931471805599453;
-        lanes[j] = RowExp2SumLanesF32<kWrite, false>(x + j * cols, kWrite ? y + j * cols : nullptr, cols,
-                                                     m[j], pf_read, pf_write)
-                       .raw;
-      }
-      for (int64_t j = nb; j < kExpRowsBlock; ++j) lanes[j] = _mm512_setzero_ps();
-      alignas(64) float sums[kExpRowsBlock];
-      _mm512_store_ps(sums, TransposeReduce16(lanes, [](__m512 p, __m512 q) { return _mm512_add_ps(p, q); }));
-      for (int64_t j = 0; j < nb; ++j) s[j] = sums[j];
-      return;
-    }
+    _mm512_store_ps(m, TransposeReduce16(lanes, [](__m512 p, __m512 q) { return _mm512_max_ps(p, q); }));
+    for (int64_t j = 0; j < kExpRowsBlock; ++j) lanes[j] = j < nb ? row_sums(j).raw : _mm512_setzero_ps();
+    alignas(64) float sums[kExpRowsBlock];
+    _mm512_store_ps(sums, TransposeReduce16(lanes, [](__m512 p, __m512 q) { return _mm512_add_ps(p, q); }));
+    std::copy(sums, sums + nb, s);
+    return;
   }
 #endif
   for (int64_t j = 0; j < nb; ++j) m[j] = RowMaxUnrolled(x + j * cols, cols);
-  for (int64_t j = 0; j < nb; ++j) {
-    float* yr = kWrite ? y + j * cols : nullptr;
-    const float* pf_read;
-    float* pf_write;
-    prefetch_rows(j, pf_read, pf_write);
-    const float c = m[j] * kLog2E;
-    if (std::fabs(c) < 4194304.0f) {  // 2^22 (false for an infinite or NaN max)
-      base[j] = static_cast<double>(c) * 0.6931471805599453;
-      s[j] = ReduceSum(d, RowExp2SumLanesF32<kWrite, false>(x + j * cols, yr, cols, c, pf_read, pf_write));
-    } else {
-      base[j] = m[j];
-      s[j] = ReduceSum(d, RowExp2SumLanesF32<kWrite, true>(x + j * cols, yr, cols, m[j], pf_read, pf_write));
-    }
-  }
+  for (int64_t j = 0; j < nb; ++j) s[j] = ReduceSum(d, row_sums(j));
 }
 
-// out[i] = log(s[i]) for float32 (LogFastF32); out may alias s.
-HWY_INLINE void LogArrayF32(const float* s, float* out, int64_t n) {
-  MapUnary(hn::ScalableTag<float>(), s, out, n, [](auto d, auto v) HWY_ATTR { return LogFastF32(d, v); });
+// float32: lse[j] = log(sum_i exp(x[j][i])) for the rows [0, nb) of x (nb at most kExpRowsBlock):
+// RowsExp2SumF32 without writing the terms, the logs in one vectorized pass, base + log in double. The
+// arguments after cols as RowsExp2SumF32's.
+HWY_INLINE void RowsLogSumExpF32(const float* x, int64_t nb, int64_t cols, float* lse, int64_t rows_left,
+                                 float* y_later = nullptr) {
+  alignas(64) double base[kExpRowsBlock];
+  alignas(64) float l[kExpRowsBlock];
+  RowsExp2SumF32<false>(x, nullptr, nb, cols, base, l, rows_left, y_later);
+  LogArrayF32(l, l, nb);
+  for (int64_t j = 0; j < nb; ++j) lse[j] = static_cast<float>(base[j] + static_cast<double>(l[j]));
 }
+
 }  // namespace ddp::kernels::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 

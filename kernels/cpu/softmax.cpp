@@ -42,16 +42,12 @@ void SoftmaxForward(const T* x, T* y, int64_t rows, int64_t cols) {
 template <class T>
 void LogSoftmaxForward(const T* x, T* y, int64_t rows, int64_t cols) {
   if constexpr (sizeof(T) == 4) {
-    alignas(64) double base[kExpRowsBlock];
-    alignas(64) float l[kExpRowsBlock];
+    alignas(64) float lse[kExpRowsBlock];
     for (int64_t r0 = 0; r0 < rows; r0 += kExpRowsBlock) {
       const int64_t nb = std::min(kExpRowsBlock, rows - r0);
-      RowsExp2SumF32<false>(x + r0 * cols, nullptr, nb, cols, base, l, rows - r0, y + r0 * cols);
-      LogArrayF32(l, l, nb);
-      for (int64_t j = 0; j < nb; ++j) {
-        const float shift = static_cast<float>(base[j] + static_cast<double>(l[j]));  // log-sum-exp
-        RowAffine(x + (r0 + j) * cols, y + (r0 + j) * cols, cols, 1.0f, -shift);
-      }
+      RowsLogSumExpF32(x + r0 * cols, nb, cols, lse, rows - r0, y + r0 * cols);
+      for (int64_t j = 0; j < nb; ++j)
+        RowAffine(x + (r0 + j) * cols, y + (r0 + j) * cols, cols, 1.0f, -lse[j]);
     }
     return;
   }
