@@ -20,28 +20,16 @@ NoGradGuard::~NoGradGuard() { t_grad_enabled = prev_; }
 EnableGradGuard::EnableGradGuard() : prev_(t_grad_enabled) { t_grad_enabled = true; }
 EnableGradGuard::~EnableGradGuard() { t_grad_enabled = prev_; }
 
-namespace {
-Tensor destination_of(TensorImpl& leaf) {
-  if (!leaf.grad_destination.second) return {};
-  return Tensor(leaf.grad_destination.second());
-}
-bool written_in_destination(TensorImpl& leaf, const Tensor& g) {
-  if (!leaf.grad_destination.second) return false;
-  const Tensor d = destination_of(leaf);
-  return d.defined() && g.storage() == d.storage() && g.impl()->offset == d.impl()->offset &&
-         g.numel() == d.numel();
-}
-}  // namespace
-
 Tensor gradient_destination(const Edge& e, const Shape& shape, DType dtype, Device device) {
   if (!e.node || e.node->pending != 1) return {};
   auto* acc = dynamic_cast<AccumulateGrad*>(e.node.get());
   if (!acc || e.node->input_buffer.empty() || e.node->input_buffer[0].defined()) return {};
   TensorImpl& leaf = *acc->variable();
   if (leaf.grad || !leaf.grad_destination.second) return {};
-  Tensor d = destination_of(leaf);
+  Tensor d(leaf.grad_destination.second());
   if (!d.defined() || d.dtype() != dtype || d.device() != device || d.numel() != shape_numel(shape))
     return {};
+  acc->handed_out_ = d;
   return d.view(shape);
 }
 
@@ -49,11 +37,13 @@ AccumulateGrad::AccumulateGrad(std::shared_ptr<TensorImpl> variable) : variable_
 
 std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>& grad_outputs) {
   Tensor g = std::move(grad_outputs[0]);  // moved, so an unshared gradient can be stolen below
+  const Tensor handed_out = std::move(handed_out_);
   if (g.defined()) {
     TensorImpl& v = *variable_;
     DDP_CHECK(shape_numel(v.shape) == g.numel(), "gradient of ", (v.name.empty() ? "a parameter" : v.name),
               " has shape ", shape_str(g.shape()), " but the parameter has shape ", shape_str(v.shape));
-    if (!v.grad && written_in_destination(v, g)) {
+    if (!v.grad && handed_out.defined() && g.storage() == handed_out.storage() &&
+        g.impl()->offset == handed_out.impl()->offset && g.numel() == handed_out.numel()) {
       v.grad = g.view(v.shape).impl_ptr();  // backward wrote it into the destination: nothing to copy
     } else if (!v.grad) {
       // Take the incoming tensor over only when nothing else can see its memory: no other handle to its

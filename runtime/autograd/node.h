@@ -56,7 +56,11 @@ class AccumulateGrad final : public Node {
   const std::shared_ptr<TensorImpl>& variable() const { return variable_; }
 
  private:
+  friend Tensor gradient_destination(const Edge& e, const Shape& shape, DType dtype, Device device);
   std::shared_ptr<TensorImpl> variable_;
+  // The destination gradient_destination handed to an op in this backward (apply consumes it): a gradient in
+  // exactly this memory becomes the .grad as it is.
+  Tensor handed_out_;
 };
 
 // The memory a backward may write the gradient for edge `e` into: the leaf's grad_destination (tensor.h)
