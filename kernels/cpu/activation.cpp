@@ -1,8 +1,8 @@
 // activation.cpp - the CPU activation kernels, vectorized with Google Highway: this file is compiled once per
 // instruction set (SSSE3, SSE4, AVX2, AVX-512, and the scalar fallback) and HWY_DYNAMIC_DISPATCH picks the
 // best one the running CPU supports. float32 log is simd-inl.h's LogFastF32 (1.5 ulp, all IEEE
-// cases), float64 log Highway's contrib/math (documented within 1-4 ulp); exp is simd-inl.h's ExpFast (2 ulp,
-// subnormal results flushed to 0); tanh is TanhBase2F32 (3e-7 relative) in float32, TanhFast in float64;
+// cases), float64 log Highway's contrib/math (documented within 1-4 ulp); exp is simd-inl.h's ExpFast (2 ulp;
+// subnormal results flushed to 0, exact on AVX-512); tanh is TanhBase2F32 (3e-7 relative) in float32, TanhFast in float64;
 // float32 gelu forward takes its exp in base 2 (Exp2ClampedF32).
 //
 // GELU is computed in its sigmoid form: 0.5 x (1 + tanh(u)) = x * sigmoid(2u), u = sqrt(2/pi)(x + 0.044715
@@ -113,7 +113,8 @@ void SigmoidBackward(const T* g, const T* y, T* dx, int64_t n) {
   });
 }
 
-// exp with overflow to +inf and NaN passing through (ExpFast: results below 2^-125 are 0).
+// exp with overflow to +inf and NaN passing through (ExpFast: results below 2^-125 are 0, or on AVX-512 the
+// subnormal value).
 template <class T>
 void ExpForward(const T* x, T* y, int64_t n) {
   MapUnary(hn::ScalableTag<T>(), x, y, n, [](auto d, auto v) HWY_ATTR {
