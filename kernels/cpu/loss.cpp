@@ -1,7 +1,9 @@
 // loss.cpp - CPU cross-entropy (fused, one pass per row over the logits; vectorized with Google Highway,
 // compiled per instruction set and chosen at run time) and MSE, forward and backward. float32 forward: per
-// block of 16 rows the maxima, then the sums of exp(x - max) (simd-inl.h's RowsExp2SumF32, nothing
-// written), then the 16 logs in one vectorized pass.
+// block of 16 rows the sums of exp(x - max) (simd-inl.h's RowsExp2SumF32, nothing written; on AVX-512 the
+// block's maxima were found while the previous block's exps ran), then the 16 logs in one vectorized pass;
+// one call per thread's range of rows, the loss summed per 64-row block afterwards (the same sum for any
+// thread count).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/loss.cpp"
 #include "hwy/foreach_target.h"  // must come before highway.h
@@ -20,27 +22,31 @@
 HWY_BEFORE_NAMESPACE();
 namespace ddp::kernels::cpu::HWY_NAMESPACE {
 namespace {
+// lse[r] = log(sum_c exp(logits[r][c])) and picked[r] = logits[r][targets[r]] (0 for an ignored row) for
+// rows [0, rows); float32 per block of 16 rows, each block's maxima found while the previous block's exps run
+// (RowsLogSumExpF32 with NextRowMaxima), so one call should cover a thread's whole range of rows; the picked
+// logits are read right after their block (still in L1).
 template <class T>
-double CrossEntropyForward(const T* logits, const int64_t* targets, int64_t rows, int64_t cols,
-                           bool has_ignore, int64_t ignore_index, T* lse, int64_t* count) {
-  double total = 0;
-  int64_t n = 0;
-  if constexpr (sizeof(T) == 4)
-    for (int64_t r0 = 0; r0 < rows; r0 += kExpRowsBlock)
-      RowsLogSumExpF32(logits + r0 * cols, std::min(kExpRowsBlock, rows - r0), cols, lse + r0, rows - r0);
-  for (int64_t r = 0; r < rows; ++r) {
-    const T* xr = logits + r * cols;
-    if constexpr (sizeof(T) != 4) {
-      const T m = RowMax(xr, cols);
-      lse[r] = m + std::log(RowExpSum<T>(xr, nullptr, cols, m));
+void CrossEntropyRows(const T* logits, const int64_t* targets, int64_t rows, int64_t cols, bool has_ignore,
+                      int64_t ignore_index, T* lse, T* picked) {
+  NextRowMaxima next_maxima;
+  for (int64_t r0 = 0; r0 < rows; r0 += kExpRowsBlock) {
+    const int64_t nb = std::min(kExpRowsBlock, rows - r0);
+    if constexpr (sizeof(T) == 4) {
+      RowsLogSumExpF32(logits + r0 * cols, nb, cols, lse + r0, rows - r0, nullptr, &next_maxima);
+    } else {
+      for (int64_t r = r0; r < r0 + nb; ++r) {
+        const T* xr = logits + r * cols;
+        const T m = RowMax(xr, cols);
+        lse[r] = std::isinf(m) ? InfiniteMaxLogSumExp(xr, cols, m)
+                               : m + std::log(RowExpSum<T>(xr, nullptr, cols, m));
+      }
     }
-    const int64_t t = targets[r];
-    if (has_ignore && t == ignore_index) continue;
-    total += static_cast<double>(lse[r]) - static_cast<double>(xr[t]);
-    ++n;
+    for (int64_t r = r0; r < r0 + nb; ++r) {
+      const int64_t t = targets[r];
+      picked[r] = has_ignore && t == ignore_index ? T(0) : logits[r * cols + t];
+    }
   }
-  *count = n;
-  return total;
 }
 
 template <class T>
@@ -66,13 +72,13 @@ void CrossEntropyBackward(const T* logits, const int64_t* targets, const T* lse,
 }
 }  // namespace
 
-double CrossEntropyForwardF32(const float* logits, const int64_t* targets, int64_t rows, int64_t cols,
-                              bool has_ignore, int64_t ignore_index, float* lse, int64_t* count) {
-  return CrossEntropyForward(logits, targets, rows, cols, has_ignore, ignore_index, lse, count);
+void CrossEntropyRowsF32(const float* logits, const int64_t* targets, int64_t rows, int64_t cols,
+                         bool has_ignore, int64_t ignore_index, float* lse, float* picked) {
+  CrossEntropyRows(logits, targets, rows, cols, has_ignore, ignore_index, lse, picked);
 }
-double CrossEntropyForwardF64(const double* logits, const int64_t* targets, int64_t rows, int64_t cols,
-                              bool has_ignore, int64_t ignore_index, double* lse, int64_t* count) {
-  return CrossEntropyForward(logits, targets, rows, cols, has_ignore, ignore_index, lse, count);
+void CrossEntropyRowsF64(const double* logits, const int64_t* targets, int64_t rows, int64_t cols,
+                         bool has_ignore, int64_t ignore_index, double* lse, double* picked) {
+  CrossEntropyRows(logits, targets, rows, cols, has_ignore, ignore_index, lse, picked);
 }
 void CrossEntropyBackwardF32(const float* logits, const int64_t* targets, const float* lse,
                              const float* dloss, double divisor, int64_t rows, int64_t cols, bool has_ignore,
@@ -90,8 +96,8 @@ HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 namespace ddp::kernels::cpu {
-HWY_EXPORT(CrossEntropyForwardF32);
-HWY_EXPORT(CrossEntropyForwardF64);
+HWY_EXPORT(CrossEntropyRowsF32);
+HWY_EXPORT(CrossEntropyRowsF64);
 HWY_EXPORT(CrossEntropyBackwardF32);
 HWY_EXPORT(CrossEntropyBackwardF64);
 
@@ -115,15 +121,26 @@ double cross_entropy_forward(const T* logits, const int64_t* targets, int64_t ro
   std::vector<int64_t> counts(static_cast<size_t>(blocks));
   const int64_t min_blocks =
       std::max<int64_t>(1, kParallelMinElements / std::max<int64_t>(kBlockRows * cols, 1));
+  std::vector<T> picked(static_cast<size_t>(rows));
   parallel_for(blocks, 1, min_blocks, [&](int64_t b0, int64_t b1) {
+    // one call for the thread's rows (its blocks' log-sum-exps pipeline into each other), then the sums
+    const int64_t first = b0 * kBlockRows, last = std::min(rows, b1 * kBlockRows);
+    const int64_t* tg = targets + first;
+    if constexpr (sizeof(T) == 4) HWY_DYNAMIC_DISPATCH(CrossEntropyRowsF32)
+    (logits + first * cols, tg, last - first, cols, has_ignore, ignore_index, lse + first,
+     picked.data() + first);
+    else HWY_DYNAMIC_DISPATCH(CrossEntropyRowsF64)(logits + first * cols, tg, last - first, cols, has_ignore,
+                                                   ignore_index, lse + first, picked.data() + first);
     for (int64_t blk = b0; blk < b1; ++blk) {
-      const int64_t r0 = blk * kBlockRows, n = std::min(rows, r0 + kBlockRows) - r0;
-      if constexpr (sizeof(T) == 4)
-        totals[blk] = HWY_DYNAMIC_DISPATCH(CrossEntropyForwardF32)(
-            logits + r0 * cols, targets + r0, n, cols, has_ignore, ignore_index, lse + r0, &counts[blk]);
-      else
-        totals[blk] = HWY_DYNAMIC_DISPATCH(CrossEntropyForwardF64)(
-            logits + r0 * cols, targets + r0, n, cols, has_ignore, ignore_index, lse + r0, &counts[blk]);
+      double total = 0;
+      int64_t count = 0;
+      for (int64_t r = blk * kBlockRows; r < std::min(rows, (blk + 1) * kBlockRows); ++r) {
+        if (has_ignore && targets[r] == ignore_index) continue;
+        total += static_cast<double>(lse[r]) - static_cast<double>(picked[static_cast<size_t>(r)]);
+        ++count;
+      }
+      totals[blk] = total;
+      counts[blk] = count;
     }
   });
   double total = 0;

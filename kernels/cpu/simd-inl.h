@@ -166,7 +166,8 @@ HWY_INLINE V ExpFast(D d, V x) {
     return hn::Mul(hn::Add(e, e), scale);
   } else {
     const V big = hn::Set(d, T(709.782712893384));
-    const V e = hn::Exp(d, hn::Min(hn::Max(x, hn::Set(d, T(-708))), big));
+    // clamps as Min(c, Max(c', x)): x86's min/max return their second operand when either is NaN
+    const V e = hn::Exp(d, hn::Min(big, hn::Max(hn::Set(d, T(-708)), x)));
     return hn::IfThenElse(hn::Gt(x, big), hn::Set(d, std::numeric_limits<T>::infinity()), e);
   }
 }
@@ -357,6 +358,7 @@ HWY_INLINE void RowAffine(const T* x, T* y, int64_t n, T a, T b) {
 // z = (x - max) log2(e) instead (one operation more). n = round(z) by the 1.5 * 2^23 trick, f = z - n in
 // [-0.5, 0.5] exactly (three adds, off the FMA pipes), 2^f by a degree-5 polynomial (Horner: 5 FMAs;
 // minimax fit, relative error 9.2e-8). Relative error within 2.5e-7 plus the rounding of z (7.5e-8 |z|).
+// AVX-512 takes Exp2TableF32 instead (below).
 template <class D, class V>
 HWY_INLINE V Exp2PolyF32(D d, V f, float c0) {  // c0 * 2^f, c0 = 1 or 2 (exact scaling of the fit)
   V p = hn::Set(d, c0 * 0.0013264708686619997f);
@@ -372,14 +374,34 @@ HWY_INLINE V Exp2PolyF32(D d, V f, float c0) {  // c0 * 2^f, c0 = 1 or 2 (exact 
 #undef DDP_SIMD_EXP2_SCALEF  // this header is included once per target
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
 #define DDP_SIMD_EXP2_SCALEF 1
-// AVX-512's form of 2^z: f = z - round(z) in one instruction (vreduceps; 0 for z = +-inf), n = round(z)
-// (vrndscaleps), 2^f by the same polynomial, and 2^n applied by vscalefps, which gives 0, subnormals and inf
-// exactly as 2^n does (no clamp, no exponent bits): 8 operations instead of 11. NaN stays NaN.
+// AVX-512's form of 2^z: a table of 32 values and a degree-2 polynomial. z = n + k/32 + f with n = floor(z),
+// k in [0, 32) and f in [0, 1/32): k is the low 5 bits of z + 1.5 * 2^18 rounded down (the float's last bit
+// there is 1/32), f = z - floor(32 z) / 32 exactly by vreduceps, T = c0 2^(k/32) by one vpermt2ps from two
+// registers, 2^f / c0 = 1 + f (a + b f) folded in as T + (T f)(a + b f), and 2^n applied by vscalefps (0,
+// subnormals and inf exactly as 2^n gives them: no clamp). 7 operations on the vector pipes against the
+// degree-5 form's 8, and vscalefps (half the others' throughput here) once. Fit made for this project
+// (Lawson's iteration in float64 for c0 (1 + a f + b f^2) against 2^f on [0, 1/32]: 5.3e-8 relative), table
+// values rounded to float32: within 1.7e-7 relative of 2^z over the sweep of test_fast_math_targets. Any
+// finite z with |z| >= 2^17 has a meaningless k, and a result of 0 or inf anyway; z = -inf gives 0, +inf
+// gives inf, NaN stays NaN.
 template <class D, class V>
-HWY_INLINE V Exp2ScalefF32(D d, V z) {
-  const V f{_mm512_reduce_ps(z.raw, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)};
-  const V n{_mm512_roundscale_ps(z.raw, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)};
-  return V{_mm512_scalef_ps(Exp2PolyF32(d, f, 1.0f).raw, n.raw)};
+HWY_INLINE V Exp2TableF32(D d, V z) {
+  const __m512 table_lo =
+      _mm512_setr_ps(1.0f, 1.0218971967697144f, 1.044273853302002f, 1.0671404600143433f, 1.0905077457427979f,
+                     1.114386796951294f, 1.1387887001037598f, 1.1637248992919922f, 1.1892071962356567f,
+                     1.215247392654419f, 1.241857886314392f, 1.2690510749816895f, 1.2968395948410034f,
+                     1.3252366781234741f, 1.3542556762695312f, 1.3839099407196045f);
+  const __m512 table_hi =
+      _mm512_setr_ps(1.4142136573791504f, 1.445180892944336f, 1.4768261909484863f, 1.5091644525527954f,
+                     1.5422109365463257f, 1.5759809017181396f, 1.6104904413223267f, 1.6457555294036865f,
+                     1.681792974472046f, 1.7186193466186523f, 1.7562522888183594f, 1.7947092056274414f,
+                     1.8340082168579102f, 1.8741676807403564f, 1.9152066707611084f, 1.9571442604064941f);
+  const __m512 k_bits = _mm512_add_round_ps(z.raw, _mm512_set1_ps(393216.0f),  // 1.5 * 2^18
+                                            _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  const V f{_mm512_reduce_ps(z.raw, (5 << 4) | _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC)};
+  const V t{_mm512_permutex2var_ps(table_lo, _mm512_castps_si512(k_bits), table_hi)};
+  const V q = hn::MulAdd(f, hn::Set(d, 0.24284060299396515f), hn::Set(d, 0.6931165456771851f));
+  return V{_mm512_scalef_ps(hn::MulAdd(hn::Mul(t, f), q, t).raw, z.raw)};
 }
 #else
 #define DDP_SIMD_EXP2_SCALEF 0
@@ -388,11 +410,11 @@ HWY_INLINE V Exp2ScalefF32(D d, V z) {
 template <class D, class V>
 HWY_INLINE V Exp2NonPositiveF32(D d, V z) {
 #if DDP_SIMD_EXP2_SCALEF
-  if constexpr (hn::MaxLanes(d) == 16) return Exp2ScalefF32(d, z);  // and results below 2^-125 are exact
+  if constexpr (hn::MaxLanes(d) == 16) return Exp2TableF32(d, z);  // and results below 2^-125 are exact
 #endif
   const hn::RebindToSigned<D> di;
   const V magic = hn::Set(d, 12582912.0f + 126.0f);  // 1.5 * 2^23 + (exponent bias - 1)
-  const V zc = hn::Max(z, hn::Set(d, -126.4f));
+  const V zc = hn::Max(hn::Set(d, -126.4f), z);      // NaN stays NaN (DDP_SIMD_CLAMP_KEEPS_NAN)
   const V t = hn::Add(zc, magic);
   const V f = hn::Sub(zc, hn::Sub(t, magic));
   const V scale = hn::BitCast(d, hn::ShiftLeft<23>(hn::BitCast(di, t)));  // 2^(n-1); 0 when n = -126
@@ -410,15 +432,16 @@ HWY_INLINE V Exp2ClampedF32(D d, V z) {
 template <class D, class V>
 HWY_INLINE V Exp2SumTermF32(D d, V z) {
 #if DDP_SIMD_EXP2_SCALEF
-  if constexpr (hn::MaxLanes(d) == 16) return Exp2ScalefF32(d, z);  // 2^-inf is 0 there
+  if constexpr (hn::MaxLanes(d) == 16) return Exp2TableF32(d, z);  // 2^-inf is 0 there
 #endif
   const hn::RebindToSigned<D> di;
   const V magic = hn::Set(d, 12582912.0f);  // 1.5 * 2^23: t's bits shifted left by 23 are n << 23
-  const V zc = hn::Max(z, hn::Set(d, -125.0f));
+  const V zc = hn::Max(hn::Set(d, -125.0f), z);  // NaN stays NaN (DDP_SIMD_CLAMP_KEEPS_NAN)
   const V t = hn::Add(zc, magic);
   const V f = hn::Sub(zc, hn::Sub(t, magic));
-  const auto n_bits = hn::ShiftLeft<23>(hn::BitCast(di, t));
-  return hn::BitCast(d, hn::Add(hn::BitCast(di, Exp2PolyF32(d, f, 1.0f)), n_bits));
+  const auto n_bits = hn::ShiftLeft<23>(hn::BitCast(di, t));  // 0 for the quiet NaN x86 arithmetic makes
+  const V r = hn::BitCast(d, hn::Add(hn::BitCast(di, Exp2PolyF32(d, f, 1.0f)), n_bits));
+  return DDP_SIMD_CLAMP_KEEPS_NAN ? r : hn::IfThenElse(hn::IsNaN(z), z, r);
 }
 
 // log(x) for float32 x in the normal positive range [2^-126, inf), e_adjust added to the exponent (the
@@ -466,6 +489,20 @@ HWY_INLINE V LogFastF32(D d, V x) {
   return hn::IfThenElse(hn::IsNaN(x), x, r);
 }
 
+// Whether x[0..n) holds a NaN (the rare path of a row whose max is infinite: a max pass drops NaN on x86).
+template <class T>
+HWY_INLINE bool RowHasNaN(const T* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    if (std::isnan(x[i])) return true;
+  return false;
+}
+// The log-sum-exp of a row whose max m is infinite: m itself (-inf: every term is 0; +inf: the sum is
+// infinite), NaN when the row holds a NaN - what torch.logsumexp gives, on every target.
+template <class T>
+HWY_INLINE T InfiniteMaxLogSumExp(const T* x, int64_t n, T m) {
+  return RowHasNaN(x, n) ? std::numeric_limits<T>::quiet_NaN() : m;
+}
+
 // Lane-wise maxima of x[0..n) (n >= 1) with four independent accumulators (max's latency does not chain);
 // the tail pads with -inf.
 template <class T>
@@ -497,11 +534,12 @@ HWY_INLINE T RowMaxUnrolled(const T* x, int64_t n) {
 // (Exp2NonPositiveF32), otherwise only the sum is formed (Exp2SumTermF32). The tail pads with -inf (a term
 // of 0, or 2^-125 for the sum). pf_read / pf_write (may be null): n floats to prefetch meanwhile (the next
 // block's input row; an output row written later), so that the next pass does not wait on L3 (measured:
-// cross-entropy 160 -> 137 us).
-template <bool kWrite, bool kSubtractFirst>
-HWY_INLINE hn::Vec<hn::ScalableTag<float>> RowExp2SumLanesF32(const float* x, float* y, int64_t n,
-                                                              float shift, const float* pf_read,
-                                                              float* pf_write) {
+// cross-entropy 160 -> 137 us). kNextMax: also the lane-wise maxima of next_row[0..n) into *next_max (the
+// next block's row, read here instead of prefetched: its max pass rides along with this row's exps).
+template <bool kWrite, bool kSubtractFirst, bool kNextMax = false>
+HWY_INLINE hn::Vec<hn::ScalableTag<float>> RowExp2SumLanesF32(
+    const float* x, float* y, int64_t n, float shift, const float* pf_read, float* pf_write,
+    const float* next_row = nullptr, hn::Vec<hn::ScalableTag<float>>* next_max = nullptr) {
   const hn::ScalableTag<float> d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   const auto vl = hn::Set(d, kLog2E), vs = hn::Set(d, shift);
@@ -512,12 +550,18 @@ HWY_INLINE hn::Vec<hn::ScalableTag<float>> RowExp2SumLanesF32(const float* x, fl
     else
       return Exp2SumTermF32(d, z);
   };
+  const auto lowest = hn::Set(d, -std::numeric_limits<float>::infinity());
+  auto m0 = lowest, m1 = lowest;
   auto s0 = hn::Zero(d), s1 = hn::Zero(d);
   int64_t i = 0;
   for (; i + 2 * N <= n; i += 2 * N) {
     // prefetches never fault: pointers past the end of an array are harmless
     if (pf_read) __builtin_prefetch(pf_read + i, 0, 3), __builtin_prefetch(pf_read + i + N, 0, 3);
     if (pf_write) __builtin_prefetch(pf_write + i, 1, 3), __builtin_prefetch(pf_write + i + N, 1, 3);
+    if constexpr (kNextMax) {
+      m0 = hn::Max(m0, hn::LoadU(d, next_row + i));
+      m1 = hn::Max(m1, hn::LoadU(d, next_row + i + N));
+    }
     const auto e0 = term(hn::LoadU(d, x + i));
     const auto e1 = term(hn::LoadU(d, x + i + N));
     if constexpr (kWrite) {
@@ -528,15 +572,19 @@ HWY_INLINE hn::Vec<hn::ScalableTag<float>> RowExp2SumLanesF32(const float* x, fl
     s1 = hn::Add(s1, e1);
   }
   for (; i + N <= n; i += N) {
+    if constexpr (kNextMax) m0 = hn::Max(m0, hn::LoadU(d, next_row + i));
     const auto e = term(hn::LoadU(d, x + i));
     if constexpr (kWrite) hn::StoreU(e, d, y + i);
     s0 = hn::Add(s0, e);
   }
   if (i < n) {
+    if constexpr (kNextMax)
+      m1 = hn::Max(m1, LoadTail(d, next_row + i, n - i, -std::numeric_limits<float>::infinity()));
     const auto e = term(LoadTail(d, x + i, n - i, -std::numeric_limits<float>::infinity()));
     if constexpr (kWrite) StoreTail(d, e, y + i, n - i);
     s1 = hn::Add(s1, e);
   }
+  if constexpr (kNextMax) *next_max = hn::Max(m0, m1);
   return hn::Add(s0, s1);
 }
 
@@ -580,51 +628,94 @@ HWY_INLINE void LogArrayF32(const float* s, float* out, int64_t n) {
 // all 16 rows' reductions are one TransposeReduce16). Row j's log-sum-exp is base[j] + log(s[j]). Meanwhile
 // the next block's rows are prefetched (rows_left rows exist from x on), and y_later's rows (an output this
 // block writes after the call) or else y's next block.
+// next_maxima (AVX-512, may be null): the caller's store of the maxima between consecutive blocks. When it
+// holds this block's maxima (ready) they are used instead of a max pass, and while this block's exps run
+// the next block's rows are read for their maxima (instead of prefetched), left there for the next call:
+// the max pass then costs one operation per vector inside the exp loop instead of a pass of its own that
+// the exps wait for (measured: cross-entropy forward, 1M, 1 thread: 0.35 -> 0.40 of the copy bandwidth). Not
+// for kWrite with y in the same pass: the three blocks of rows (in, out, next) overflow L1 and softmax got
+// slower (0.51 -> 0.45).
 constexpr int64_t kExpRowsBlock = 16;
+struct NextRowMaxima {
+  alignas(64) float m[kExpRowsBlock] = {};
+  bool ready = false;
+};
 template <bool kWrite>
 HWY_INLINE void RowsExp2SumF32(const float* x, float* y, int64_t nb, int64_t cols, double* base, float* s,
-                               int64_t rows_left, float* y_later = nullptr) {
+                               int64_t rows_left, float* y_later = nullptr,
+                               NextRowMaxima* next_maxima = nullptr) {
   const hn::ScalableTag<float> d;
   alignas(64) float m[kExpRowsBlock];
-  // Row j's lane-wise sums, from its max m[j]; sets base[j]. Forced inline: as a call it cost softmax 10%.
-  auto row_sums = [&](int64_t j) HWY_ATTR __attribute__((always_inline)) {
+  // Row j's lane-wise sums, from its max m[j]; sets base[j]; with next_row, the lane-wise maxima of that row
+  // (of the next block) into *next_max. Forced inline: as a call it cost softmax 10%.
+  auto row_sums = [&](int64_t j, const float* next_row, hn::Vec<decltype(d)>* next_max) HWY_ATTR
+      __attribute__((always_inline)) {
     const bool next = nb + j < rows_left;
-    const float* pf_read = next ? x + (nb + j) * cols : nullptr;
+    const float* pf_read = next && !next_row ? x + (nb + j) * cols : nullptr;
     float* pf_write = y_later ? y_later + j * cols : (kWrite && next ? y + (nb + j) * cols : nullptr);
     float* yr = kWrite ? y + j * cols : nullptr;
     const float c = m[j] * kLog2E;
     if (std::fabs(c) < 4194304.0f) {  // 2^22 (false for an infinite or NaN max)
       base[j] = static_cast<double>(c) * 0.6931471805599453;
+      if (next_row)
+        return RowExp2SumLanesF32<kWrite, false, true>(x + j * cols, yr, cols, c, nullptr, pf_write, next_row,
+                                                       next_max);
       return RowExp2SumLanesF32<kWrite, false>(x + j * cols, yr, cols, c, pf_read, pf_write);
     }
     base[j] = m[j];
+    if (next_row) *next_max = RowMaxLanes(next_row, cols);
+    if (!kWrite && std::isinf(m[j]))  // log-sum-exp = the infinite max itself (1 in all), or NaN
+      return hn::Set(d, RowHasNaN(x + j * cols, cols) ? std::numeric_limits<float>::quiet_NaN()
+                                                      : 1.0f / static_cast<float>(hn::Lanes(d)));
     return RowExp2SumLanesF32<kWrite, true>(x + j * cols, yr, cols, m[j], pf_read, pf_write);
   };
 #if DDP_SIMD_TRANSPOSE_REDUCE16
   if (hn::Lanes(d) == 16) {
     __m512 lanes[kExpRowsBlock];
-    for (int64_t j = 0; j < kExpRowsBlock; ++j)
-      lanes[j] = j < nb ? RowMaxLanes(x + j * cols, cols).raw : _mm512_setzero_ps();
-    _mm512_store_ps(m, TransposeReduce16(lanes, [](__m512 p, __m512 q) { return _mm512_max_ps(p, q); }));
-    for (int64_t j = 0; j < kExpRowsBlock; ++j) lanes[j] = j < nb ? row_sums(j).raw : _mm512_setzero_ps();
+    const auto max_op = [](__m512 p, __m512 q) { return _mm512_max_ps(p, q); };
+    if (next_maxima && next_maxima->ready) {
+      std::copy(next_maxima->m, next_maxima->m + kExpRowsBlock, m);
+    } else {
+      for (int64_t j = 0; j < kExpRowsBlock; ++j)
+        lanes[j] = j < nb ? RowMaxLanes(x + j * cols, cols).raw : _mm512_setzero_ps();
+      _mm512_store_ps(m, TransposeReduce16(lanes, max_op));
+    }
+    // rows of the next block whose maxima are found now (none without next_maxima or after a partial block)
+    const int64_t nb_next =
+        next_maxima && nb == kExpRowsBlock ? std::min(kExpRowsBlock, rows_left - kExpRowsBlock) : 0;
+    hn::Vec<decltype(d)> next_lanes[kExpRowsBlock];
+    for (int64_t j = 0; j < kExpRowsBlock; ++j) {
+      next_lanes[j] = hn::Zero(d);
+      lanes[j] = j < nb
+                     ? row_sums(j, j < nb_next ? x + (kExpRowsBlock + j) * cols : nullptr, &next_lanes[j]).raw
+                     : _mm512_setzero_ps();
+    }
     alignas(64) float sums[kExpRowsBlock];
     _mm512_store_ps(sums, TransposeReduce16(lanes, [](__m512 p, __m512 q) { return _mm512_add_ps(p, q); }));
     std::copy(sums, sums + nb, s);
+    if (next_maxima) {
+      next_maxima->ready = nb_next > 0;
+      if (nb_next > 0) {
+        for (int64_t j = 0; j < kExpRowsBlock; ++j) lanes[j] = next_lanes[j].raw;
+        _mm512_store_ps(next_maxima->m, TransposeReduce16(lanes, max_op));
+      }
+    }
     return;
   }
 #endif
+  (void)next_maxima;  // the pipelined maxima are the AVX-512 path's
   for (int64_t j = 0; j < nb; ++j) m[j] = RowMaxUnrolled(x + j * cols, cols);
-  for (int64_t j = 0; j < nb; ++j) s[j] = ReduceSum(d, row_sums(j));
+  for (int64_t j = 0; j < nb; ++j) s[j] = ReduceSum(d, row_sums(j, nullptr, nullptr));
 }
 
 // float32: lse[j] = log(sum_i exp(x[j][i])) for the rows [0, nb) of x (nb at most kExpRowsBlock):
 // RowsExp2SumF32 without writing the terms, the logs in one vectorized pass, base + log in double. The
 // arguments after cols as RowsExp2SumF32's.
 HWY_INLINE void RowsLogSumExpF32(const float* x, int64_t nb, int64_t cols, float* lse, int64_t rows_left,
-                                 float* y_later = nullptr) {
+                                 float* y_later = nullptr, NextRowMaxima* next_maxima = nullptr) {
   alignas(64) double base[kExpRowsBlock];
   alignas(64) float l[kExpRowsBlock];
-  RowsExp2SumF32<false>(x, nullptr, nb, cols, base, l, rows_left, y_later);
+  RowsExp2SumF32<false>(x, nullptr, nb, cols, base, l, rows_left, y_later, next_maxima);
   LogArrayF32(l, l, nb);
   for (int64_t j = 0; j < nb; ++j) lse[j] = static_cast<float>(base[j] + static_cast<double>(l[j]));
 }

@@ -28,6 +28,11 @@ float from_bits(uint32_t b) {
   std::memcpy(&f, &b, 4);
   return f;
 }
+uint32_t to_bits(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return b;
+}
 // |y - ref| in units of the float32 spacing at ref (the ulp of ref rounded to float).
 double ulps(float y, double ref) {
   const float r = std::fabs(static_cast<float>(ref));
@@ -199,6 +204,50 @@ TEST(FastMathTargets, LogSumExpMatchesFloat64OnEveryTarget) {
               << "log_softmax row " << r << " col " << c << " cols " << cols;
         }
       }
+    });
+  }
+}
+
+// cross_entropy_forward finds each 16-row block's maxima while the previous block's exps run (the maxima
+// are handed from one block to the next). A row's log-sum-exp must not depend on that: one call over 50 rows
+// (three whole blocks and a partial one) against 50 calls of one row each, bitwise, with rows that take the
+// other paths next to ordinary ones (a huge max: x - max first; +inf, NaN, an all -inf row) at block edges.
+TEST(FastMathTargets, CrossEntropyRowsDoNotDependOnTheirBlockOnEveryTarget) {
+  for (int64_t cols : {17, 256}) {
+    const int64_t rows = 50;
+    std::vector<float> x(static_cast<size_t>(rows * cols));
+    const std::vector<double> v = spread(rows * cols, -30, 30);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(v[i] * (1 + static_cast<double>(i % 5)));
+    auto row = [&](int64_t r) { return x.begin() + r * cols; };
+    std::fill(row(15), row(15) + cols, 3e25f);  // last row of block 0: the next block's maxima meanwhile
+    row(16)[3] = 4e25f;                         // first of block 1, a huge max
+    row(31)[cols - 1] = kInf;
+    row(32)[5] = std::numeric_limits<float>::quiet_NaN();
+    std::fill(row(47), row(47) + cols, -kInf);
+    row(48)[0] = -3e30f;
+    std::vector<int64_t> targets(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) targets[static_cast<size_t>(r)] = (r * 7) % cols;
+    for_each_simd_target([&](const std::string&) {
+      std::vector<float> lse(static_cast<size_t>(rows)), one(static_cast<size_t>(rows));
+      int64_t count = 0;
+      kc::cross_entropy_forward(x.data(), targets.data(), rows, cols, false, -100, lse.data(), &count);
+      for (int64_t r = 0; r < rows; ++r)
+        kc::cross_entropy_forward(x.data() + r * cols, targets.data() + r, 1, cols, false, -100,
+                                  one.data() + r, &count);
+      for (int64_t r = 0; r < rows; ++r) {
+        if (std::isnan(one[static_cast<size_t>(r)])) {
+          EXPECT_TRUE(std::isnan(lse[static_cast<size_t>(r)])) << "row " << r << " cols " << cols;
+          continue;
+        }
+        EXPECT_EQ(to_bits(lse[static_cast<size_t>(r)]), to_bits(one[static_cast<size_t>(r)]))
+            << "row " << r << " cols " << cols << ": " << lse[static_cast<size_t>(r)] << " vs "
+            << one[static_cast<size_t>(r)];
+      }
+      // and the rows of special values as torch.logsumexp gives them
+      EXPECT_EQ(lse[15], 3e25f);
+      EXPECT_EQ(lse[31], kInf);
+      EXPECT_TRUE(std::isnan(lse[32]));
+      EXPECT_EQ(lse[47], -kInf);
     });
   }
 }
