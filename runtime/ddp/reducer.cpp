@@ -54,11 +54,12 @@ Reducer::Reducer(std::vector<nn::NamedTensor> params, std::shared_ptr<dist::Proc
   for (size_t i = 0; i < params_.size(); ++i)
     params_[i].tensor.impl()->add_post_accumulate_hook(this,
                                                        [this, i](TensorImpl&) { on_gradient_ready(i); });
-  // gradient_as_bucket_view: a parameter without .grad gets its next gradient written straight into its
-  // bucket slot by the op that computes it (linear), so on_gradient_ready has nothing to copy.
-  if (opt_.gradient_as_bucket_view)
-    for (size_t i = 0; i < params_.size(); ++i)
-      params_[i].tensor.impl()->grad_destination = {this, [this, i] { return slot_view(i).impl_ptr(); }};
+  // A parameter without .grad gets its next gradient written straight into its bucket slot by the op that
+  // computes it (linear), so on_gradient_ready has nothing to copy. Without gradient_as_bucket_view too:
+  // .grad is the slot until write_back, which then gives it a tensor of its own (one copy per step instead
+  // of two).
+  for (size_t i = 0; i < params_.size(); ++i)
+    params_[i].tensor.impl()->grad_destination = {this, [this, i] { return slot_view(i).impl_ptr(); }};
   DDP_LOG(Detail, "reducer: ", params_.size(), " parameters in ", buckets_.size(), " buckets\n",
           describe_buckets());
 }
@@ -334,22 +335,24 @@ void Reducer::write_back() {
   if (used_map_.defined())
     timing_->used_map_sync(std::chrono::duration<double>(Clock::now() - t_used).count());
   const int32_t* used = used_host.defined() ? used_host.data<int32_t>() : nullptr;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    if (used && used[i] == 0) continue;  // no rank used it: grad stays as it was (none), optimizers skip it
-    if (opt_.static_graph && static_unused_[i]) continue;
-    Tensor slot = slot_view(i);
-    Tensor& p = params_[i].tensor;
-    if (opt_.gradient_as_bucket_view) {
-      Tensor g = p.grad();
-      const bool is_view =
-          g.defined() && g.storage() == slot.storage() && g.impl()->offset == slot.impl()->offset;
-      if (!is_view) p.set_grad(slot);  // already the view (in-place zero_grad): keep it, allocate nothing
-    } else if (p.grad().defined()) {
-      Tensor g = p.grad();
-      g.copy_from(slot);
-    } else {
-      p.set_grad(slot.clone());
-    }
+  for (size_t i = 0; i < params_.size(); ++i) write_back_param(i, used);
+}
+
+void Reducer::write_back_param(size_t i, const int32_t* used) {
+  if (used && used[i] == 0) return;  // no rank used it: grad stays as it was (none), optimizers skip it
+  if (opt_.static_graph && static_unused_[i]) return;
+  Tensor slot = slot_view(i);
+  Tensor& p = params_[i].tensor;
+  if (opt_.gradient_as_bucket_view) {
+    Tensor g = p.grad();
+    const bool is_view =
+        g.defined() && g.storage() == slot.storage() && g.impl()->offset == slot.impl()->offset;
+    if (!is_view) p.set_grad(slot);  // already the view (in-place zero_grad): keep it, allocate nothing
+  } else if (p.grad().defined() && p.grad().storage() != slot.storage()) {
+    Tensor g = p.grad();
+    g.copy_from(slot);
+  } else {
+    p.set_grad(slot.clone());  // none, or the slot itself (backward wrote into it): a tensor of its own
   }
 }
 

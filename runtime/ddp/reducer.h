@@ -1,5 +1,6 @@
 // reducer.h - the gradient bucketer at the heart of DDP. It listens to every parameter's post-accumulate
-// hook; each ready gradient is copied into its slot of a flat bucket buffer (allocated through the process
+// hook; each ready gradient is in (an op wrote it there: the slot was its gradient destination) or is copied
+// into its slot of a flat bucket buffer (allocated through the process
 // group: shared memory on shm) and divided by the world size in the same pass (or, on such memory, by the
 // all-reduce itself); a bucket whose last gradient arrived is launched as one all-reduce, strictly in
 // bucket-index order on every rank, while backward keeps running; an end-of-backward callback waits for the
@@ -124,6 +125,7 @@ class Reducer {
   void finalize();
   void finish_communication();
   void write_back();
+  void write_back_param(size_t i, const int32_t* used);
   void wait_for_outstanding_work();
   void reset_iteration();
   void maybe_rebuild(bool this_rank_ok);

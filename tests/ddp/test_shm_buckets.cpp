@@ -72,10 +72,12 @@ TEST(ShmBuckets, EveryBucketIsAllReducedInPlaceAndGivesTheMeanOfTheRanks) {
   }
 }
 
-// With gradient_as_bucket_view and .grad set to none between steps (zero_grad's default), linear's backward
-// computes every weight and bias gradient straight into its bucket slot: the reducer copies none
-// (IterationStats::num_gradients_copied), where plain buckets copy every one; the gradients agree bitwise.
-TEST(ShmBuckets, BackwardWritesTheGradientsIntoTheBucketsWithGradientAsBucketView) {
+// With .grad set to none between steps (zero_grad's default), linear's backward computes every weight and
+// bias gradient straight into its bucket slot: the reducer copies none into the buckets
+// (IterationStats::num_gradients_copied), with gradient_as_bucket_view or without, and the gradients agree
+// bitwise. Without it .grad ends the step as a tensor of its own: a step's gradients, held by the caller,
+// are not changed by the next step's backward (with it they are the bucket, which the next step rewrites).
+TEST(ShmBuckets, BackwardWritesTheGradientsIntoTheBucketsWithOrWithoutGradientAsBucketView) {
   std::vector<Grads> synced(2);
   std::vector<size_t> copied(2);
   size_t num_params = 0;
@@ -95,12 +97,25 @@ TEST(ShmBuckets, BackwardWritesTheGradientsIntoTheBucketsWithGradientAsBucketVie
           DistributedDataParallel ddp(
               model, std::shared_ptr<dist::ProcessGroup>(std::shared_ptr<dist::ProcessGroup>{}, &pg), opt);
           Tensor y = Tensor::from_data<int64_t>({0, 1, 2, 3, 4, 5, 6, 7}, {8});
+          std::vector<Tensor> held;  // step 1's .grad tensors
+          Grads held_values;
           for (int step = 0; step < 3; ++step) {  // the bucket rebuild happens after the first
             for (auto& p : model->named_parameters()) p.tensor.set_grad(Tensor());  // zero_grad(set_to_none)
             autograd::backward(
                 ops::cross_entropy(ddp.forward(Tensor::randn({8, 64}, 300 + 10 * step + rank)), y));
+            if (step == 1) {
+              for (auto& p : model->named_parameters()) held.push_back(p.tensor.grad());
+              held_values = grads_of(*model);
+            }
           }
+          Grads held_now;
+          for (const Tensor& t : held) held_now.push_back(t.to_double_vector());
           std::lock_guard<std::mutex> g(mu);
+          if (view)
+            EXPECT_NE(held_now, held_values)
+                << "rank " << rank << ": .grad is the bucket, rewritten by step 2";
+          else
+            EXPECT_EQ(held_now, held_values) << "rank " << rank << ": step 1's .grad changed by step 2";
           copied[rank] = ddp.reducer().last_stats().num_gradients_copied;
           num_params = model->named_parameters().size();
           if (view) {
@@ -111,6 +126,6 @@ TEST(ShmBuckets, BackwardWritesTheGradientsIntoTheBucketsWithGradientAsBucketVie
           }
         },
         o, "shm");
-    for (int r = 0; r < 2; ++r) EXPECT_EQ(copied[r], view ? 0u : num_params) << "rank " << r;
+    for (int r = 0; r < 2; ++r) EXPECT_EQ(copied[r], 0u) << "rank " << r << " of " << num_params;
   }
 }
