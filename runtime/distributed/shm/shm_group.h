@@ -49,6 +49,8 @@ class ShmProcessGroup : public QueuedProcessGroup {
   CommBuffer allocate_comm_buffer(int64_t numel, DType dtype, Device device) override;
   // All-reduces that took the in-place path so far (tests, statistics).
   uint64_t direct_allreduces() const;
+  // Peers' registered buffers this rank has mapped now (tests: a freed buffer's peers drop theirs).
+  size_t peer_buffers_mapped() const;
 
   struct Impl;
 

@@ -70,8 +70,13 @@ struct ShmProcessGroup::Impl {
   // ---- registered buffers
   std::mutex reg_mu;  // guards next_buffer, registry (callers' threads)
   uint64_t next_buffer = 0;
-  std::map<const char*, std::weak_ptr<OwnBuffer>> registry;  // by base address
+  struct Registered {
+    std::weak_ptr<OwnBuffer> own;
+    uint64_t index = 0;  // own's, readable after own is gone
+  };
+  std::map<const char*, Registered> registry;                // by base address
   std::map<std::pair<int, uint64_t>, Segment> peer_buffers;  // worker thread only: (rank, index) mapped
+  std::atomic<size_t> peer_buffers_mapped{0};                // peer_buffers.size() (tests)
   std::atomic<uint64_t> direct_count{0};
   // The in-place candidacy of the collective being stamped (worker thread).
   uint64_t stamp_direct_buffer = 0, stamp_direct_offset = 0;
@@ -121,6 +126,7 @@ struct ShmProcessGroup::Impl {
   bool all_agree_on_direct(const CollectiveDesc& d) const;
   void direct_allreduce(const CollectiveDesc& d, const DirectRef& ref);
   char* peer_buffer(int q, uint64_t index, size_t end_bytes);
+  void unmap_freed_peer_buffers();
   void broadcast(const CollectiveDesc& d, char* data);
   void allgather(const CollectiveDesc& d, const char* in, char* out);
   void reduce_scatter(const CollectiveDesc& d, const char* in, char* out);

@@ -2,6 +2,7 @@
 // after this rank's segment and the buffer's index) and the in-place all-reduce over them: finding the buffer
 // a collective's memory lies in, the agreement of the ranks' stamps, mapping peers' buffers, and the
 // reduction straight out of and into every rank's buffer. See shm_group.h and docs/dist.md.
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -32,7 +33,7 @@ std::shared_ptr<DirectRef> ShmProcessGroup::Impl::find_registered(const CommBuff
   auto it = registry.upper_bound(data);
   if (it == registry.begin()) return nullptr;
   --it;
-  auto own = it->second.lock();
+  auto own = it->second.own.lock();
   if (!own) {
     registry.erase(it);  // freed; its address may be reused
     return nullptr;
@@ -47,8 +48,8 @@ std::shared_ptr<DirectRef> ShmProcessGroup::Impl::find_registered(const CommBuff
 
 void ShmProcessGroup::Impl::unlink_buffers() {
   std::lock_guard<std::mutex> g(reg_mu);
-  for (auto& [base, weak] : registry)
-    if (auto own = weak.lock()) own->unlink();
+  for (auto& [base, r] : registry)
+    if (auto own = r.own.lock()) own->unlink();
 }
 
 CommBuffer ShmProcessGroup::allocate_comm_buffer(int64_t numel, DType dtype, Device device) {
@@ -69,13 +70,14 @@ CommBuffer ShmProcessGroup::allocate_comm_buffer(int64_t numel, DType dtype, Dev
     return ProcessGroup::allocate_comm_buffer(numel, dtype, device);
   }
   // Drop the registry entries of freed buffers (their addresses may come back).
-  std::erase_if(s.registry, [](const auto& e) { return e.second.expired(); });
-  s.registry[static_cast<const char*>(own->seg.data())] = own;
+  std::erase_if(s.registry, [](const auto& e) { return e.second.own.expired(); });
+  s.registry[static_cast<const char*>(own->seg.data())] = {own, own->index};
   void* data = own->seg.data();
   return CommBuffer{data, numel, dtype, device, std::shared_ptr<void>(std::move(own))};
 }
 
 uint64_t ShmProcessGroup::direct_allreduces() const { return impl_->direct_count.load(); }
+size_t ShmProcessGroup::peer_buffers_mapped() const { return impl_->peer_buffers_mapped.load(); }
 
 // After the first mark: every rank (this one included) stamped the same registered buffer and offset.
 bool ShmProcessGroup::Impl::all_agree_on_direct(const CollectiveDesc& d) const {
@@ -98,12 +100,31 @@ char* ShmProcessGroup::Impl::peer_buffer(int q, uint64_t index, size_t end_bytes
   if (it == peer_buffers.end()) {
     const std::string name = segments[q].name() + ".b" + std::to_string(index);
     it = peer_buffers.emplace(key, Segment::open(name)).first;
+    peer_buffers_mapped = peer_buffers.size();
   }
   DDP_CHECK(it->second.size() >= end_bytes, "shm: registered buffer ", it->second.name(), " of rank ", q,
             " has ", it->second.size(), " bytes but the all-reduce needs ", end_bytes,
             ": the ranks allocated their communication buffers with different sizes (allocate them in the "
             "same order and sizes on every rank)");
   return static_cast<char*>(it->second.data());
+}
+
+// Peers' buffers of an index whose own buffer is gone (freed: e.g. the buckets DDP rebuilt after its first
+// step) are unmapped. An in-place all-reduce needs every rank to stamp the same index, ours included, so none
+// can name that index again; and the mapping alone would keep the peer's freed memory (its name long
+// unlinked) resident until the group ends - a second copy of every bucket on the host.
+void ShmProcessGroup::Impl::unmap_freed_peer_buffers() {
+  if (peer_buffers.empty()) return;
+  std::vector<uint64_t> live;
+  {
+    std::lock_guard<std::mutex> g(reg_mu);
+    for (const auto& [base, r] : registry)
+      if (!r.own.expired()) live.push_back(r.index);
+  }
+  std::erase_if(peer_buffers, [&](const auto& e) {
+    return std::find(live.begin(), live.end(), e.first.second) == live.end();
+  });
+  peer_buffers_mapped = peer_buffers.size();
 }
 
 // The in-place all-reduce: rank r reduces part r of the range, in rank order, straight from every rank's
@@ -113,6 +134,7 @@ void ShmProcessGroup::Impl::direct_allreduce(const CollectiveDesc& d, const Dire
   const size_t es = dtype_size(d.dtype);
   const size_t len = static_cast<size_t>(d.count);
   const size_t end_bytes = ref.offset + len * es;
+  unmap_freed_peer_buffers();
   std::vector<char*> bufs(size);
   for (int q = 0; q < size; ++q)
     bufs[q] =
