@@ -81,6 +81,7 @@ class Supervisor {
   void remove_worker_segments();
 
   const LaunchConfig& c_;
+  std::vector<std::string> removed_segments_;  // this attempt's, removed as each worker exited
   std::map<std::string, std::string> inherited_;
   std::string error_dir_;  // without --log-dir: a private temporary folder for the workers' error files
   sigset_t handled_{}, old_mask_{};
@@ -246,17 +247,19 @@ void Supervisor::signal_running(int sig) {
 }
 
 // The shared-memory group unlinks its segments once every rank mapped them; a worker killed before that (or a
-// crash between creating and unlinking) leaves /dev/shm/ddpshm.<ns>.<pid>.* behind. The workers are reaped
-// here, so what is left under their pids is garbage.
+// crash between creating and unlinking) leaves /dev/shm/ddpshm.<ns>.<pid>.* behind. reap() removes each
+// worker's as it exits, before reaping it (while it is a zombie, no other group's sweep touches them); here,
+// after the attempt, whatever else is left under the workers' pids, and the note of all of them.
 void Supervisor::remove_worker_segments() {
   std::vector<pid_t> pids;
   for (auto& w : workers_)
     if (w.outcome.pid > 0) pids.push_back(w.outcome.pid);
-  const auto removed = dist::shm::remove_segments_of(pids);
-  if (!removed.empty())
-    note("removed " + std::to_string(removed.size()) +
-         " shared-memory segment(s) the workers left in /dev/shm (" + removed.front() +
-         (removed.size() > 1 ? ", ..." : "") + ")");
+  for (auto& n : dist::shm::remove_segments_of(pids)) removed_segments_.push_back(std::move(n));
+  if (!removed_segments_.empty())
+    note("removed " + std::to_string(removed_segments_.size()) +
+         " shared-memory segment(s) the workers left in /dev/shm (" + removed_segments_.front() +
+         (removed_segments_.size() > 1 ? ", ..." : "") + ")");
+  removed_segments_.clear();
 }
 
 void Supervisor::begin_stop(int sig) {
@@ -269,9 +272,14 @@ void Supervisor::begin_stop(int sig) {
 }
 
 void Supervisor::reap() {
-  int status = 0;
-  pid_t pid;
-  while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
+  for (;;) {
+    // An exited child, not yet reaped (WNOWAIT): its segments go first, then the zombie.
+    siginfo_t info{};
+    if (::waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid == 0) break;
+    const pid_t pid = info.si_pid;
+    for (auto& n : dist::shm::remove_segments_of({pid})) removed_segments_.push_back(std::move(n));
+    int status = 0;
+    if (::waitpid(pid, &status, 0) != pid) break;
     for (size_t i = 0; i < workers_.size(); ++i) {
       Worker& w = workers_[i];
       if (!w.running || w.outcome.pid != pid) continue;

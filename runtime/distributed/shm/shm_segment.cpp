@@ -157,9 +157,9 @@ std::vector<std::string> list_segments_of(const std::vector<pid_t>& pids, const 
 }
 
 namespace {
-// Unlinks our namespace's segments whose creator pid is dead and accepted by `wanted`.
-template <class Wanted>
-std::vector<std::string> remove_dead_segments(const std::string& shm_dir, Wanted wanted) {
+// Unlinks our namespace's segments whose creator pid is accepted by `wanted` and not `alive`.
+template <class Wanted, class Alive>
+std::vector<std::string> remove_dead_segments(const std::string& shm_dir, Wanted wanted, Alive alive) {
   std::vector<std::string> removed;
   const std::string ours = std::string(kSegmentPrefix) + pid_namespace_id() + ".";
   for (const std::string& n : list_segments(shm_dir)) {
@@ -172,7 +172,7 @@ std::vector<std::string> remove_dead_segments(const std::string& shm_dir, Wanted
     } catch (...) {
       continue;
     }
-    if (!wanted(static_cast<pid_t>(pid)) || pid_alive(static_cast<pid_t>(pid))) continue;
+    if (!wanted(static_cast<pid_t>(pid)) || alive(static_cast<pid_t>(pid))) continue;
     if (::shm_unlink(("/" + n).c_str()) == 0) removed.push_back(n);
   }
   return removed;
@@ -180,12 +180,15 @@ std::vector<std::string> remove_dead_segments(const std::string& shm_dir, Wanted
 }  // namespace
 
 std::vector<std::string> remove_stale_segments(const std::string& shm_dir) {
-  return remove_dead_segments(shm_dir, [](pid_t) { return true; });
+  // A zombie's segments are its parent's to remove (ddprun does, before it reaps): sweeping them from here
+  // raced with it, and the parent then reported fewer than its workers left.
+  return remove_dead_segments(
+      shm_dir, [](pid_t) { return true; }, pid_exists);
 }
 
 std::vector<std::string> remove_segments_of(const std::vector<pid_t>& pids, const std::string& shm_dir) {
-  return remove_dead_segments(shm_dir,
-                              [&](pid_t p) { return std::find(pids.begin(), pids.end(), p) != pids.end(); });
+  return remove_dead_segments(
+      shm_dir, [&](pid_t p) { return std::find(pids.begin(), pids.end(), p) != pids.end(); }, pid_alive);
 }
 
 }  // namespace ddp::dist::shm

@@ -3,8 +3,9 @@
 //
 // Names are "/ddpshm.<pid namespace>.<creator pid>.<run id>.<rest>": the creator's pid tells whether the
 // owner still lives, so remove_stale_segments() can unlink the segments of dead processes - only those of its
-// own pid namespace, where the pid means something (a container sharing /dev/shm is left alone); ddprun
-// removes its workers' segments once they exited (remove_segments_of). The group unlinks its segment as soon
+// own pid namespace, where the pid means something (a container sharing /dev/shm is left alone), and not
+// those of a zombie; ddprun removes each worker's segments once it exited, before reaping it
+// (remove_segments_of), so the two never race. The group unlinks its segment as soon
 // as every peer mapped it (the memory lives on while mapped), so a crash after setup leaves nothing behind.
 #pragma once
 #include <sys/types.h>
@@ -54,9 +55,11 @@ std::string pid_namespace_id();
 // A random hex id (16 characters) for one run of a group.
 std::string random_run_id();
 
-// Unlinks every /dev/shm/ddpshm.<our pid ns>.<pid>.* whose pid is no longer alive; returns the names removed.
+// Unlinks every /dev/shm/ddpshm.<our pid ns>.<pid>.* whose process no longer exists (a zombie still does: its
+// parent may clean up after it); returns the names removed.
 std::vector<std::string> remove_stale_segments(const std::string& shm_dir = "/dev/shm");
-// The same, only for the given pids (ddprun, once its workers exited: what a killed worker left).
+// Those of the given pids whose processes ended, zombies included (ddprun, for each worker that exited,
+// before reaping it: what a killed worker left).
 std::vector<std::string> remove_segments_of(const std::vector<pid_t>& pids,
                                             const std::string& shm_dir = "/dev/shm");
 // Names (without the leading '/') of our segments in shm_dir, alive or not.

@@ -52,6 +52,8 @@ bool pid_alive(pid_t pid) {
   return !(paren && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X'));
 }
 
+bool pid_exists(pid_t pid) { return pid > 0 && (::kill(pid, 0) == 0 || errno == EPERM); }
+
 void publish_progress(ControlBlock& cb, uint32_t value) {
   cb.progress.store(value, std::memory_order_seq_cst);
   if (cb.sleepers.load(std::memory_order_seq_cst) != 0) futex_wake_all(&cb.progress);

@@ -74,6 +74,11 @@ WaitPolicy wait_policy_from_env();
 WaitEnd wait_progress(ControlBlock& peer, uint32_t target, std::chrono::steady_clock::time_point deadline,
                       const WaitPolicy& policy, bool same_process, const std::atomic<int>* waiters = nullptr);
 
+// Whether process `pid` runs: false once it exited, a zombie included (a peer that died is gone for a
+// collective).
 bool pid_alive(pid_t pid);
+// Whether `pid` exists at all: a zombie does (its parent has not reaped it yet, and may still clean up after
+// it).
+bool pid_exists(pid_t pid);
 
 }  // namespace ddp::dist::shm
