@@ -55,11 +55,16 @@ Reducer::Reducer(std::vector<nn::NamedTensor> params, std::shared_ptr<dist::Proc
     params_[i].tensor.impl()->add_post_accumulate_hook(this,
                                                        [this, i](TensorImpl&) { on_gradient_ready(i); });
   // A parameter without .grad gets its next gradient written straight into its bucket slot by the op that
-  // computes it (linear), so on_gradient_ready has nothing to copy. Without gradient_as_bucket_view too:
-  // .grad is the slot until write_back, which then gives it a tensor of its own (one copy per step instead
-  // of two).
+  // computes it (linear), so on_gradient_ready has nothing to copy. Without gradient_as_bucket_view too, in a
+  // synchronized backward: .grad is the slot until write_back, which then gives it a tensor of its own (one
+  // copy per step instead of two); a no_sync() backward (no write-back follows) gets no destination, so
+  // .grad never outlives a backward as bucket memory.
   for (size_t i = 0; i < params_.size(); ++i)
-    params_[i].tensor.impl()->grad_destination = {this, [this, i] { return slot_view(i).impl_ptr(); }};
+    params_[i].tensor.impl()->grad_destination = {this, [this, i]() -> std::shared_ptr<TensorImpl> {
+                                                    if (!sync_ && !opt_.gradient_as_bucket_view)
+                                                      return nullptr;
+                                                    return slot_view(i).impl_ptr();
+                                                  }};
   DDP_LOG(Detail, "reducer: ", params_.size(), " parameters in ", buckets_.size(), " buckets\n",
           describe_buckets());
 }

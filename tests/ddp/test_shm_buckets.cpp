@@ -129,3 +129,46 @@ TEST(ShmBuckets, BackwardWritesTheGradientsIntoTheBucketsWithOrWithoutGradientAs
     for (int r = 0; r < 2; ++r) EXPECT_EQ(copied[r], 0u) << "rank " << r << " of " << num_params;
   }
 }
+
+// Without gradient_as_bucket_view a no_sync() backward gets no gradient destination (no write-back follows
+// it): its .grad is a tensor of its own, so a caller holding it sees no change when the next backward (after
+// zero_grad(set_to_none)) runs - with the bucket slot as destination the next backward would write into it.
+// Then a synchronized step over the accumulated gradients gives the mean of the ranks' sums, as before.
+TEST(ShmBuckets, NoSyncGradientsAreTensorsOfTheirOwnWithoutGradientAsBucketView) {
+  dist::ProcessGroupOptions o;
+  o.timeout = std::chrono::seconds(60);
+  dist::run_threads(
+      2,
+      [&](int rank, dist::ProcessGroup& pg) {
+        nn::manual_seed(5);
+        auto model = std::make_shared<models::MLP>(models::MLPConfig{64, {512}, 64, DType::F32});
+        DDPOptions opt;
+        opt.first_bucket_mb = opt.bucket_cap_mb = 0.1;
+        DistributedDataParallel ddp(
+            model, std::shared_ptr<dist::ProcessGroup>(std::shared_ptr<dist::ProcessGroup>{}, &pg), opt);
+        Tensor y = Tensor::from_data<int64_t>({0, 1, 2, 3, 4, 5, 6, 7}, {8});
+        auto backward_on = [&](uint64_t seed) {
+          autograd::backward(ops::cross_entropy(ddp.forward(Tensor::randn({8, 64}, seed)), y));
+        };
+        for (int step = 0; step < 2; ++step) {  // past the bucket rebuild
+          for (auto& p : model->named_parameters()) p.tensor.set_grad(Tensor());
+          backward_on(100 + 10 * step + rank);
+        }
+        std::vector<Tensor> held;
+        Grads held_values;
+        {
+          auto guard = ddp.no_sync();
+          for (auto& p : model->named_parameters()) p.tensor.set_grad(Tensor());
+          backward_on(200 + rank);
+          for (auto& p : model->named_parameters()) held.push_back(p.tensor.grad());
+          held_values = grads_of(*model);
+          for (auto& p : model->named_parameters()) p.tensor.set_grad(Tensor());
+          backward_on(300 + rank);
+        }
+        Grads held_now;
+        for (const Tensor& t : held) held_now.push_back(t.to_double_vector());
+        EXPECT_EQ(held_now, held_values)
+            << "rank " << rank << ": a no_sync .grad changed by the next backward";
+      },
+      o, "shm");
+}
