@@ -20,7 +20,9 @@ say() { printf 'gpu_bundle: %s\n' "$*" >&2; }
 
 [ -f "$BUILD/build.ninja" ] || { say "no build in $BUILD: run tools/ddp build first"; exit 1; }
 [ -f "$BUILD/libddp.so" ] || { say "$BUILD/libddp.so missing: run tools/ddp build first"; exit 1; }
-if ! ldd "$BUILD/libddp.so" | grep -q libcudart; then
+# grep without -q reads all of ldd's output: with -q it may exit first and, under pipefail, ldd's SIGPIPE
+# failed the check now and then (GpuCheck.DryRun once in CI).
+if ! ldd "$BUILD/libddp.so" | grep libcudart >/dev/null; then
   say "$BUILD is not a CUDA build (libddp.so does not link cudart): configure with -DDDP_CUDA=ON (needs nvcc, NCCL, cuDNN)"
   exit 1
 fi
@@ -30,7 +32,7 @@ fi
 if [ "${DDP_GPU_BUNDLE_NO_BUILD:-0}" != 1 ]; then  # 1: pack what is built (ctest's dry run, after the build)
   say "building ${PROGRAMS[*]} ${TESTS[*]} in $BUILD"
   cmake --build "$BUILD" -j "${DDP_JOBS:-$(nproc)}" --target "${PROGRAMS[@]}" "${TESTS[@]}" >"$BUILD.bundle-build.log" 2>&1 ||
-    { grep -E 'error' -A3 "$BUILD.bundle-build.log" | head -30 >&2; say "build failed: $BUILD.bundle-build.log"; exit 1; }
+    { { grep -E 'error' -A3 "$BUILD.bundle-build.log" | head -30 >&2 || true; }; say "build failed: $BUILD.bundle-build.log"; exit 1; }
 fi
 
 STAGE="$(mktemp -d)"

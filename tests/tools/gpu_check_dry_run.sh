@@ -8,7 +8,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 BUILD="$1"
 WORK="$BUILD/gpu-check-dry-run"
 rm -rf "$WORK" "$BUILD/gpu-bundle-test"
-if ldd "$BUILD/libddp.so" 2>/dev/null | grep -q libcudart; then
+if ldd "$BUILD/libddp.so" 2>/dev/null | grep libcudart >/dev/null; then  # not -q: see tools/gpu_bundle.sh
   DDP_GPU_BUNDLE_NO_BUILD=1 "$ROOT/tools/gpu_bundle.sh" "$BUILD" "$BUILD/gpu-bundle-test" || exit 1
   exec "$ROOT/tools/gpu_check.sh" --dry-run --prebuilt "$BUILD/gpu-bundle-test" --collect "$WORK/collected" "$WORK"
 fi
