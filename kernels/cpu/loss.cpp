@@ -35,12 +35,7 @@ void CrossEntropyRows(const T* logits, const int64_t* targets, int64_t rows, int
     if constexpr (sizeof(T) == 4) {
       RowsLogSumExpF32(logits + r0 * cols, nb, cols, lse + r0, rows - r0, nullptr, &next_maxima);
     } else {
-      for (int64_t r = r0; r < r0 + nb; ++r) {
-        const T* xr = logits + r * cols;
-        const T m = RowMax(xr, cols);
-        lse[r] = std::isinf(m) ? InfiniteMaxLogSumExp(xr, cols, m)
-                               : m + std::log(RowExpSum<T>(xr, nullptr, cols, m));
-      }
+      for (int64_t r = r0; r < r0 + nb; ++r) lse[r] = RowLogSumExp(logits + r * cols, cols);
     }
     for (int64_t r = r0; r < r0 + nb; ++r) {
       const int64_t t = targets[r];
@@ -126,11 +121,15 @@ double cross_entropy_forward(const T* logits, const int64_t* targets, int64_t ro
     // one call for the thread's rows (its blocks' log-sum-exps pipeline into each other), then the sums
     const int64_t first = b0 * kBlockRows, last = std::min(rows, b1 * kBlockRows);
     const int64_t* tg = targets + first;
-    if constexpr (sizeof(T) == 4) HWY_DYNAMIC_DISPATCH(CrossEntropyRowsF32)
-    (logits + first * cols, tg, last - first, cols, has_ignore, ignore_index, lse + first,
-     picked.data() + first);
-    else HWY_DYNAMIC_DISPATCH(CrossEntropyRowsF64)(logits + first * cols, tg, last - first, cols, has_ignore,
-                                                   ignore_index, lse + first, picked.data() + first);
+    if constexpr (sizeof(T) == 4) {
+      HWY_DYNAMIC_DISPATCH(CrossEntropyRowsF32)
+      (logits + first * cols, tg, last - first, cols, has_ignore, ignore_index, lse + first,
+       picked.data() + first);
+    } else {
+      HWY_DYNAMIC_DISPATCH(CrossEntropyRowsF64)
+      (logits + first * cols, tg, last - first, cols, has_ignore, ignore_index, lse + first,
+       picked.data() + first);
+    }
     for (int64_t blk = b0; blk < b1; ++blk) {
       double total = 0;
       int64_t count = 0;

@@ -496,11 +496,14 @@ HWY_INLINE bool RowHasNaN(const T* x, int64_t n) {
     if (std::isnan(x[i])) return true;
   return false;
 }
-// The log-sum-exp of a row whose max m is infinite: m itself (-inf: every term is 0; +inf: the sum is
-// infinite), NaN when the row holds a NaN - what torch.logsumexp gives, on every target.
+// log(sum_i exp(x[i])) of one row, the max first (the path of other than float32 rows: RowsLogSumExpF32 is
+// float32's). A row whose max m is infinite gives m itself (-inf: every term is 0; +inf: the sum is
+// infinite), or NaN when it holds a NaN - what torch.logsumexp gives, on every target.
 template <class T>
-HWY_INLINE T InfiniteMaxLogSumExp(const T* x, int64_t n, T m) {
-  return RowHasNaN(x, n) ? std::numeric_limits<T>::quiet_NaN() : m;
+HWY_INLINE T RowLogSumExp(const T* x, int64_t n) {
+  const T m = RowMax(x, n);
+  if (std::isinf(m)) return RowHasNaN(x, n) ? std::numeric_limits<T>::quiet_NaN() : m;
+  return m + std::log(RowExpSum<T>(x, nullptr, n, m));
 }
 
 // Lane-wise maxima of x[0..n) (n >= 1) with four independent accumulators (max's latency does not chain);

@@ -53,9 +53,7 @@ void LogSoftmaxForward(const T* x, T* y, int64_t rows, int64_t cols) {
   }
   for (int64_t r = 0; r < rows; ++r) {
     const T* xr = x + r * cols;
-    const T m = RowMax(xr, cols);
-    const T shift =
-        std::isinf(m) ? InfiniteMaxLogSumExp(xr, cols, m) : m + std::log(RowExpSum<T>(xr, nullptr, cols, m));
+    const T shift = RowLogSumExp(xr, cols);
     RowAffine(xr, y + r * cols, cols, T(1), -shift);
   }
 }

@@ -340,24 +340,22 @@ void Reducer::write_back() {
   if (used_map_.defined())
     timing_->used_map_sync(std::chrono::duration<double>(Clock::now() - t_used).count());
   const int32_t* used = used_host.defined() ? used_host.data<int32_t>() : nullptr;
-  for (size_t i = 0; i < params_.size(); ++i) write_back_param(i, used);
-}
-
-void Reducer::write_back_param(size_t i, const int32_t* used) {
-  if (used && used[i] == 0) return;  // no rank used it: grad stays as it was (none), optimizers skip it
-  if (opt_.static_graph && static_unused_[i]) return;
-  Tensor slot = slot_view(i);
-  Tensor& p = params_[i].tensor;
-  if (opt_.gradient_as_bucket_view) {
-    Tensor g = p.grad();
-    const bool is_view =
-        g.defined() && g.storage() == slot.storage() && g.impl()->offset == slot.impl()->offset;
-    if (!is_view) p.set_grad(slot);  // already the view (in-place zero_grad): keep it, allocate nothing
-  } else if (p.grad().defined() && p.grad().storage() != slot.storage()) {
-    Tensor g = p.grad();
-    g.copy_from(slot);
-  } else {
-    p.set_grad(slot.clone());  // none, or the slot itself (backward wrote into it): a tensor of its own
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (used && used[i] == 0) continue;  // no rank used it: grad stays as it was (none), optimizers skip it
+    if (opt_.static_graph && static_unused_[i]) continue;
+    Tensor slot = slot_view(i);
+    Tensor& p = params_[i].tensor;
+    if (opt_.gradient_as_bucket_view) {
+      Tensor g = p.grad();
+      const bool is_view =
+          g.defined() && g.storage() == slot.storage() && g.impl()->offset == slot.impl()->offset;
+      if (!is_view) p.set_grad(slot);  // already the view (in-place zero_grad): keep it, allocate nothing
+    } else if (p.grad().defined() && p.grad().storage() != slot.storage()) {
+      Tensor g = p.grad();
+      g.copy_from(slot);
+    } else {
+      p.set_grad(slot.clone());  // none, or the slot itself (backward wrote into it): a tensor of its own
+    }
   }
 }
 

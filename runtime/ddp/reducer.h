@@ -125,7 +125,6 @@ class Reducer {
   void finalize();
   void finish_communication();
   void write_back();
-  void write_back_param(size_t i, const int32_t* used);
   void wait_for_outstanding_work();
   void reset_iteration();
   void maybe_rebuild(bool this_rank_ok);
