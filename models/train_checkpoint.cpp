@@ -28,7 +28,8 @@ ResumePoint resume_training(const TrainOptions& o, TrainSetup& s, bool talk) {
   at.path = path;
   at.step = st.step;
   at.epoch = st.epoch;
-  s.loader->resume({st.epoch, st.batches_in_epoch, 0});
+  s.loader->resume(
+      {st.epoch, st.batches_in_epoch, 0, "metadata field 'batches_in_epoch' of checkpoint '" + path + "'"});
   if (talk)
     std::printf("resumed from %s at step %lld (epoch %lld, batch %lld)%s\n", path.c_str(),
                 static_cast<long long>(at.step), static_cast<long long>(st.epoch),

@@ -1,4 +1,4 @@
-// checksum.cpp - CRC-32 through zlib (see checksum.h).
+// checksum.cpp - CRC-32 through zlib, of tensor bytes and of a header's canonical form (see checksum.h).
 #include "runtime/checkpoint/checksum.h"
 
 #include <zlib.h>
@@ -29,6 +29,48 @@ std::string crc32_text(uint32_t crc) {
 
 std::string checksum_key(std::string_view tensor_name) {
   return std::string(kChecksumKeyPrefix) + std::string(tensor_name);
+}
+
+namespace {
+// The canonical form: a tag, then length-prefixed fields, so no two different headers encode alike
+// ("ab"+"c" and "a"+"bc" differ).
+class CanonicalBytes {
+ public:
+  void u64(uint64_t v) {
+    for (int i = 0; i < 8; ++i) bytes_.push_back(static_cast<char>(v >> (8 * i)));
+  }
+  void text(std::string_view s) {
+    u64(s.size());
+    bytes_.append(s);
+  }
+  uint32_t crc() const { return crc32_of(bytes_.data(), bytes_.size()); }
+
+ private:
+  std::string bytes_ = "ddp.cpp header content v3";
+};
+}  // namespace
+
+uint32_t header_crc32_of(const std::map<std::string, std::string>& metadata,
+                         const std::vector<TensorView>& tensors) {
+  CanonicalBytes out;
+  out.u64(metadata.size() - metadata.count(std::string(kHeaderChecksumKey)));
+  for (const auto& [key, value] : metadata) {  // std::map: sorted by key
+    if (key == kHeaderChecksumKey) continue;
+    out.text(key);
+    out.text(value);
+  }
+  std::vector<const TensorView*> by_name;
+  for (const TensorView& t : tensors) by_name.push_back(&t);
+  std::sort(by_name.begin(), by_name.end(),
+            [](const TensorView* a, const TensorView* b) { return a->name < b->name; });
+  out.u64(by_name.size());
+  for (const TensorView* t : by_name) {
+    out.text(t->name);
+    out.text(safetensors_dtype_code(t->dtype));
+    out.u64(t->shape.size());
+    for (int64_t d : t->shape) out.u64(static_cast<uint64_t>(d));
+  }
+  return out.crc();
 }
 
 }  // namespace ddp::checkpoint

@@ -21,22 +21,28 @@ bool parse_flat_object(const std::string& text, json* out) {
 
 }  // namespace
 
-std::vector<ConfigDifference> config_differences(const std::string& saved_json, const std::string& live_json,
-                                                 const std::string& path) {
+ConfigComparison compare_configs(const std::string& saved_json, const std::string& live_json,
+                                 const std::string& path) {
   json saved, live;
   DDP_CHECK(parse_flat_object(saved_json, &saved), "checkpoint '", path,
             "': metadata field 'config' is not a flat JSON object of flag values (edited or corrupt): '",
             saved_json.substr(0, 80), saved_json.size() > 80 ? "...'" : "'");
-  DDP_CHECK(parse_flat_object(live_json, &live), "config_differences: the live configuration '",
+  DDP_CHECK(parse_flat_object(live_json, &live), "compare_configs: the live configuration '",
             live_json.substr(0, 80), "' is not a flat JSON object");
-  std::vector<ConfigDifference> diffs;
+  ConfigComparison result;
   for (const auto& [key, value] : live.items()) {
     auto it = saved.find(key);
-    if (it == saved.end() || *it == value) continue;
-    diffs.push_back({key, it->dump(-1, ' ', false, json::error_handler_t::replace).substr(0, 80),
-                     value.dump(-1, ' ', false, json::error_handler_t::replace)});
+    if (it == saved.end()) {
+      result.only_live.push_back(key);
+      continue;
+    }
+    if (*it == value) continue;
+    result.differences.push_back({key, it->dump(-1, ' ', false, json::error_handler_t::replace).substr(0, 80),
+                                  value.dump(-1, ' ', false, json::error_handler_t::replace)});
   }
-  return diffs;
+  for (const auto& [key, value] : saved.items())
+    if (!live.contains(key)) result.only_saved.push_back(message_excerpt(key));
+  return result;
 }
 
 }  // namespace ddp::checkpoint

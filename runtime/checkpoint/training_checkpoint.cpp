@@ -18,9 +18,16 @@
 namespace ddp::checkpoint {
 
 namespace {
-// v2 added a CRC-32 per tensor and the optimizer's kind; v1 files load without those checks.
-constexpr const char* kFormat = "ddp.cpp training checkpoint v2";
+// v2 added a CRC-32 per tensor and the optimizer's kind, v3 a CRC-32 of the header's content (metadata and
+// tensor table). Older files load without the checks they cannot support, with a warning.
+constexpr const char* kFormat = "ddp.cpp training checkpoint v3";
+constexpr const char* kFormatV2 = "ddp.cpp training checkpoint v2";
 constexpr const char* kFormatV1 = "ddp.cpp training checkpoint v1";
+
+// The metadata fields save writes besides the per-tensor checksums (and besides TrainingState::extra).
+constexpr std::string_view kKnownFields[] = {"format",           "step",   "epoch",
+                                             "batches_in_epoch", "seed",   "optimizer",
+                                             "optimizer_steps",  "config", kHeaderChecksumKey};
 
 Tensor host_copy(const Tensor& t) { return t.device().is_cpu() ? t : t.to(Device::cpu()); }
 
@@ -85,17 +92,33 @@ void verify_checksums(const SafetensorsContent& c, const std::map<std::string, c
   }
 }
 
-// The checkpoint's run configuration against the live one (see LoadOptions::live_config).
+// "--batch-size" for "batch_size".
+std::string flag_of(const std::string& key) {
+  std::string flag = "--" + key;
+  std::replace(flag.begin(), flag.end(), '_', '-');
+  return flag;
+}
+
+// The checkpoint's run configuration against the live one (see LoadOptions::live_config). A key only one
+// side has is not compared but named in a warning.
 void check_config(const SafetensorsContent& c, const std::string& path, const LoadOptions& options) {
-  auto it = c.metadata.find("config");
-  if (options.live_config.empty() || it == c.metadata.end() || it->second.empty()) return;
+  const std::string& config = c.metadata.at("config");  // required_field checked it is there
+  if (options.live_config.empty()) return;
+  const ConfigComparison comparison = compare_configs(config, options.live_config, path);
+  std::string unchecked;
+  for (const std::string& key : comparison.only_live)
+    unchecked += (unchecked.empty() ? "" : ", ") + flag_of(key) + " (the checkpoint has no value for it)";
+  for (const std::string& key : comparison.only_saved)
+    unchecked += (unchecked.empty() ? "" : ", ") + flag_of(key) + " (only the checkpoint has it)";
+  if (!unchecked.empty())
+    DDP_LOG(Warn, "checkpoint '", path, "': these settings were not compared with this run's: ", unchecked,
+            " (a checkpoint of an older or newer ddp.cpp?)");
   std::string saved, live, listed;
-  for (const ConfigDifference& d : config_differences(it->second, options.live_config, path)) {
+  for (const ConfigDifference& d : comparison.differences) {
     if (std::find(options.config_keys_may_differ.begin(), options.config_keys_may_differ.end(), d.key) !=
         options.config_keys_may_differ.end())
       continue;
-    std::string flag = "--" + d.key;
-    std::replace(flag.begin(), flag.end(), '_', '-');
+    const std::string flag = flag_of(d.key);
     listed += (listed.empty() ? "" : ", ") + flag + " " + d.saved + " (this run: " + d.live + ")";
     std::string value = d.saved;
     if (value.size() >= 2 && value.front() == '"') value = value.substr(1, value.size() - 2);
@@ -104,6 +127,45 @@ void check_config(const SafetensorsContent& c, const std::string& path, const Lo
   DDP_CHECK(listed.empty(), "checkpoint '", path, "' was written by a run with other settings: ", listed,
             ". Resume with the checkpoint's settings (", saved.substr(1),
             "), or start a new run without --resume in another --checkpoint-dir");
+}
+
+// A field save always writes; missing means the file was edited or damaged (a renamed key is missing too).
+const std::string& required_field(const SafetensorsContent& c, const std::string& path,
+                                  const std::string& key) {
+  auto it = c.metadata.find(key);
+  DDP_CHECK(it != c.metadata.end(), "checkpoint '", path, "': metadata field '", key,
+            "' is missing (the file was edited or damaged); resume from another checkpoint");
+  return it->second;
+}
+
+// The header's content matches the CRC-32 the save recorded (format v3 always has one).
+void verify_header_checksum(const SafetensorsContent& c, const std::string& path) {
+  auto it = c.metadata.find(std::string(kHeaderChecksumKey));
+  DDP_CHECK(it != c.metadata.end(), "checkpoint '", path, "': metadata field '", kHeaderChecksumKey,
+            "' is missing, which every file of format '", kFormat,
+            "' has (the file was edited or damaged); resume from another checkpoint");
+  std::vector<TensorView> views;
+  for (const NamedBuffer& t : c.tensors) views.push_back(t.view());
+  const std::string actual = crc32_text(header_crc32_of(c.metadata, views));
+  DDP_CHECK(it->second == actual, "checkpoint '", path,
+            "': its header (metadata or tensor table) is corrupt: its content has CRC-32 ", actual,
+            " but the checkpoint recorded ", message_excerpt(it->second),
+            " (a disk or copy error, or the file was edited); its settings and position cannot be trusted; "
+            "resume from another checkpoint");
+}
+
+// Files without a header checksum: a field this version does not write may be a renamed one.
+void warn_about_unknown_fields(const SafetensorsContent& c, const std::string& path) {
+  std::string unknown;
+  for (const auto& [key, value] : c.metadata) {
+    if (starts_with(key, kChecksumKeyPrefix) ||
+        std::find(std::begin(kKnownFields), std::end(kKnownFields), key) != std::end(kKnownFields))
+      continue;
+    unknown += (unknown.empty() ? "'" : ", '") + message_excerpt(key) + "'";
+  }
+  if (!unknown.empty())
+    DDP_LOG(Warn, "checkpoint '", path, "': unknown metadata field(s) ", unknown,
+            ", not used by the load (renamed by corruption, or written by another version?)");
 }
 
 Tensor tensor_from(const NamedBuffer& b) {
@@ -143,6 +205,7 @@ void save_training_checkpoint(const std::string& path, const nn::Module& module,
   meta["optimizer"] = optimizer ? optimizer_kind(*optimizer) : "";
   meta["optimizer_steps"] = std::to_string(optimizer ? optimizer->steps() : 0);
   meta["config"] = state.config_json;
+  meta[std::string(kHeaderChecksumKey)] = crc32_text(header_crc32_of(meta, views));
   write_safetensors(path, views, meta);
 }
 
@@ -150,17 +213,25 @@ TrainingState load_training_checkpoint(const std::string& path, nn::Module& modu
                                        optim::Optimizer* optimizer, const LoadOptions& options) {
   SafetensorsContent c = read_safetensors(path);
   auto fmt = c.metadata.find("format");
-  const bool v1 = fmt != c.metadata.end() && fmt->second == kFormatV1;
-  DDP_CHECK(v1 || (fmt != c.metadata.end() && fmt->second == kFormat), "checkpoint '", path,
+  const std::string format = fmt == c.metadata.end() ? "" : fmt->second;
+  const bool v1 = format == kFormatV1, v2 = format == kFormatV2;
+  DDP_CHECK(v1 || v2 || format == kFormat, "checkpoint '", path,
             "': not a ddp.cpp training checkpoint (metadata 'format' is ",
-            fmt == c.metadata.end() ? std::string("missing") : "'" + fmt->second.substr(0, 60) + "'", ")");
+            fmt == c.metadata.end() ? std::string("missing") : "'" + message_excerpt(format) + "'", ")");
   std::map<std::string, const NamedBuffer*> by_name;
   for (const NamedBuffer& t : c.tensors) by_name.emplace(t.name, &t);
-  if (v1)
-    DDP_LOG(Warn, "checkpoint '", path, "' was written by an older ddp.cpp (", kFormatV1,
-            ") and has no checksums: its data cannot be verified; the next checkpoint will have them");
-  else
-    verify_checksums(c, by_name, path);
+  // The header first: it covers the tensor checksums too. Checked whenever present, so a `format` flipped to
+  // an older version does not switch the check off.
+  if ((v1 || v2) && !c.metadata.count(std::string(kHeaderChecksumKey))) {
+    DDP_LOG(Warn, "checkpoint '", path, "' was written by an older ddp.cpp (", format, ") and has no ",
+            v1 ? "checksums: neither its data nor its settings and position"
+               : "header checksum: its settings and position",
+            " can be verified against corruption; the next checkpoint will have ", v1 ? "them" : "one");
+    warn_about_unknown_fields(c, path);
+  } else {
+    verify_header_checksum(c, path);
+  }
+  if (!v1) verify_checksums(c, by_name, path);
 
   TrainingState s;
   s.step = meta_count(c, path, "step");
@@ -168,14 +239,15 @@ TrainingState load_training_checkpoint(const std::string& path, nn::Module& modu
   s.batches_in_epoch = meta_count(c, path, "batches_in_epoch");
   s.seed = meta_seed(c, path);
   const int64_t optimizer_steps = meta_count(c, path, "optimizer_steps");
-  if (auto it = c.metadata.find("config"); it != c.metadata.end()) s.config_json = it->second;
+  s.config_json = required_field(c, path, "config");
 
-  // Optimizer kind first (its message names --reset-optimizer), then the run's settings.
-  auto kind = c.metadata.find("optimizer");
+  // Optimizer kind first (its message names --reset-optimizer), then the run's settings. Version 1 did not
+  // record the kind: it is inferred from the state's names.
+  const bool kind_recorded = !v1 || c.metadata.count("optimizer");
   std::vector<const NamedBuffer*> optim_tensors;
   for (const NamedBuffer& t : c.tensors)
     if (starts_with(t.name, "optim.")) optim_tensors.push_back(&t);
-  s.optimizer = kind != c.metadata.end() ? kind->second : infer_optimizer_kind(optim_tensors);
+  s.optimizer = kind_recorded ? required_field(c, path, "optimizer") : infer_optimizer_kind(optim_tensors);
   const bool load_optimizer = optimizer && !options.reset_optimizer;
   if (load_optimizer) check_optimizer_kind(path, s.optimizer, optimizer_kind(*optimizer));
   check_config(c, path, options);
@@ -221,7 +293,7 @@ TrainingState load_training_checkpoint(const std::string& path, nn::Module& modu
     optimizer->load_state(state, optimizer_steps);
   }
   for (auto& [k, v] : c.metadata)
-    if (!starts_with(k, kChecksumKeyPrefix)) s.extra[k] = v;
+    if (!starts_with(k, kChecksumKeyPrefix) && k != kHeaderChecksumKey) s.extra[k] = v;
   return s;
 }
 

@@ -1,14 +1,17 @@
 // training_checkpoint.h - a whole training state in one safetensors file: the module's parameters and
 // buffers ("model.<name>"), the optimizer's state ("optim.<name>.<state>"), and in the metadata the step,
-// epoch, position in the epoch, seeds, the optimizer's kind, a CRC-32 of every tensor and a free-form JSON of
-// the run's configuration. Rank 0 writes (the write is atomic); every rank reads.
+// epoch, position in the epoch, seeds, the optimizer's kind, a CRC-32 of every tensor, a free-form JSON of
+// the run's configuration, and a CRC-32 of the header's content (all of that metadata and the tensor table).
+// Rank 0 writes (the write is atomic); every rank reads.
 //
 // Loading is all or nothing: every check runs before anything is copied, and any mismatch is an error naming
-// the file, the tensor or metadata field, and the fix. Checked: the format, every tensor's checksum, every
-// model tensor's presence, shape and dtype, no unknown tensor, the optimizer's kind and, per parameter, its
-// complete state (a missing, renamed or extra "optim.*" tensor is an error, not a state silently reset to
-// zero), and non-negative step / epoch / position. LoadOptions::reset_optimizer skips the optimizer part on
-// purpose. Version 1 files (no checksums, no optimizer kind) still load, with a warning.
+// the file, the tensor or metadata field, and the fix. Checked: the format, the header's checksum (whenever
+// the file has one), every required field's presence, every tensor's checksum, every model tensor's
+// presence, shape and dtype, no unknown tensor, the optimizer's kind and, per parameter, its complete state
+// (a missing, renamed or extra "optim.*" tensor is an error, not a state silently reset to zero), and
+// non-negative step / epoch / position. LoadOptions::reset_optimizer skips the optimizer part on purpose.
+// Older files still load, with a warning: version 2 has no header checksum (its unknown fields are named),
+// version 1 no checksums at all and no optimizer kind.
 #pragma once
 #include <map>
 #include <string>
@@ -36,7 +39,8 @@ struct LoadOptions {
   bool reset_optimizer = false;
   // The configuration of the resuming run (a flat JSON object, like TrainingState::config_json). When set,
   // every key it shares with the checkpoint's "config" must have the same value, except the keys listed in
-  // config_keys_may_differ; a difference is an error naming the key ("--batch-size") and both values.
+  // config_keys_may_differ; a difference is an error naming the key ("--batch-size") and both values. A key
+  // only one side has is not compared (a flag of an older or newer version) and is named in a warning.
   std::string live_config;
   std::vector<std::string> config_keys_may_differ;
 };

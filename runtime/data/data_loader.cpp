@@ -91,9 +91,13 @@ void DataLoader::resume(const LoaderPosition& at) {
       "differ), so the remaining batches would not match; resume with the options of the saved run, or "
       "start ",
       "a fresh epoch with start_epoch()");
-  DDP_CHECK(at.batches_consumed >= 0 && at.batches_consumed <= batches_per_epoch_,
-            "DataLoader::resume: position ", at.batches_consumed, " is outside the epoch's [0, ",
-            batches_per_epoch_, "] batches");
+  DDP_CHECK(
+      at.batches_consumed >= 0 && at.batches_consumed <= batches_per_epoch_, "DataLoader::resume: position ",
+      at.batches_consumed, at.origin.empty() ? std::string() : " (" + at.origin + ")",
+      " is outside the epoch's [0, ", batches_per_epoch_, "] batches of this loader",
+      at.origin.empty() ? std::string()
+                        : ": the checkpoint was written with other data or batch settings, or is damaged; "
+                          "resume from another checkpoint or start without --resume");
   begin(at.epoch, at.batches_consumed);
 }
 

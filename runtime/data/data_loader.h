@@ -36,6 +36,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -79,6 +80,9 @@ struct LoaderPosition {
   int64_t epoch = 0;
   int64_t batches_consumed = 0;  // batches next() returned in this epoch
   uint64_t order_key = 0;        // DataLoader::order_key() of the saving loader; 0 = do not check
+  // Where the position was read from, named in resume()'s errors: "metadata field 'batches_in_epoch' of
+  // checkpoint 'run/ckpt-step40.safetensors'". Empty: the message names no source.
+  std::string origin;
 };
 
 class DataLoader {

@@ -1,5 +1,6 @@
 // checkpoint_test_util.h - helpers shared by the checkpoint tests: a scratch directory, raw file access,
-// and hand-built safetensors bytes (to craft exactly the corruption a test wants).
+// hand-built safetensors bytes (to craft exactly the corruption a test wants), and a format-aware editor of
+// training checkpoints (to reach the checks behind the checksums).
 #pragma once
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -7,11 +8,13 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <iterator>
 #include <string>
 #include <vector>
 
+#include "runtime/checkpoint/checksum.h"
 #include "runtime/checkpoint/safetensors.h"
 #include "runtime/core/error.h"
 
@@ -68,6 +71,27 @@ inline std::string parse_error(const std::vector<uint8_t>& bytes,
     return e.what();
   }
   return "";
+}
+
+// Rewrites a training checkpoint through `edit` as an editor that knows the format would: with every tensor's
+// CRC-32 recomputed when fix_tensor_checksums, and the header checksum recomputed whenever the edited file
+// still has one, so the checks behind the checksums are what a test reaches.
+inline void rewrite_training_checkpoint(const std::string& path,
+                                        const std::function<void(SafetensorsContent&)>& edit,
+                                        bool fix_tensor_checksums = true) {
+  SafetensorsContent c = read_safetensors(path);
+  edit(c);
+  if (fix_tensor_checksums) {
+    for (auto it = c.metadata.begin(); it != c.metadata.end();)
+      it = it->first.rfind(kChecksumKeyPrefix, 0) == 0 ? c.metadata.erase(it) : std::next(it);
+    for (const NamedBuffer& t : c.tensors)
+      c.metadata[checksum_key(t.name)] = crc32_text(crc32_of(t.bytes.data(), t.bytes.size()));
+  }
+  std::vector<TensorView> views;
+  for (const NamedBuffer& t : c.tensors) views.push_back(t.view());
+  if (auto it = c.metadata.find(std::string(kHeaderChecksumKey)); it != c.metadata.end())
+    it->second = crc32_text(header_crc32_of(c.metadata, views));
+  write_safetensors(path, views, c.metadata);
 }
 
 }  // namespace ddp::checkpoint::testing
