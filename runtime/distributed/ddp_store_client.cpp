@@ -46,6 +46,7 @@ DdpStoreClient::DdpStoreClient(std::string host, int port, std::string token,
 }
 
 bool DdpStoreClient::handshake() {
+  auth_ = proto::FrameAuth();  // the handshake's own frames are not tagged
   const std::string client_nonce = proto::random_nonce();
   proto::Writer hello;
   hello.u8(static_cast<uint8_t>(Op::Hello)).str(proto::kMagic).str(client_nonce);
@@ -73,7 +74,7 @@ bool DdpStoreClient::handshake() {
              " is not a ddp store (its hello reply is malformed); check MASTER_ADDR/MASTER_PORT");
   }
   if (server_nonce.size() != proto::kNonceBytes ||
-      server_proof != proto::server_proof(token_, client_nonce, server_nonce)) {
+      !bytes_equal_constant_time(server_proof, proto::server_proof(token_, client_nonce, server_nonce))) {
     socket_.close();
     DDP_FAIL("wrong run token: the store at ", where(),
              " could not prove that it knows this run's token (rank 0 got a different DDP_RUN_TOKEN, or "
@@ -85,6 +86,7 @@ bool DdpStoreClient::handshake() {
   proto::Reader in(roundtrip(prove.frame(), "hello", std::chrono::milliseconds(0)));
   DDP_CHECK(static_cast<Status>(in.u8()) == Status::Ok, "the store at ", where(),
             " refused this client: wrong run token; every rank must get the same DDP_RUN_TOKEN as the store");
+  auth_ = proto::FrameAuth(token_, client_nonce, server_nonce, proto::FrameAuth::Side::Client);
   return true;
 }
 
@@ -99,9 +101,10 @@ std::string DdpStoreClient::roundtrip(const std::string& frame, const std::strin
   DDP_CHECK(socket_.valid(), "store ", what, ": the connection to ", where(),
             " was lost by an earlier failure");
   try {
-    net::send_all(socket_.fd(), frame.data(), frame.size(), "store " + where());
+    const std::string sealed = auth_.seal(frame);
+    net::send_all(socket_.fd(), sealed.data(), sealed.size(), "store " + where());
   } catch (const Error&) {
-    socket_.close();
+    socket_.close();  // a frame not sent (or half sent) leaves the counters or the stream out of step
     throw;
   }
   std::string body;
@@ -113,6 +116,14 @@ std::string DdpStoreClient::roundtrip(const std::string& frame, const std::strin
       DDP_FAIL("store ", what, ": the store at ", where(),
                " closed the connection (did rank 0 or the launcher exit, or is the run token wrong?)");
     DDP_FAIL("store ", what, ": no reply from the store at ", where(), " (server hung or unreachable)");
+  }
+  if (!auth_.open(body)) {
+    socket_.close();
+    DDP_FAIL(
+        "store ", what, ": the reply from ", where(),
+        " failed its authentication tag (altered, injected or replayed on the way: something between this "
+        "process and the store tampers with the connection); the connection is closed and the reply was "
+        "not used");
   }
   DDP_CHECK(!body.empty(), "store ", what, ": empty reply from ", where());
   if (static_cast<Status>(body[0]) == Status::Error) {

@@ -1,12 +1,13 @@
 // ddp_store_client.h - the client of our own store server (store_server.h, protocol in store_protocol.h):
 // one TCP connection, a challenge-response handshake that proves the run token without sending it, then
-// one request at a time.
+// one request at a time, each request and reply tagged with the session's key (store_frame_auth.h).
 #pragma once
 #include <chrono>
 #include <string>
 
 #include "runtime/distributed/socket_io.h"
 #include "runtime/distributed/store_client.h"
+#include "runtime/distributed/store_frame_auth.h"
 
 namespace ddp::dist {
 
@@ -41,6 +42,7 @@ class DdpStoreClient : public StoreClient {
   std::string token_;
   std::chrono::milliseconds timeout_;
   net::Socket socket_;
+  proto::FrameAuth auth_;  // off until the handshake is done
 };
 
 }  // namespace ddp::dist

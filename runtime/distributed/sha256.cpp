@@ -96,4 +96,11 @@ bool digest_equal(const Digest& a, const Digest& b) {
   return diff == 0;
 }
 
+bool bytes_equal_constant_time(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  uint8_t diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<uint8_t>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
 }  // namespace ddp::dist

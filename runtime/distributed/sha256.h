@@ -16,5 +16,7 @@ Digest hmac_sha256(std::string_view key, std::string_view message);
 std::string to_hex(const Digest& d);
 // Compares without an early exit, so the time taken does not tell where two digests differ.
 bool digest_equal(const Digest& a, const Digest& b);
+// The same for byte strings (proofs and tags read from the wire): the time depends on the lengths only.
+bool bytes_equal_constant_time(std::string_view a, std::string_view b);
 
 }  // namespace ddp::dist

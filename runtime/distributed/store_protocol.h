@@ -11,7 +11,9 @@
 //   random nonce), then
 //   client -> Prove  client_proof = HMAC-SHA256(token, "ddp-store client" cn sn)
 //   server -> Ok | Refused "wrong run token"
-// Only then are other requests served. An empty token runs the same exchange (it authenticates nothing).
+// Only then are other requests served. Every later frame, both ways, carries an HMAC-SHA256 tag under a
+// session key derived from the token and both nonces, with a counter per direction (store_frame_auth.h).
+// An empty token runs the same exchange (it authenticates nothing) and tags nothing.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -22,7 +24,7 @@ namespace ddp::dist::proto {
 
 inline constexpr uint32_t kMaxMessageBytes = 64u << 20;  // 64 MiB: anything larger drops the connection
 inline constexpr uint32_t kMaxHelloBytes = 256;          // hello and prove frames are small: cap before auth
-inline constexpr const char* kMagic = "ddp-store/2";
+inline constexpr const char* kMagic = "ddp-store/3";     // 3: frames after the handshake carry a tag
 inline constexpr size_t kNonceBytes = 32;
 
 enum class Op : uint8_t {

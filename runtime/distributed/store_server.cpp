@@ -20,6 +20,7 @@
 
 #include "runtime/core/log.h"
 #include "runtime/distributed/socket_io.h"
+#include "runtime/distributed/store_frame_auth.h"
 #include "runtime/distributed/store_protocol.h"
 
 namespace ddp::dist {
@@ -36,13 +37,6 @@ constexpr auto kWarnInterval = std::chrono::seconds(10);
 bool parse_int(const std::string& s, int64_t& out) {
   auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
   return ec == std::errc() && p == s.data() + s.size() && !s.empty();
-}
-
-bool equal_constant_time(const std::string& a, const std::string& b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
 }
 
 struct Connection {
@@ -76,8 +70,8 @@ struct StoreServer::State {
 
   void accept_loop();
   void serve(Connection& c);
-  // The handshake; true when the client proved the token.
-  bool authenticate(Connection& c);
+  // The handshake; true when the client proved the token. *auth then tags the frames that follow.
+  bool authenticate(Connection& c, proto::FrameAuth* auth);
   // Handles one request; returns the reply frame. Throws proto::ProtocolError on malformed input.
   std::string handle(const std::string& body);
   void warn(const std::string& what);
@@ -212,7 +206,7 @@ void StoreServer::State::accept_loop() {
   }
 }
 
-bool StoreServer::State::authenticate(Connection& c) {
+bool StoreServer::State::authenticate(Connection& c, proto::FrameAuth* auth) {
   const int fd = c.socket.fd();
   const auto deadline = net::Clock::now() + limits.hello_timeout;
   std::string body;
@@ -254,7 +248,7 @@ bool StoreServer::State::authenticate(Connection& c) {
   try {
     proto::Reader in(body);
     proved = static_cast<Op>(in.u8()) == Op::Prove &&
-             equal_constant_time(in.str(), proto::client_proof(token, client_nonce, server_nonce)) &&
+             bytes_equal_constant_time(in.str(), proto::client_proof(token, client_nonce, server_nonce)) &&
              in.at_end();
   } catch (const proto::ProtocolError&) {
   }
@@ -274,6 +268,7 @@ bool StoreServer::State::authenticate(Connection& c) {
     c.socket.shutdown();
     return false;
   }
+  *auth = proto::FrameAuth(token, client_nonce, server_nonce, proto::FrameAuth::Side::Server);
   std::lock_guard<std::mutex> g(mu);
   c.authenticated = true;
   unauthenticated--;
@@ -281,7 +276,8 @@ bool StoreServer::State::authenticate(Connection& c) {
 }
 
 void StoreServer::State::serve(Connection& c) {
-  if (!authenticate(c)) return;
+  proto::FrameAuth auth;
+  if (!authenticate(c, &auth)) return;
   const int fd = c.socket.fd();
   std::string body;
   while (!stopping) {
@@ -289,11 +285,20 @@ void StoreServer::State::serve(Connection& c) {
     if (r == proto::FrameResult::Closed) return;  // a clean close between messages is normal
     if (r == proto::FrameResult::TooLarge) return drop(c, "message larger than 64 MiB");
     if (r != proto::FrameResult::Ok) return drop(c, "receive failed");
+    // Checked before a byte of the request is interpreted: nothing of a forged request is applied.
+    if (!auth.open(body))
+      return drop(
+          c,
+          "a request failed its authentication tag after the handshake (altered, injected, replayed or "
+          "reordered on the way: something between the client and this server tampers with the "
+          "connection); nothing of it was applied");
     std::string reply;
     try {
-      reply = handle(body);
+      reply = auth.seal(handle(body));
     } catch (const proto::ProtocolError& e) {
       return drop(c, "malformed request: " + e.what);
+    } catch (const Error& e) {  // a reply too large to tag
+      return drop(c, e.what());
     }
     if (stopping) return;
     try {

@@ -1,6 +1,7 @@
 // store_server.h - the key-value server behind Store (like c10d's TCPStore master), hosted by rank 0 or a
 // launcher. One thread per connection; a client must prove it knows the run token first (a
-// challenge-response, store_protocol.h) or it is dropped, and so is any client that sends malformed or
+// challenge-response, store_protocol.h) or it is dropped, and so is any client whose later frame fails its
+// tag (store_frame_auth.h: altered, injected, replayed or reordered on the way), or that sends malformed or
 // oversized frames or closes mid-message - the server keeps serving others. Before authentication a client
 // can make the server hold at most kMaxHelloBytes for it, and only `max_unauthenticated` such connections
 // exist at once.
