@@ -1,7 +1,8 @@
 // allreduce.cpp - bench_allreduce: an nccl-tests-like all-reduce table over ddp.cpp's process groups
-// (shm or Gloo on CPU, NCCL on GPU): per message size the median time and its spread, algbw = bytes / time
-// and busbw = algbw * 2(n-1)/n (comparable to the link bandwidth whatever the rank count), and a correctness
-// check (#wrong). Several backends in one run (--backend shm,gloo) are timed interleaved, iteration by
+// (shm or Gloo on CPU, NCCL on GPU): per message size (from --min-bytes by --factor, ending at exactly
+// --max-bytes) the median time (nccl-tests prints a mean; the table's header says so) and its spread,
+// algbw = bytes / time and busbw = algbw * 2(n-1)/n (comparable to the link bandwidth whatever the rank
+// count), and a correctness check (#wrong). Several backends in one run (--backend shm,gloo) are timed interleaved, iteration by
 // iteration, beside each rank's single-thread memcpy bandwidth of the same size (the copy column), so ratios
 // come from the same conditions on a shared machine. Ends with the least-squares ring alpha-beta fit that
 // calibrates the bucket simulator (one per backend).
@@ -18,6 +19,8 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/core/cli.h"
+#include "runtime/core/log.h"
+#include "runtime/core/terminal_text.h"
 #include "runtime/ddp/comm_buffer_of.h"
 #include "runtime/distributed/init.h"
 #include "runtime/distributed/process_group_factory.h"
@@ -92,6 +95,18 @@ struct Timed {
   int rows_n = 0;
 };
 
+// The message sizes of the table: min_bytes, each next one `factor` times the last, and max_bytes itself as
+// the last row where the multiples step over it (the defaults 4K * 4^k pass 32M between 16M and 64M).
+std::vector<int64_t> row_sizes(int64_t min_bytes, int64_t max_bytes, int factor) {
+  std::vector<int64_t> sizes;
+  for (int64_t bytes = min_bytes; bytes <= max_bytes; bytes *= factor) {
+    sizes.push_back(bytes);
+    if (bytes > max_bytes / factor) break;  // the next multiple would pass max_bytes (or overflow)
+  }
+  if (sizes.back() != max_bytes) sizes.push_back(max_bytes);
+  return sizes;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -144,13 +159,21 @@ int main(int argc, char** argv) {
       std::printf(
           "# bench_allreduce: backend %s, world %d, device %s, float32 sum, %d iters (+%d warmup)%s\n",
           names.c_str(), world, dev.str().c_str(), iters, warmup, registered ? ", registered buffers" : "");
+      std::printf(
+          "# time: the median of the %d timed all-reduces, the slowest rank's (nccl-tests prints a mean); "
+          "p10/p90: their spread\n",
+          iters);
+      std::printf(
+          "# algbw = size / time; busbw = algbw * 2(n-1)/n with n = world %d (nccl-tests' all-reduce "
+          "factor: comparable to the link bandwidth)\n",
+          world);
       std::printf("# copy: one thread's memcpy of the same bytes on each rank, timed between the iterations\n");
       std::printf("# %12s %12s %8s %12s %12s %12s %10s %10s %7s %10s\n", "size(B)", "count", "backend",
                   "time(us)", "p10(us)", "p90(us)", "algbw", "busbw", "#wrong", "copy");
       std::printf("# %12s %12s %8s %12s %12s %12s %10s %10s %7s %10s\n", "", "", "", "median", "", "",
                   "(GB/s)", "(GB/s)", "", "(GB/s)");
     }
-    for (int64_t bytes = min_bytes; bytes <= max_bytes; bytes *= factor) {
+    for (const int64_t bytes : row_sizes(min_bytes, max_bytes, factor)) {
       const int64_t count = std::max<int64_t>(1, bytes / 4);
       ddp::Tensor buf = registered ? ddp::comm_tensor(*groups[0].pg, count, ddp::DType::F32, dev)
                                    : ddp::Tensor::empty({count}, ddp::DType::F32, dev);
@@ -231,7 +254,6 @@ int main(int argc, char** argv) {
                           ? 100.0 * static_cast<double>(r0["algbw_gbps"]) / static_cast<double>(r0["copy_gbps"])
                           : 0.0);
       }
-      if (bytes > max_bytes / factor) break;  // next size would overflow the range
     }
     if (rank == 0) {
       for (auto& g : groups) {
@@ -256,10 +278,10 @@ int main(int argc, char** argv) {
     for (auto& g : groups) g.pg->barrier()->wait();
     return 0;
   } catch (const ddp::cli::UsageError& e) {
-    std::fprintf(stderr, "%s\n", e.what());
+    std::fprintf(stderr, "%s\n", ddp::log::for_user(e.what()).c_str());
     return 2;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_allreduce: %s\n", e.what());
+    std::fprintf(stderr, "%s\n", ddp::log::error_line("bench_allreduce", e.what()).c_str());
     return 1;
   }
 }

@@ -165,6 +165,21 @@ void print_summary(const TrainOptions& o, const TrainSetup& s, const RunRecord& 
     std::printf("   sample: %s\n", printable_text("The whale" + result.sample_text).c_str());
   std::fflush(stdout);
 }
+// Why a resumed run has no step left: its checkpoint is at or past the run's last step. --steps (and
+// --epochs) count from the start of training, not from the resume.
+std::string nothing_to_do(const TrainOptions& o, const TrainSetup& s, const ResumePoint& resumed) {
+  const std::string at = std::to_string(resumed.step), total = std::to_string(s.total_steps);
+  const std::string budget =
+      o.steps > 0 ? "--steps " + total : "--epochs " + std::to_string(o.epochs) + " (" + total + " steps)";
+  const std::string why = resumed.step == s.total_steps
+                              ? ", the last step of " + budget + ": that training is complete"
+                              : ", past the " + budget +
+                                    " of this run, which count from the start of training, "
+                                    "not from the resume";
+  return "train: nothing to do: checkpoint " + resumed.path + " is at step " + at + why +
+         ". To train further, give more than " + at + " steps (e.g. --steps " +
+         std::to_string(resumed.step + std::max<int64_t>(1, o.steps > 0 ? o.steps : s.total_steps)) + ").";
+}
 }  // namespace
 
 TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg) {
@@ -175,6 +190,21 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg)
   const ResumePoint resumed = resume_training(o, s, talk);
   int64_t step = resumed.step;
   int64_t epoch = resumed.epoch;
+  // A resume at or past the last step has nothing to train. The ranks agree on that first (they read the same
+  // checkpoint, but a rank that returned alone would leave the others waiting in the first step's
+  // collective).
+  const bool done_here = step >= s.total_steps;
+  const double ranks_done = o.resume.empty() ? 0.0 : allreduce_mean(*pg, done_here ? 1.0 : 0.0) * pg->size();
+  DDP_CHECK(ranks_done < 0.5 || ranks_done > pg->size() - 0.5, "the ranks resumed different steps: on ",
+            ranks_done, " of ", pg->size(), " ranks the checkpoint is at or past the last step (rank ",
+            s.rank, " resumed step ", step, " of ", s.total_steps, "); give every rank the same checkpoint");
+  if (done_here) {
+    if (talk) std::printf("%s\n", nothing_to_do(o, s, resumed).c_str());
+    TrainResult done;
+    done.steps_done = step;
+    for (auto& p : s.model->named_parameters()) done.final_params.push_back(p.tensor.to_double_vector());
+    return done;
+  }
 
   auto& tracer = trace::global_tracer();
   if (!o.trace.empty()) {

@@ -19,7 +19,10 @@ int main(int argc, char** argv) {
   int threads = 0;
   using B = cli::Bounds;
   cli::Parser p("train", "Trains a reference model (mlp, cnn, gpt, branchy) with data parallelism.");
-  p.add_choice("model", &o.model, {"mlp", "cnn", "gpt", "branchy"}, "reference model");
+  p.add_choice(
+      "model", &o.model, {"mlp", "cnn", "gpt", "branchy"},
+      "reference model (branchy needs --find-unused-parameters, at any world size: one of its experts "
+      "and its unused head get no gradient in a step)");
   p.add_choice("data", &o.data, {"auto", "fashion-mnist", "moby-dick", "synthetic"},
                "data set (auto: moby-dick for gpt, fashion-mnist for mlp/cnn, synthetic for branchy)");
   p.add("data-path", &o.data_path, "override the data set's location (file for text, folder for IDX)");
@@ -44,15 +47,17 @@ int main(int argc, char** argv) {
   p.add("clip-grad", &o.clip_grad, "global gradient-norm clip (0: off)", B::at_least(0));
   p.add("bucket-cap-mb", &o.bucket_cap_mb, "DDP bucket size cap in MiB", B::above(0));
   p.add("first-bucket-mb", &o.first_bucket_mb, "DDP first bucket cap in MiB", B::above(0));
-  p.add("find-unused-parameters", &o.find_unused_parameters, "mark parameters without gradient as ready");
+  p.add("find-unused-parameters", &o.find_unused_parameters,
+        "mark parameters without gradient as ready (needed by --model branchy)");
   p.add("gradient-as-bucket-view", &o.gradient_as_bucket_view, "gradients live in the DDP buckets");
   p.add("sync-bn", &o.sync_bn, "cnn: SyncBatchNorm, batch statistics over all ranks");
   p.add("zero", &o.zero, "ZeroRedundancyOptimizer: optimizer state sharded across ranks");
   p.add("static-graph", &o.static_graph, "DDP static_graph: the same graph every iteration (no unused search)");
   p.add_choice("comm-hook", &o.comm_hook, {"allreduce", "bf16", "powersgd"},
                "gradient communication per bucket (bf16 needs CUDA)");
-  p.add("powersgd-rank", &o.powersgd_rank, "PowerSGD: rank of the gradient approximation");
-  p.add("powersgd-start-iter", &o.powersgd_start_iter, "PowerSGD: plain all-reduce before this iteration (>= 2)");
+  p.add("powersgd-rank", &o.powersgd_rank, "PowerSGD: rank of the gradient approximation", B::at_least(1));
+  p.add("powersgd-start-iter", &o.powersgd_start_iter,
+        "PowerSGD: plain all-reduce before this iteration (>= 2)", B::at_least(2));
   int64_t seed = static_cast<int64_t>(o.seed);
   p.add("seed", &seed, "seed of initialisation and data order", B::at_least(0));
   p.add("log-interval", &o.log_interval, "steps between log lines", B::at_least(0));
@@ -88,7 +93,7 @@ int main(int argc, char** argv) {
     models::train(o, ctx.group);
     return 0;
   } catch (const cli::UsageError& e) {
-    std::fprintf(stderr, "%s\n", e.what());
+    std::fprintf(stderr, "%s\n", log::for_user(e.what()).c_str());
     launch::report_error_to_launcher(e.what());  // torchrun's / ddprun's failure summary shows it
     return 2;
   } catch (const std::exception& e) {

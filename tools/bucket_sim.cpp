@@ -22,6 +22,8 @@
 #include "models/mlp.h"
 #include "runtime/checkpoint/safetensors.h"
 #include "runtime/core/cli.h"
+#include "runtime/core/log.h"
+#include "runtime/core/terminal_text.h"
 #include "runtime/sim/bucket_sim.h"
 #include "runtime/sim/in_training_fit.h"
 #include "runtime/sim/param_list.h"
@@ -185,7 +187,8 @@ std::map<int, NetworkModel> in_training_networks(const std::vector<Json>& recs,
     try {
       out[world] = fit_in_training_network(rs, world, base.network.algorithm, base.copy_bytes_per_s);
     } catch (const ddp::Error& e) {
-      std::fprintf(stderr, "bucket_sim: no in-training network for world %d: %s\n", world, e.what());
+      std::fprintf(stderr, "bucket_sim: no in-training network for world %d: %s\n", world,
+                   ddp::log::for_user(e.what()).c_str());
     }
   }
   return out;
@@ -335,6 +338,7 @@ int main(int argc, char** argv) {
         "Predicts DDP step time and exposed communication for each bucket cap from a parameter "
         "list, gradient-ready times and an alpha-beta network model, and recommends a cap. "
         "See docs/simulator.md.");
+    p.disable_local_rank();  // a planning tool: no launcher passes it a rank
     p.add_choice("model", &model, {"mlp", "gpt", "gpt2s"},
                  "built-in parameter list (bench_e2e's configurations)");
     p.add("checkpoint", &checkpoint,
@@ -436,10 +440,10 @@ int main(int argc, char** argv) {
     }
     return 0;
   } catch (const ddp::cli::UsageError& e) {
-    std::fprintf(stderr, "%s\n", e.what());
+    std::fprintf(stderr, "%s\n", ddp::log::for_user(e.what()).c_str());
     return 2;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "bucket_sim: %s\n", e.what());
+    std::fprintf(stderr, "%s\n", ddp::log::error_line("bucket_sim", e.what()).c_str());
     return 1;
   }
 }

@@ -27,12 +27,12 @@ import struct
 import sys
 import zlib
 
-try:
-    import torch
-    import torch.nn as nn
-    import torch.nn.functional as F
-except ImportError:  # the message a user needs, not a traceback
-    sys.exit("ddp_torch.py needs PyTorch: apt-get install python3-torch (or pip install torch)")
+from python_deps import require
+
+require("torch", "python3-torch", "ddp_torch.py")  # the message a user needs (which python3 has it), not a traceback
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 FORMAT = "ddp.cpp training checkpoint v2"  # v2: a CRC-32 per tensor ("crc32:<name>") and the optimizer kind
 READABLE_FORMATS = (FORMAT, "ddp.cpp training checkpoint v1")
@@ -43,14 +43,36 @@ FASHION_MNIST_MEAN, FASHION_MNIST_STD = 0.2860, 0.3530  # runtime/data/fashion_m
 
 
 # ---- safetensors ----------------------------------------------------------------------------------------
+def safetensors_header(data, path):
+    """The JSON header of a safetensors file's bytes, or one clear line (SystemExit) naming what is wrong."""
+    not_it = f"{path}: not a safetensors file"
+    if len(data) < 8:
+        raise SystemExit(f"{not_it} ({len(data)} bytes, less than the 8-byte header length)")
+    (n,) = struct.unpack("<Q", data[:8])
+    if n > len(data) - 8:
+        raise SystemExit(f"{not_it} (its first 8 bytes give a header of {n} bytes, the file has {len(data) - 8} "
+                         f"after them): was it written by ddp.cpp, tools/ddp_torch.py or safetensors?")
+    try:
+        header = json.loads(data[8:8 + n].decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise SystemExit(f"{not_it} (its {n}-byte header is not JSON: {e})") from None
+    if not isinstance(header, dict):
+        raise SystemExit(f"{not_it} (its header is JSON but not an object)")
+    for name, e in header.items():
+        if name != "__metadata__" and not (isinstance(e, dict) and {"dtype", "shape", "data_offsets"} <= e.keys()):
+            raise SystemExit(f"{not_it} (header entry {name!r} lacks dtype, shape or data_offsets)")
+    return header
+
+
 def read_safetensors(path):
     """-> (dict name -> tensor, metadata dict)."""
-    with open(path, "rb") as f:
-        data = f.read()
-    if len(data) < 8:
-        raise SystemExit(f"{path}: {len(data)} bytes, not a safetensors file")
-    (n,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + n])
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise SystemExit(f"{path}: cannot read it: {e.strerror}") from None
+    header = safetensors_header(data, path)
+    n = struct.unpack("<Q", data[:8])[0]
     meta = header.pop("__metadata__", {})
     body = memoryview(data)[8 + n:]
     tensors = {}

@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "runtime/core/cli.h"
+#include "runtime/core/log.h"
+#include "runtime/core/terminal_text.h"
 #include "runtime/launch/launch_config.h"
 #include "runtime/launch/supervisor.h"
 
@@ -19,10 +21,10 @@ int main(int argc, char** argv) {
     }
     return ddp::launch::run_workers(*config);
   } catch (const ddp::cli::UsageError& e) {
-    std::fprintf(stderr, "%s\n", e.what());
+    std::fprintf(stderr, "%s\n", ddp::log::for_user(e.what()).c_str());
     return 2;
   } catch (const ddp::Error& e) {
-    std::fprintf(stderr, "ddprun: %s\n", e.what());
+    std::fprintf(stderr, "%s\n", ddp::log::error_line("ddprun", e.what()).c_str());
     return 1;
   }
 }

@@ -7,7 +7,10 @@ no-ops). The legend sits below the picture. Needs Debian's python3-matplotlib (t
 import json
 import sys
 
-import matplotlib
+from python_deps import require
+
+require("matplotlib", "python3-matplotlib", "plot_trace.py")  # one line naming the interpreter, not a traceback
+import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402

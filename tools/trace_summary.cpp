@@ -9,6 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/core/cli.h"
+#include "runtime/core/log.h"
+#include "runtime/core/terminal_text.h"
 #include "runtime/trace/trace_analysis.h"
 
 namespace {
@@ -37,6 +39,7 @@ int main(int argc, char** argv) {
                        "Summarizes a ddp.cpp Chrome trace per rank and iteration: forward, backward and "
                        "communication time, exposed communication, overlap ratio and slowest bucket, then "
                        "medians over iterations (times in ms). See docs/trace.md.");
+    p.disable_local_rank();  // a file tool: no launcher passes it a rank
     p.add_positionals("TRACE.json", &files, "trace files (one per rank, or one merged file)");
     p.add("rank", &rank, "show only this rank (-1: all ranks)");
     p.add("json", &as_json, "print JSON instead of a table");
@@ -72,10 +75,10 @@ int main(int argc, char** argv) {
     }
     return 0;
   } catch (const ddp::cli::UsageError& e) {
-    std::fprintf(stderr, "%s\n", e.what());
+    std::fprintf(stderr, "%s\n", ddp::log::for_user(e.what()).c_str());
     return 2;
   } catch (const ddp::Error& e) {
-    std::fprintf(stderr, "trace_summary: %s\n", e.what());
+    std::fprintf(stderr, "%s\n", ddp::log::error_line("trace_summary", e.what()).c_str());
     return 1;
   }
 }

@@ -20,22 +20,22 @@ std::string dash_spelling(std::string s) {
   return s;
 }
 
-bool parse_int64(const std::string& s, int64_t* out) {
-  if (s.empty()) return false;
-  const char* b = s.data();
-  const char* e = b + s.size();
-  if (*b == '+') ++b;
-  auto [p, ec] = std::from_chars(b, e, *out);
-  return ec == std::errc() && p == e;
-}
+// How a number's text parsed: a number, not a number at all, or a number outside the type's range
+// ("1e400", "99999999999999999999").
+enum class Parsed { Ok, Malformed, OutOfRange };
 
-bool parse_double(const std::string& s, double* out) {
-  if (s.empty()) return false;
+template <class T>
+Parsed parse_number(const std::string& s, T* out) {
+  if (s.empty()) return Parsed::Malformed;
   const char* b = s.data();
   const char* e = b + s.size();
   if (*b == '+') ++b;
-  auto [p, ec] = std::from_chars(b, e, *out);
-  return ec == std::errc() && p == e;
+  T v{};
+  auto [p, ec] = std::from_chars(b, e, v);
+  if (p != e || (ec != std::errc() && ec != std::errc::result_out_of_range)) return Parsed::Malformed;
+  if (ec == std::errc::result_out_of_range) return Parsed::OutOfRange;
+  *out = v;
+  return Parsed::Ok;
 }
 
 bool parse_bool(const std::string& s, bool* out) {
@@ -44,10 +44,10 @@ bool parse_bool(const std::string& s, bool* out) {
   return false;
 }
 
-// "-5" and "-0.5" are values or positionals, not flags.
+// "-5", "-0.5" and "-1e400" are values or positionals, not flags.
 bool looks_like_number(const std::string& s) {
   double d;
-  return parse_double(s, &d);
+  return parse_number(s, &d) != Parsed::Malformed;
 }
 
 template <class T>
@@ -132,26 +132,44 @@ bool Parser::given(const std::string& name) const {
   DDP_FAIL("cli: given(\"", name, "\") asks about an option program ", program_, " never declared");
 }
 
+namespace {
+// Reads an integer of type T from `v` into *out; else returns what is wrong with it (not an integer, or
+// outside T's range), to follow the flag's name.
+template <class T>
+std::string read_integer(const std::string& v, T* out) {
+  int64_t x = 0;
+  const Parsed parsed = parse_number(v, &x);
+  if (parsed == Parsed::Malformed) return "expects an integer, got '" + v + "'";
+  if (parsed == Parsed::OutOfRange || x < std::numeric_limits<T>::min() || x > std::numeric_limits<T>::max())
+    return "got '" + v + "', which is out of range: an integer from " +
+           std::to_string(std::numeric_limits<T>::min()) + " to " +
+           std::to_string(std::numeric_limits<T>::max());
+  *out = static_cast<T>(x);
+  return "";
+}
+}  // namespace
+
 void Parser::add(const std::string& name, int* value, const std::string& help) {
   add_option({name, "INT", help, to_text(*value), false, "", false, [this, value](auto& flag, auto& v) {
-                int64_t x;
-                if (!parse_int64(v, &x) || x < std::numeric_limits<int>::min() ||
-                    x > std::numeric_limits<int>::max())
-                  fail(flag + " expects an integer, got '" + v + "'");
-                *value = static_cast<int>(x);
+                if (auto wrong = read_integer(v, value); !wrong.empty()) fail(flag + " " + wrong);
               }});
 }
 
 void Parser::add(const std::string& name, int64_t* value, const std::string& help) {
   add_option({name, "INT", help, to_text(*value), false, "", false, [this, value](auto& flag, auto& v) {
-                if (!parse_int64(v, value)) fail(flag + " expects an integer, got '" + v + "'");
+                if (auto wrong = read_integer(v, value); !wrong.empty()) fail(flag + " " + wrong);
               }});
 }
 
 void Parser::add(const std::string& name, double* value, const std::string& help) {
   add_option({name, "FLOAT", help, to_text(*value), false, "", false, [this, value](auto& flag, auto& v) {
                 double x;
-                if (!parse_double(v, &x)) fail(flag + " expects a number, got '" + v + "'");
+                const Parsed parsed = parse_number(v, &x);
+                if (parsed == Parsed::Malformed) fail(flag + " expects a number, got '" + v + "'");
+                if (parsed == Parsed::OutOfRange)
+                  fail(flag + " got '" + v +
+                       "', which is out of range: a number's magnitude must lie between "
+                       "about 1e-308 and 1.8e308 (or be 0)");
                 if (!std::isfinite(x)) fail(flag + " expects a finite number, got '" + v + "'");
                 *value = x;
               }});
@@ -334,7 +352,7 @@ void Parser::finish_local_rank() {
   int env_rank = -1;
   if (const char* env = std::getenv("LOCAL_RANK"); env && *env) {
     int64_t x;
-    if (!parse_int64(env, &x) || x < 0 || x > std::numeric_limits<int>::max())
+    if (parse_number(env, &x) != Parsed::Ok || x < 0 || x > std::numeric_limits<int>::max())
       fail(std::string("LOCAL_RANK='") + env + "' in the environment is not a non-negative integer");
     env_rank = static_cast<int>(x);
   }

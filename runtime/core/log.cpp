@@ -1,6 +1,8 @@
 // log.cpp - the logger behind DDP_LOG: one write() per line so lines of threads never interleave; and the
-// removal of source locations from what users read (see log.h).
+// removal of source locations from what users read (see log.h), escaped for the terminal (terminal_text.h).
 #include "runtime/core/log.h"
+
+#include "runtime/core/terminal_text.h"
 
 #include <atomic>
 #include <cctype>
@@ -70,7 +72,7 @@ std::string strip_source_locations(const std::string& message) {
 }
 
 std::string for_user(const std::string& message) {
-  return enabled(Level::Info) ? message : strip_source_locations(message);
+  return escape_for_terminal(enabled(Level::Info) ? message : strip_source_locations(message));
 }
 
 void write(Level l, const std::string& msg) {

@@ -1,4 +1,4 @@
-// dataset_files.cpp - presence check for packaged data files.
+// dataset_files.cpp - presence check for packaged data files, and whether a path is the packaged one.
 #include "runtime/data/dataset_files.h"
 
 #include <filesystem>
@@ -19,6 +19,16 @@ void require_data_file(const std::string& path, const std::string& debian_packag
   DDP_FAIL("data file '", path, "' does not exist. It comes with the Debian package ", debian_package,
            ": `tools/ddp demo` installs it, or run `apt-get install ", debian_package,
            "` (as root, after `apt-get update`)");
+}
+
+std::string package_if_packaged_path(const std::string& path, const std::string& packaged_path,
+                                     const std::string& debian_package) {
+  const auto normal = [](const std::string& p) {
+    std::string s = std::filesystem::path(p).lexically_normal().string();
+    while (s.size() > 1 && s.back() == '/') s.pop_back();
+    return s;
+  };
+  return normal(path) == normal(packaged_path) ? debian_package : "";
 }
 
 }  // namespace ddp::data

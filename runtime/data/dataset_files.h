@@ -9,4 +9,10 @@ namespace ddp::data {
 // the message names the package and the two ways to get it (`tools/ddp demo`, `apt-get install <package>`).
 void require_data_file(const std::string& path, const std::string& debian_package);
 
+// `debian_package` when `path` is where that package installs its data (`packaged_path`, compared after
+// lexical normalisation: "a/./b/" is "a/b"), else "": a missing file the user pointed to elsewhere is a wrong
+// path, not a missing package.
+std::string package_if_packaged_path(const std::string& path, const std::string& packaged_path,
+                                     const std::string& debian_package);
+
 }  // namespace ddp::data

@@ -2,6 +2,7 @@
 #include "runtime/data/fashion_mnist.h"
 
 #include "runtime/core/error.h"
+#include "runtime/data/dataset_files.h"
 #include "runtime/data/idx.h"
 
 namespace ddp::data {
@@ -26,7 +27,8 @@ FashionMnist load_fashion_mnist(const std::string& dir, Split split) {
   const std::string prefix = dir + (split == Split::Train ? "/train" : "/t10k");
   const std::string images_path = prefix + "-images-idx3-ubyte.gz";
   const std::string labels_path = prefix + "-labels-idx1-ubyte.gz";
-  IdxImagesAndLabels raw = read_idx_images_and_labels(images_path, labels_path, kFashionMnistPackage);
+  IdxImagesAndLabels raw = read_idx_images_and_labels(
+      images_path, labels_path, package_if_packaged_path(dir, kFashionMnistDir, kFashionMnistPackage));
   const auto& dims = raw.images.dims;
   DDP_CHECK(dims[1] == 28 && dims[2] == 28, "Fashion-MNIST file '", images_path, "': images are ", dims[1],
             " x ", dims[2], ", expected 28 x 28; this is not Fashion-MNIST");

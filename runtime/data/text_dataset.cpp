@@ -86,7 +86,8 @@ TextDatasets load_text_datasets(const std::string& path, int64_t block_size, dou
 }
 
 TextDatasets load_moby_dick(int64_t block_size, const std::string& path, double val_fraction) {
-  return load_text_datasets(path, block_size, val_fraction, kMobyDickPackage);
+  return load_text_datasets(path, block_size, val_fraction,
+                            package_if_packaged_path(path, kMobyDickPath, kMobyDickPackage));
 }
 
 }  // namespace ddp::data

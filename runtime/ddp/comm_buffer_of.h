@@ -1,16 +1,13 @@
-// comm_buffer_of.h - the bridge from a Tensor to the process group's CommBuffer (runtime/distributed knows
-// buffers, not tensors): the whole tensor's memory, keeping its storage alive while a collective uses it. On the
-// gradient path (the reducer's buckets, comm hooks) and in the host collectives alike.
+// comm_buffer_of.h - tensors in the memory a process group communicates from: comm_tensor() below, and
+// comm_buffer_of() (a Tensor as a CommBuffer, from runtime/distributed/tensor_comm_buffer.h) for the gradient
+// path (the reducer's buckets, comm hooks) and the host collectives alike.
 #pragma once
 #include "runtime/distributed/comm_buffer.h"
 #include "runtime/distributed/process_group.h"
+#include "runtime/distributed/tensor_comm_buffer.h"
 #include "runtime/tensor/tensor.h"
 
 namespace ddp {
-
-inline dist::CommBuffer comm_buffer_of(const Tensor& t) {
-  return dist::CommBuffer{t.raw_data(), t.numel(), t.dtype(), t.device(), t.storage()};
-}
 
 // A zero-filled flat tensor of `numel` in the memory `pg` prefers for buffers it communicates often
 // (ProcessGroup::allocate_comm_buffer; shm: a shared-memory segment its all-reduce reads in place), or an

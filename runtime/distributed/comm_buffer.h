@@ -1,5 +1,5 @@
 // comm_buffer.h - the one thing the communication layer moves: a typed, flat, contiguous buffer on a device.
-// dist/ knows nothing of tensors or autograd; callers describe their memory with a CommBuffer.
+// The groups know nothing of tensors or autograd (a Tensor's CommBuffer: tensor_comm_buffer.h).
 #pragma once
 #include <cstdint>
 #include <memory>

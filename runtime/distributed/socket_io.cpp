@@ -145,9 +145,11 @@ Socket listen_on(const std::string& host, int port, int backlog) {
     if (::bind(s.fd(), p->ai_addr, p->ai_addrlen) == 0 && ::listen(s.fd(), backlog) == 0) return s;
     last_err = errno;
   }
-  DDP_FAIL("store server cannot listen on ", host.empty() ? "*" : host, ":", port, ": ",
-           std::strerror(last_err),
-           port != 0 ? " (is the port in use? pick another MASTER_PORT or 0 for a free one)" : "");
+  DDP_FAIL(
+      "store server cannot listen on ", host.empty() ? "*" : host, ":", port, ": ", std::strerror(last_err),
+      port != 0 ? " (is the port in use? pick another MASTER_PORT - ddprun --master-port N - or let ddprun "
+                  "choose a free one: ddprun --standalone, or --master-port 0)"
+                : "");
 }
 
 int local_port(const Socket& s) {

@@ -16,7 +16,7 @@ std::string WorkerOutcome::describe() const {
 std::string failure_summary(const std::vector<WorkerOutcome>& workers, size_t root, int attempt,
                             int max_restarts) {
   int failed = 0;
-  for (auto& w : workers) failed += w.failed() && !w.stopped_by_launcher ? 1 : 0;
+  for (auto& w : workers) failed += w.failed() && !w.stopped_by_launcher() ? 1 : 0;
   std::string out = "ddprun: run failed: " + std::to_string(failed) + " of " +
                     std::to_string(workers.size()) + " workers failed on attempt " +
                     std::to_string(attempt + 1) + " of " + std::to_string(max_restarts + 1) +
@@ -27,9 +27,11 @@ std::string failure_summary(const std::vector<WorkerOutcome>& workers, size_t ro
   out += row;
   for (size_t i = 0; i < workers.size(); ++i) {
     const WorkerOutcome& w = workers[i];
-    std::string note = i == root               ? "  <- root cause (first failure)"
-                       : w.stopped_by_launcher ? "  (stopped by ddprun)"
-                                               : "";
+    std::string note = i == root                               ? "  <- root cause (first failure)"
+                       : w.stopped_by_launcher()               ? "  (stopped by ddprun)"
+                       : w.failed() && w.signalled_by_launcher ? "  (failed too, after ddprun's SIGTERM)"
+                       : w.failed()                            ? "  (failed too, on its own)"
+                                                               : "";
     char elapsed[32];
     std::snprintf(elapsed, sizeof(elapsed), "%.2fs", w.elapsed_s);
     std::snprintf(row, sizeof(row), "  %-5d %-6d %-8d %-22s %-9s %s%s\n", w.rank, w.local_rank,

@@ -16,12 +16,15 @@ struct WorkerOutcome {
   bool exited = false;               // false: still running when the summary was made (should not happen)
   int exit_code = 0;                 // when it exited normally
   int signal = 0;                    // when a signal ended it (exit_code unused)
-  bool stopped_by_launcher = false;  // ddprun sent it SIGTERM/SIGKILL because another worker failed
+  bool signalled_by_launcher = false;  // ddprun sent it SIGTERM (SIGKILL) while it ran: another worker failed
   double elapsed_s = 0;
   std::string log_file;       // empty without --log-dir
   std::string error_message;  // what the worker wrote to its TORCHELASTIC_ERROR_FILE ("" when nothing)
 
   bool failed() const { return exited && (signal != 0 || exit_code != 0); }
+  // Ended by ddprun's signal. A worker that exited with a code of its own - before the signal came, or by
+  // handling it - was not stopped by ddprun, and counts as failed when the code is not 0.
+  bool stopped_by_launcher() const { return exited && signalled_by_launcher && signal != 0; }
   // The code a shell would report: the exit code, or 128 + signal.
   int shell_code() const { return signal ? 128 + signal : exit_code; }
   // "exit code 3", "SIGKILL (signal 9)".

@@ -18,7 +18,8 @@ namespace ddp::launch {
 
 int pick_free_port() {
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  DDP_CHECK(fd >= 0, "ddprun --standalone: socket() failed: ", std::strerror(errno));
+  DDP_CHECK(fd >= 0, "ddprun: picking a free port (--standalone, --master-port 0): socket() failed: ",
+            std::strerror(errno));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -28,8 +29,9 @@ int pick_free_port() {
             ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
   int err = errno;
   ::close(fd);
-  DDP_CHECK(ok, "ddprun --standalone: could not bind a free port on 127.0.0.1: ", std::strerror(err),
-            "; pass --master-port instead");
+  DDP_CHECK(ok,
+            "ddprun: picking a free port (--standalone, --master-port 0): could not bind one on 127.0.0.1: ",
+            std::strerror(err), "; pass --master-port N instead");
   return ntohs(addr.sin_port);
 }
 

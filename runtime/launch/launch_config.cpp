@@ -41,7 +41,7 @@ void declare(cli::Parser& p, LaunchFlags& f) {
   p.add("nnodes", &f.nnodes, "number of nodes: N (or N:N; elastic ranges are not supported)");
   p.add("node-rank", &f.node_rank, "this node's index in [0, nnodes)");
   p.add("master-addr", &f.master_addr, "address of the node whose rank 0 hosts the store");
-  p.add("master-port", &f.master_port, "port of the store rank 0 hosts");
+  p.add("master-port", &f.master_port, "port of the store rank 0 hosts (0: a free port, on one node)");
   p.add("standalone", &f.standalone, "single node: pick a free port on 127.0.0.1 and a random run id");
   p.add("max-restarts", &f.max_restarts, "restart all workers this many times when one fails");
   p.add("log-dir", &f.log_dir, "also write each rank's output to LOG_DIR/attempt_<k>/rank_<r>.log");
@@ -161,8 +161,9 @@ std::optional<LaunchConfig> parse_launch_config(const std::vector<std::string>& 
     throw cli::UsageError("ddprun: --node-rank " + std::to_string(f.node_rank) + " is outside [0, " +
                           std::to_string(c.nnodes - 1) + "] for --nnodes " + std::to_string(c.nnodes));
   c.node_rank = f.node_rank;
-  if (f.master_port < 1 || f.master_port > 65535)
-    throw cli::UsageError("ddprun: --master-port " + std::to_string(f.master_port) + " is not in [1, 65535]");
+  if (f.master_port < 0 || f.master_port > 65535)
+    throw cli::UsageError("ddprun: --master-port " + std::to_string(f.master_port) +
+                          " is not in [1, 65535] (or 0: a free port)");
   if (f.master_addr.empty()) throw cli::UsageError("ddprun: --master-addr must not be empty");
   c.master_addr = f.master_addr;
   c.master_port = f.master_port;
@@ -171,6 +172,14 @@ std::optional<LaunchConfig> parse_launch_config(const std::vector<std::string>& 
     if (c.nnodes != 1) throw cli::UsageError("ddprun: --standalone is for one node; drop it or --nnodes");
     if (p.given("master-port"))
       throw cli::UsageError("ddprun: --standalone picks its own port; drop --master-port or --standalone");
+    c.master_port = pick_free_port();
+  }
+  if (f.master_port == 0 && !c.standalone) {  // as with --standalone: this node picks, so one node only
+    if (c.nnodes != 1)
+      throw cli::UsageError(
+          "ddprun: --master-port 0 picks a free port on this node, which the other nodes "
+          "cannot know; give every node the same port for --nnodes " +
+          std::to_string(c.nnodes));
     c.master_port = pick_free_port();
   }
   if (f.max_restarts < 0) throw cli::UsageError("ddprun: --max-restarts must be >= 0");

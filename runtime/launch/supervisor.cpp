@@ -266,8 +266,16 @@ void Supervisor::begin_stop(int sig) {
   stopping_ = true;
   kill_at_ = Clock::now() +
              std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(c_.grace_period_s));
-  for (auto& w : workers_)
-    if (w.running) w.outcome.stopped_by_launcher = true;
+  // Only a worker still alive gets the signal from us: one that has already exited on its own (a peer that
+  // noticed the failure first) is a zombie not yet reaped, and its ending is its own.
+  for (auto& w : workers_) {
+    if (!w.running) continue;
+    siginfo_t info{};
+    const bool exited =
+        ::waitid(P_PID, static_cast<id_t>(w.outcome.pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+        info.si_pid == w.outcome.pid;
+    w.outcome.signalled_by_launcher = !exited;
+  }
   signal_running(sig);
 }
 
@@ -297,7 +305,7 @@ void Supervisor::reap() {
       if (w.log_fd >= 0) ::close(w.log_fd);
       w.log_fd = -1;
       if (w.outcome.failed() && root_ < 0 && !stopping_) {
-        w.outcome.stopped_by_launcher = false;
+        w.outcome.signalled_by_launcher = false;
         root_ = static_cast<int>(i);
         begin_stop(SIGTERM);
       }

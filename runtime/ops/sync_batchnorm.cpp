@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "runtime/autograd/node.h"
-#include "runtime/ddp/comm_buffer_of.h"
+#include "runtime/distributed/tensor_comm_buffer.h"
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/reduce.h"
 #include "runtime/ops/shape.h"

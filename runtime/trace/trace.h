@@ -1,7 +1,7 @@
 // trace.h - timeline events of a training process, written as Chrome trace-event JSON (chrome://tracing,
 // ui.perfetto.dev). One process per rank (pid = rank); lanes (tid) "compute", "comm", "iterations" and any
-// named by add_lane(). Naming convention the DDP reducer follows (the summary tool relies on it):
-//   category "forward" / "backward", lane compute: one complete event per op
+// named by add_lane(). Naming convention of train's step and the DDP reducer (the summary tool relies on it):
+//   category "forward" / "backward" / "optimizer", lane compute: one complete event each per (micro-)step
 //   category "comm", lane comm: "allreduce bucket <i>" with args {"bucket": i, "bytes": n}
 //   instants on lane compute: "ready <param name>" (gradient hook) and "finalize" (category "ddp")
 //   begin_iteration(i) / end_iteration(i): a complete event "iteration <i>" (category "iteration") on lane

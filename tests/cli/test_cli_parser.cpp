@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <limits>
+
 #include "runtime/core/cli.h"
 
 namespace ddp::cli {
@@ -106,7 +108,8 @@ TEST(CliParser, BadValuesNameTheFlag) {
   EXPECT_EQ(error_of(a, {"--batch-size", "abc"}), "train: --batch-size expects an integer, got 'abc'");
   Program b;
   EXPECT_EQ(error_of(b, {"--batch_size=99999999999"}),
-            "train: --batch_size expects an integer, got '99999999999'");
+            "train: --batch_size got '99999999999', which is out of range: an integer from -2147483648 to "
+            "2147483647");
   Program c;
   EXPECT_EQ(error_of(c, {"--lr", "1e-3x"}), "train: --lr expects a number, got '1e-3x'");
   Program d;
@@ -120,6 +123,53 @@ TEST(CliParser, BadValuesNameTheFlag) {
   Program h;
   EXPECT_EQ(error_of(h, {"stray"}),
             "train: unexpected argument 'stray' (this program takes no positional arguments)");
+}
+
+// A number too large (or too small) for its type is named as out of range, not as "not a number": at each
+// edge of each type, the last value that fits is taken and the next one is refused.
+TEST(CliParser, NumbersOutsideTheirTypeAreOutOfRangeNotMalformed) {
+  LocalRankEnv env(nullptr);
+  const std::string int_range = "which is out of range: an integer from -2147483648 to 2147483647";
+  const std::string int64_range =
+      "which is out of range: an integer from -9223372036854775808 to 9223372036854775807";
+  const std::string double_range = "which is out of range: a number's magnitude must lie between";
+  const std::vector<std::pair<std::vector<std::string>, std::string>> refused = {
+      {{"--batch-size", "2147483648"}, int_range},
+      {{"--batch-size", "-2147483649"}, int_range},
+      {{"--batch-size", "+99999999999999999999999"}, int_range},
+      {{"--steps", "9223372036854775808"}, int64_range},
+      {{"--steps", "-9223372036854775809"}, int64_range},
+      {{"--lr", "1e400"}, double_range},
+      {{"--lr", "-1e400"}, double_range},
+      {{"--lr", "1e-400"}, double_range},
+      {{"--lr=1.8e308"}, double_range},
+  };
+  for (const auto& [args, expected] : refused) {
+    Program p;
+    const std::string m = error_of(p, args);
+    EXPECT_NE(m.find(expected), std::string::npos) << args[0] << " " << args.back() << ": " << m;
+    EXPECT_NE(m.find("got '"), std::string::npos) << "the value is quoted: " << m;
+    EXPECT_EQ(p.batch, 32);
+    EXPECT_EQ(p.steps, 100);
+    EXPECT_DOUBLE_EQ(p.lr, 0.001);
+  }
+  Program a;
+  ASSERT_TRUE(
+      a.p.parse({"--batch-size", "2147483647", "--steps", "-9223372036854775808", "--lr", "1.7e308"}));
+  EXPECT_EQ(a.batch, 2147483647);
+  EXPECT_EQ(a.steps, std::numeric_limits<int64_t>::min());
+  EXPECT_DOUBLE_EQ(a.lr, 1.7e308);
+  Program b;
+  ASSERT_TRUE(
+      b.p.parse({"--batch-size", "-2147483648", "--steps", "9223372036854775807", "--lr", "4.9e-324"}));
+  EXPECT_EQ(b.batch, std::numeric_limits<int>::min());
+  EXPECT_EQ(b.steps, std::numeric_limits<int64_t>::max());
+  EXPECT_GT(b.lr, 0.0);  // the smallest subnormal is a number, not out of range
+  Program c;             // malformed stays malformed, whatever its length
+  EXPECT_EQ(error_of(c, {"--lr", "1e400x"}), "train: --lr expects a number, got '1e400x'");
+  Program d;
+  EXPECT_EQ(error_of(d, {"--steps", "99999999999999999999x"}),
+            "train: --steps expects an integer, got '99999999999999999999x'");
 }
 
 TEST(CliParser, HelpListsFlagsWithDefaults) {

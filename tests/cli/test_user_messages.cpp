@@ -1,5 +1,6 @@
 // test_user_messages.cpp - what users read: error lines without source locations (kept with DDP_DEBUG=INFO),
-// one "[rank N]" prefix under ddprun, and the train program's errors for paths and --resume auto.
+// one "[rank N]" prefix under ddprun, and the train program's errors for paths and --resume auto, a resume
+// with nothing left to train, its --help for branchy.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
@@ -96,6 +97,66 @@ TEST(UserMessages, UnwritableOutputPathsFailBeforeTheFirstStep) {
             std::string::npos)
       << trace.err;
   EXPECT_EQ(trace.out.find("step "), std::string::npos) << "trained before failing: " << trace.out;
+}
+
+// A data path the user gave that does not exist is a wrong path: the message names the file it looked for and
+// does not send them to install the Debian package (which puts the data somewhere else).
+TEST(UserMessages, AMissingDataPathIsAWrongPathNotAMissingPackage) {
+  auto mnist = run_train({"--data", "fashion-mnist", "--data-path", "/nonexistent/fm", "--steps", "1"});
+  EXPECT_EQ(mnist.exit_code, 1) << mnist.err;
+  EXPECT_NE(
+      mnist.err.find("data file '/nonexistent/fm/train-images-idx3-ubyte.gz' does not exist; check the path"),
+      std::string::npos)
+      << mnist.err;
+  EXPECT_EQ(mnist.err.find("apt-get"), std::string::npos) << mnist.err;
+  auto text = run_train(
+      {"--model", "gpt", "--data", "moby-dick", "--data-path", "/nonexistent/moby.txt", "--steps", "1"});
+  EXPECT_EQ(text.exit_code, 1) << text.err;
+  EXPECT_NE(text.err.find("data file '/nonexistent/moby.txt' does not exist; check the path"),
+            std::string::npos)
+      << text.err;
+  EXPECT_EQ(text.err.find("apt-get"), std::string::npos) << text.err;
+}
+
+// Resuming a checkpoint at or past the run's last step: "nothing to do" and why (--steps counts from the
+// start), exit 0, and no summary of a run that trained nothing.
+TEST(UserMessages, ResumingAtOrPastTheLastStepSaysThereIsNothingToDo) {
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("ddp_nothing_to_do_" + std::to_string(::getpid()))).string();
+  std::filesystem::remove_all(dir);
+  auto first = run_train({"--steps", "5", "--checkpoint-dir", dir});
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  ASSERT_TRUE(std::filesystem::exists(dir + "/ckpt-step5.safetensors")) << first.out;
+  auto past = run_train({"--steps", "3", "--checkpoint-dir", dir, "--resume", "auto"});
+  EXPECT_EQ(past.exit_code, 0) << past.err;
+  EXPECT_NE(past.out.find("train: nothing to do: checkpoint " + dir +
+                          "/ckpt-step5.safetensors is at step 5, "
+                          "past the --steps 3 of this run, which count from the start of training"),
+            std::string::npos)
+      << past.out;
+  EXPECT_NE(past.out.find("--steps 8"), std::string::npos) << past.out;
+  EXPECT_EQ(past.out.find("train loss"), std::string::npos) << past.out;
+  EXPECT_EQ(past.out.find("== summary"), std::string::npos) << past.out;
+  auto complete = run_train({"--steps", "5", "--checkpoint-dir", dir, "--resume", "auto"});
+  EXPECT_EQ(complete.exit_code, 0) << complete.err;
+  EXPECT_NE(complete.out.find("is at step 5, the last step of --steps 5: that training is complete"),
+            std::string::npos)
+      << complete.out;
+  EXPECT_EQ(complete.out.find("train loss"), std::string::npos) << complete.out;
+  auto more = run_train({"--steps", "6", "--checkpoint-dir", dir, "--resume", "auto"});
+  EXPECT_EQ(more.exit_code, 0) << more.err;
+  EXPECT_EQ(more.out.find("nothing to do"), std::string::npos) << more.out;
+  EXPECT_NE(more.out.find("== summary: mlp, world 1, 6 steps"), std::string::npos) << more.out;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(UserMessages, TrainHelpSaysBranchyNeedsFindUnusedParameters) {
+  testing::ProcessOptions po;
+  po.unset_env = {"LOCAL_RANK", "RANK", "WORLD_SIZE"};
+  auto r = testing::run_process({train_path(), "--help"}, po);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("branchy needs --find-unused-parameters, at any world size"), std::string::npos)
+      << r.out;
 }
 
 }  // namespace ddp

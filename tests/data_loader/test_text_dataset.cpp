@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "runtime/core/error.h"
+#include "runtime/data/dataset_files.h"
 #include "runtime/data/text_dataset.h"
 #include "tests/data_loader/scratch_dir.h"
 
@@ -100,11 +101,12 @@ TEST(TextDataset, LoadsTrainAndValidationFromAFile) {
   EXPECT_EQ(d.val->get_batch(std::vector<int64_t>{0}).x.data<int64_t>()[0], text[180]);
 }
 
-TEST(TextDataset, MissingMobyDickNamesThePackage) {
+// The packaged location names the package; a path of the user's own (train --data-path) is a wrong path.
+TEST(TextDataset, MissingMobyDickNamesThePackageOnlyAtItsPackagedPath) {
   ScratchDir dir;
   const std::string path = dir.file("mobydick.txt");
   try {
-    load_moby_dick(64, path);
+    load_text_datasets(path, 64, 0.1, kMobyDickPackage);
     FAIL() << "a missing file was accepted";
   } catch (const Error& e) {
     const std::string msg = e.what();
@@ -112,6 +114,22 @@ TEST(TextDataset, MissingMobyDickNamesThePackage) {
     EXPECT_NE(msg.find("apt-get install golang-github-colinmarc-hdfs-dev"), std::string::npos) << msg;
     EXPECT_NE(msg.find("tools/ddp demo"), std::string::npos) << msg;
   }
+  try {
+    load_moby_dick(64, path);
+    FAIL() << "a missing file was accepted";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("data file '" + path + "' does not exist; check the path"), std::string::npos) << msg;
+    EXPECT_EQ(msg.find("apt-get"), std::string::npos) << msg;
+  }
+  EXPECT_EQ(package_if_packaged_path(kMobyDickPath, kMobyDickPath, "p"), "p");
+  EXPECT_EQ(package_if_packaged_path("/usr/share/./datasets/fashion-mnist/",
+                                     "/usr/share/datasets/fashion-mnist", "p"),
+            "p");
+  EXPECT_EQ(package_if_packaged_path("/usr/share/datasets/fashion-mnist2",
+                                     "/usr/share/datasets/fashion-mnist", "p"),
+            "");
+  EXPECT_EQ(package_if_packaged_path("", "/usr/share/datasets/fashion-mnist", "p"), "");
 }
 
 TEST(TextDataset, ReadsInstalledMobyDick) {

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "runtime/distributed/shm/shm_segment.h"
+#include "runtime/distributed/socket_io.h"
 #include "tests/support/run_process.h"
 
 namespace ddp::testing {
@@ -123,6 +124,79 @@ TEST(Ddprun, RankKilledBySigkillGives137AndTheSignalName) {
   EXPECT_NE(row.find("SIGKILL"), std::string::npos) << r.err;
   EXPECT_TRUE(all_gone(worker_pids(r.out)));
   fs::remove_all(sync);
+}
+
+// Both ranks exit with codes of their own at once, while ddprun is stopped (SIGSTOP), so it finds both
+// already exited when it looks: the table marks one as the root cause and the other as failed too - never as
+// "stopped by ddprun", which sent it nothing - and counts both.
+TEST(Ddprun, RanksThatExitedOnTheirOwnAreNotStoppedByDdprun) {
+  std::string sync = temp_dir("own_exit");
+  const std::string go = sync + "/go";
+  ProcessOptions o = clean_env();
+  int phase = 0;
+  std::map<int, pid_t> pids;
+  o.on_progress = [&](pid_t ddprun, const std::string& out, const std::string&) {
+    if (phase == 0 && worker_pids(out).size() == 2 && fs::exists(sync + "/ready_0") &&
+        fs::exists(sync + "/ready_1")) {
+      pids = worker_pids(out);
+      ::kill(ddprun, SIGSTOP);
+      std::ofstream(go) << "go\n";
+      phase = 1;
+    } else if (phase == 1 && process_gone(pids[0]) && process_gone(pids[1])) {  // both zombies now
+      ::kill(ddprun, SIGCONT);
+      phase = 2;
+    }
+  };
+  auto r = run_process({ddprun_path(), "--nproc-per-node", "2", launch_worker_path(), "--sync-dir", sync,
+                        "--go-file", go, "--exit-rank", "0", "--exit-code", "3", "--others-exit-code", "1"},
+                       o);
+  ASSERT_EQ(phase, 2) << r.err;
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_TRUE(r.exit_code == 3 || r.exit_code == 1) << r.err;  // the root cause is the one reaped first
+  EXPECT_EQ(r.err.find("stopped by ddprun"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("2 of 2 workers failed"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("(failed too, on its own)"), std::string::npos) << r.err;
+  fs::remove_all(sync);
+}
+
+// A port in use: rank 0's store cannot listen, and the message points at what ddprun accepts for a free port.
+TEST(Ddprun, APortClashPointsAtAFreePortDdprunAccepts) {
+  auto taken = dist::net::listen_on("127.0.0.1", 0);
+  const int port = dist::net::local_port(taken);
+  const std::string train = std::string(DDP_BIN_DIR) + "/train";
+  auto r = run_process({ddprun_path(), "--nproc-per-node", "2", "--master-port", std::to_string(port), train,
+                        "--model", "mlp", "--data", "synthetic", "--hidden", "8", "--synthetic-samples", "64",
+                        "--batch-size", "8", "--steps", "1"},
+                       clean_env());
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("127.0.0.1:" + std::to_string(port)), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("ddprun --standalone, or --master-port 0"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("or 0 for a free one"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find(".cpp:"), std::string::npos) << "a source location leaked:\n" << r.err;
+  // What it suggests works: the same job with --master-port 0 trains.
+  auto ok = run_process({ddprun_path(),
+                         "--nproc-per-node",
+                         "2",
+                         "--master-port",
+                         "0",
+                         train,
+                         "--model",
+                         "mlp",
+                         "--data",
+                         "synthetic",
+                         "--hidden",
+                         "8",
+                         "--synthetic-samples",
+                         "64",
+                         "--batch-size",
+                         "8",
+                         "--steps",
+                         "1",
+                         "--eval-batches",
+                         "1"},
+                        clean_env());
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
 }
 
 // Our shared-memory segments in /dev/shm created by any of `pids`.

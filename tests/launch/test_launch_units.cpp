@@ -95,6 +95,35 @@ TEST(LaunchConfig, BadValuesAreUsageErrors) {
   EXPECT_FALSE(parse({"--help"}).has_value());
 }
 
+// What a port clash's message suggests works: --master-port 0 picks a free port on one node (as
+// --standalone does); on several nodes, where the others could not know it, and below 0 it is refused.
+TEST(LaunchConfig, MasterPortZeroPicksAFreePortOnOneNode) {
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    auto c = parse({"--master-port", "0", "true"});
+    ASSERT_TRUE(c);
+    EXPECT_GE(c->master_port, 1);
+    EXPECT_LE(c->master_port, 65535);
+    EXPECT_FALSE(c->standalone);
+    EXPECT_EQ(c->run_id, "none");
+  }
+  EXPECT_EQ(parse({"--master-port", "1", "true"})->master_port, 1);
+  EXPECT_EQ(parse({"--master-port", "65535", "true"})->master_port, 65535);
+  const auto error_of = [](std::vector<std::string> args, const char* token = nullptr) {
+    try {
+      parse(std::move(args), token);
+    } catch (const cli::UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string("<no error>");
+  };
+  EXPECT_NE(error_of({"--master-port", "0", "--nnodes", "2", "true"}, "feedfeedfeedfeedfeedfeedfeedfeed")
+                .find("--master-port 0 picks a free port on this node, which the other nodes cannot know"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--master-port", "-1", "true"}).find("--master-port -1 is not in [1, 65535] (or 0"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--master-port", "65536", "true"}).find("is not in [1, 65535]"), std::string::npos);
+}
+
 TEST(LaunchConfig, StandaloneAndTokens) {
   auto c = parse({"--standalone", "true"});
   EXPECT_NE(c->run_id, "none");
@@ -157,7 +186,7 @@ TEST(FailureSummary, MarksTheRootCauseAndSignals) {
     w[i].elapsed_s = 1.5;
   }
   w[0].signal = SIGTERM;
-  w[0].stopped_by_launcher = true;
+  w[0].signalled_by_launcher = true;
   w[1].signal = SIGSEGV;
   w[2].log_file = "/logs/attempt_0/rank_6.log";
   std::string s = failure_summary(w, 1, 0, 0);
@@ -170,6 +199,42 @@ TEST(FailureSummary, MarksTheRootCauseAndSignals) {
   EXPECT_NE(s.find("ddprun exits with 139"), std::string::npos) << s;
   EXPECT_EQ(w[1].shell_code(), 128 + SIGSEGV);
   EXPECT_FALSE(w[2].failed());
+}
+
+// Only a worker that ddprun's signal ended reads "stopped by ddprun"; one that exited with a code of its own
+// failed too, whether it ended before ddprun's SIGTERM came or after it (by handling it).
+TEST(FailureSummary, AWorkerThatExitedWithItsOwnCodeWasNotStoppedByDdprun) {
+  std::vector<WorkerOutcome> w(5);
+  for (int i = 0; i < 5; ++i) {
+    w[i].rank = i;
+    w[i].local_rank = i;
+    w[i].pid = 2000 + i;
+    w[i].exited = true;
+  }
+  w[0].exit_code = 3;  // the root cause
+  w[1].exit_code = 1;  // exited before ddprun signalled it
+  w[2].exit_code = 1;  // signalled, but exited with a code of its own
+  w[2].signalled_by_launcher = true;
+  w[3].signal = SIGTERM;  // ended by ddprun's signal
+  w[3].signalled_by_launcher = true;
+  w[4].exit_code = 0;  // had finished, successfully
+  const std::string s = failure_summary(w, 0, 0, 0);
+  const auto row = [&](int rank) {
+    const std::string start = "\n  " + std::to_string(rank) + " ";
+    const size_t b = s.find(start);
+    return b == std::string::npos ? std::string() : s.substr(b + 1, s.find('\n', b + 1) - b - 1);
+  };
+  EXPECT_NE(row(0).find("<- root cause"), std::string::npos) << s;
+  EXPECT_NE(row(1).find("exit code 1"), std::string::npos) << s;
+  EXPECT_NE(row(1).find("(failed too, on its own)"), std::string::npos) << s;
+  EXPECT_NE(row(2).find("(failed too, after ddprun's SIGTERM)"), std::string::npos) << s;
+  EXPECT_NE(row(3).find("(stopped by ddprun)"), std::string::npos) << s;
+  EXPECT_EQ(row(4).find("("), std::string::npos) << s;
+  for (int r : {0, 1, 2, 4}) EXPECT_EQ(row(r).find("stopped by ddprun"), std::string::npos) << s;
+  EXPECT_NE(s.find("3 of 5 workers failed"), std::string::npos) << s;
+  EXPECT_FALSE(w[1].stopped_by_launcher());
+  EXPECT_FALSE(w[2].stopped_by_launcher());
+  EXPECT_TRUE(w[3].stopped_by_launcher());
 }
 
 TEST(Host, SignalNamesAndRandomHex) {

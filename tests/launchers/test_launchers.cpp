@@ -1,6 +1,7 @@
 // test_launchers.cpp - `train` under the launchers people already use (docs/launcher.md): torchrun with its
 // default static rendezvous (the agent hosts PyTorch's TCPStore), torchrun --standalone, the legacy
-// torch.distributed.launch through a Python wrapper (which passes --local_rank=N), and Open MPI's mpirun.
+// torch.distributed.launch through a Python wrapper (which passes --local_rank=N) and with --use_env
+// --no_python, and Open MPI's mpirun.
 // Each runs 2 ranks for a few steps and must end with exactly the parameters of the same run under
 // ddprun (the checkpoints are compared tensor by tensor, bit for bit). Also: torchrun --max_restarts 1 with a
 // rank that fails once on purpose (the second attempt must not read the first one's keys in the agent's
@@ -172,6 +173,21 @@ TEST(Launchers, LegacyTorchDistributedLaunchWithAWrapperPassingLocalRank) {
       base_options());
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_EQ(compare_checkpoints(reference_checkpoint(), last_checkpoint(dir + "/ckpt")), "");
+}
+
+// The simpler recipe of docs/launcher.md for a native program: --use_env --no_python (1.13 refuses
+// --no_python alone), so the launcher starts train itself and passes the local rank in LOCAL_RANK only.
+TEST(Launchers, LegacyTorchDistributedLaunchUseEnvNoPythonStartsTrainDirectly) {
+  REQUIRE_TORCH();
+  std::string dir = fresh_dir("legacy_launch_use_env");
+  auto r = run_process(
+      concat({kPython, "-m", "torch.distributed.launch", "--redirects=1", "--tee=1", "--nproc_per_node=2",
+              "--master_addr=127.0.0.1", "--master_port=" + std::to_string(free_port()), "--use_env",
+              "--no_python", train_path()},
+             train_args(dir)),
+      base_options());
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(compare_checkpoints(reference_checkpoint(), last_checkpoint(dir)), "");
 }
 
 TEST(Launchers, Mpirun) {

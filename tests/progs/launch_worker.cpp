@@ -1,5 +1,6 @@
 // launch_worker.cpp - a configurable worker for the ddprun tests (tests/launch/): prints its pid, then
-// whatever the flags ask for (local rank, environment, many lines), and fails, crashes or sleeps on demand;
+// whatever the flags ask for (local rank, environment, many lines), and fails, crashes or sleeps on demand
+// (when a --go-file appears, so a test can exit several ranks at once);
 // --shm-segment leaves a shared-memory segment named like the shm group's in /dev/shm, as a crash does.
 // It parses its flags with the project's cli parser, so legacy --local-rank / --local_rank arguments from
 // ddprun go through the same code every program uses.
@@ -51,9 +52,9 @@ void barrier(const std::string& sync_dir, int rank, int world) {
 
 int main(int argc, char** argv) {
   bool print_local_rank = false, print_env = false, ignore_term = false, shm_segment = false;
-  int lines = 0, exit_rank = -1, exit_code = 0, kill_rank = -1, fail_attempts = 0;
+  int lines = 0, exit_rank = -1, exit_code = 0, kill_rank = -1, fail_attempts = 0, others_exit_code = -1;
   double sleep_s = 0;
-  std::string sync_dir;
+  std::string sync_dir, go_file;
   ddp::cli::Parser p("launch_worker", "helper program for the ddprun tests");
   p.add("print-local-rank", &print_local_rank, "print local_rank=N source=flag|env");
   p.add("print-env", &print_env, "print the launcher's variables as KEY=VALUE lines");
@@ -68,6 +69,9 @@ int main(int argc, char** argv) {
   p.add("ignore-term", &ignore_term, "ignore SIGTERM (to test the SIGKILL after the grace period)");
   p.add("sync-dir", &sync_dir,
         "directory for the start barrier: all ranks print their pid before anyone fails");
+  p.add("go-file", &go_file, "after the barrier, wait (at most 30 s) until this file exists");
+  p.add("others-exit-code", &others_exit_code,
+        "the ranks other than --exit-rank exit with this code (instead of sleeping)");
   try {
     p.parse(argc, argv);
   } catch (const ddp::Error& e) {
@@ -105,9 +109,15 @@ int main(int argc, char** argv) {
     emit("shm segment created\n");
   }
   if (!sync_dir.empty()) barrier(sync_dir, rank, world);
+  if (!go_file.empty()) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (!std::filesystem::exists(go_file) && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   if (rank == 0 && attempt < fail_attempts) return 1;
   if (rank == kill_rank) ::kill(::getpid(), SIGKILL);
   if (rank == exit_rank) return exit_code;
+  if (others_exit_code >= 0) return others_exit_code;
   if (sleep_s > 0) {
     // sleep in slices so an ignored SIGTERM cannot end the sleep early
     auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(sleep_s);
