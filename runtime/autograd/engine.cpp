@@ -1,9 +1,11 @@
 // engine.cpp - the backward engine: dependency counting, a ready queue ordered newest-first, gradient
-// summation per node input, saved-tensor release, and end-of-backward callbacks.
+// summation per node input, saved-tensor release, and end-of-backward callbacks, all state of one backward
+// call in its GraphTask (nested backwards each have their own).
 #include "runtime/autograd/engine.h"
 
 #include <atomic>
 #include <queue>
+#include <unordered_map>
 
 #include "runtime/tensor/tensor_math.h"
 
@@ -13,11 +15,14 @@ namespace {
 std::atomic<uint64_t> g_epoch{0};
 uint64_t new_epoch() { return g_epoch.fetch_add(1, std::memory_order_relaxed) + 1; }
 
-struct BackwardState {
+// The state of one backward call: every node it reaches with its NodeTask, its end-of-backward callbacks,
+// and the backward it runs inside (nested), if any.
+struct GraphTask {
+  std::unordered_map<const Node*, NodeTask> nodes;
   std::vector<std::function<void()>> callbacks;
-  BackwardState* outer = nullptr;  // the backward this one runs inside (nested), if any
+  GraphTask* outer = nullptr;
 };
-thread_local BackwardState* t_state = nullptr;
+thread_local GraphTask* t_state = nullptr;
 
 // Adds g into slot (copy-on-second-contribution, so no caller's tensor is modified in place).
 void accumulate(Tensor& slot, const Tensor& g) {
@@ -30,19 +35,39 @@ void accumulate(Tensor& slot, const Tensor& g) {
   slot = sum;
 }
 
+struct ReadyNode {
+  Node* node;
+  NodeTask* task;
+};
 struct NewestFirst {
-  bool operator()(const Node* a, const Node* b) const { return a->sequence_nr < b->sequence_nr; }
+  bool operator()(const ReadyNode& a, const ReadyNode& b) const {
+    return a.node->sequence_nr < b.node->sequence_nr;
+  }
 };
 }  // namespace
 
 void queue_end_of_outermost_backward_callback(std::function<void()> fn) {
   DDP_CHECK(t_state != nullptr, "queue_end_of_outermost_backward_callback called outside of a backward pass");
-  BackwardState* s = t_state;
+  GraphTask* s = t_state;
   while (s->outer) s = s->outer;
   s->callbacks.push_back(std::move(fn));
 }
 
 bool in_backward() { return t_state != nullptr; }
+
+NodeTask* current_node_task(const Node* node) {
+  if (!t_state) return nullptr;
+  auto it = t_state->nodes.find(node);
+  return it == t_state->nodes.end() ? nullptr : &it->second;
+}
+
+bool destination_outstanding(const Node* node) {
+  for (GraphTask* task = t_state; task; task = task->outer) {
+    auto it = task->nodes.find(node);
+    if (it != task->nodes.end() && it->second.handed_out.defined()) return true;
+  }
+  return false;
+}
 
 void queue_end_of_backward_callback(std::function<void()> fn) {
   DDP_CHECK(t_state != nullptr, "queue_end_of_backward_callback called outside of a backward pass");
@@ -53,7 +78,6 @@ void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& gra
               BackwardOptions options) {
   DDP_CHECK(grad_outputs.empty() || grad_outputs.size() == outputs.size(), "backward: ", outputs.size(),
             " outputs but ", grad_outputs.size(), " gradients");
-  const uint64_t epoch = new_epoch();
   std::vector<Edge> roots;
   std::vector<Tensor> seeds;
   for (size_t i = 0; i < outputs.size(); ++i) {
@@ -70,44 +94,42 @@ void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& gra
     seeds.push_back(seed);
   }
 
-  // 1) mark the graph and count, for each node, the edges that will bring it a gradient.
+  GraphTask task;
+  task.outer = t_state;
+  t_state = &task;
+  struct Restore {
+    GraphTask* outer;
+    ~Restore() { t_state = outer; }
+  } restore{task.outer};
+
+  // 1) find the graph and count, for each node, the edges that will bring it a gradient.
   std::vector<Node*> stack;
-  auto discover = [&](Node* n) {
-    if (n->visit_mark == epoch) return;
-    n->visit_mark = epoch;
-    n->pending = 0;
-    n->input_buffer.assign(n->num_outputs, Tensor());
-    stack.push_back(n);
+  auto discover = [&](Node* n) -> NodeTask& {
+    auto [it, inserted] = task.nodes.try_emplace(n);
+    if (inserted) {
+      it->second.input_buffer.resize(n->num_outputs);
+      stack.push_back(n);
+    }
+    return it->second;
   };
   for (auto& r : roots) discover(r.node.get());
   while (!stack.empty()) {
     Node* n = stack.back();
     stack.pop_back();
-    for (auto& e : n->next_edges) {
-      if (!e.node) continue;
-      discover(e.node.get());
-      e.node->pending++;
-    }
+    for (auto& e : n->next_edges)
+      if (e.node) discover(e.node.get()).pending++;
   }
   // 2) seed the roots and queue those that wait on nothing else.
   for (size_t i = 0; i < roots.size(); ++i)
-    accumulate(roots[i].node->input_buffer[roots[i].input_nr], seeds[i]);
-  std::priority_queue<Node*, std::vector<Node*>, NewestFirst> ready;
+    accumulate(task.nodes[roots[i].node.get()].input_buffer[roots[i].input_nr], seeds[i]);
+  std::priority_queue<ReadyNode, std::vector<ReadyNode>, NewestFirst> ready;
   for (auto& r : roots) {
-    if (r.node->pending == 0) {
-      r.node->pending = -1;  // queued
-      ready.push(r.node.get());
+    NodeTask& t = task.nodes[r.node.get()];
+    if (t.pending == 0) {
+      t.pending = -1;  // queued
+      ready.push({r.node.get(), &t});
     }
   }
-
-  BackwardState state;
-  BackwardState* outer = t_state;
-  state.outer = outer;
-  t_state = &state;
-  struct Restore {
-    BackwardState* outer;
-    ~Restore() { t_state = outer; }
-  } restore{outer};
 
   // Keep the root nodes alive for the whole pass (outputs may be temporaries).
   std::vector<std::shared_ptr<Node>> keep;
@@ -116,10 +138,10 @@ void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& gra
   // 3) run nodes as they become ready (gradient computations themselves are not recorded).
   NoGradGuard no_grad;
   while (!ready.empty()) {
-    Node* n = ready.top();
+    auto [n, nt] = ready.top();
     ready.pop();
-    std::vector<Tensor> grads = std::move(n->input_buffer);
-    n->input_buffer.clear();
+    std::vector<Tensor> grads = std::move(nt->input_buffer);
+    nt->input_buffer.clear();
     std::vector<Tensor> input_grads = n->apply(grads);
     grads.clear();
     if (!options.retain_graph) n->release_saved();
@@ -128,18 +150,19 @@ void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& gra
     for (size_t i = 0; i < n->next_edges.size(); ++i) {
       Edge& e = n->next_edges[i];
       if (!e.node) continue;
+      NodeTask& next = task.nodes.find(e.node.get())->second;
       if (!input_grads.empty() && input_grads[i].defined())
-        accumulate(e.node->input_buffer[e.input_nr], input_grads[i]);
-      if (--e.node->pending == 0) {
-        e.node->pending = -1;
-        ready.push(e.node.get());
+        accumulate(next.input_buffer[e.input_nr], input_grads[i]);
+      if (--next.pending == 0) {
+        next.pending = -1;
+        ready.push({e.node.get(), &next});
       }
     }
   }
 
   // 4) end-of-backward callbacks (may queue more callbacks).
-  for (size_t i = 0; i < state.callbacks.size(); ++i) {
-    auto cb = std::move(state.callbacks[i]);
+  for (size_t i = 0; i < task.callbacks.size(); ++i) {
+    auto cb = std::move(task.callbacks[i]);
     cb();
   }
 }

@@ -1,6 +1,10 @@
 // engine.h - runs backward over the graph recorded by forward: nodes in dependency order (a node runs once
 // every gradient flowing into it has been summed), newest-first among the ready ones, on the calling thread;
-// saved tensors freed as it goes; end-of-backward callbacks run after the last node.
+// saved tensors freed as it goes; end-of-backward callbacks run after the last node. Each backward call keeps
+// its bookkeeping (dependency counts, gradients summed so far) in a graph task of its own, never on the
+// nodes, so a backward run inside another (a node that recomputes its forward and runs a backward through
+// it, as activation checkpointing does) leaves the outer one's state alone even where both graphs meet (a
+// parameter's AccumulateGrad used inside and outside the block).
 #pragma once
 #include <functional>
 #include <vector>
@@ -33,5 +37,22 @@ bool in_backward();
 // allocating nothing per node. Calls visit(leaf) once per reachable leaf.
 void for_each_reachable_leaf(const std::vector<Tensor>& outputs,
                              const std::function<void(TensorImpl*)>& visit);
+
+// ---- the innermost backward's view of one node (for node.cpp's gradient destinations) ----
+// A node's state in one backward call: edges that have yet to bring it a gradient (-1 once queued), the
+// gradients summed so far (one per node output), and the gradient destination handed to an op for it
+// (AccumulateGrad's apply consumes it).
+struct NodeTask {
+  int32_t pending = 0;
+  std::vector<Tensor> input_buffer;
+  Tensor handed_out;
+};
+// The state of `node` in the innermost backward running on this thread; null outside a backward or when
+// that backward does not reach the node.
+NodeTask* current_node_task(const Node* node);
+// True when a backward running on this thread (the innermost or one it runs inside) handed out a gradient
+// destination for `node` that its AccumulateGrad has not consumed yet: an op may be writing that memory, so
+// no other backward of the nest may be handed it.
+bool destination_outstanding(const Node* node);
 
 }  // namespace ddp::autograd

@@ -3,6 +3,7 @@
 
 #include <atomic>
 
+#include "runtime/autograd/engine.h"
 #include "runtime/tensor/tensor_math.h"
 
 namespace ddp::autograd {
@@ -21,15 +22,17 @@ EnableGradGuard::EnableGradGuard() : prev_(t_grad_enabled) { t_grad_enabled = tr
 EnableGradGuard::~EnableGradGuard() { t_grad_enabled = prev_; }
 
 Tensor gradient_destination(const Edge& e, const Shape& shape, DType dtype, Device device) {
-  if (!e.node || e.node->pending != 1) return {};
+  if (!e.node) return {};
+  NodeTask* task = current_node_task(e.node.get());
+  if (!task || task->pending != 1 || task->input_buffer.empty() || task->input_buffer[0].defined()) return {};
   auto* acc = dynamic_cast<AccumulateGrad*>(e.node.get());
-  if (!acc || e.node->input_buffer.empty() || e.node->input_buffer[0].defined()) return {};
+  if (!acc || destination_outstanding(acc)) return {};
   TensorImpl& leaf = *acc->variable();
   if (leaf.grad || !leaf.grad_destination.second) return {};
   Tensor d(leaf.grad_destination.second());
   if (!d.defined() || d.dtype() != dtype || d.device() != device || d.numel() != shape_numel(shape))
     return {};
-  acc->handed_out_ = d;
+  task->handed_out = d;
   return d.view(shape);
 }
 
@@ -37,7 +40,8 @@ AccumulateGrad::AccumulateGrad(std::shared_ptr<TensorImpl> variable) : variable_
 
 std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>& grad_outputs) {
   Tensor g = std::move(grad_outputs[0]);  // moved, so an unshared gradient can be stolen below
-  const Tensor handed_out = std::move(handed_out_);
+  NodeTask* task = current_node_task(this);
+  const Tensor handed_out = task ? std::move(task->handed_out) : Tensor();
   if (g.defined()) {
     TensorImpl& v = *variable_;
     DDP_CHECK(shape_numel(v.shape) == g.numel(), "gradient of ", (v.name.empty() ? "a parameter" : v.name),

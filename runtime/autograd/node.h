@@ -39,10 +39,9 @@ class Node {
   uint32_t num_outputs = 1;
   uint64_t sequence_nr;  // creation order: later nodes run first among ready ones
 
-  // ---- engine bookkeeping (valid during one backward/traversal only) ----
+  // Traversal mark of for_each_reachable_leaf (engine.h), valid during one traversal only. A backward's own
+  // bookkeeping lives in its graph task (engine.cpp), never here: nested backwards share nodes.
   uint64_t visit_mark = 0;
-  int32_t pending = 0;
-  std::vector<Tensor> input_buffer;
 };
 
 // The leaf node of a parameter: adds the incoming gradient to param.grad, then runs the parameter's
@@ -56,18 +55,17 @@ class AccumulateGrad final : public Node {
   const std::shared_ptr<TensorImpl>& variable() const { return variable_; }
 
  private:
-  friend Tensor gradient_destination(const Edge& e, const Shape& shape, DType dtype, Device device);
   std::shared_ptr<TensorImpl> variable_;
-  // The destination gradient_destination handed to an op in this backward (apply consumes it): a gradient in
-  // exactly this memory becomes the .grad as it is.
-  Tensor handed_out_;
 };
 
 // The memory a backward may write the gradient for edge `e` into: the leaf's grad_destination (tensor.h)
 // when `e` leads to the AccumulateGrad of a leaf with no .grad, this gradient is the leaf's whole gradient in
 // this backward (its AccumulateGrad waits for this edge only and holds nothing yet), and the destination is
 // contiguous with this shape, dtype and device. Undefined otherwise: the op allocates as usual. The op
-// returns the destination as its gradient; AccumulateGrad then makes it the .grad without a copy.
+// returns the destination as its gradient; AccumulateGrad then makes it the .grad without a copy. What was
+// handed out is remembered per backward call (the engine's graph task), so a nested backward running the
+// same AccumulateGrad neither consumes nor replaces the outer backward's destination, and while one
+// backward of a nest holds a destination not yet consumed, no other is handed it (both would write it).
 Tensor gradient_destination(const Edge& e, const Shape& shape, DType dtype, Device device);
 
 // ---- grad mode ----
