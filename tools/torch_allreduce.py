@@ -7,9 +7,12 @@ import statistics
 import sys
 import time
 
-import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
+from python_deps import require
+
+require("torch", "python3-torch", "torch_allreduce.py")  # one line naming the interpreter, not a traceback
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.multiprocessing as mp  # noqa: E402
 
 
 def run(rank, world, n, iters, port):

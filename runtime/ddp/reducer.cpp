@@ -428,6 +428,16 @@ void Reducer::shadow_backward() {
   std::fill(ready_.begin(), ready_.end(), 1);
   std::fill(locally_used_.begin(), locally_used_.end(), 0);  // the used-map: this rank used nothing
   try {
+    if (opt_.static_graph && static_unused_.empty()) {
+      // The others' first static_graph backward all-reduces the used-map before its buckets
+      // (reducer_static_graph.cpp); this rank joined before running one: it shadows that too, with nothing
+      // used, and learns which parameters no rank uses.
+      const auto n = static_cast<int64_t>(params_.size());
+      Tensor used = Tensor::zeros({n}, DType::I32);
+      host_allreduce(*pg_, used, dist::ReduceOp::Sum);
+      static_unused_.assign(params_.size(), 0);
+      for (size_t i = 0; i < params_.size(); ++i) static_unused_[i] = used.data<int32_t>()[i] == 0 ? 1 : 0;
+    }
     launch_ready_buckets();
     finish_communication();
   } catch (...) {
@@ -435,6 +445,7 @@ void Reducer::shadow_backward() {
     reset_iteration();
     throw;
   }
+  write_back();          // .grad: the others' averaged gradients (a joined ZeRO rank steps its shard with them)
   maybe_rebuild(false);  // no rebuild from an iteration this rank did not compute
   reset_iteration();
 }

@@ -74,9 +74,10 @@ class Reducer {
   void set_divide_factor(int ranks);
 
   // Join: this rank has no batch for the others' current synchronized iteration. Issues exactly the
-  // collectives their backward issues (every bucket all-reduced as zeros, the used-map with nothing used,
-  // the rebuild agreement). .grad is not written (with gradient_as_bucket_view it is the bucket, which ends
-  // holding the others' averaged gradients); Join replaces this rank's parameters at the end anyway.
+  // collectives their backward issues (static_graph's first used-map when this rank ran no backward yet,
+  // every bucket all-reduced as zeros, the used-map with nothing used, the rebuild agreement), with the
+  // divisor they use (set_divide_factor, by Join). .grad then holds their averaged gradients, as after a
+  // backward of this rank (a ZeroRedundancyOptimizer under Join steps its shard with them).
   void shadow_backward();
 
   // The statistics of the last synchronized iteration; the number of such iterations so far.

@@ -1,8 +1,8 @@
-// test_python_tool_messages.cpp - tools/ddp_torch.py and tools/plot_trace.py end with one clear line, not a
-// traceback, when their Python lacks PyTorch / matplotlib (naming the interpreter that has it, or how to get
-// it: tools/python_deps.py) and when ddp_torch.py is given a file that is not safetensors. The modules are
-// replaced by stubs on PYTHONPATH (one that fails to import; a torch that imports but does nothing), so the
-// test runs the same with or without the real packages.
+// test_python_tool_messages.cpp - tools/ddp_torch.py, torch_allreduce.py and plot_trace.py end with one clear
+// line, not a traceback, when their Python lacks PyTorch / matplotlib (naming the interpreter that has it, or
+// how to get it: tools/python_deps.py) and when ddp_torch.py is given a file that is not safetensors. The
+// modules are replaced by stubs on PYTHONPATH (one that fails to import; a torch that imports but does
+// nothing), so the test runs the same with or without the real packages.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -68,6 +68,7 @@ TEST(PythonToolMessages, AMissingModuleIsOneLineNamingAnInterpreter) {
     std::string script, module, package;
   };
   for (const Case& c : {Case{"ddp_torch.py", "torch", "python3-torch"},
+                        Case{"torch_allreduce.py", "torch", "python3-torch"},
                         Case{"plot_trace.py", "matplotlib", "python3-matplotlib"}}) {
     ProcessResult r = python({kTools + c.script, "x.safetensors", "out"}, stubs);
     EXPECT_EQ(r.exit_code, 1) << c.script << "\n" << r.err;
