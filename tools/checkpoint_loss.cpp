@@ -16,6 +16,7 @@
 #include "runtime/checkpoint/safetensors.h"
 #include "runtime/checkpoint/training_checkpoint.h"
 #include "runtime/core/cli.h"
+#include "runtime/core/log.h"
 #include "runtime/data/fashion_mnist.h"
 #include "runtime/ops/loss.h"
 #include "runtime/ops/shape.h"
@@ -78,6 +79,7 @@ int main(int argc, char** argv) {
   std::string checkpoint_path, batch_path;
   bool step = false;
   cli::Parser p("checkpoint_loss", "Prints the loss of one batch under a ddp.cpp training checkpoint.");
+  p.disable_local_rank();  // a file tool: no launcher passes it a rank
   p.add("checkpoint", &checkpoint_path, "training checkpoint (.safetensors) written by train");
   p.add("batch", &batch_path, "batch file (.safetensors): 'tokens', or 'pixels' and 'labels'");
   p.add("step", &step, "then take one optimizer step on the batch and print the loss again");
@@ -104,10 +106,10 @@ int main(int argc, char** argv) {
     }
     return 0;
   } catch (const cli::UsageError& e) {
-    std::fprintf(stderr, "%s\n", e.what());
+    std::fprintf(stderr, "%s\n", log::for_user(e.what()).c_str());
     return 2;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "checkpoint_loss: error: %s\n", e.what());
+    std::fprintf(stderr, "checkpoint_loss: error: %s\n", log::for_user(e.what()).c_str());
     return 1;
   }
 }

@@ -1,7 +1,7 @@
-// test_tool_messages.cpp - what ddprun, trace_summary and bucket_sim print when something is wrong: no source
-// locations (unless DDP_DEBUG=INFO), the program's name once, bytes of a corrupt file escaped rather than
-// sent raw to the terminal; their --help lists only flags that mean something to them. Also
-// escape_for_terminal itself, over random byte strings.
+// test_tool_messages.cpp - what ddprun, trace_summary, bucket_sim and checkpoint_loss print when something is
+// wrong: no source locations (unless DDP_DEBUG=INFO), the program's name once, bytes of a corrupt file
+// escaped rather than sent raw to the terminal; their --help lists only flags that mean something to them.
+// Also escape_for_terminal itself, over random byte strings.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -110,13 +110,20 @@ TEST(ToolMessages, ErrorsOfTheToolsThemselvesHaveNoSourceLocation) {
       << launch.err;
   EXPECT_EQ(launch.err.find(".cpp:"), std::string::npos) << launch.err;
   EXPECT_EQ(launch.err.find("ddprun: ddprun: "), std::string::npos) << launch.err;
+  const std::string not_a_checkpoint =
+      dir.file("not_a_checkpoint.safetensors", std::string("\x08\0\0\0\0\0\0\0", 8) + "{\"a\": \xff}");
+  auto loss = run({bin("checkpoint_loss"), "--checkpoint", not_a_checkpoint, "--batch", not_a_checkpoint});
+  EXPECT_EQ(loss.exit_code, 1) << loss.err;
+  EXPECT_EQ(loss.err.rfind("checkpoint_loss: error: ", 0), 0u) << loss.err;
+  EXPECT_EQ(loss.err.find(".cpp:"), std::string::npos) << loss.err;
+  EXPECT_TRUE(terminal_safe(loss.err)) << log::escape_for_terminal(loss.err);
   auto missing = run({bin("trace_summary"), (dir.path / "missing.json").string()});
   EXPECT_EQ(missing.exit_code, 1);
   EXPECT_EQ(missing.err.rfind("trace_summary: cannot read trace", 0), 0u) << missing.err;
 }
 
 TEST(ToolMessages, HelpListsNoLocalRankWhereItMeansNothing) {
-  for (const char* tool : {"trace_summary", "bucket_sim"}) {
+  for (const char* tool : {"trace_summary", "bucket_sim", "checkpoint_loss"}) {
     auto r = run({bin(tool), "--help"});
     EXPECT_EQ(r.exit_code, 0) << tool << "\n" << r.err;
     EXPECT_NE(r.out.find("usage: "), std::string::npos) << r.out;
