@@ -10,6 +10,7 @@
 #include "runtime/data/fashion_mnist.h"
 #include "runtime/data/synthetic.h"
 #include "runtime/data/text_dataset.h"
+#include "runtime/ddp/host_collectives.h"
 #include "runtime/nn/sync_batchnorm.h"
 
 namespace ddp::models {
@@ -130,15 +131,36 @@ TrainSetup set_up_training(const TrainOptions& o, std::shared_ptr<dist::ProcessG
             "; lower --batch-size");
 
   s.steps_per_epoch = s.loader->batches_per_epoch() / o.grad_accum;
-  s.total_steps = o.steps > 0 ? o.steps : std::max<int64_t>(1, o.epochs) * s.steps_per_epoch;
-  // Uneven data (--uneven-steps): this rank's own number of steps; every rank runs the first common_steps,
-  // so side collectives (log all-reduce, evaluation, checkpoints) happen only there. Join shadows the rest.
+  const int64_t planned = o.steps > 0 ? o.steps : std::max<int64_t>(1, o.epochs) * s.steps_per_epoch;
+  // This rank's own number of steps, fewer with --uneven-steps (rank r runs K·r fewer) or when its data (or
+  // its --steps) gives it fewer. The ranks learn the fewest and the most (two all-reduces): every rank runs
+  // the first common_steps, so side collectives (log all-reduce, evaluation, checkpoints) happen only
+  // there; the schedule spans the most; and when they differ, Join shadows the rest (with --join).
   DDP_CHECK(o.uneven_steps >= 0, "--uneven-steps must be >= 0, got ", o.uneven_steps);
-  s.my_steps = s.total_steps - o.uneven_steps * s.rank;
-  s.common_steps = s.total_steps - o.uneven_steps * (s.world - 1);
-  DDP_CHECK(s.common_steps >= 1, "--uneven-steps ", o.uneven_steps, " leaves rank ", s.world - 1,
-            " no step of the ", s.total_steps, "; use at most ", (s.total_steps - 1) / std::max(1, s.world - 1));
-  if (o.uneven_steps > 0 && o.join) s.join = std::make_unique<Join>(*s.ddp);
+  s.my_steps = planned - o.uneven_steps * s.rank;
+  auto agree = [&](int64_t v, dist::ReduceOp op) {
+    Tensor t = Tensor::from_data<int64_t>({v}, {1});
+    host_allreduce(*pg, t, op);
+    return t.data<int64_t>()[0];
+  };
+  s.common_steps = agree(s.my_steps, dist::ReduceOp::Min);
+  s.total_steps = agree(s.my_steps, dist::ReduceOp::Max);
+  if (o.uneven_steps > 0)
+    DDP_CHECK(s.common_steps >= 1, "--uneven-steps ", o.uneven_steps, " leaves rank ", s.world - 1,
+              " no step of the ", planned, "; use at most ", (planned - 1) / std::max(1, s.world - 1));
+  DDP_CHECK(s.common_steps >= 1, "rank ", s.rank,
+            ": some rank has no training step (the fewest of the ranks: ", s.common_steps,
+            "); give every rank at least one batch per --grad-accum");
+  if (s.common_steps < s.total_steps && o.join) {
+    JoinOptions jo;
+    if (s.zero) {
+      jo.joinables.push_back(s.zero);  // its step's broadcasts are shadowed too, after the same clipping
+      if (o.clip_grad > 0)
+        s.zero->set_join_gradient_transform(
+            [model = s.model, clip = o.clip_grad] { optim::clip_grad_norm_(model->parameters(), clip); });
+    }
+    s.join = std::make_unique<Join>(*s.ddp, jo);
+  }
   s.schedule = optim::WarmupCosine{o.lr, o.lr * o.min_lr_ratio, std::min(o.warmup_steps, s.total_steps),
                                    s.total_steps, o.schedule != "constant"};
   return s;

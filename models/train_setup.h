@@ -34,11 +34,11 @@ struct TrainSetup {
   optim::ZeroRedundancyOptimizer* zero = nullptr;  // `optimizer` when --zero, else null
   std::unique_ptr<data::DataLoader> loader, val_loader;
   int64_t steps_per_epoch = 0;
-  int64_t total_steps = 0;   // optimizer steps of the run
-  int64_t my_steps = 0;      // this rank's (fewer with --uneven-steps)
+  int64_t total_steps = 0;   // optimizer steps of the run: the most of any rank
+  int64_t my_steps = 0;      // this rank's (fewer with --uneven-steps, or fewer batches)
   int64_t common_steps = 0;  // run by every rank: side collectives (log, eval, checkpoints) happen only there
   optim::WarmupCosine schedule;
-  std::unique_ptr<Join> join;  // with --uneven-steps and --join
+  std::unique_ptr<Join> join;  // with --join when the ranks' step counts differ
 };
 
 // Checks the options and builds everything; collective (DDP's model check and broadcast, path checks).

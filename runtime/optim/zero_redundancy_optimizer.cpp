@@ -1,13 +1,15 @@
-// zero_redundancy_optimizer.cpp - the partition, the sharded step with its per-rank broadcasts, and the
-// consolidation of the shards for checkpoints.
+// zero_redundancy_optimizer.cpp - the partition, the sharded step with its per-rank broadcasts (and its
+// shadow on a rank that joined), and the consolidation of the shards for checkpoints.
 #include "runtime/optim/zero_redundancy_optimizer.h"
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <numeric>
 
 #include "runtime/autograd/node.h"
 #include "runtime/ddp/host_collectives.h"
+#include "runtime/ddp/join.h"
 #include "runtime/optim/state_serialization.h"
 
 namespace ddp::optim {
@@ -34,6 +36,10 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<nn::NamedTensor> pa
   DDP_CHECK(pg_ != nullptr, "ZeroRedundancyOptimizer: no process group");
   DDP_CHECK(make_inner != nullptr, "ZeroRedundancyOptimizer: no inner optimizer factory");
   DDP_CHECK(!params_.empty(), "ZeroRedundancyOptimizer: no parameters");
+  DDP_CHECK(!join_attached_to(*pg_),
+            "ZeroRedundancyOptimizer: a ddp::Join is already attached over this process group, and a rank "
+            "that joins would not shadow this optimizer's broadcasts. Build the optimizer first and pass it "
+            "to the Join: ddp::Join join(ddp, {.joinables = {&optimizer}})");
   const Tensor& first = params_.front().tensor;
   std::vector<int64_t> numels;
   for (auto& p : params_) {
@@ -51,7 +57,10 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<nn::NamedTensor> pa
   inner_ = make_inner(std::move(mine));
   DDP_CHECK(inner_ != nullptr, "ZeroRedundancyOptimizer: the factory returned no optimizer");
   lr_ = inner_->lr();
+  register_join_participant(*pg_, this);
 }
+
+ZeroRedundancyOptimizer::~ZeroRedundancyOptimizer() { unregister_join_participant(this); }
 
 int64_t ZeroRedundancyOptimizer::owned_numel(int rank) const {
   int64_t n = 0;
@@ -65,8 +74,17 @@ int64_t ZeroRedundancyOptimizer::local_state_bytes() const {
   return n;
 }
 
-void ZeroRedundancyOptimizer::step() {
+void ZeroRedundancyOptimizer::step() { step_shard(/*training=*/true); }
+
+void ZeroRedundancyOptimizer::step_shard(bool training) {
   autograd::NoGradGuard ng;
+  if (under_join_ && pg_->size() > 1) {
+    // The learning rate of the ranks still training (a schedule moves only there); a joined rank's is stale.
+    Tensor lr = Tensor::from_data<double>({training ? lr_ : -std::numeric_limits<double>::infinity()}, {1});
+    host_allreduce(*pg_, lr, dist::ReduceOp::Max);
+    lr_ = lr.data<double>()[0];
+    if (!training && join_transform_) join_transform_();
+  }
   ++steps_;
   consolidated_.reset();  // a consolidated state is stale once the parameters moved on
   inner_->set_lr(lr_);

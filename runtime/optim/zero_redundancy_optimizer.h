@@ -9,6 +9,12 @@
 // state() then returns a normal optimizer state by parameter name. load_state() takes such a full state on
 // any rank and keeps the entries of the parameters this rank owns - so a run can resume on another world
 // size (the partition is recomputed from the sizes). See docs/extensions.md.
+//
+// Uneven inputs: register it with the DDP wrapper's Join (ddp::Join join(ddp, {.joinables = {&zero}}); a Join
+// over the same group without it is refused). Under Join every step first agrees on the learning rate (one
+// all-reduce: a joined rank's own is stale), and a joined rank runs one step per iteration of the others: its
+// shard stepped with the gradients their backward averaged, then the same broadcasts (PyTorch's
+// _ZeROJoinHook), so the result equals the unsharded optimizer's.
 #pragma once
 #include <functional>
 #include <map>
@@ -17,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/ddp/joinable.h"
 #include "runtime/distributed/process_group.h"
 #include "runtime/optim/optimizer.h"
 
@@ -29,11 +36,14 @@ std::vector<int> partition_parameters(const std::vector<int64_t>& numels, int wo
 // Builds the inner optimizer over a subset of the parameters.
 using OptimizerFactory = std::function<std::unique_ptr<Optimizer>(std::vector<nn::NamedTensor>)>;
 
-class ZeroRedundancyOptimizer : public Optimizer {
+class ZeroRedundancyOptimizer : public Optimizer, public Joinable {
  public:
   // params: the full list (same order and shapes on every rank); they must share one dtype and device.
   ZeroRedundancyOptimizer(std::vector<nn::NamedTensor> params, std::shared_ptr<dist::ProcessGroup> pg,
                           OptimizerFactory make_inner);
+  ~ZeroRedundancyOptimizer() override;
+  ZeroRedundancyOptimizer(const ZeroRedundancyOptimizer&) = delete;
+  ZeroRedundancyOptimizer& operator=(const ZeroRedundancyOptimizer&) = delete;
 
   // Steps the owned parameters with the inner optimizer, then broadcasts each rank's partition from it.
   void step() override;
@@ -52,12 +62,27 @@ class ZeroRedundancyOptimizer : public Optimizer {
   const Optimizer& inner() const { return *inner_; }  // its kind is the checkpoint's optimizer kind
   int64_t owned_numel(int rank) const;
 
+  // Joinable (joinable.h): on a joined rank, one step of the ranks still training.
+  void join_shadow_iteration() override { step_shard(/*training=*/false); }
+  void set_joined_to(bool attached) override { under_join_ = attached; }
+  std::string joinable_name() const override { return "ZeroRedundancyOptimizer"; }
+  // Under Join: what the training loop does to the averaged gradients between backward and step() (e.g.
+  // clip_grad_norm_); a joined rank's shadow step runs it before stepping its shard, as the others did.
+  void set_join_gradient_transform(std::function<void()> transform) {
+    join_transform_ = std::move(transform);
+  }
+
  private:
+  // step() on a rank still training (training) or its shadow on a joined rank.
+  void step_shard(bool training);
+
   std::shared_ptr<dist::ProcessGroup> pg_;
   std::vector<int> owner_;                 // per parameter
   std::vector<std::vector<size_t>> owned_;  // per rank: its parameter indices, in parameter order
   std::unique_ptr<Optimizer> inner_;
   std::optional<std::map<std::string, Tensor>> consolidated_;
+  bool under_join_ = false;  // registered with an attached ddp::Join
+  std::function<void()> join_transform_;
 };
 
 }  // namespace ddp::optim

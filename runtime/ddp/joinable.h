@@ -1,0 +1,32 @@
+// joinable.h - what else, besides DDP's gradient all-reduces, a rank that ran out of data must shadow under
+// Join (PyTorch's Joinable): a participant whose every training iteration issues collectives of its own. A
+// ZeroRedundancyOptimizer is one (its step broadcasts every rank's shard). Register it with the Join
+// (JoinOptions::joinables); on a joined rank, Join calls join_shadow_iteration() once per iteration of the
+// others, after the shadow of their backward, in registration order.
+#pragma once
+#include <string>
+
+namespace ddp::dist {
+class ProcessGroup;
+}
+
+namespace ddp {
+
+class Joinable {
+ public:
+  virtual ~Joinable() = default;
+  // On a joined rank, one iteration of the ranks still training: issue exactly the collectives they issue.
+  // When it runs, this rank's .grad holds the gradients the others' backward just averaged.
+  virtual void join_shadow_iteration() = 0;
+  // Registered with / detached from a Join (join.cpp): from now on every iteration of this participant is
+  // Join-aware (it may exchange what a joined rank needs, e.g. ZeRO's learning rate).
+  virtual void set_joined_to(bool attached) = 0;
+  virtual std::string joinable_name() const = 0;
+};
+
+// Whether some Join over `pg` is attached right now (in this process). A participant with collectives of
+// its own that is not registered with it checks this, so that a missing registration is a clear error on
+// every rank instead of a collective timeout on some.
+bool join_attached_to(const dist::ProcessGroup& pg);
+
+}  // namespace ddp
