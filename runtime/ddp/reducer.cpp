@@ -55,15 +55,11 @@ Reducer::Reducer(std::vector<nn::NamedTensor> params, std::shared_ptr<dist::Proc
     params_[i].tensor.impl()->add_post_accumulate_hook(this,
                                                        [this, i](TensorImpl&) { on_gradient_ready(i); });
   // A parameter without .grad gets its next gradient written straight into its bucket slot by the op that
-  // computes it (linear), so on_gradient_ready has nothing to copy. Without gradient_as_bucket_view too, in a
-  // synchronized backward: .grad is the slot until write_back, which then gives it a tensor of its own (one
-  // copy per step instead of two); a no_sync() backward (no write-back follows) gets no destination, so
-  // .grad never outlives a backward as bucket memory.
+  // computes it (linear), so on_gradient_ready has nothing to copy - when offers_destination says so.
   for (size_t i = 0; i < params_.size(); ++i)
     params_[i].tensor.impl()->grad_destination = {this, [this, i]() -> std::shared_ptr<TensorImpl> {
-                                                    if (!sync_ && !opt_.gradient_as_bucket_view)
-                                                      return nullptr;
-                                                    return slot_view(i).impl_ptr();
+                                                    return offers_destination(i) ? slot_view(i).impl_ptr()
+                                                                                 : nullptr;
                                                   }};
   DDP_LOG(Detail, "reducer: ", params_.size(), " parameters in ", buckets_.size(), " buckets\n",
           describe_buckets());
@@ -214,6 +210,26 @@ void Reducer::prepare_for_backward(const std::vector<Tensor>& outputs) {
   unused_search_s_ = std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+bool Reducer::offers_destination(size_t index) const {
+  if (!opt_.gradient_as_bucket_view) {
+    // Default mode: .grad is the slot only until write_back, which gives it a tensor of its own (one copy per
+    // step instead of two). A no_sync() backward (no write-back follows) gets no destination, so .grad never
+    // outlives a backward as bucket memory; nor does a parameter with a post-accumulate hook besides ours:
+    // that hook would see bucket memory (divided by the world size once ours ran, rewritten next step).
+    if (!sync_) return false;
+    const auto& hooks = params_[index].tensor.impl()->post_accumulate_hooks;
+    if (hooks.size() != 1 || hooks.front().first != this) return false;
+  }
+  if (!sync_) return true;  // gradient_as_bucket_view under no_sync(): .grad is the slot anyway
+  // Marked ready in this backward: the slot is the bucket's (maybe in flight), not the parameter's.
+  if (ready_[index]) return false;
+  // static_graph: this rank gave it no gradient in iteration 1; marked ready (zeros) when backward starts.
+  if (opt_.static_graph && iteration_ > 0 && index < static_expected_hooks_.size() &&
+      static_expected_hooks_[index] == 0)
+    return false;
+  return true;
+}
+
 void Reducer::on_gradient_ready(size_t index) {
   locally_used_[index] = 1;
   if (!sync_) return;  // no_sync(): the gradient stays in .grad and accumulates
@@ -270,6 +286,13 @@ void Reducer::mark_ready(size_t index, bool observed) {
     }
   } else {
     slot.zero_();
+  }
+  if (opt_.static_graph) {
+    // A gradient the graph did not announce (a hook firing after this one, static_graph_on_hook) may still
+    // come in this backward; it must not be added to a bucket that may be in flight. So .grad leaves the
+    // bucket until write_back puts the averaged gradient there (no destination is offered meanwhile: ready_).
+    Tensor g = params_[index].tensor.grad();
+    if (g.defined() && g.storage() == slot.storage()) params_[index].tensor.set_grad(Tensor());
   }
   Bucket& b = buckets_[slots_[index].bucket];
   if (--b.pending == 0) {
@@ -382,18 +405,24 @@ void Reducer::finalize() {
     ready_[i] = 1;
     --buckets_[slots_[i].bucket].pending;
   }
+  // static_graph: parameters whose hook fired after they were ready (reset_iteration clears the list). With
+  // the unready ones: the graph changed, and the error says so instead of the unused-parameter one.
+  const std::vector<size_t> changed = static_changed_;
+  const bool graph_changed = opt_.static_graph && (!unready.empty() || !changed.empty());
   try {
     launch_ready_buckets();  // overlap off, or the zeros above: everything left goes now
     finish_communication();
   } catch (const std::exception& e) {
     wait_for_outstanding_work();
     reset_iteration();
+    if (graph_changed) raise_graph_changed(unready, changed, e.what());
     if (!unready.empty()) raise_unready(unready, e.what());
     throw;
   }
   // Also on the error path: this rank's .grad then holds the same averaged gradients as every other rank's,
   // so a rank that catches the error and steps keeps its replica identical to the others.
   write_back();
+  if (!changed.empty()) static_graph_drop_unannounced(changed);
 
   if (unready.empty()) {
     for (auto& b : buckets_) stats.buckets.push_back(b.timing);
@@ -413,8 +442,10 @@ void Reducer::finalize() {
     DDP_LOG(Info, last_stats_.summary());
     ++iteration_;
   }
-  maybe_rebuild(unready.empty());  // collective: every rank reaches it, on the error path too
+  // Collective: every rank reaches it, on the error path too.
+  maybe_rebuild(unready.empty() && changed.empty());
   reset_iteration();
+  if (graph_changed) raise_graph_changed(unready, changed, "");
   if (!unready.empty()) raise_unready(unready, "");
 }
 
@@ -481,6 +512,7 @@ void Reducer::reset_iteration() {
   searches_ = 0;
   unused_search_s_ = 0;
   ready_order_.clear();  // a failed iteration's order must not leak into the next one's
+  static_changed_.clear();
 }
 
 void Reducer::maybe_rebuild(bool this_rank_ok) {

@@ -52,6 +52,9 @@ struct ReducerOptions {
   // (with the used-map all-reduce, once); from iteration 2: no reachability search, never-used parameters
   // known, a parameter is ready when its count is reached (so one used by several backwards - nested, as
   // activation checkpointing runs - works). Makes find_unused_parameters redundant. See docs/extensions.md.
+  // If the graph changes after all (a hook fires more often than in iteration 1, or less), the backward still
+  // issues every collective and its end raises on the ranks where it changed; the ranks stay in step
+  // (docs/ddp-step.md, "static_graph").
   bool static_graph = false;
 };
 
@@ -115,6 +118,8 @@ class Reducer {
   Layout layout_of_rank0(const Layout& mine);
   void build_buckets(const Layout& layout);
   void on_gradient_ready(size_t index);
+  // Whether an op may write this parameter's next gradient straight into its bucket slot (grad_destination).
+  bool offers_destination(size_t index) const;
   void begin_backward();
   // `observed`: the parameter's own hook fired (it counts for the ready order of the rebuild).
   void mark_ready(size_t index, bool observed);
@@ -134,6 +139,11 @@ class Reducer {
   // ---- static_graph (reducer_static_graph.cpp) ----
   void static_graph_on_hook(size_t index);
   void static_graph_end_of_first_backward();
+  // After the write-back of a backward whose graph changed: a parameter no rank used in iteration 1 that got
+  // a gradient here gets grad none again, as on the ranks where it stayed unused.
+  void static_graph_drop_unannounced(const std::vector<size_t>& changed);
+  [[noreturn]] void raise_graph_changed(const std::vector<size_t>& unready,
+                                        const std::vector<size_t>& changed, const std::string& comm_error);
   Tensor slot_view(size_t index) const;
   double since_forward() const;
   void begin_timing();  // the step clock of this iteration (host, or CUDA events on NCCL)
@@ -170,6 +180,7 @@ class Reducer {
   std::vector<int32_t> static_expected_hooks_;  // per parameter: hook firings per backward (iteration 1)
   std::vector<int32_t> static_pending_hooks_;   // this iteration: firings still to come
   std::vector<uint8_t> static_unused_;          // no rank used it in iteration 1: grad stays none
+  std::vector<size_t> static_changed_;  // this iteration: hooks that fired after their parameter was ready
 
   int64_t iteration_ = 0;
   mutable IterationStats last_stats_;

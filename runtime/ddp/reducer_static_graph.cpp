@@ -3,7 +3,9 @@
 // nothing is launched during backward; at the end of the outermost backward the used map is all-reduced once
 // (which parameters no rank uses) and every parameter is marked ready, so all buckets go out then. From
 // iteration 2 a parameter is ready when its hooks fired as often as in iteration 1, parameters that never
-// fire here are marked ready (zeros) when backward starts, and there is no reachability search.
+// fire here are marked ready (zeros) when backward starts, and there is no reachability search. If the graph
+// changes after all, the backward goes on issuing every collective and its end raises (raise_graph_changed).
+#include <algorithm>
 #include <sstream>
 
 #include "runtime/autograd/engine.h"
@@ -34,15 +36,14 @@ void Reducer::static_graph_on_hook(size_t index) {
     return;
   }
   if (static_pending_hooks_[index] == 0) {
-    // Keep the other ranks in step is impossible here (we cannot know what they expect): say what changed.
-    std::ostringstream os;
-    os << "rank " << pg_->rank() << ": DDP static_graph: parameter " << params_[index].name << " (index " << index
-       << ") received a gradient " << (static_expected_hooks_[index] == 0 ? "but was unused" : "more often than")
-       << " in iteration 1 (" << static_expected_hooks_[index]
-       << " gradient hook(s) per backward). Your training graph has changed in this iteration; static_graph "
-          "requires the same parameters used the same way every iteration. Construct DDP without static_graph "
-          "(with find_unused_parameters = true if some parameters go unused).";
-    throw Error(os.str());
+    // The graph changed: more firings than in iteration 1 (or any, for a parameter unused then). The
+    // parameter is ready already and its bucket may be in flight, so this gradient is left out of the
+    // average. Throwing here would leave the backward's remaining buckets unissued and pair this rank's next
+    // buckets with the others' current ones; instead backward goes on, every collective goes out, and
+    // finalize raises.
+    if (std::find(static_changed_.begin(), static_changed_.end(), index) == static_changed_.end())
+      static_changed_.push_back(index);
+    return;
   }
   if (--static_pending_hooks_[index] == 0) mark_ready(index, /*observed=*/true);
 }
@@ -60,6 +61,53 @@ void Reducer::static_graph_end_of_first_backward() {
     if (!static_expected_hooks_[i]) ++unused_marked_;
     mark_ready(i, /*observed=*/false);  // everything goes out now, in bucket order (no overlap in this iteration)
   }
+}
+
+void Reducer::static_graph_drop_unannounced(const std::vector<size_t>& changed) {
+  // write_back skips these (no rank used them in iteration 1), so .grad still holds this rank's own gradient
+  // from this backward; the ranks where the graph did not change have none.
+  for (size_t i : changed)
+    if (static_unused_[i]) params_[i].tensor.set_grad(Tensor());
+}
+
+void Reducer::raise_graph_changed(const std::vector<size_t>& unready, const std::vector<size_t>& changed,
+                                  const std::string& comm_error) {
+  std::ostringstream os;
+  os << "rank " << pg_->rank()
+     << ": DDP static_graph: Your training graph has changed since iteration 1, which static_graph promised "
+        "would stay the same (the same parameters, each used as often, every iteration):\n";
+  auto line = [&](size_t i) -> std::ostream& {
+    return os << "    [" << i << "] " << params_[i].name << "  shape " << shape_str(params_[i].tensor.shape())
+              << ": ";
+  };
+  for (size_t i : changed) {
+    if (static_expected_hooks_[i] == 0)
+      line(i) << "received a gradient, but this rank did not use it in iteration 1\n";
+    else
+      line(i) << "its gradient hook fired more often than the " << static_expected_hooks_[i]
+              << " time(s) per backward of iteration 1\n";
+  }
+  for (size_t i : unready) {
+    const int32_t fired = static_expected_hooks_[i] - static_pending_hooks_[i];
+    if (fired == 0)
+      line(i) << "received no gradient (iteration 1: " << static_expected_hooks_[i] << " per backward)\n";
+    else
+      line(i) << "its gradient hook fired fewer times (" << fired << ") than the "
+              << static_expected_hooks_[i] << " per backward of iteration 1\n";
+  }
+  os << "  Fix one of:\n"
+     << "    1. make the graph really static: every iteration uses the same parameters, each as often (no "
+        "data-dependent branch, skipped layer, or checkpointing that comes and goes), or\n"
+     << "    2. construct DistributedDataParallel without static_graph: the reducer then follows each "
+        "iteration's graph (if some parameters then go unused, its error says what to set).\n";
+  if (comm_error.empty())
+    os << "  The other ranks were kept in step: every bucket was all-reduced as usual (a gradient that came "
+          "after its parameter was ready is left out of the average, a missing one counts as zeros), and "
+          "this rank's .grad holds the same averaged gradients as theirs, so catching this error and continuing "
+          "keeps the replicas identical. Ranks whose graph did not change raise nothing.";
+  else
+    os << "  Keeping the other ranks in step failed too: " << comm_error;
+  throw Error(os.str());
 }
 
 }  // namespace ddp
