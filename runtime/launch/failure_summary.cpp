@@ -3,6 +3,7 @@
 
 #include <cstdio>
 
+#include "runtime/core/terminal_text.h"
 #include "runtime/launch/host.h"
 
 namespace ddp::launch {
@@ -39,9 +40,11 @@ std::string failure_summary(const std::vector<WorkerOutcome>& workers, size_t ro
                   w.log_file.empty() ? "-" : w.log_file.c_str(), note.c_str());
     out += row;
   }
+  // Each failed worker's own text, escaped as ddprun's own errors are (a terminal must not get raw bytes).
   for (const WorkerOutcome& w : workers)
     if (w.failed() && !w.error_message.empty())
-      out += "ddprun: rank " + std::to_string(w.rank) + " error: " + w.error_message + "\n";
+      out += "ddprun: rank " + std::to_string(w.rank) +
+             " error: " + log::escape_for_terminal(w.error_message) + "\n";
   const WorkerOutcome& r = workers.at(root);
   out += "ddprun: root cause: rank " + std::to_string(r.rank) + " (local rank " +
          std::to_string(r.local_rank) + ", pid " + std::to_string(r.pid) + ") ended with " + r.describe() +

@@ -211,7 +211,8 @@ TEST(FailureSummary, AWorkerThatExitedWithItsOwnCodeWasNotStoppedByDdprun) {
     w[i].pid = 2000 + i;
     w[i].exited = true;
   }
-  w[0].exit_code = 3;  // the root cause
+  w[0].exit_code = 3;  // the root cause, whose error file holds bytes a terminal must not get raw
+  w[0].error_message = "bad \x1b[2J\xff byte";
   w[1].exit_code = 1;  // exited before ddprun signalled it
   w[2].exit_code = 1;  // signalled, but exited with a code of its own
   w[2].signalled_by_launcher = true;
@@ -232,6 +233,7 @@ TEST(FailureSummary, AWorkerThatExitedWithItsOwnCodeWasNotStoppedByDdprun) {
   EXPECT_EQ(row(4).find("("), std::string::npos) << s;
   for (int r : {0, 1, 2, 4}) EXPECT_EQ(row(r).find("stopped by ddprun"), std::string::npos) << s;
   EXPECT_NE(s.find("3 of 5 workers failed"), std::string::npos) << s;
+  EXPECT_NE(s.find("ddprun: rank 0 error: bad \\x1b[2J\\xff byte\n"), std::string::npos) << s;
   EXPECT_FALSE(w[1].stopped_by_launcher());
   EXPECT_FALSE(w[2].stopped_by_launcher());
   EXPECT_TRUE(w[3].stopped_by_launcher());
