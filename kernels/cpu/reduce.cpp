@@ -100,7 +100,8 @@ double sum_contiguous(const In* x, int64_t n) {
 // order. The super-blocks depend on the shape only, so any thread count gives the same bits. Threads split
 // the super-blocks, each reading whole rows (contiguous memory). A single super-block (r <= kSuperRows), or
 // partial rows that would take more than kMaxScratch doubles, are split by columns instead (tiles of kTile
-// columns). The partial rows live in a reused per-thread buffer (at most kMaxScratch doubles).
+// columns). The partial rows live in a reused per-thread buffer (at most kMaxScratch doubles). Zero rows
+// (an empty batch) write 0 * scale to every column without touching the buffer.
 constexpr int64_t kSuperRows = 256;
 constexpr int64_t kMaxSuperBlocks = 64;
 constexpr int64_t kTile = 512;                     // ColumnBlockSum's widest partial row
@@ -126,6 +127,10 @@ void column_sums(const In* x, int64_t inner, int64_t k0, int64_t k1, int64_t c0,
 
 template <class In, class Out>
 void sum_middle(const In* x, int64_t outer, int64_t r, int64_t inner, Out* out, double scale) {
+  if (r == 0) {  // a sum over nothing: 0 (times the scale: the mean of nothing is NaN); x is not read
+    std::fill(out, out + outer * inner, static_cast<Out>(0.0 * scale));
+    return;
+  }
   if (inner == 1) {
     for (int64_t o = 0; o < outer; ++o) out[o] = static_cast<Out>(sum_contiguous(x + o * r, r) * scale);
     return;

@@ -46,8 +46,10 @@ ConvGeometry conv_geometry(const Tensor& x, const Tensor& weight, const Tensor& 
   g.padding = padding;
   g.out_h = kernels::cpu::conv_output_size(g.in_h, g.kernel_h, stride, padding);
   g.out_w = kernels::cpu::conv_output_size(g.in_w, g.kernel_w, stride, padding);
-  DDP_CHECK(x.numel() > 0 && weight.numel() > 0, "conv2d: empty input ", shape_str(x.shape()), " or weight ",
-            shape_str(weight.shape()));
+  // An empty batch (N = 0) is fine: an empty output, zero weight and bias gradients (as PyTorch).
+  DDP_CHECK((g.batch == 0 || x.numel() > 0) && weight.numel() > 0, "conv2d: input ", shape_str(x.shape()),
+            " or weight ", shape_str(weight.shape()),
+            " has no channels or pixels (only the batch dimension may be 0)");
   DDP_CHECK(g.out_h > 0 && g.out_w > 0, "conv2d: kernel ", g.kernel_h, "x", g.kernel_w,
             " does not fit the padded input ", g.in_h + 2 * padding, "x", g.in_w + 2 * padding,
             "; use a smaller kernel or more padding");
@@ -101,6 +103,13 @@ struct Conv2dBackward final : autograd::Node {
     DDP_CHECK(dy.shape() == Shape({geometry.batch, geometry.out_channels, geometry.out_h, geometry.out_w}),
               "conv2d backward: gradient has shape ", shape_str(dy.shape()));
     Tensor dx, dw, db;
+    if (geometry.batch == 0) {  // an empty batch: sums over no images
+      if (next_edges[0].valid()) dx = Tensor::empty_like(x);
+      if (next_edges[1].valid()) dw = Tensor::zeros_like(weight);
+      if (next_edges.size() > 2 && next_edges[2].valid())
+        db = Tensor::zeros({geometry.out_channels}, x.dtype(), x.device());
+      return {dx, dw, db};
+    }
     if (next_edges[0].valid()) dx = Tensor::empty_like(x);
     if (next_edges[1].valid()) dw = Tensor::empty_like(weight);
     if (next_edges.size() > 2 && next_edges[2].valid())
@@ -129,7 +138,7 @@ struct Conv2dBackward final : autograd::Node {
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t stride, int64_t padding) {
   const ConvGeometry g = conv_geometry(x, weight, bias, stride, padding);
   Tensor y = Tensor::empty({g.batch, g.out_channels, g.out_h, g.out_w}, x.dtype(), x.device());
-  conv_forward_into(x, weight, bias, y, g);
+  if (g.batch > 0) conv_forward_into(x, weight, bias, y, g);
   if (autograd::needs_grad({&x, &weight, &bias})) {
     auto node = std::make_shared<Conv2dBackward>();
     node->x = x;

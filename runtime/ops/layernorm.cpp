@@ -20,6 +20,11 @@ struct LayerNormBackward final : autograd::Node {
     if (next_edges[0].valid()) dx = Tensor::empty_like(x);
     if (next_edges[1].valid()) dweight = Tensor::empty_like(weight);
     if (next_edges[2].valid()) dbias = Tensor::empty_like(weight);
+    if (rows == 0) {  // an empty batch: dweight and dbias are sums over no rows
+      if (dweight.defined()) dweight = Tensor::zeros_like(weight);
+      if (dbias.defined()) dbias = Tensor::zeros_like(weight);
+      return {dx, dweight, dbias};
+    }
     DDP_DISPATCH_FLOATING(x.dtype(), "layer_norm backward", [&] {
       scalar_t* pdx = dx.defined() ? dx.data<scalar_t>() : nullptr;
       scalar_t* pdw = dweight.defined() ? dweight.data<scalar_t>() : nullptr;

@@ -66,6 +66,7 @@ struct MseBackward final : autograd::Node {
     Tensor dpred, dtarget;
     if (next_edges[0].valid()) dpred = Tensor::empty_like(pred);
     if (next_edges[1].valid()) dtarget = Tensor::empty_like(target);
+    if (pred.numel() == 0) return {dpred, dtarget};
     DDP_DISPATCH_FLOATING(pred.dtype(), "mse_loss backward", [&] {
       scalar_t* dp = dpred.defined() ? dpred.data<scalar_t>() : nullptr;
       scalar_t* dt = dtarget.defined() ? dtarget.data<scalar_t>() : nullptr;
@@ -153,21 +154,25 @@ Tensor mse_loss(const Tensor& pred, const Tensor& target) {
             dtype_name(target.dtype()), "; convert one with .to(dtype)");
   DDP_CHECK(pred.device() == target.device(), "mse_loss: pred on ", pred.device().str(), " but target on ",
             target.device().str());
-  DDP_CHECK(pred.numel() > 0, "mse_loss: empty inputs of shape ", shape_str(pred.shape()));
   Tensor loss = Tensor::empty({}, pred.dtype(), pred.device());
-  DDP_DISPATCH_FLOATING(pred.dtype(), "mse_loss", [&] {
+  if (pred.numel() == 0) {  // the mean of nothing is NaN, as in PyTorch; the gradients are empty
+    loss = Tensor::full({}, std::numeric_limits<double>::quiet_NaN(), pred.dtype(), pred.device());
+  } else {
+    DDP_DISPATCH_FLOATING(pred.dtype(), "mse_loss", [&] {
 #ifdef DDP_WITH_CUDA
-    if (pred.device().is_cuda()) {
-      kernels::cuda::mse_forward(pred.data<scalar_t>(), target.data<scalar_t>(), pred.numel(),
-                                 loss.data<scalar_t>(), cuda::current_stream());
-      return;
-    }
+      if (pred.device().is_cuda()) {
+        kernels::cuda::mse_forward(pred.data<scalar_t>(), target.data<scalar_t>(), pred.numel(),
+                                   loss.data<scalar_t>(), cuda::current_stream());
+        return;
+      }
 #endif
-    DDP_CHECK(pred.device().is_cpu(), "mse_loss on ", pred.device().str(), " is not available in this build");
-    const double total =
-        kernels::cpu::mse_forward(pred.data<scalar_t>(), target.data<scalar_t>(), pred.numel());
-    loss.data<scalar_t>()[0] = static_cast<scalar_t>(total / static_cast<double>(pred.numel()));
-  });
+      DDP_CHECK(pred.device().is_cpu(), "mse_loss on ", pred.device().str(),
+                " is not available in this build");
+      const double total =
+          kernels::cpu::mse_forward(pred.data<scalar_t>(), target.data<scalar_t>(), pred.numel());
+      loss.data<scalar_t>()[0] = static_cast<scalar_t>(total / static_cast<double>(pred.numel()));
+    });
+  }
   if (autograd::needs_grad({&pred, &target})) {
     auto node = std::make_shared<MseBackward>();
     node->pred = pred;

@@ -25,7 +25,8 @@ struct CrossEntropyOptions {
 // int64 back to the host, a sync of the current stream per call).
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEntropyOptions& options = {});
 
-// pred, target: same shape and dtype -> (), mean((pred - target)^2). Both inputs are differentiable.
+// pred, target: same shape and dtype -> (), mean((pred - target)^2). Both inputs are differentiable. Empty
+// inputs give NaN (the mean of nothing, as PyTorch) and empty gradients.
 Tensor mse_loss(const Tensor& pred, const Tensor& target);
 
 }  // namespace ddp::ops

@@ -2,6 +2,8 @@
 // (coalesced (outer, r, inner) passes); backward broadcasts the gradient back with expand_dims.
 #include "runtime/ops/reduce.h"
 
+#include <limits>
+
 #include "kernels/cpu/reduce.h"
 #include "runtime/autograd/node.h"
 #include "runtime/ops/device_kernel.h"
@@ -78,6 +80,11 @@ std::vector<bool> reduce_mask(const char* op, const Tensor& x, const std::vector
   return mask;
 }
 
+// 1/count; the mean of nothing (count 0) is NaN, as in PyTorch: a sum of 0 times a NaN scale.
+double mean_scale(int64_t count) {
+  return count > 0 ? 1.0 / static_cast<double>(count) : std::numeric_limits<double>::quiet_NaN();
+}
+
 Shape reduced_shape(const Tensor& x, const std::vector<bool>& mask, bool keepdim) {
   Shape s;
   for (int64_t d = 0; d < x.dim(); ++d) {
@@ -95,9 +102,8 @@ Tensor sum(const Tensor& x) {
   return reduce("sum", x, std::vector<bool>(x.shape().size(), true), {}, 1.0);
 }
 Tensor mean(const Tensor& x) {
-  DDP_CHECK(x.defined() && x.numel() > 0, "mean of an empty or undefined tensor");
-  return reduce("mean", x, std::vector<bool>(x.shape().size(), true), {},
-                1.0 / static_cast<double>(x.numel()));
+  DDP_CHECK(x.defined(), "mean: input is undefined");
+  return reduce("mean", x, std::vector<bool>(x.shape().size(), true), {}, mean_scale(x.numel()));
 }
 
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
@@ -110,8 +116,7 @@ Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   DDP_CHECK(x.defined(), "mean: input is undefined");
   int64_t count;
   std::vector<bool> mask = reduce_mask("mean", x, dims, &count);
-  DDP_CHECK(count > 0, "mean over dimensions of size 0 of a tensor of shape ", shape_str(x.shape()));
-  return reduce("mean", x, mask, reduced_shape(x, mask, keepdim), 1.0 / static_cast<double>(count));
+  return reduce("mean", x, mask, reduced_shape(x, mask, keepdim), mean_scale(count));
 }
 
 }  // namespace ddp::ops

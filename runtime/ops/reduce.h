@@ -7,7 +7,8 @@
 
 namespace ddp::ops {
 
-// Sum of all elements -> shape () (a scalar tensor).
+// Sum of all elements -> shape () (a scalar tensor). Over nothing (an empty tensor or dimension of size 0)
+// a sum is 0 and a mean NaN, as in PyTorch; the gradient of an empty input is empty.
 Tensor sum(const Tensor& x);
 Tensor mean(const Tensor& x);
 

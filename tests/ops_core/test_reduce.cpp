@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "runtime/ops/reduce.h"
 #include "tests/support/gradcheck.h"
@@ -99,7 +100,7 @@ TEST(Reduce, SumAllAndMeanAll) {
   EXPECT_NEAR(ops::sum(x).item(), reference_sum(x, {}, 1.0)[0], 1e-12);
   EXPECT_NEAR(ops::mean(x).item(), reference_sum(x, {}, 1.0 / 42)[0], 1e-12);
   EXPECT_NEAR(ops::sum(Tensor::zeros({0, 3}, DType::F64)).item(), 0.0, 0.0);
-  EXPECT_THROW(ops::mean(Tensor::zeros({0})), Error);
+  EXPECT_TRUE(std::isnan(ops::mean(Tensor::zeros({0})).item()));  // the mean of nothing, as PyTorch
 }
 
 TEST(Reduce, LongFloat32SumsAreAccurate) {
