@@ -318,10 +318,15 @@ std::string StoreServer::State::handle(const std::string& body) {
     if (ms < 0 || ms > kMaxWaitMs) throw proto::ProtocolError{"timeout out of range"};
     return net::Clock::now() + std::chrono::milliseconds(ms);
   };
+  // Called after the last field, before anything is applied: a malformed request changes nothing.
+  auto end_of_fields = [&in] {
+    if (!in.at_end()) throw proto::ProtocolError{"trailing bytes after the request"};
+  };
   const Op op = static_cast<Op>(in.u8());
   switch (op) {
     case Op::Set: {
       std::string key = in.str(), value = in.str();
+      end_of_fields();
       {
         std::lock_guard<std::mutex> g(mu);
         data[std::move(key)] = std::move(value);
@@ -333,6 +338,7 @@ std::string StoreServer::State::handle(const std::string& body) {
     case Op::Get: {
       std::string key = in.str();
       auto deadline = read_timeout();
+      end_of_fields();
       std::unique_lock<std::mutex> g(mu);
       bool found = changed.wait_until(g, deadline, [&] { return stopping || data.count(key) > 0; });
       if (found && !stopping)
@@ -344,6 +350,7 @@ std::string StoreServer::State::handle(const std::string& body) {
     case Op::Add: {
       std::string key = in.str();
       int64_t delta = in.i64();
+      end_of_fields();
       std::unique_lock<std::mutex> g(mu);
       int64_t current = 0;
       auto it = data.find(key);
@@ -368,6 +375,7 @@ std::string StoreServer::State::handle(const std::string& body) {
       std::vector<std::string> keys;
       for (uint32_t i = 0; i < n; ++i) keys.push_back(in.str());
       auto deadline = read_timeout();
+      end_of_fields();
       std::unique_lock<std::mutex> g(mu);
       auto all_present = [&] {
         for (auto& k : keys)
@@ -387,6 +395,7 @@ std::string StoreServer::State::handle(const std::string& body) {
     }
     case Op::CompareSet: {
       std::string key = in.str(), expected = in.str(), desired = in.str();
+      end_of_fields();
       std::unique_lock<std::mutex> g(mu);
       auto it = data.find(key);
       bool swap = (it == data.end() && expected.empty()) || (it != data.end() && it->second == expected);
@@ -399,11 +408,13 @@ std::string StoreServer::State::handle(const std::string& body) {
     }
     case Op::Delete: {
       std::string key = in.str();
+      end_of_fields();
       std::lock_guard<std::mutex> g(mu);
       ok().u8(data.erase(key) ? 1 : 0);
       break;
     }
     case Op::NumKeys: {
+      end_of_fields();
       std::lock_guard<std::mutex> g(mu);
       ok().i64(static_cast<int64_t>(data.size()));
       break;
@@ -411,7 +422,6 @@ std::string StoreServer::State::handle(const std::string& body) {
     default:
       throw proto::ProtocolError{"unknown op " + std::to_string(static_cast<int>(op))};
   }
-  if (!in.at_end()) throw proto::ProtocolError{"trailing bytes after the request"};
   return out.frame();
 }
 

@@ -291,3 +291,45 @@ TEST(StoreHardening, RandomFramesNeverStopTheServer) {
   good.set("alive", "yes");
   EXPECT_EQ(good.get("alive"), "yes");
 }
+
+// A request with trailing bytes is malformed as a whole: the server drops the client without applying any
+// of it (it used to store the Set, then notice the trailing bytes). Checked without a token (untagged
+// frames) and with one (trailing bytes inside a correctly tagged frame), for every op that writes.
+TEST(StoreHardening, AMalformedRequestIsNotAppliedEvenInPart) {
+  for (const std::string token : {std::string(), kToken}) {
+    StoreServer server("127.0.0.1", 0, token);
+    Store good("127.0.0.1", server.port(), token, 5s);
+    good.set("cas", "old");
+    good.set("del", "kept");
+    std::vector<proto::Writer> requests(4);
+    requests[0].u8(static_cast<uint8_t>(proto::Op::Set)).str("set").str("v");
+    requests[1].u8(static_cast<uint8_t>(proto::Op::Add)).str("add").i64(5);
+    requests[2].u8(static_cast<uint8_t>(proto::Op::CompareSet)).str("cas").str("old").str("new");
+    requests[3].u8(static_cast<uint8_t>(proto::Op::Delete)).str("del");
+    for (proto::Writer& w : requests) {
+      auto s = raw(server.port());
+      const std::string cn(proto::kNonceBytes, 'c');
+      proto::Writer hello;
+      hello.u8(static_cast<uint8_t>(proto::Op::Hello)).str(proto::kMagic).str(cn);
+      net::send_all(s.fd(), hello.frame().data(), hello.frame().size(), "server");
+      std::string reply;
+      ASSERT_EQ(proto::read_frame(s.fd(), reply, net::deadline_after(5s)), proto::FrameResult::Ok);
+      proto::Reader in(reply);
+      in.u8();
+      const std::string sn = in.str();
+      proto::Writer prove;
+      prove.u8(static_cast<uint8_t>(proto::Op::Prove)).str(proto::client_proof(token, cn, sn));
+      net::send_all(s.fd(), prove.frame().data(), prove.frame().size(), "server");
+      ASSERT_EQ(proto::read_frame(s.fd(), reply, net::deadline_after(5s)), proto::FrameResult::Ok);
+      proto::FrameAuth auth(token, cn, sn, proto::FrameAuth::Side::Client);
+      w.u8(0x7f);  // one byte too many
+      const std::string frame = auth.seal(w.frame());
+      net::send_all(s.fd(), frame.data(), frame.size(), "server");
+      EXPECT_TRUE(closed_within(s, 5s));
+    }
+    EXPECT_EQ(good.try_get("set"), std::nullopt) << "token '" << token << "'";
+    EXPECT_EQ(good.try_get("add"), std::nullopt) << "token '" << token << "'";
+    EXPECT_EQ(good.try_get("cas"), "old") << "token '" << token << "'";
+    EXPECT_EQ(good.try_get("del"), "kept") << "token '" << token << "'";
+  }
+}
