@@ -153,6 +153,7 @@ TrainSetup set_up_training(const TrainOptions& o, std::shared_ptr<dist::ProcessG
             "); give every rank at least one batch per --grad-accum");
   if (s.common_steps < s.total_steps && o.join) {
     JoinOptions jo;
+    jo.zero_grad_set_to_none = !o.gradient_as_bucket_view;  // as train_step zeroes them
     if (s.zero) {
       jo.joinables.push_back(s.zero);  // its step's broadcasts are shadowed too, after the same clipping
       if (o.clip_grad > 0)

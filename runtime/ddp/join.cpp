@@ -111,6 +111,12 @@ void Join::join() {
     // The divisor the active ranks' forward just set: on shm it also picks their all-reduce (Avg when it is
     // the world size, else Sum), so a stale one here would be a collective mismatch.
     ddp_.reducer().set_divide_factor(options_.divide_by_initial_world_size ? world : count);
+    for (Tensor& p : ddp_.module().parameters()) {  // the others' zero_grad (their write-back fills the rest)
+      if (options_.zero_grad_set_to_none)
+        p.set_grad(Tensor());
+      else if (p.grad().defined())
+        p.grad().zero_();
+    }
     ddp_.shadow_iteration(root);
     for (Joinable* j : options_.joinables) j->join_shadow_iteration();
     ++shadowed_;

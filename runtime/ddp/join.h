@@ -36,6 +36,10 @@ struct JoinOptions {
   // Participants with collectives of their own per iteration (ZeroRedundancyOptimizer), shadowed in this
   // order after the backward's. Not owned; they must outlive the Join.
   std::vector<Joinable*> joinables;
+  // How the training loop zeroes gradients before a backward (Optimizer::zero_grad's set_to_none). A joined
+  // rank does the same before each shadowed backward, so a parameter no rank used ends the iteration as on
+  // the ranks still training (no gradient, or zeros) - what a joinable's step then sees.
+  bool zero_grad_set_to_none = true;
 };
 
 class Join {

@@ -115,13 +115,19 @@ std::vector<std::vector<double>> train_rank(const JoinCase& c, int rank, dist::P
   auto opt = make_optimizer(c, *model, borrow(pg));
   std::unique_ptr<Join> join;
   if (!zero_past_end) {
-    JoinOptions jo{.divide_by_initial_world_size = c.divide_by_initial};
+    JoinOptions jo{.divide_by_initial_world_size = c.divide_by_initial,
+                   .zero_grad_set_to_none = !c.bucket_view};
     if (auto* zero = dynamic_cast<optim::ZeroRedundancyOptimizer*>(opt.get())) jo.joinables.push_back(zero);
     join = std::make_unique<Join>(ddp, jo);
   }
   const int mine = zero_past_end ? steps : c.batches[rank];
   for (int step = 0; step < mine; ++step) {
     const bool past_end = step >= c.batches[rank];
+    if (zero_past_end && !c.divide_by_initial) {  // what Join's activity all-reduce would set
+      int active = 0;
+      for (int b : c.batches) active += b > step;
+      ddp.reducer().set_divide_factor(active);
+    }
     opt->set_lr(lr_at(step));
     opt->zero_grad(/*set_to_none=*/!c.bucket_view);
     for (int micro = 0; micro < c.accumulation; ++micro) {
@@ -270,29 +276,34 @@ TEST(JoinSpace, FindUnusedParametersGradientAsBucketViewAndNoSync) {
 // Issue 25 item 7: the ZeRO step's broadcasts had no shadow on a joined rank. Registered with Join, the
 // joined rank steps its shard with the averaged gradients and the active ranks' learning rate.
 TEST(JoinSpace, ZeroRedundancyOptimizer) {
-  for (bool divide : {true, false})
-    for_each_case([divide](JoinCase& c) {
+  for (int variant = 0; variant < 4; ++variant)
+    for_each_case([variant](JoinCase& c) {
       c.zero = true;
-      c.divide_by_initial = divide;
-      c.bucket_view = !divide;
+      c.divide_by_initial = variant % 2 == 0;
+      c.bucket_view = variant == 1;              // zeroed in place: a parameter no rank used steps with zeros
+      c.branchy = variant == 1 || variant == 2;  // find_unused_parameters (set to none: nothing to step)
+      c.static_graph = variant == 3;
     });
 }
 
 // The comm hook runs on the joined rank's zero buckets, so a Join run equals a run without Join in which a
-// rank past its data contributes zero gradients (PowerSGD: from iteration 2, with error feedback).
+// rank past its data contributes zero gradients (PowerSGD: from iteration 2, with error feedback) - with the
+// same divisor (divide_by_initial_world_size = false: the reference run sets the active count itself).
 TEST(JoinSpace, CommHooksSeeZeroBucketsFromJoinedRanks) {
   for (const char* backend : {"shm", "gloo"})
     for (int world : {2, 3}) {
       std::vector<JoinCase> cases;
       for (const char* hook : {"bf16", "powersgd"})
-        for (const auto& batches : patterns(world)) {
-          JoinCase c;
-          c.backend = backend;
-          c.batches = batches;
-          c.hook = hook;
-          c.wide = world == 3;
-          cases.push_back(c);
-        }
+        for (const auto& batches : patterns(world))
+          for (bool divide : {true, false}) {
+            JoinCase c;
+            c.backend = backend;
+            c.batches = batches;
+            c.hook = hook;
+            c.wide = world == 3;
+            c.divide_by_initial = divide;
+            cases.push_back(c);
+          }
       auto joined = run_cases(cases);
       auto zeros = run_cases(cases, /*zero_past_end=*/true);
       for (size_t k = 0; k < cases.size(); ++k)
