@@ -116,6 +116,12 @@ TEST(UserMessages, AMissingDataPathIsAWrongPathNotAMissingPackage) {
             std::string::npos)
       << text.err;
   EXPECT_EQ(text.err.find("apt-get"), std::string::npos) << text.err;
+  // Without --data-path, at the packaged location, the message still names the package (where it is missing).
+  if (!std::filesystem::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz")) {
+    auto packaged = run_train({"--data", "fashion-mnist", "--steps", "1"});
+    EXPECT_EQ(packaged.exit_code, 1) << packaged.err;
+    EXPECT_NE(packaged.err.find("apt-get install dataset-fashion-mnist"), std::string::npos) << packaged.err;
+  }
 }
 
 // Resuming a checkpoint at or past the run's last step: "nothing to do" and why (--steps counts from the
