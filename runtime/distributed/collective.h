@@ -35,4 +35,10 @@ void check_allgather(const CommBuffer& in, const CommBuffer& out, int size);
 void check_reduce_scatter(const CommBuffer& in, const CommBuffer& out, int size);
 void check_root(int root, int size);
 
+// The usual cause of a collective mismatch, said the same way by every backend's mismatch error.
+inline constexpr const char* kMismatchHint =
+    "The ranks issue different collectives at the same point: typically one rank ran out of data and went on "
+    "to other work while the others kept training (uneven inputs: use ddp::Join, or give every rank the same "
+    "number of steps), or a rank took a different code path";
+
 }  // namespace ddp::dist

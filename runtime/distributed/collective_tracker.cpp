@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "runtime/core/error.h"
+#include "runtime/distributed/collective.h"
 
 namespace ddp::dist {
 
@@ -174,10 +175,8 @@ std::string CollectiveTracker::failure_message(const CollectiveDesc& d, const st
     msg += "collective mismatch at sequence number " + std::to_string(d.seq) + ": this rank (" +
            std::to_string(rank_) + ") calls " + mine;
     for (auto& m : different) msg += ", rank " + std::to_string(m.rank) + " calls " + m.call;
-    msg +=
-        ". The ranks issue different collectives at the same point: typically one rank ran out of data and "
-        "went on to other work while the others kept training (uneven inputs: use ddp::Join, or give every "
-        "rank the same number of steps), or a rank took a different code path";
+    msg += ". ";
+    msg += kMismatchHint;
   } else if (!missing.empty()) {
     msg += "rank(s) ";
     for (size_t i = 0; i < missing.size(); ++i) {

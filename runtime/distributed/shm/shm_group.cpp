@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <optional>
 #include <vector>
 
 #include "runtime/core/env_number.h"
@@ -16,6 +17,7 @@
 #include "runtime/core/log.h"
 #include "runtime/distributed/shm/shm_group_impl.h"
 #include "runtime/distributed/shm/shm_reduce.h"
+#include "runtime/distributed/shm/shm_verdict.h"
 
 namespace ddp::dist {
 
@@ -113,6 +115,8 @@ void ShmProcessGroup::Impl::setup() {
   slot_bytes = std::stoull(config.substr(space + 1, space2 - space - 1));
   direct_min_bytes = std::stoull(config.substr(space2 + 1));
 
+  DDP_CHECK(size <= kMaxVerdictWorld, "shm: a group of ", size, " ranks is larger than the ", kMaxVerdictWorld,
+            " the shm backend supports on one host; use --backend gloo");
   segments.resize(size);
   cb.resize(size);
   slots.resize(size);
@@ -188,9 +192,65 @@ void ShmProcessGroup::run(Task& t) {
   try {
     s.execute(d, static_cast<char*>(t.in.data), static_cast<char*>(t.out.data),
               static_cast<const DirectRef*>(t.staging.get()));
+    s.agree_on_outcome(d);
   } catch (const PeerProblem& p) {
+    if (s.size > 1) vote_failed(*s.cb[0], d.seq, s.size, s.rank);  // this rank has not voted: it decides
     throw Error(s.failure_message(d, p));
+  } catch (const Error&) {
+    if (s.size > 1) vote_failed(*s.cb[0], d.seq, s.size, s.rank);  // a mismatch found in the call stamps
+    throw;
   }
+}
+
+// Every rank reports the same outcome (shm_verdict.h): this rank votes that it completed and waits until all
+// did, or until some rank failed the collective - then this rank fails too, with that rank's reason. A peer
+// that dies, leaves or fails meanwhile, or the deadline, makes this rank vote failed; if every rank had
+// voted completed by then, the collective completed after all.
+void ShmProcessGroup::Impl::agree_on_outcome(const CollectiveDesc& d) {
+  if (size == 1) return;
+  ControlBlock& rank0 = *cb[0];
+  VerdictState v = vote_completed(rank0, d.seq, size);
+  while (v.verdict == Verdict::Pending) {
+    const bool caller_waits = waiters->load(std::memory_order_relaxed) > 0;
+    wait_verdict_change(rank0, d.seq, caller_waits ? policy.waited_spin : policy.spin, policy.slice);
+    v = read_verdict(rank0, d.seq, size);
+    if (v.verdict != Verdict::Pending) break;
+    std::optional<PeerProblem> problem = peer_problem(d);
+    if (!problem) continue;
+    v = vote_failed(rank0, d.seq, size, rank);
+    if (v.verdict == Verdict::Failed && v.failed_by == rank) throw *problem;
+  }
+  if (v.verdict == Verdict::Completed) return;
+  // Failed by a peer: its failure state (published right after its vote) carries the reason.
+  const int q = v.failed_by;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  while (static_cast<PeerState>(cb[q]->state.load()) == PeerState::Alive && std::chrono::steady_clock::now() < until)
+    wait_verdict_change(rank0, d.seq, std::chrono::microseconds(0), std::chrono::milliseconds(1));
+  throw PeerProblem{q, WaitEnd::PeerFailed};
+}
+
+// Why this rank should give up waiting for the others' votes on d, if it should: a peer failed, left or died,
+// or the deadline passed (blamed on a peer that has not finished its part; its progress shows it).
+std::optional<PeerProblem> ShmProcessGroup::Impl::peer_problem(const CollectiveDesc& d) const {
+  (void)d;
+  for (int q = 0; q < size; ++q) {
+    if (q == rank) continue;
+    switch (static_cast<PeerState>(cb[q]->state.load(std::memory_order_acquire))) {
+      case PeerState::Failed:
+        return PeerProblem{q, WaitEnd::PeerFailed};
+      case PeerState::Closed:
+        return PeerProblem{q, WaitEnd::PeerClosed};
+      case PeerState::Alive:
+        break;
+    }
+    if (!same_process[q] && !pid_alive(cb[q]->pid)) return PeerProblem{q, WaitEnd::PeerDied};
+  }
+  if (std::chrono::steady_clock::now() < deadline) return std::nullopt;
+  const uint32_t finished = base();  // every step of this collective done: the mark its last end_step left
+  for (int q = 0; q < size; ++q)
+    if (q != rank && !reached(cb[q]->progress.load(std::memory_order_acquire), finished))
+      return PeerProblem{q, WaitEnd::Deadline};
+  return PeerProblem{rank == 0 ? 1 : 0, WaitEnd::Deadline};
 }
 
 void ShmProcessGroup::on_failure(const std::string& why) {
@@ -268,7 +328,8 @@ void ShmProcessGroup::Impl::check_peer_call(int q, const CollectiveDesc& d) {
   DDP_FAIL(
       "collective mismatch at sequence number ", d.seq, ": rank ", rank, " calls ", mine, " but rank ", q,
       " calls ", theirs,
-      ". Every rank must issue the same collectives, with the same counts and dtypes, in the same order");
+      ". Every rank must issue the same collectives, with the same counts and dtypes, in the same order. ",
+      kMismatchHint);
 }
 
 // ---------------------------------------------------------------------------------------- algorithms
@@ -325,7 +386,10 @@ void ShmProcessGroup::Impl::allreduce(const CollectiveDesc& d, char* data, const
     const uint32_t b = base();
     const bool small = len * es <= kSmallAllreduceBytes;
     const size_t align = 64 / es;
-    const size_t part = (len / size + align - 1) / align * align;
+    // Parts of ceil(len / size) rounded up to 64 bytes: they cover the chunk for every length (a floor here
+    // left the last len % size elements to no rank when len / size was already aligned).
+    const size_t share = (len + static_cast<size_t>(size) - 1) / static_cast<size_t>(size);
+    const size_t part = (share + align - 1) / align * align;
     auto lo = [&](int q) { return std::min(len, part * static_cast<size_t>(q)); };
     auto hi = [&](int q) { return std::min(len, part * static_cast<size_t>(q + 1)); };
     // Into our slot goes what the peers read: all of it (small), or the parts the peers reduce.

@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -90,6 +91,8 @@ struct ShmProcessGroup::Impl {
   void setup();
   void execute(const CollectiveDesc& d, char* in, char* out, const DirectRef* direct);
   std::string failure_message(const CollectiveDesc& d, const PeerProblem& p);
+  void agree_on_outcome(const CollectiveDesc& d);                 // throws PeerProblem when it failed
+  std::optional<PeerProblem> peer_problem(const CollectiveDesc& d) const;
   // shm_inplace.cpp: the registered buffer `buf` lies in (null: none, or not an in-place candidate);
   // unlinks the names of all registered buffers still alive.
   std::shared_ptr<DirectRef> find_registered(const CommBuffer& buf);

@@ -25,18 +25,16 @@
 
 namespace ddp::dist::shm {
 
-namespace {
 // Shared (not PRIVATE) futex operations: the word lives in memory mapped by several processes.
-long futex_wait(std::atomic<uint32_t>* addr, uint32_t expected, std::chrono::nanoseconds timeout) {
+void futex_wait_shared(std::atomic<uint32_t>* addr, uint32_t expected, std::chrono::nanoseconds timeout) {
   timespec ts{};
   ts.tv_sec = static_cast<time_t>(timeout.count() / 1'000'000'000);
   ts.tv_nsec = static_cast<long>(timeout.count() % 1'000'000'000);
-  return ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(addr), FUTEX_WAIT, expected, &ts, nullptr, 0);
+  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(addr), FUTEX_WAIT, expected, &ts, nullptr, 0);
 }
-void futex_wake_all(std::atomic<uint32_t>* addr) {
+void futex_wake_shared(std::atomic<uint32_t>* addr) {
   ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(addr), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
-}  // namespace
 
 bool pid_alive(pid_t pid) {
   if (pid <= 0) return false;
@@ -56,7 +54,7 @@ bool pid_exists(pid_t pid) { return pid > 0 && (::kill(pid, 0) == 0 || errno == 
 
 void publish_progress(ControlBlock& cb, uint32_t value) {
   cb.progress.store(value, std::memory_order_seq_cst);
-  if (cb.sleepers.load(std::memory_order_seq_cst) != 0) futex_wake_all(&cb.progress);
+  if (cb.sleepers.load(std::memory_order_seq_cst) != 0) futex_wake_shared(&cb.progress);
 }
 
 void publish_state(ControlBlock& cb, PeerState s, const std::string& why) {
@@ -67,7 +65,7 @@ void publish_state(ControlBlock& cb, PeerState s, const std::string& why) {
   }
   cb.state.store(static_cast<uint32_t>(s), std::memory_order_seq_cst);
   // Bump nothing: sleepers wake on the futex and re-check the state.
-  futex_wake_all(&cb.progress);
+  futex_wake_shared(&cb.progress);
 }
 
 namespace {
@@ -116,7 +114,7 @@ WaitEnd wait_progress(ControlBlock& peer, uint32_t target, std::chrono::steady_c
       const auto now = Clock::now();
       if (now < deadline) {
         auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - now);
-        futex_wait(&peer.progress, seen, std::min<std::chrono::nanoseconds>(left, policy.slice));
+        futex_wait_shared(&peer.progress, seen, std::min<std::chrono::nanoseconds>(left, policy.slice));
       }
     }
     peer.sleepers.fetch_sub(1, std::memory_order_seq_cst);

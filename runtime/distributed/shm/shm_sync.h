@@ -18,7 +18,7 @@
 
 namespace ddp::dist::shm {
 
-inline constexpr uint64_t kMagic = 0x6464707368'6d3032ull;  // "ddpshm02"
+inline constexpr uint64_t kMagic = 0x6464707368'6d3033ull;  // "ddpshm03"
 
 // What a rank is doing, so peers can check that they run the same collective (cheap, always on).
 struct CallStamp {
@@ -43,10 +43,18 @@ struct alignas(64) ControlBlock {
   std::atomic<uint32_t> state;                 // PeerState
   CallStamp call[2];  // by sequence-number parity
   char failure[256];  // why this rank failed (state == Failed)
+  // Rank 0's decide every collective's outcome (shm_verdict.h), by sequence-number parity.
+  alignas(64) std::atomic<uint32_t> verdict[2];
+  std::atomic<uint32_t> verdict_sleepers;  // ranks sleeping on a verdict word
 };
 
 inline constexpr size_t kControlBytes = 4096;
 static_assert(sizeof(ControlBlock) <= kControlBytes);
+
+// Futex sleep on a 32-bit word of a shared segment while it holds `expected` (at most `timeout`), and the wake of
+// everyone sleeping on it.
+void futex_wait_shared(std::atomic<uint32_t>* word, uint32_t expected, std::chrono::nanoseconds timeout);
+void futex_wake_shared(std::atomic<uint32_t>* word);
 
 // Publishes a new progress value and wakes sleepers.
 void publish_progress(ControlBlock& cb, uint32_t value);
