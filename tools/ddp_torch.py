@@ -34,8 +34,11 @@ import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-FORMAT = "ddp.cpp training checkpoint v2"  # v2: a CRC-32 per tensor ("crc32:<name>") and the optimizer kind
-READABLE_FORMATS = (FORMAT, "ddp.cpp training checkpoint v1")
+# v3: a CRC-32 of the header's content ("header_crc32"); v2: a CRC-32 per tensor ("crc32:<name>") and the optimizer
+# kind. ddp.cpp reads all three.
+FORMAT = "ddp.cpp training checkpoint v3"
+READABLE_FORMATS = (FORMAT, "ddp.cpp training checkpoint v2", "ddp.cpp training checkpoint v1")
+HEADER_CHECKSUM_KEY = "header_crc32"
 DTYPES = {"F32": torch.float32, "F64": torch.float64, "BF16": torch.bfloat16, "I32": torch.int32,
           "I64": torch.int64, "U8": torch.uint8}
 NAMES = {v: k for k, v in DTYPES.items()}
@@ -89,6 +92,34 @@ def read_safetensors(path):
 def tensor_bytes(t):
     t = t.detach().cpu().contiguous()
     return t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
+
+
+def header_crc32(metadata, entries):
+    """runtime/checkpoint/checksum.h's header_crc32_of: the CRC-32 (8 hex digits) of every metadata entry but
+    HEADER_CHECKSUM_KEY, sorted by key, then every tensor's name, dtype code and shape (entries: (name, code,
+    shape)), sorted by name; each field length-prefixed (u64 little-endian), strings as UTF-8."""
+    out = bytearray(b"ddp.cpp header content v3")
+
+    def u64(v):
+        out.extend(struct.pack("<Q", v))
+
+    def text(b):
+        u64(len(b))
+        out.extend(b)
+
+    items = sorted((k.encode(), str(v).encode()) for k, v in metadata.items() if k != HEADER_CHECKSUM_KEY)
+    u64(len(items))
+    for k, v in items:
+        text(k)
+        text(v)
+    u64(len(entries))
+    for name, code, shape in sorted(entries, key=lambda e: e[0].encode()):
+        text(name.encode())
+        text(code.encode())
+        u64(len(shape))
+        for d in shape:
+            u64(int(d))
+    return "%08x" % zlib.crc32(bytes(out))
 
 
 def write_safetensors(path, tensors, metadata):
@@ -299,6 +330,7 @@ def torch_to_ddp(ckpt):
     steps = max((int(float(s.get("step", 0))) for s in (ckpt.get("optimizer") or {}).get("state", {}).values()),
                 default=int(meta.get("optimizer_steps", "0")))
     meta["optimizer_steps"] = str(steps)
+    meta[HEADER_CHECKSUM_KEY] = header_crc32(meta, [(n, NAMES[t.dtype], list(t.shape)) for n, t in tensors.items()])
     return tensors, meta
 
 

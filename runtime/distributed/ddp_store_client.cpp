@@ -100,11 +100,11 @@ std::string DdpStoreClient::roundtrip(const std::string& frame, const std::strin
                                       std::chrono::milliseconds wait_ms) {
   DDP_CHECK(socket_.valid(), "store ", what, ": the connection to ", where(),
             " was lost by an earlier failure");
+  const std::string sealed = auth_.seal(frame);  // a request too large fails here, before anything is sent
   try {
-    const std::string sealed = auth_.seal(frame);
     net::send_all(socket_.fd(), sealed.data(), sealed.size(), "store " + where());
   } catch (const Error&) {
-    socket_.close();  // a frame not sent (or half sent) leaves the counters or the stream out of step
+    socket_.close();  // a frame half sent leaves the stream out of step
     throw;
   }
   std::string body;

@@ -32,7 +32,8 @@ class FrameAuth {
 
   bool on() const { return on_; }
   // A finished frame (length prefix and body, as Writer::frame() gives) with the tag of this end's next
-  // frame appended and the prefix updated.
+  // frame appended and the prefix updated. Throws ddp::Error when the result would exceed kMaxMessageBytes
+  // (the peer would drop the connection), on or off.
   std::string seal(std::string frame);
   // Checks and strips the tag of the peer's next frame body. False when the body is shorter than a tag or the
   // tag is wrong (the body was altered, injected, replayed, reordered or truncated on the way); the stream

@@ -64,7 +64,10 @@ class Relay {
     thread_ =
         std::thread([this, server_port, on_request, on_reply] { run(server_port, on_request, on_reply); });
   }
-  ~Relay() { join(); }
+  ~Relay() {
+    listener_.shutdown();  // wakes an accept() that no client reached (a test that failed early)
+    join();
+  }
   int port() const { return port_; }
   // Waits until the relay stopped (after the client or the server closed).
   void join() {

@@ -123,3 +123,24 @@ TEST(StoreFrameTags, RequestsInSwappedOrderAreDroppedWithNothingApplied) {
   EXPECT_EQ(direct.try_get("second"), std::nullopt);
   EXPECT_GE(server.dropped_connections(), 1);
 }
+
+// A request larger than a frame may be is refused by the client before anything is sent, with a message
+// naming the limit, and the connection stays usable (it used to be sent, dropped by the server, and reported
+// as "closed the connection ... is the run token wrong?").
+TEST(StoreFrameTags, ARequestTooLargeForAFrameIsAClearErrorAndTheConnectionStaysUsable) {
+  for (const std::string token : {std::string(), kToken}) {
+    StoreServer server("127.0.0.1", 0, token);
+    Store s("127.0.0.1", server.port(), token, 5s);
+    std::string err;
+    try {
+      s.set("big", std::string(proto::kMaxMessageBytes, 'x'));
+    } catch (const ddp::Error& e) {
+      err = e.what();
+    }
+    EXPECT_NE(err.find("is too large"), std::string::npos) << err;
+    EXPECT_NE(err.find("keep large data out of the store"), std::string::npos) << err;
+    s.set("small", "1");
+    EXPECT_EQ(s.get("small"), "1");
+    EXPECT_EQ(server.dropped_connections(), 0);
+  }
+}
