@@ -255,6 +255,9 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg)
     result.val_accuracy = e.accuracy;
   };
 
+  // One synchronized backward per step: the reducer's errors name the step as the log does, counted from the
+  // start of training (so after a resume too).
+  s.ddp->reducer().number_iterations_from(step + 1);
   while (step < s.my_steps) {
     const auto t0 = Clock::now();
     if (!o.trace.empty()) tracer.begin_iteration(step);

@@ -100,6 +100,10 @@ TrainSetup set_up_training(const TrainOptions& o, std::shared_ptr<dist::ProcessG
   dopt.gradient_as_bucket_view = o.gradient_as_bucket_view;
   dopt.static_graph = o.static_graph;
   dopt.comm_hook = make_comm_hook(o.comm_hook, static_cast<int>(o.powersgd_rank), o.powersgd_start_iter);
+  // The reducer's errors in train's words: its flags, and its log's "step N" (numbered in train()).
+  dopt.advice.enable_find_unused_parameters = "run train with --find-unused-parameters";
+  dopt.advice.disable_static_graph = "run train without --static-graph";
+  dopt.advice.iteration = "step";
   s.ddp = std::make_unique<DistributedDataParallel>(s.model, pg, dopt);
 
   if (o.zero) {

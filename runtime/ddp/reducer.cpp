@@ -170,6 +170,14 @@ void Reducer::begin_timing() {
   timing_->begin(dev, dev.is_cuda() && pg_->records_device_events(), buckets_.size());
 }
 
+void Reducer::number_iterations_from(int64_t next) {
+  first_iteration_number_ = next - synchronized_iterations_;
+}
+
+std::string Reducer::iteration_name(int64_t number) const {
+  return opt_.advice.iteration + " " + std::to_string(number);
+}
+
 const IterationStats& Reducer::last_stats() const {
   if (last_stats_pending_) {
     last_timing_->fill(last_stats_);
@@ -383,7 +391,11 @@ void Reducer::write_back() {
 }
 
 void Reducer::finalize() {
-  if (opt_.static_graph && iteration_ == 0) static_graph_end_of_first_backward();
+  const int64_t number = first_iteration_number_ + synchronized_iterations_++;
+  if (opt_.static_graph && iteration_ == 0) {
+    static_recorded_number_ = number;
+    static_graph_end_of_first_backward();
+  }
   const auto t0 = Clock::now();
   timing_->finalize_begin();
   IterationStats stats;
@@ -416,7 +428,7 @@ void Reducer::finalize() {
     wait_for_outstanding_work();
     reset_iteration();
     if (graph_changed) raise_graph_changed(unready, changed, e.what());
-    if (!unready.empty()) raise_unready(unready, e.what());
+    if (!unready.empty()) raise_unready(unready, e.what(), number);
     throw;
   }
   // Also on the error path: this rank's .grad then holds the same averaged gradients as every other rank's,
@@ -446,12 +458,13 @@ void Reducer::finalize() {
   maybe_rebuild(unready.empty() && changed.empty());
   reset_iteration();
   if (graph_changed) raise_graph_changed(unready, changed, "");
-  if (!unready.empty()) raise_unready(unready, "");
+  if (!unready.empty()) raise_unready(unready, "", number);
 }
 
 void Reducer::shadow_backward() {
   DDP_CHECK(!backward_started_, "rank ", pg_->rank(),
             ": DDP Join: shadow_backward called while this rank's own backward is running");
+  ++synchronized_iterations_;  // one of the others' synchronized iterations: it has their number
   for (auto& b : buckets_) {
     b.buffer.zero_();
     b.pending = 0;
@@ -554,20 +567,31 @@ void Reducer::rebuild_from_ready_order() {
   DDP_LOG(Detail, "reducer: buckets rebuilt from the measured gradient-ready order\n", describe_buckets());
 }
 
-void Reducer::raise_unready(const std::vector<size_t>& unready, const std::string& comm_error) {
+void Reducer::raise_unready(const std::vector<size_t>& unready, const std::string& comm_error,
+                            int64_t number) {
+  const bool alone = pg_->size() == 1;
   std::ostringstream os;
   os << "rank " << pg_->rank() << ": DDP finished this backward but " << unready.size()
-     << " parameter(s) received no gradient (they took no part in computing the loss):\n";
+     << " parameter(s) received no gradient in " << iteration_name(number)
+     << " (they took no part in computing the loss):\n";
   for (size_t i : unready)
     os << "    [" << i << "] " << params_[i].name << "  shape " << shape_str(params_[i].tensor.shape())
        << "\n";
+  const std::string& enable = opt_.advice.enable_find_unused_parameters;
   os << "  Fix one of:\n"
-     << "    1. construct DistributedDataParallel with find_unused_parameters = true (costs a graph "
-        "traversal per "
-        "iteration), or\n"
-     << "    2. make every forward output take part in the loss (e.g. add 0 * output.sum()) so that every "
-        "parameter gets a gradient.\n";
-  if (comm_error.empty())
+     << "    1. "
+     << (enable.empty() ? "construct DistributedDataParallel with find_unused_parameters = true" : enable)
+     << " (costs a graph traversal per " << opt_.advice.iteration << "), or\n"
+     << "    2. if the layers of these parameters ran in the forward but their output did not take part in "
+        "the loss, make it take part in the loss (e.g. add 0 * output.sum() to it). This cannot help a layer "
+        "the forward did not run (a branch not taken, an expert not chosen): its parameters get no gradient "
+        "either way, and only 1 helps.\n";
+  if (alone && comm_error.empty())
+    os << "  DDP needs every parameter's gradient at any world size, 1 included. This rank's .grad holds the "
+          "gradients of this backward (zeros for the parameters above).";
+  else if (alone)
+    os << "  The buckets' communication failed too: " << comm_error;
+  else if (comm_error.empty())
     os << "  The other ranks were kept in step: the missing gradients were all-reduced as zeros, and this "
           "rank's .grad holds the same averaged gradients as theirs, so catching this error and stepping "
           "keeps the replicas identical.";

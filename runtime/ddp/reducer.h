@@ -27,6 +27,7 @@
 
 #include "runtime/ddp/comm_hook.h"
 #include "runtime/ddp/iteration_stats.h"
+#include "runtime/ddp/reducer_advice.h"
 #include "runtime/ddp/step_timing.h"
 #include "runtime/distributed/process_group.h"
 #include "runtime/nn/module.h"
@@ -56,6 +57,9 @@ struct ReducerOptions {
   // issues every collective and its end raises on the ranks where it changed; the ranks stay in step
   // (docs/ddp-step.md, "static_graph").
   bool static_graph = false;
+  // How the errors (unused parameters, a changed static graph) tell the user what to change and name the
+  // iteration; the defaults speak to C++ users of DistributedDataParallel (reducer_advice.h).
+  ReducerAdvice advice;
 };
 
 class Reducer {
@@ -88,6 +92,11 @@ class Reducer {
   // iteration_stats.h) the first read after an iteration waits for that iteration's events.
   const IterationStats& last_stats() const;
   int64_t iterations() const { return iteration_; }
+  // The number the errors give the next synchronized iteration (backward, or Join shadow of one); later
+  // ones count on from it, failed ones included. By default the first is 1 - the "iteration 1" of
+  // static_graph's errors; a program that resumes at step S calls this with S + 1 so the errors name the
+  // steps of its log.
+  void number_iterations_from(int64_t next);
   // Parameter indices of each bucket, in launch order.
   std::vector<std::vector<size_t>> bucket_layout() const;
   // "bucket 0: 3 params, 1.2 MB: fc3.bias, fc3.weight, ..." one line per bucket.
@@ -135,7 +144,11 @@ class Reducer {
   void reset_iteration();
   void maybe_rebuild(bool this_rank_ok);
   void rebuild_from_ready_order();
-  [[noreturn]] void raise_unready(const std::vector<size_t>& unready, const std::string& comm_error);
+  // `number`: the iteration's number in the errors (number_iterations_from).
+  [[noreturn]] void raise_unready(const std::vector<size_t>& unready, const std::string& comm_error,
+                                  int64_t number);
+  // "iteration 3", in the caller's word for an iteration (ReducerOptions::advice).
+  std::string iteration_name(int64_t number) const;
   // ---- static_graph (reducer_static_graph.cpp) ----
   void static_graph_on_hook(size_t index);
   void static_graph_end_of_first_backward();
@@ -183,6 +196,11 @@ class Reducer {
   std::vector<size_t> static_changed_;  // this iteration: hooks that fired after their parameter was ready
 
   int64_t iteration_ = 0;
+  // Numbering for the errors: synchronized iterations so far (failed ones and Join shadows included), the
+  // number of the first one, and static_graph's iteration that learned the graph.
+  int64_t synchronized_iterations_ = 0;
+  int64_t first_iteration_number_ = 1;
+  int64_t static_recorded_number_ = 1;
   mutable IterationStats last_stats_;
   // The measurements of the running iteration and of the last finished one (read lazily by last_stats()).
   std::unique_ptr<StepTiming> timing_ = std::make_unique<StepTiming>();

@@ -72,41 +72,50 @@ void Reducer::static_graph_drop_unannounced(const std::vector<size_t>& changed) 
 
 void Reducer::raise_graph_changed(const std::vector<size_t>& unready, const std::vector<size_t>& changed,
                                   const std::string& comm_error) {
+  const std::string first = iteration_name(static_recorded_number_);  // "iteration 1" unless renumbered
+  const bool alone = pg_->size() == 1;
   std::ostringstream os;
-  os << "rank " << pg_->rank()
-     << ": DDP static_graph: Your training graph has changed since iteration 1, which static_graph promised "
-        "would stay the same (the same parameters, each used as often, every iteration):\n";
+  os << "rank " << pg_->rank() << ": DDP static_graph: Your training graph has changed since " << first
+     << ", which static_graph promised would stay the same (the same parameters, each used as often, every "
+        "iteration):\n";
   auto line = [&](size_t i) -> std::ostream& {
     return os << "    [" << i << "] " << params_[i].name << "  shape " << shape_str(params_[i].tensor.shape())
               << ": ";
   };
   for (size_t i : changed) {
     if (static_expected_hooks_[i] == 0)
-      line(i) << "received a gradient, but this rank did not use it in iteration 1\n";
+      line(i) << "received a gradient, but this rank did not use it in " << first << "\n";
     else
       line(i) << "its gradient hook fired more often than the " << static_expected_hooks_[i]
-              << " time(s) per backward of iteration 1\n";
+              << " time(s) per backward of " << first << "\n";
   }
   for (size_t i : unready) {
     const int32_t fired = static_expected_hooks_[i] - static_pending_hooks_[i];
     if (fired == 0)
-      line(i) << "received no gradient (iteration 1: " << static_expected_hooks_[i] << " per backward)\n";
+      line(i) << "received no gradient (" << first << ": " << static_expected_hooks_[i] << " per backward)\n";
     else
       line(i) << "its gradient hook fired fewer times (" << fired << ") than the "
-              << static_expected_hooks_[i] << " per backward of iteration 1\n";
+              << static_expected_hooks_[i] << " per backward of " << first << "\n";
   }
+  const std::string& disable = opt_.advice.disable_static_graph;
   os << "  Fix one of:\n"
      << "    1. make the graph really static: every iteration uses the same parameters, each as often (no "
         "data-dependent branch, skipped layer, or checkpointing that comes and goes), or\n"
-     << "    2. construct DistributedDataParallel without static_graph: the reducer then follows each "
-        "iteration's graph (if some parameters then go unused, its error says what to set).\n";
-  if (comm_error.empty())
+     << "    2. " << (disable.empty() ? "construct DistributedDataParallel without static_graph" : disable)
+     << ": the reducer then follows each iteration's graph (if some parameters then go unused, its error "
+        "says what to set).\n";
+  if (!comm_error.empty())
+    os << (alone ? "  The buckets' communication failed too: "
+                 : "  Keeping the other ranks in step failed too: ")
+       << comm_error;
+  else if (alone)
+    os << "  Every bucket was reduced as usual: this rank's .grad leaves out a gradient that came after its "
+          "parameter was ready and holds zeros for a missing one.";
+  else
     os << "  The other ranks were kept in step: every bucket was all-reduced as usual (a gradient that came "
           "after its parameter was ready is left out of the average, a missing one counts as zeros), and "
-          "this rank's .grad holds the same averaged gradients as theirs, so catching this error and continuing "
-          "keeps the replicas identical. Ranks whose graph did not change raise nothing.";
-  else
-    os << "  Keeping the other ranks in step failed too: " << comm_error;
+          "this rank's .grad holds the same averaged gradients as theirs, so catching this error and "
+          "continuing keeps the replicas identical. Ranks whose graph did not change raise nothing.";
   throw Error(os.str());
 }
 

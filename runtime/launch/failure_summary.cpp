@@ -1,6 +1,7 @@
 // failure_summary.cpp - the failure table (see failure_summary.h).
 #include "runtime/launch/failure_summary.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "runtime/core/terminal_text.h"
@@ -12,6 +13,19 @@ std::string WorkerOutcome::describe() const {
   if (!exited) return "still running";
   if (signal) return signal_name(signal) + " (signal " + std::to_string(signal) + ")";
   return "exit code " + std::to_string(exit_code);
+}
+
+namespace {
+constexpr size_t kShownStderrBytes = 1 << 20;
+}  // namespace
+
+void ShownStderr::add(const std::string& line) {
+  tail_ += line;
+  if (tail_.size() > 2 * kShownStderrBytes) tail_.erase(0, tail_.size() - kShownStderrBytes);
+}
+
+bool ShownStderr::shows(const std::string& message) const {
+  return !message.empty() && tail_.find(message) != std::string::npos;
 }
 
 std::string failure_summary(const std::vector<WorkerOutcome>& workers, size_t root, int attempt,
@@ -41,10 +55,20 @@ std::string failure_summary(const std::vector<WorkerOutcome>& workers, size_t ro
     out += row;
   }
   // Each failed worker's own text, escaped as ddprun's own errors are (a terminal must not get raw bytes).
-  for (const WorkerOutcome& w : workers)
-    if (w.failed() && !w.error_message.empty())
-      out += "ddprun: rank " + std::to_string(w.rank) +
-             " error: " + log::escape_for_terminal(w.error_message) + "\n";
+  // Of a message of several lines that the console showed already as the worker's output, only the first
+  // line, with where the rest is: each rank's whole message appears once.
+  for (const WorkerOutcome& w : workers) {
+    if (!w.failed() || w.error_message.empty()) continue;
+    const std::string rank = std::to_string(w.rank);
+    const size_t first_end = w.error_message.find('\n');
+    if (w.error_message_shown && first_end != std::string::npos) {
+      const auto lines = 1 + std::count(w.error_message.begin(), w.error_message.end(), '\n');
+      out += "ddprun: rank " + rank + " error (" + std::to_string(lines) + " lines, printed above by rank " +
+             rank + "): " + log::escape_for_terminal(w.error_message.substr(0, first_end)) + "\n";
+    } else {
+      out += "ddprun: rank " + rank + " error: " + log::escape_for_terminal(w.error_message) + "\n";
+    }
+  }
   const WorkerOutcome& r = workers.at(root);
   out += "ddprun: root cause: rank " + std::to_string(r.rank) + " (local rank " +
          std::to_string(r.local_rank) + ", pid " + std::to_string(r.pid) + ") ended with " + r.describe() +

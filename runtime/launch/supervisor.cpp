@@ -54,6 +54,7 @@ struct Stream {
 struct Worker {
   WorkerOutcome outcome;
   Stream out, err;
+  ShownStderr shown_err;  // what the console showed of its stderr (the summary need not repeat its error)
   int log_fd = -1;
   std::string error_file;  // TORCHELASTIC_ERROR_FILE of this worker
   Clock::time_point started;
@@ -207,9 +208,11 @@ void Supervisor::start_attempt(int attempt) {
 void Supervisor::emit(Worker& w, bool is_err, const std::string& line) {
   if (w.log_fd >= 0) write_all(w.log_fd, line);
   bool teed = c_.log_dir.empty() || (c_.tee & (is_err ? 2 : 1));
-  if (teed && c_.shows_on_console(w.outcome.local_rank))
+  if (teed && c_.shows_on_console(w.outcome.local_rank)) {
     write_all(is_err ? STDERR_FILENO : STDOUT_FILENO,
               "[rank " + std::to_string(w.outcome.rank) + "] " + line);
+    if (is_err) w.shown_err.add(line);
+  }
 }
 
 void Supervisor::close_stream(Worker& w, Stream& s) {
@@ -302,6 +305,7 @@ void Supervisor::reap() {
       read_stream(w, w.err, true);
       if (w.outcome.failed() && !w.error_file.empty())
         w.outcome.error_message = read_error_file(w.error_file).value_or("");
+      w.outcome.error_message_shown = w.shown_err.shows(w.outcome.error_message);
       if (w.log_fd >= 0) ::close(w.log_fd);
       w.log_fd = -1;
       if (w.outcome.failed() && root_ < 0 && !stopping_) {
