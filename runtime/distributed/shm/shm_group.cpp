@@ -10,6 +10,7 @@
 #include <cstring>
 #include <new>
 #include <optional>
+#include <thread>
 #include <vector>
 
 #include "runtime/core/env_number.h"
@@ -212,7 +213,7 @@ void ShmProcessGroup::Impl::agree_on_outcome(const CollectiveDesc& d) {
   VerdictState v = vote_completed(rank0, d.seq, size);
   while (v.verdict == Verdict::Pending) {
     const bool caller_waits = waiters->load(std::memory_order_relaxed) > 0;
-    wait_verdict_change(rank0, d.seq, caller_waits ? policy.waited_spin : policy.spin, policy.slice);
+    wait_verdict_change(rank0, d.seq, v.word, caller_waits ? policy.waited_spin : policy.spin, policy.slice);
     v = read_verdict(rank0, d.seq, size);
     if (v.verdict != Verdict::Pending) break;
     std::optional<PeerProblem> problem = peer_problem(d);
@@ -225,7 +226,7 @@ void ShmProcessGroup::Impl::agree_on_outcome(const CollectiveDesc& d) {
   const int q = v.failed_by;
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
   while (static_cast<PeerState>(cb[q]->state.load()) == PeerState::Alive && std::chrono::steady_clock::now() < until)
-    wait_verdict_change(rank0, d.seq, std::chrono::microseconds(0), std::chrono::milliseconds(1));
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   throw PeerProblem{q, WaitEnd::PeerFailed};
 }
 

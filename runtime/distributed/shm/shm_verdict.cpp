@@ -20,9 +20,10 @@ uint32_t seq_bits(uint64_t seq) { return static_cast<uint32_t>(seq & 0xFFFFF) <<
 std::atomic<uint32_t>& word_of(ControlBlock& rank0, uint64_t seq) { return rank0.verdict[seq % 2]; }
 
 VerdictState decode(uint32_t w, uint64_t seq, int world) {
-  if ((w & ~(kFailedBit | kLowMask)) != seq_bits(seq)) return {};  // still the word of an earlier collective
-  if (w & kFailedBit) return {Verdict::Failed, static_cast<int>(w & kLowMask)};
-  return {static_cast<int>(w & kLowMask) >= world ? Verdict::Completed : Verdict::Pending, -1};
+  if ((w & ~(kFailedBit | kLowMask)) != seq_bits(seq))  // still the word of an earlier collective
+    return {Verdict::Pending, -1, w};
+  if (w & kFailedBit) return {Verdict::Failed, static_cast<int>(w & kLowMask), w};
+  return {static_cast<int>(w & kLowMask) >= world ? Verdict::Completed : Verdict::Pending, -1, w};
 }
 
 void wake(ControlBlock& rank0, uint64_t seq) {
@@ -58,16 +59,15 @@ VerdictState vote_failed(ControlBlock& rank0, uint64_t seq, int world, int rank)
     const uint32_t next = seq_bits(seq) | kFailedBit | (static_cast<uint32_t>(rank) & kLowMask);
     if (word.compare_exchange_weak(w, next, std::memory_order_acq_rel, std::memory_order_acquire)) {
       wake(rank0, seq);
-      return {Verdict::Failed, rank};
+      return {Verdict::Failed, rank, next};
     }
   }
 }
 
-void wait_verdict_change(ControlBlock& rank0, uint64_t seq, std::chrono::microseconds spin,
+void wait_verdict_change(ControlBlock& rank0, uint64_t seq, uint32_t seen, std::chrono::microseconds spin,
                          std::chrono::milliseconds slice) {
   using Clock = std::chrono::steady_clock;
   auto& word = word_of(rank0, seq);
-  const uint32_t seen = word.load(std::memory_order_acquire);
   if (spin.count() > 0) {
     const auto start = Clock::now();
     do {

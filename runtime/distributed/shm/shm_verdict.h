@@ -27,6 +27,7 @@ enum class Verdict { Pending, Completed, Failed };
 struct VerdictState {
   Verdict verdict = Verdict::Pending;
   int failed_by = -1;  // the rank that failed the collective (Verdict::Failed)
+  uint32_t word = 0;   // the word this was read from (what wait_verdict_change waits to change)
 };
 
 // The decision on collective `seq` as the word shows it now.
@@ -37,9 +38,10 @@ VerdictState vote_completed(ControlBlock& rank0, uint64_t seq, int world);
 // This rank gives up on `seq`: Failed (by `rank`, or by whoever failed it before), or Completed when every
 // rank had already voted completed (the collective did complete; the caller must not report a failure).
 VerdictState vote_failed(ControlBlock& rank0, uint64_t seq, int world, int rank);
-// Spins (for `spin`), then sleeps in slices of at most `slice` until the word of `seq` changes from what it
-// held or a slice passes. The caller re-reads the verdict and checks its peers between calls.
-void wait_verdict_change(ControlBlock& rank0, uint64_t seq, std::chrono::microseconds spin,
+// Spins (for `spin`), then sleeps for at most `slice`, until the word of `seq` no longer holds `seen` (the
+// word of the caller's last VerdictState: a change between that read and this call is not missed). The
+// caller re-reads the verdict and checks its peers between calls.
+void wait_verdict_change(ControlBlock& rank0, uint64_t seq, uint32_t seen, std::chrono::microseconds spin,
                          std::chrono::milliseconds slice);
 
 }  // namespace ddp::dist::shm
