@@ -26,8 +26,8 @@ int64_t wire_ms(std::chrono::milliseconds t) {
 }  // namespace
 
 DdpStoreClient::DdpStoreClient(std::string host, int port, std::string token,
-                               std::chrono::milliseconds timeout)
-    : host_(std::move(host)), port_(port), token_(std::move(token)), timeout_(timeout) {
+                               std::chrono::milliseconds timeout, std::string job_id)
+    : host_(std::move(host)), job_id_(std::move(job_id)), port_(port), token_(std::move(token)), timeout_(timeout) {
   // A server at its limit of clients in their handshake closes new connections at once: try again a while.
   const auto deadline = net::deadline_after(timeout_);
   const auto retry_until = net::deadline_after(std::min<std::chrono::milliseconds>(timeout_, kBusyRetry));
@@ -82,16 +82,27 @@ bool DdpStoreClient::handshake() {
              "DDP_RUN_TOKEN");
   }
   proto::Writer prove;
-  prove.u8(static_cast<uint8_t>(Op::Prove)).str(proto::client_proof(token_, client_nonce, server_nonce));
-  proto::Reader in(roundtrip(prove.frame(), "hello", std::chrono::milliseconds(0)));
-  DDP_CHECK(static_cast<Status>(in.u8()) == Status::Ok, "the store at ", where(),
-            " refused this client: wrong run token; every rank must get the same DDP_RUN_TOKEN as the store");
+  prove.u8(static_cast<uint8_t>(Op::Prove))
+      .str(proto::client_proof(token_, client_nonce, server_nonce))
+      .str(job_id_);
+  const std::string reply = roundtrip(prove.frame(), "hello", std::chrono::milliseconds(0));
+  proto::Reader in(reply);  // a view: the reply must outlive it
+  if (static_cast<Status>(in.u8()) != Status::Ok) {
+    const std::string why = in.at_end() ? std::string("wrong run token") : in.str();
+    socket_.close();
+    if (why.rfind("another job", 0) == 0)
+      DDP_FAIL("the store at ", where(), " belongs to ", why, ": two jobs on this host use the same MASTER_PORT ",
+               "with the same DDP_RUN_TOKEN. Give this job another port (ddprun --standalone picks a free one, ",
+               "or --master-port 0), or stop the other job");
+    DDP_FAIL("the store at ", where(), " refused this client: ", why,
+             "; every rank must get the same DDP_RUN_TOKEN as the store");
+  }
   auth_ = proto::FrameAuth(token_, client_nonce, server_nonce, proto::FrameAuth::Side::Client);
   return true;
 }
 
 std::unique_ptr<StoreClient> DdpStoreClient::clone() const {
-  return std::make_unique<DdpStoreClient>(host_, port_, token_, timeout_);
+  return std::make_unique<DdpStoreClient>(host_, port_, token_, timeout_, job_id_);
 }
 
 std::string DdpStoreClient::where() const { return host_ + ":" + std::to_string(port_); }

@@ -15,7 +15,9 @@ class DdpStoreClient : public StoreClient {
  public:
   // Connects (retrying until `timeout`: the server may start later) and authenticates. A server that cannot
   // prove it knows the token, or that refuses ours, gives a ddp::Error at once.
-  DdpStoreClient(std::string host, int port, std::string token, std::chrono::milliseconds timeout);
+  // `job_id` (DDP_JOB_ID, "" for none) is shown to the server, which refuses a client of another job.
+  DdpStoreClient(std::string host, int port, std::string token, std::chrono::milliseconds timeout,
+                 std::string job_id = "");
 
   std::unique_ptr<StoreClient> clone() const override;
   void set(const std::string& key, const std::string& value) override;
@@ -38,6 +40,7 @@ class DdpStoreClient : public StoreClient {
   std::string where() const;
 
   std::string host_;
+  std::string job_id_;
   int port_;
   std::string token_;
   std::chrono::milliseconds timeout_;

@@ -71,6 +71,7 @@ void read_master(const Vars& v, DistEnv& e, bool single_node) {
   }
   if (auto p = v.integer("MASTER_PORT", 1, 65535, "a TCP port 1..65535")) e.master_port = *p;
   if (auto t = v.str("DDP_RUN_TOKEN")) e.token = *t;
+  if (auto j = v.str("DDP_JOB_ID")) e.job_id = *j;
 }
 
 // The store choice and the attempt's identity, read for every launcher.

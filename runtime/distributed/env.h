@@ -18,6 +18,7 @@ struct DistEnv {
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   std::string token;              // DDP_RUN_TOKEN: every store client must present it ("" when unset)
+  std::string job_id;             // DDP_JOB_ID (ddprun, one node): rank 0's store refuses ranks of another job
   std::string launcher = "none";  // "torchrun/ddprun", "slurm", "mpirun" or "none"
   // Which store the ranks share: ours (rank 0 hosts it) or PyTorch's, hosted by torchrun's agent when it sets
   // TORCHELASTIC_USE_AGENT_STORE=True. DDP_STORE=ddp|torch|auto overrides; DDP_TORCH_STORE_PROTOCOL=1|2|auto

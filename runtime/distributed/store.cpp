@@ -21,7 +21,7 @@ std::unique_ptr<StoreClient> connect(const StoreAddress& a, std::chrono::millise
   DDP_CHECK(timeout.count() > 0, "store timeout must be positive, got ", timeout.count(), " ms");
   if (a.kind == StoreKind::Torch)
     return std::make_unique<TorchStoreClient>(a.host, a.port, a.torch_protocol, timeout);
-  return std::make_unique<DdpStoreClient>(a.host, a.port, a.token, timeout);
+  return std::make_unique<DdpStoreClient>(a.host, a.port, a.token, timeout, a.job_id);
 }
 
 StoreAddress ddp_address(std::string host, int port, std::string token) {

@@ -30,6 +30,7 @@ struct StoreAddress {
   std::string host = "127.0.0.1";
   int port = 29500;
   std::string token;       // Ddp only: the run token
+  std::string job_id;      // Ddp only: this launch's DDP_JOB_ID; a server of another job refuses it ("": unchecked)
   std::string key_prefix;  // prepended to every key (e.g. "ddp/<run id>/attempt_<n>/")
   TorchProtocol torch_protocol = TorchProtocol::Auto;
 };

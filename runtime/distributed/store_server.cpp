@@ -49,6 +49,7 @@ struct Connection {
 
 struct StoreServer::State {
   std::string token;
+  std::string job_id;  // "" = clients of any job
   StoreServerLimits limits;
   net::Socket listener;
   int port = 0;
@@ -87,9 +88,11 @@ struct StoreServer::State {
   void reap_finished();
 };
 
-StoreServer::StoreServer(const std::string& host, int port, std::string token, StoreServerLimits limits)
+StoreServer::StoreServer(const std::string& host, int port, std::string token, StoreServerLimits limits,
+                         std::string job_id)
     : state_(std::make_unique<State>()) {
   state_->token = std::move(token);
+  state_->job_id = std::move(job_id);
   state_->limits = std::move(limits);
   state_->listener = net::listen_on(host, port);
   state_->port = net::local_port(state_->listener);
@@ -245,17 +248,28 @@ bool StoreServer::State::authenticate(Connection& c, proto::FrameAuth* auth) {
   if (r != proto::FrameResult::Ok)
     return drop(c, "no proof of the run token within the handshake timeout"), false;
   bool proved = false;
+  std::string client_job;
   try {
     proto::Reader in(body);
     proved = static_cast<Op>(in.u8()) == Op::Prove &&
-             bytes_equal_constant_time(in.str(), proto::client_proof(token, client_nonce, server_nonce)) &&
-             in.at_end();
+             bytes_equal_constant_time(in.str(), proto::client_proof(token, client_nonce, server_nonce));
+    if (!in.at_end()) client_job = in.str();  // optional: a client outside any launch sends none
+    proved = proved && in.at_end();
   } catch (const proto::ProtocolError&) {
+    proved = false;
   }
+  // A client of another launch (two jobs given one port and one token): refused with both job ids, before it
+  // can read or write this job's keys.
+  const bool other_job = proved && !job_id.empty() && !client_job.empty() && client_job != job_id;
   proto::Writer answer;
   if (!proved) {
     note_drop("wrong run token");
     answer.u8(static_cast<uint8_t>(Status::Refused)).str("wrong run token");
+  } else if (other_job) {
+    note_drop("a rank of another job");
+    answer.u8(static_cast<uint8_t>(Status::Refused))
+        .str("another job (its ddprun job " + job_id + "; this rank's job " + client_job + ")");
+    proved = false;
   } else {
     answer.u8(static_cast<uint8_t>(Status::Ok));
   }

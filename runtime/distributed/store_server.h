@@ -27,8 +27,10 @@ class StoreServer {
  public:
   // Binds host:port and starts serving at once. Port 0 picks a free port (see port()). Host "" or "0.0.0.0"
   // listens on all IPv4 interfaces, "::" on all IPv6 ones. Clients must prove they know `token` (may be
-  // empty).
-  StoreServer(const std::string& host, int port, std::string token, StoreServerLimits limits = {});
+  // empty). With a `job_id` (DDP_JOB_ID of the launch that started this server), a client that names another
+  // job id is refused with a message saying so (two jobs on one port); "" on either side is not checked.
+  StoreServer(const std::string& host, int port, std::string token, StoreServerLimits limits = {},
+              std::string job_id = "");
   // Stops serving: closes the listener and every connection, wakes blocked gets, joins all threads.
   ~StoreServer();
   StoreServer(const StoreServer&) = delete;

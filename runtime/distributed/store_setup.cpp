@@ -33,6 +33,7 @@ StorePlan plan_store(const DistEnv& env) {
     return plan;
   }
   a.token = env.token;
+  a.job_id = env.job_id;
   if (env.rank != 0) return plan;
   plan.host_server = true;
   // Listen on MASTER_ADDR's interface only: the other ranks connect there, nobody else needs to reach it.
@@ -53,7 +54,8 @@ StorePlan plan_store(const DistEnv& env) {
 std::unique_ptr<StoreServer> start_store_server(StorePlan& plan) {
   std::unique_ptr<StoreServer> server;
   try {
-    server = std::make_unique<StoreServer>(plan.bind_host, plan.address.port, plan.address.token);
+    server = std::make_unique<StoreServer>(plan.bind_host, plan.address.port, plan.address.token,
+                                           StoreServerLimits{}, plan.address.job_id);
   } catch (const Error& e) {
     const std::string what = e.what();
     // MASTER_ADDR names this host but not one of its interfaces (NAT, a load balancer): listen everywhere.
@@ -61,7 +63,8 @@ std::unique_ptr<StoreServer> start_store_server(StorePlan& plan) {
     DDP_LOG(Info, "store server: ", plan.bind_host,
             " is not an address of this host; listening on all interfaces");
     plan.bind_host = "";
-    server = std::make_unique<StoreServer>("", plan.address.port, plan.address.token);
+    server = std::make_unique<StoreServer>("", plan.address.port, plan.address.token, StoreServerLimits{},
+                                           plan.address.job_id);
   }
   plan.address.port = server->port();
   return server;

@@ -206,6 +206,10 @@ std::optional<LaunchConfig> parse_launch_config(const std::vector<std::string>& 
                             "od -An -tx1 | tr -d ' \\n')` once and give that value to ddprun on all nodes");
     c.token = random_hex(16);
   }
+  // One node: this launch's own identity, so the store of another job given the same port and token refuses
+  // these ranks by name instead of mixing the two jobs' keys. Several nodes' ddpruns share nothing to derive a
+  // common one from: no job id (not checked).
+  if (c.nnodes == 1) c.job_id = random_hex(8);
   c.program_path = find_program(c.program[0]);
   return c;
 }

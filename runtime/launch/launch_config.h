@@ -26,6 +26,7 @@ struct LaunchConfig {
   double grace_period_s = 5.0;          // SIGTERM -> SIGKILL delay when stopping workers
   LocalRankArg local_rank_arg = LocalRankArg::None;
   std::string run_id;                // TORCHELASTIC_RUN_ID
+  std::string job_id;                // DDP_JOB_ID: random per launch on one node ("" with --nnodes > 1)
   std::string token;                 // DDP_RUN_TOKEN: 32 hex chars, the same on every node
   std::vector<std::string> program;  // PROGRAM ARGS...
   std::string program_path;          // PROGRAM resolved through PATH (or as given when it contains '/')

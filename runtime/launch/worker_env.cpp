@@ -46,6 +46,7 @@ std::map<std::string, std::string> worker_env_overrides(const LaunchConfig& c, i
   env["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(c.max_restarts);
   env["TORCHELASTIC_RUN_ID"] = c.run_id;
   env["DDP_RUN_TOKEN"] = c.token;
+  if (!c.job_id.empty()) env["DDP_JOB_ID"] = c.job_id;
   env["DDPRUN_PREFIXES_OUTPUT"] = "1";  // ddprun puts "[rank N] " before each line: the logger leaves its own out
   if (c.nproc_per_node > 1) {
     // Several processes each running one thread per core oversubscribe the CPU; torchrun does the same.

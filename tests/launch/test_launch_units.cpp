@@ -250,4 +250,17 @@ TEST(Host, SignalNamesAndRandomHex) {
 }
 
 }  // namespace
+// Each one-node launch has its own DDP_JOB_ID (the store refuses ranks of another job); several nodes' ddpruns
+// have nothing in common to derive one from, so none.
+TEST(LaunchConfig, EachOneNodeLaunchGetsItsOwnJobId) {
+  auto a = parse({"--master-port", "29511", "true"}, "sametoken");
+  auto b = parse({"--master-port", "29511", "true"}, "sametoken");
+  EXPECT_EQ(a->job_id.size(), 16u);
+  EXPECT_NE(a->job_id, b->job_id) << "two launches with the same port and token must differ";
+  EXPECT_EQ(worker_env_overrides(*a, 0, 0, {})["DDP_JOB_ID"], a->job_id);
+  auto multi = parse({"--nnodes", "2", "--node-rank", "0", "true"}, "sametoken");
+  EXPECT_EQ(multi->job_id, "");
+  EXPECT_EQ(worker_env_overrides(*multi, 0, 0, {}).count("DDP_JOB_ID"), 0u);
+}
+
 }  // namespace ddp::launch
