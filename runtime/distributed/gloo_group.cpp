@@ -132,7 +132,7 @@ GlooProcessGroup::GlooProcessGroup(std::shared_ptr<Store> store, int rank, int s
     }
   }
   DDP_LOG(Info, "gloo group '", s.prefix, "': rank ", rank, " of ", size, " ready");
-  start_worker();
+  start_worker(s.prefix);
 }
 
 GlooProcessGroup::~GlooProcessGroup() {

@@ -93,6 +93,8 @@ class Store;
 // `store` (Store::next_group_id), which advances in the same order on every rank.
 std::string group_name(const ProcessGroupOptions& options, Store& store);
 
+class FlightRecorder;
+
 class ProcessGroup {
  public:
   ProcessGroup(int rank, int size) : rank_(rank), size_(size) {}
@@ -119,6 +121,8 @@ class ProcessGroup {
   virtual uint64_t next_sequence_number() const = 0;
   // For messages and records only: callers ask the capabilities below, never compare names.
   virtual std::string backend_name() const = 0;
+  // The record of this group's recent collectives (flight_recorder.h), or nullptr when the backend keeps none.
+  virtual const FlightRecorder* flight_recorder() const { return nullptr; }
 
   // ---- capabilities ----
   // True when collectives take GPU memory only (NCCL): host data must be staged through a GPU

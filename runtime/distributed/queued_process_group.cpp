@@ -23,11 +23,14 @@ QueuedProcessGroup::QueuedProcessGroup(const Store* store, int rank, int size,
                                        const ProcessGroupOptions& options, std::string label, OnStop on_stop)
     : ProcessGroup(rank, size),
       label_(checked_label(std::move(label), store, rank, size, options)),
-      on_stop_(on_stop) {}
+      on_stop_(on_stop),
+      flight_(std::make_unique<FlightRecorder>(label_, rank, size, flight_recorder_entries_from_env())),
+      flight_dir_(flight_recorder_dir_from_env()) {}
 
 QueuedProcessGroup::~QueuedProcessGroup() { stop_worker(); }
 
-void QueuedProcessGroup::start_worker() {
+void QueuedProcessGroup::start_worker(const std::string& group_name) {
+  flight_->set_group_name(group_name);
   worker_ = std::thread([this] { loop(); });
 }
 
@@ -55,6 +58,7 @@ std::shared_ptr<Work> QueuedProcessGroup::enqueue(CollectiveDesc d, CommBuffer i
   std::lock_guard<std::mutex> g(mu_);
   DDP_CHECK(!stopping_, label_, ": ", d.str(false), " issued while the process group is being destroyed");
   t.desc.seq = next_seq_++;
+  flight_->issued(t.desc);
   t.work = make_work(t);
   auto work = t.work;
   queue_.push_back(std::move(t));
@@ -75,6 +79,7 @@ void QueuedProcessGroup::loop() {
       drop = stopping_ && on_stop_ == OnStop::FailQueued;
     }
     if (drop) {
+      flight_->failed(t.desc.seq, "the process group was destroyed before it ran");
       t.work->finish(std::make_exception_ptr(
           Error(label_ + " " + t.desc.str() + " not run: the process group was destroyed before it ran")));
       continue;
@@ -85,13 +90,16 @@ void QueuedProcessGroup::loop() {
 
 void QueuedProcessGroup::run_one(Task& t) {
   if (!broken_.empty()) {
+    flight_->failed(t.desc.seq, broken_);
     t.work->finish(std::make_exception_ptr(
         Error(label_ + " " + t.desc.str() +
               " not run: the process group failed earlier and is unusable: " + broken_)));
     return;
   }
   try {
+    flight_->started(t.desc.seq);
     run(t);
+    flight_->completed(t.desc.seq);
     // Release the keepalives before the Work completes, so a waiter sees them released.
     t.in = {};
     t.out = {};
@@ -104,7 +112,20 @@ void QueuedProcessGroup::run_one(Task& t) {
     t.out = {};
     t.staging.reset();
     DDP_LOG(Error, e.what());
+    flight_->failed(t.desc.seq, broken_);
+    write_failure_record();
     t.work->finish(std::current_exception());
+  }
+}
+
+void QueuedProcessGroup::write_failure_record() {
+  if (flight_dir_.empty() || flight_->capacity() == 0) return;
+  const std::string path = flight_dir_ + "/flight.rank" + std::to_string(rank()) + ".json";
+  try {
+    flight_->dump(path);
+    DDP_LOG(Error, label_, " group '", flight_->group_name(), "': flight record written to ", path);
+  } catch (const std::exception& e) {
+    DDP_LOG(Error, label_, ": ", e.what());
   }
 }
 

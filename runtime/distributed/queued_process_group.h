@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "runtime/distributed/collective.h"
+#include "runtime/distributed/flight_recorder.h"
 #include "runtime/distributed/process_group.h"
 
 namespace ddp::dist {
@@ -28,6 +29,9 @@ class QueuedProcessGroup : public ProcessGroup {
   std::shared_ptr<Work> reduce_scatter(CommBuffer in, CommBuffer out, ReduceOp op = ReduceOp::Sum) override;
   std::shared_ptr<Work> barrier() override;
   uint64_t next_sequence_number() const override;
+  // Every collective of this group, recorded (flight_recorder.h); on a failure it is written to
+  // $DDP_FLIGHT_RECORDER_DIR/flight.rank<R>.json when that variable is set.
+  const FlightRecorder* flight_recorder() const override { return flight_.get(); }
 
  protected:
   // What happens to collectives still queued when the group is destroyed.
@@ -44,8 +48,9 @@ class QueuedProcessGroup : public ProcessGroup {
   // store, 0 <= rank < size, a positive collective timeout.
   QueuedProcessGroup(const Store* store, int rank, int size, const ProcessGroupOptions& options,
                      std::string label, OnStop on_stop);
-  // Call once the backend is ready to run collectives (end of the derived constructor).
-  void start_worker();
+  // Call once the backend is ready to run collectives (end of the derived constructor); `group_name` (the
+  // store prefix) names the group in its flight record.
+  void start_worker(const std::string& group_name);
   // Lets the running collective finish, handles the queued ones as OnStop says, joins the thread. Idempotent.
   void stop_worker();
 
@@ -64,6 +69,7 @@ class QueuedProcessGroup : public ProcessGroup {
   std::shared_ptr<Work> enqueue(CollectiveDesc d, CommBuffer in, CommBuffer out);
   void loop();
   void run_one(Task& t);
+  void write_failure_record();
 
   std::string label_;
   OnStop on_stop_;
@@ -73,6 +79,8 @@ class QueuedProcessGroup : public ProcessGroup {
   uint64_t next_seq_ = 0;
   bool stopping_ = false;
   std::string broken_;  // worker thread only: the first failure
+  std::unique_ptr<FlightRecorder> flight_;
+  std::string flight_dir_;  // DDP_FLIGHT_RECORDER_DIR: where a failure writes the record ("" = nowhere)
   std::thread worker_;
 };
 

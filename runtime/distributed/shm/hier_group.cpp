@@ -75,7 +75,7 @@ HierProcessGroup::HierProcessGroup(std::shared_ptr<Store> store, int rank, int s
   }
   DDP_LOG(Info, "hier group '", s.prefix, "': rank ", rank, " of ", size, " on host ", s.host[rank], " of ",
           s.n_hosts, " (", s.local_ranks.size(), " local ranks)");
-  start_worker();
+  start_worker(s.prefix);
 }
 
 HierProcessGroup::~HierProcessGroup() {

@@ -91,7 +91,7 @@ ShmProcessGroup::ShmProcessGroup(std::shared_ptr<Store> store, int rank, int siz
   s.setup();
   DDP_LOG(Info, "shm group '", s.prefix, "': rank ", rank, " of ", size, " ready (", s.slot_bytes,
           "-byte slots)");
-  start_worker();
+  start_worker(s.prefix);
 }
 
 void ShmProcessGroup::Impl::setup() {

@@ -1,0 +1,323 @@
+// test_flight_recorder.cpp - the flight recorder of the CPU groups (flight_recorder.h): the ring keeps the last
+// N collectives in order across wrap-around, with their fields, states and timestamps; a rank that skips a
+// collective leaves, on the ranks that waited, a failure dump showing that collective failed and the earlier
+// ones completed; DDP_FLIGHT_RECORDER_ENTRIES=0 records nothing, a bad value is refused by name; the dump is
+// JSON with the documented fields; recording allocates nothing per collective. Worlds 1-3, gloo and shm.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <new>
+#include <optional>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/core/error.h"
+#include "runtime/distributed/flight_recorder.h"
+#include "runtime/distributed/local_world.h"
+#include "tests/support/collective_checks.h"
+
+using namespace ddp;
+using namespace ddp::dist;
+using namespace std::chrono_literals;
+
+// Counts operator new on threads that ask for it (the allocation test); everything else passes through to
+// malloc/free. GCC sees free() of what it thinks is operator new's memory; that pairing is exactly ours.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#endif
+namespace {
+thread_local bool t_count_allocations = false;
+thread_local int64_t t_allocations = 0;
+}  // namespace
+void* operator new(std::size_t n) {
+  if (t_count_allocations) ++t_allocations;
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+
+namespace {
+
+// Sets (or unsets, with nullopt) an environment variable for the scope of a test.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, std::optional<std::string> value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value)
+      setenv(name, value->c_str(), 1);
+    else
+      unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (old_)
+      setenv(name_, old_->c_str(), 1);
+    else
+      unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+std::filesystem::path fresh_dir(const std::string& name) {
+  auto d = std::filesystem::temp_directory_path() / ("ddp_flight_" + name + "_" + std::to_string(getpid()));
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  return d;
+}
+
+nlohmann::json read_json(const std::filesystem::path& p) {
+  std::ifstream f(p);
+  EXPECT_TRUE(f.good()) << "no file " << p;
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return nlohmann::json::parse(ss.str());
+}
+
+ProcessGroupOptions short_timeout() {
+  ProcessGroupOptions o;
+  o.timeout = 1s;
+  o.debug_collectives = false;
+  return o;
+}
+
+class FlightRecorderBackends : public ::testing::TestWithParam<std::string> {};
+
+// The ring keeps the last N collectives in issue order after wrapping around, each completed, with its op,
+// dtype, count and root, and ordered timestamps.
+TEST_P(FlightRecorderBackends, RingKeepsTheLastNInOrderAcrossWrapAround) {
+  for (int world : {1, 2, 3}) {
+    for (int capacity : {1, 4, 5}) {
+      ScopedEnv entries("DDP_FLIGHT_RECORDER_ENTRIES", std::to_string(capacity));
+      const int total = 2 * capacity + 3;  // wraps twice and a bit
+      run_threads(
+          world,
+          [&](int rank, ProcessGroup& pg) {
+            std::vector<float> buf(7, 1.0f);
+            std::vector<int32_t> ints(3, rank);
+            for (int i = 0; i < total; ++i) {
+              if (i % 3 == 0) pg.allreduce(comm_buffer(buf.data(), 7))->wait();
+              if (i % 3 == 1) pg.broadcast(comm_buffer(ints.data(), 3), world - 1)->wait();
+              if (i % 3 == 2) pg.barrier()->wait();
+            }
+            const FlightRecorder* fr = pg.flight_recorder();
+            ASSERT_NE(fr, nullptr);
+            EXPECT_EQ(fr->capacity(), static_cast<size_t>(capacity));
+            auto es = fr->entries();
+            ASSERT_EQ(es.size(), static_cast<size_t>(capacity)) << "world " << world;
+            for (size_t k = 0; k < es.size(); ++k) {
+              const FlightEntry& e = es[k];
+              const uint64_t seq = total - capacity + k;
+              EXPECT_EQ(e.seq, seq);
+              EXPECT_EQ(e.state, FlightState::Completed);
+              EXPECT_GT(e.issued_ns, 0);
+              EXPECT_LE(e.issued_ns, e.started_ns);
+              EXPECT_LE(e.started_ns, e.ended_ns);
+              EXPECT_STREQ(e.issuer, "user");
+              if (seq % 3 == 0) {
+                EXPECT_EQ(e.kind, CollectiveKind::Allreduce);
+                EXPECT_EQ(e.count, 7);
+                EXPECT_EQ(e.dtype, DType::F32);
+              } else if (seq % 3 == 1) {
+                EXPECT_EQ(e.kind, CollectiveKind::Broadcast);
+                EXPECT_EQ(e.count, 3);
+                EXPECT_EQ(e.dtype, DType::I32);
+                EXPECT_EQ(e.root, world - 1);
+              } else {
+                EXPECT_EQ(e.kind, CollectiveKind::Barrier);
+              }
+            }
+          },
+          short_timeout(), GetParam());
+    }
+  }
+}
+
+// Rank 1 skips allreduce #1: the ranks that waited write flight.rank<R>.json when it times out, showing #0
+// completed and #1 failed with the reason; rank 1's own record shows #0 completed and nothing after.
+TEST_P(FlightRecorderBackends, SkippedCollectiveIsDumpedAsFailedByTheWaitingRanks) {
+  for (int world : {2, 3}) {
+    const auto dir = fresh_dir(GetParam() + std::to_string(world));
+    ScopedEnv where("DDP_FLIGHT_RECORDER_DIR", dir.string());
+    ScopedEnv entries("DDP_FLIGHT_RECORDER_ENTRIES", std::nullopt);
+    run_threads(
+        world,
+        [&](int rank, ProcessGroup& pg, Store& store) {
+          std::vector<float> buf(16, 1.0f);
+          pg.allreduce(comm_buffer(buf.data(), 16))->wait();  // #0: everyone
+          std::vector<std::string> others;
+          for (int r = 0; r < world; ++r)
+            if (r != 1) others.push_back("done/" + std::to_string(r));
+          if (rank == 1) {
+            store.wait(others, 30s);  // skips #1, stays alive until the others failed
+            auto es = pg.flight_recorder()->entries();
+            ASSERT_EQ(es.size(), 1u);
+            EXPECT_EQ(es[0].state, FlightState::Completed);
+            EXPECT_FALSE(std::filesystem::exists(dir / "flight.rank1.json"));
+            return;
+          }
+          std::string err = ddp::testing::error_of(pg.allreduce(comm_buffer(buf.data(), 16)));
+          EXPECT_FALSE(err.empty());
+          store.set("done/" + std::to_string(rank), "1");
+        },
+        short_timeout(), GetParam());
+    for (int r = 0; r < world; ++r) {
+      if (r == 1) continue;
+      auto doc = read_json(dir / ("flight.rank" + std::to_string(r) + ".json"));
+      EXPECT_EQ(doc["version"], 1);
+      EXPECT_EQ(doc["rank"], r);
+      EXPECT_EQ(doc["world_size"], world);
+      EXPECT_EQ(doc["backend"], GetParam());
+      ASSERT_TRUE(doc["failure"].is_string());
+      const auto& es = doc["entries"];
+      ASSERT_EQ(es.size(), 2u) << doc.dump();
+      EXPECT_EQ(es[0]["seq"], 0);
+      EXPECT_EQ(es[0]["state"], "completed");
+      EXPECT_TRUE(es[0]["duration_ns"].is_number());
+      EXPECT_EQ(es[1]["seq"], 1);
+      EXPECT_EQ(es[1]["state"], "failed");
+      EXPECT_EQ(es[1]["op"], "allreduce");
+      EXPECT_TRUE(es[1]["started_ns"].is_number());
+    }
+    std::filesystem::remove_all(dir);
+  }
+}
+
+// DDP_FLIGHT_RECORDER_ENTRIES=0 records nothing and writes no failure dump, even with the directory set.
+TEST_P(FlightRecorderBackends, ZeroEntriesRecordsNothing) {
+  const auto dir = fresh_dir("off" + GetParam());
+  ScopedEnv where("DDP_FLIGHT_RECORDER_DIR", dir.string());
+  ScopedEnv entries("DDP_FLIGHT_RECORDER_ENTRIES", "0");
+  run_threads(
+      2,
+      [&](int rank, ProcessGroup& pg, Store& store) {
+        std::vector<float> buf(4, 1.0f);
+        pg.allreduce(comm_buffer(buf.data(), 4))->wait();
+        if (rank == 1) {
+          store.wait({"done/0"}, 30s);
+        } else {
+          EXPECT_FALSE(ddp::testing::error_of(pg.allreduce(comm_buffer(buf.data(), 4))).empty());
+          store.set("done/0", "1");
+        }
+        EXPECT_EQ(pg.flight_recorder()->capacity(), 0u);
+        EXPECT_TRUE(pg.flight_recorder()->entries().empty());
+      },
+      short_timeout(), GetParam());
+  EXPECT_TRUE(std::filesystem::is_empty(dir));
+  std::filesystem::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, FlightRecorderBackends, ::testing::Values("gloo", "shm"));
+
+// A bad DDP_FLIGHT_RECORDER_ENTRIES is refused when the group is made, naming the variable.
+TEST(FlightRecorder, BadEntriesValueIsRefusedByName) {
+  for (const char* bad : {"abc", "-1", "1.5", "", "10000001", "99999999999", "12x"}) {
+    ScopedEnv entries("DDP_FLIGHT_RECORDER_ENTRIES", std::string(bad));
+    std::string err;
+    try {
+      run_threads(1, [](int, ProcessGroup&) {}, short_timeout(), "shm");
+    } catch (const Error& e) {
+      err = e.what();
+    }
+    EXPECT_NE(err.find("DDP_FLIGHT_RECORDER_ENTRIES='" + std::string(bad) + "'"), std::string::npos)
+        << bad << ": " << err;
+  }
+  for (const char* good : {"0", "1", "2000", "10000000"}) {
+    ScopedEnv entries("DDP_FLIGHT_RECORDER_ENTRIES", std::string(good));
+    EXPECT_EQ(flight_recorder_entries_from_env(), static_cast<size_t>(std::stoull(good)));
+  }
+  ScopedEnv unset("DDP_FLIGHT_RECORDER_ENTRIES", std::nullopt);
+  EXPECT_EQ(flight_recorder_entries_from_env(), 2000u);
+}
+
+// The on-demand dump (all live groups of the process) parses as JSON with every documented field, and carries
+// the issuer tag and the training iteration.
+TEST(FlightRecorder, DumpHasTheDocumentedFields) {
+  const auto dir = fresh_dir("dump");
+  ScopedEnv entries("DDP_FLIGHT_RECORDER_ENTRIES", "8");
+  set_flight_iteration(41);
+  run_threads(
+      2,
+      [&](int rank, ProcessGroup& pg, Store& store) {
+        std::vector<double> buf(5, 1.0);
+        {
+          FlightIssuer who("ddp bucket");
+          pg.allreduce(comm_buffer(buf.data(), 5), ReduceOp::Max)->wait();
+        }
+        pg.barrier()->wait();
+        store.set("ready/" + std::to_string(rank), "1");
+        if (rank == 0) {
+          store.wait({"ready/0", "ready/1"}, 30s);
+          dump_flight_record((dir / "all.json").string());
+          pg.flight_recorder()->dump((dir / "one.json").string());
+          store.set("dumped", "1");
+        } else {
+          store.wait({"dumped"}, 30s);
+        }
+      },
+      short_timeout(), "gloo");
+  set_flight_iteration(-1);
+  auto all = read_json(dir / "all.json");
+  EXPECT_EQ(all["version"], 1);
+  ASSERT_GE(all["groups"].size(), 2u);  // both ranks' groups live in this process
+  auto one = read_json(dir / "one.json");
+  for (const char* k : {"version", "group", "backend", "rank", "world_size", "capacity", "clock", "recorded",
+                        "failure", "entries"})
+    EXPECT_TRUE(one.contains(k)) << k;
+  EXPECT_EQ(one["rank"], 0);
+  EXPECT_EQ(one["capacity"], 8);
+  EXPECT_EQ(one["recorded"], 2);
+  EXPECT_TRUE(one["failure"].is_null());
+  EXPECT_TRUE(one["clock"]["steady_ns"].is_number());
+  EXPECT_TRUE(one["clock"]["unix_ns"].is_number());
+  EXPECT_FALSE(one["group"].get<std::string>().empty());
+  ASSERT_EQ(one["entries"].size(), 2u);
+  const auto& e = one["entries"][0];
+  for (const char* k : {"seq", "op", "dtype", "count", "reduce_op", "root", "state", "issuer", "iteration",
+                        "issued_ns", "started_ns", "ended_ns", "issued_unix_ns", "duration_ns"})
+    EXPECT_TRUE(e.contains(k)) << k;
+  EXPECT_EQ(e["op"], "allreduce");
+  EXPECT_EQ(e["dtype"], "float64");
+  EXPECT_EQ(e["count"], 5);
+  EXPECT_EQ(e["reduce_op"], "max");
+  EXPECT_EQ(e["state"], "completed");
+  EXPECT_EQ(e["issuer"], "ddp bucket");
+  EXPECT_EQ(e["iteration"], 41);
+  EXPECT_GE(e["duration_ns"].get<int64_t>(), 0);
+  EXPECT_EQ(one["entries"][1]["op"], "barrier");
+  EXPECT_EQ(one["entries"][1]["issuer"], "user");
+  std::filesystem::remove_all(dir);
+}
+
+// Recording a collective allocates nothing (the ring and the tag are preallocated), also after wrapping.
+TEST(FlightRecorder, RecordingAllocatesNothingPerCollective) {
+  FlightRecorder fr("test", 0, 1, 16);
+  FlightIssuer who("a tag longer than the twenty-four bytes of the slot");
+  CollectiveDesc d;
+  d.kind = CollectiveKind::Allreduce;
+  d.count = 1 << 20;
+  t_allocations = 0;
+  t_count_allocations = true;
+  for (uint64_t seq = 0; seq < 100; ++seq) {
+    d.seq = seq;
+    fr.issued(d);
+    fr.started(seq);
+    fr.completed(seq);
+  }
+  t_count_allocations = false;
+  EXPECT_EQ(t_allocations, 0);
+  auto es = fr.entries();
+  ASSERT_EQ(es.size(), 16u);
+  EXPECT_EQ(es.front().seq, 84u);
+  EXPECT_EQ(es.back().seq, 99u);
+  EXPECT_EQ(std::string(es.back().issuer).size(), 23u);  // truncated, terminated
+}
+
+}  // namespace
