@@ -19,6 +19,7 @@
 #include "models/train_step.h"
 #include "runtime/core/peak_flops.h"
 #include "runtime/ddp/host_collectives.h"
+#include "runtime/distributed/flight_recorder.h"
 #include "runtime/ops/mixed_precision.h"
 #include "runtime/trace/trace.h"
 
@@ -261,6 +262,7 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg)
   while (step < s.my_steps) {
     const auto t0 = Clock::now();
     if (!o.trace.empty()) tracer.begin_iteration(step);
+    dist::set_flight_iteration(step + 1);  // the flight record names the step as the log does
     const double lr = s.schedule.at(step);
     s.optimizer->set_lr(lr);
     double loss = train_step(*s.ddp, *s.optimizer, next_batch, step_options).loss;

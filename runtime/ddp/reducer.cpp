@@ -11,6 +11,7 @@
 #include "runtime/ddp/bucket_assignment.h"
 #include "runtime/ddp/comm_buffer_of.h"
 #include "runtime/ddp/host_collectives.h"
+#include "runtime/distributed/flight_recorder.h"
 #include "runtime/tensor/tensor_math.h"
 #include "runtime/trace/trace.h"
 
@@ -322,6 +323,7 @@ void Reducer::launch_ready_buckets() {
     used_map_ = Tensor::from_data<int32_t>(locally_used_, {static_cast<int64_t>(locally_used_.size())});
     if (pg_->device_memory_only())
       used_map_ = used_map_.to(params_.front().tensor.device());  // e.g. NCCL: device memory
+    dist::FlightIssuer who("ddp used-map");
     used_map_work_ = pg_->allreduce(comm_buffer_of(used_map_), dist::ReduceOp::Sum);
   }
 }
@@ -338,7 +340,10 @@ void Reducer::launch(Bucket& b) {
     const Tensor& p = params_[b.params[k]].tensor;
     gb.gradients.push_back(b.buffer.slice0(b.offsets[k], b.offsets[k] + p.numel()).view(p.shape()));
   }
-  b.work = opt_.comm_hook->run(*pg_, gb);
+  {
+    dist::FlightIssuer who("ddp bucket");
+    b.work = opt_.comm_hook->run(*pg_, gb);
+  }
   timing_->bucket_launched(b.timing.index, b.work, b.launched_at);
 }
 

@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "models/train.h"
 #include "runtime/core/error.h"
 #include "runtime/distributed/flight_recorder.h"
 #include "runtime/distributed/local_world.h"
@@ -294,6 +295,35 @@ TEST(FlightRecorder, DumpHasTheDocumentedFields) {
   EXPECT_EQ(one["entries"][1]["op"], "barrier");
   EXPECT_EQ(one["entries"][1]["issuer"], "user");
   std::filesystem::remove_all(dir);
+}
+
+// Train names its step (from 1, as its log does) and the reducer tags its bucket all-reduces "ddp bucket".
+TEST(FlightRecorder, TrainRecordsItsStepAndTheReducerItsBuckets) {
+  ScopedEnv entries("DDP_FLIGHT_RECORDER_ENTRIES", std::nullopt);
+  models::TrainOptions o;
+  o.model = "mlp";
+  o.data = "synthetic";
+  o.quiet = true;
+  o.steps = 3;
+  o.warmup_steps = 1;
+  o.batch_size = 4;
+  o.eval_batches = 1;
+  o.eval_interval = 0;
+  o.synthetic_samples = 64;
+  run_threads(2, [&](int, ProcessGroup& pg) {
+    models::train(o, std::shared_ptr<ProcessGroup>(std::shared_ptr<ProcessGroup>{}, &pg));
+    std::vector<FlightEntry> buckets;
+    for (const FlightEntry& e : pg.flight_recorder()->entries())
+      if (std::string(e.issuer) == "ddp bucket") buckets.push_back(e);
+    ASSERT_FALSE(buckets.empty());
+    for (const FlightEntry& e : buckets) {
+      EXPECT_EQ(e.kind, CollectiveKind::Allreduce);
+      EXPECT_GE(e.iteration, 1);
+      EXPECT_LE(e.iteration, 3);
+    }
+    EXPECT_EQ(buckets.back().iteration, 3);
+  });
+  set_flight_iteration(-1);
 }
 
 // Recording a collective allocates nothing (the ring and the tag are preallocated), also after wrapping.
