@@ -191,6 +191,35 @@ TEST_P(FlightRecorderBackends, SkippedCollectiveIsDumpedAsFailedByTheWaitingRank
   }
 }
 
+// A collective mismatch (debug mode: rank 1 all-reduces another size) fails the group on both ranks, and each
+// writes its record with the mismatched collective failed and the reason.
+TEST_P(FlightRecorderBackends, MismatchIsDumpedByEveryRank) {
+  const auto dir = fresh_dir("mismatch" + GetParam());
+  ScopedEnv where("DDP_FLIGHT_RECORDER_DIR", dir.string());
+  ScopedEnv entries("DDP_FLIGHT_RECORDER_ENTRIES", std::nullopt);
+  ProcessGroupOptions options = short_timeout();
+  options.timeout = 10s;
+  options.debug_collectives = true;
+  run_threads(
+      2,
+      [&](int rank, ProcessGroup& pg) {
+        std::vector<float> buf(16, 1.0f);
+        pg.barrier()->wait();
+        const std::string err = ddp::testing::error_of(pg.allreduce(comm_buffer(buf.data(), rank == 0 ? 16 : 8)));
+        EXPECT_NE(err.find("mismatch"), std::string::npos) << err;
+      },
+      options, GetParam());
+  for (int r = 0; r < 2; ++r) {
+    auto doc = read_json(dir / ("flight.rank" + std::to_string(r) + ".json"));
+    ASSERT_EQ(doc["entries"].size(), 2u) << doc.dump();
+    EXPECT_EQ(doc["entries"][0]["state"], "completed");
+    EXPECT_EQ(doc["entries"][1]["state"], "failed");
+    EXPECT_EQ(doc["entries"][1]["count"], r == 0 ? 16 : 8);
+    EXPECT_NE(doc["failure"].get<std::string>().find("mismatch"), std::string::npos);
+  }
+  std::filesystem::remove_all(dir);
+}
+
 // DDP_FLIGHT_RECORDER_ENTRIES=0 records nothing and writes no failure dump, even with the directory set.
 TEST_P(FlightRecorderBackends, ZeroEntriesRecordsNothing) {
   const auto dir = fresh_dir("off" + GetParam());
