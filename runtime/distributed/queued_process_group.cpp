@@ -1,6 +1,8 @@
 // queued_process_group.cpp - the entry points, the issue queue and the worker loop shared by the CPU groups.
 #include "runtime/distributed/queued_process_group.h"
 
+#include <algorithm>
+
 #include "runtime/core/error.h"
 #include "runtime/core/log.h"
 
@@ -120,7 +122,13 @@ void QueuedProcessGroup::run_one(Task& t) {
 
 void QueuedProcessGroup::write_failure_record() {
   if (flight_dir_.empty() || flight_->capacity() == 0) return;
-  const std::string path = flight_dir_ + "/flight.rank" + std::to_string(rank()) + ".json";
+  // A group inside another (hier's "pg0/host1", "pg0/leaders") adds its name, so that it neither overwrites
+  // the outer group's record nor that of a rank with the same index in another such group.
+  std::string name = flight_->group_name();
+  std::replace(name.begin(), name.end(), '/', '_');
+  const bool inner = flight_->group_name().find('/') != std::string::npos;
+  const std::string path =
+      flight_dir_ + "/flight.rank" + std::to_string(rank()) + (inner ? "." + name : "") + ".json";
   try {
     flight_->dump(path);
     DDP_LOG(Error, label_, " group '", flight_->group_name(), "': flight record written to ", path);

@@ -2,7 +2,7 @@
 // N collectives in order across wrap-around, with their fields, states and timestamps; a rank that skips a
 // collective leaves, on the ranks that waited, a failure dump showing that collective failed and the earlier
 // ones completed; DDP_FLIGHT_RECORDER_ENTRIES=0 records nothing, a bad value is refused by name; the dump is
-// JSON with the documented fields; recording allocates nothing per collective. Worlds 1-3, gloo and shm.
+// JSON with the documented fields; recording allocates nothing per collective. Worlds 1-3, gloo, shm and hier.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -244,7 +244,7 @@ TEST_P(FlightRecorderBackends, ZeroEntriesRecordsNothing) {
   std::filesystem::remove_all(dir);
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, FlightRecorderBackends, ::testing::Values("gloo", "shm"));
+INSTANTIATE_TEST_SUITE_P(Backends, FlightRecorderBackends, ::testing::Values("gloo", "shm", "hier"));
 
 // A bad DDP_FLIGHT_RECORDER_ENTRIES is refused when the group is made, naming the variable.
 TEST(FlightRecorder, BadEntriesValueIsRefusedByName) {
