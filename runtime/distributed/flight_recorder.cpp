@@ -2,6 +2,7 @@
 #include "runtime/distributed/flight_recorder.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>

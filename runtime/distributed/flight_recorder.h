@@ -7,10 +7,8 @@
 // fixed-size tag into its slot under one mutex (the issuing thread and the worker thread both write; the lock
 // is uncontended except when both touch the ring at the same moment). No allocation per collective.
 #pragma once
-#include <atomic>
 #include <cstdint>
 #include <mutex>
-#include <optional>
 #include <string>
 #include <vector>
 
