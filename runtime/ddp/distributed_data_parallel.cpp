@@ -6,6 +6,7 @@
 
 #include "runtime/autograd/node.h"
 #include "runtime/ddp/host_collectives.h"
+#include "runtime/distributed/flight_recorder.h"
 
 namespace ddp {
 
@@ -40,6 +41,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   DDP_CHECK(module_ != nullptr, "DistributedDataParallel: no module");
   DDP_CHECK(pg_ != nullptr, "DistributedDataParallel: no process group");
   if (pg_->size() > 1) {
+    dist::FlightIssuer who("ddp model check");
     verify_same_model();
     autograd::NoGradGuard ng;
     broadcast_from(module_->parameters(), 0);
@@ -116,6 +118,7 @@ void DistributedDataParallel::broadcast_from(const std::vector<Tensor>& tensors,
 void DistributedDataParallel::broadcast_buffers_from(int root) {
   if (!options_.broadcast_buffers || pg_->size() == 1) return;
   autograd::NoGradGuard ng;
+  dist::FlightIssuer who("ddp buffers");
   broadcast_from(module_->buffers(), root);
 }
 
@@ -150,6 +153,7 @@ std::vector<int32_t> DistributedDataParallel::exchange_activity(bool active) {
   std::vector<int32_t> flags(static_cast<size_t>(pg_->size()), 0);
   flags[static_cast<size_t>(pg_->rank())] = active ? 1 : 0;
   Tensor t = Tensor::from_data<int32_t>(flags, {pg_->size()});
+  dist::FlightIssuer who("join activity");
   host_allreduce(*pg_, t);
   return std::vector<int32_t>(t.data<int32_t>(), t.data<int32_t>() + pg_->size());
 }
@@ -161,6 +165,7 @@ void DistributedDataParallel::shadow_iteration(int root) {
 
 void DistributedDataParallel::sync_final_model(bool last_joiner) {
   if (pg_->size() == 1) return;
+  dist::FlightIssuer issuer("join final sync");
   Tensor who = Tensor::from_data<int32_t>({last_joiner ? pg_->rank() : -1}, {1});
   host_allreduce(*pg_, who, dist::ReduceOp::Max);
   const int root = who.data<int32_t>()[0];

@@ -93,7 +93,10 @@ Reducer::Layout Reducer::layout_of_rank0(const Layout& mine) {
     for (size_t i : mine[b]) flat[at++] = static_cast<int64_t>(i);
   }
   Tensor t = Tensor::from_data<int64_t>(flat, {static_cast<int64_t>(flat.size())});
-  host_broadcast(*pg_, t, 0);
+  {
+    dist::FlightIssuer who("ddp bucket layout");
+    host_broadcast(*pg_, t, 0);
+  }
   const int64_t* v = t.data<int64_t>();
   auto bad = [&](const std::string& why) {
     DDP_FAIL("rank ", pg_->rank(), ": DDP: the bucket layout broadcast by rank 0 does not fit this rank's ",
@@ -143,6 +146,8 @@ void Reducer::build_buckets(const Layout& groups) {
     bk.timing.index = b;
     bk.timing.bytes = static_cast<int64_t>(bk.buffer.nbytes());
     bk.timing.num_params = bk.params.size();
+    bk.flight_params = params_[bk.params.front()].name;
+    if (bk.params.size() > 1) bk.flight_params += " .. " + params_[bk.params.back()].name;
   }
   // Gradients that already live in old buckets move to their new slots.
   std::vector<Tensor> old_grads;
@@ -341,7 +346,8 @@ void Reducer::launch(Bucket& b) {
     gb.gradients.push_back(b.buffer.slice0(b.offsets[k], b.offsets[k] + p.numel()).view(p.shape()));
   }
   {
-    dist::FlightIssuer who("ddp bucket");
+    dist::FlightIssuer who(bucket_issuer_, static_cast<int>(b.timing.index), b.timing.bytes,
+                           b.flight_params.c_str());
     b.work = opt_.comm_hook->run(*pg_, gb);
   }
   timing_->bucket_launched(b.timing.index, b.work, b.launched_at);
@@ -359,10 +365,14 @@ void Reducer::finish_communication() {
     b.timing.completed_s = std::chrono::duration<double>(b.completed_at - forward_end_).count();
     timing_->bucket_completed(b.timing.index);
     if (trace::tracing_enabled()) [[unlikely]] {
+      // Labelled: index, bytes, and the parameters it holds (first and last in bucket order).
       auto& tr = trace::global_tracer();
       tr.complete("allreduce bucket " + std::to_string(b.timing.index), "comm", trace::kCommLane,
                   tr.to_trace_ns(b.launched_at), tr.to_trace_ns(b.completed_at),
-                  {{"bucket", static_cast<int64_t>(b.timing.index)}, {"bytes", b.timing.bytes}});
+                  {{"bucket", static_cast<int64_t>(b.timing.index)},
+                   {"bytes", b.timing.bytes},
+                   {"params", static_cast<int64_t>(b.params.size())}},
+                  {{"first_param", params_[b.params.front()].name}, {"last_param", params_[b.params.back()].name}});
     }
   }
   if (used_map_work_) used_map_work_->wait();
@@ -404,7 +414,7 @@ void Reducer::finalize() {
   const auto t0 = Clock::now();
   timing_->finalize_begin();
   IterationStats stats;
-  stats.iteration = iteration_;
+  stats.iteration = number;  // the errors' number, and train's step
   stats.num_reachability_searches = searches_;
   stats.backward_compute_s = since_forward();
   stats.num_unused_marked = unused_marked_;
@@ -449,14 +459,21 @@ void Reducer::finalize() {
       last_done = std::max(last_done, t.completed_s);
     }
     stats.communication_s = stats.buckets.empty() ? 0 : last_done - first_launch;
-    stats.exposed_communication_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    const auto exposed_end = Clock::now();
+    stats.exposed_communication_s = std::chrono::duration<double>(exposed_end - t0).count();
+    if (trace::tracing_enabled()) [[unlikely]] {
+      // The step waiting for its buckets after backward's last node (and writing the averages back).
+      auto& tr = trace::global_tracer();
+      tr.complete("exposed communication", "exposed", trace::kComputeLane, tr.to_trace_ns(t0),
+                  tr.to_trace_ns(exposed_end), {{"iteration", number}});
+    }
     timing_->finalize_end();
     // Host clock: the step timing's numbers now; device clock: when read (last_stats()), without a sync here.
     std::swap(timing_, last_timing_);
     last_stats_ = std::move(stats);
     last_stats_pending_ = true;
     if (!last_timing_->on_device() || log::enabled(log::Level::Info)) last_stats();  // INFO on a GPU: syncs
-    DDP_LOG(Info, last_stats_.summary());
+    DDP_LOG(Info, last_stats_.summary(opt_.advice.iteration));
     ++iteration_;
   }
   // Collective: every rank reaches it, on the error path too.
@@ -476,6 +493,12 @@ void Reducer::shadow_backward() {
   }
   std::fill(ready_.begin(), ready_.end(), 1);
   std::fill(locally_used_.begin(), locally_used_.end(), 0);  // the used-map: this rank used nothing
+  bucket_issuer_ = "join shadow";
+  struct RestoreIssuer {
+    const char*& tag;
+    ~RestoreIssuer() { tag = "ddp bucket"; }
+  } restore{bucket_issuer_};
+  dist::FlightIssuer who("join shadow");
   try {
     if (opt_.static_graph && static_unused_.empty()) {
       // The others' first static_graph backward all-reduces the used-map before its buckets
@@ -538,7 +561,10 @@ void Reducer::maybe_rebuild(bool this_rank_ok) {
   // Every rank decides the same: rebuild only if the iteration succeeded on all of them (a rank that raised
   // the unused-parameter error, or a Join shadow, says no). One int per iteration, until the rebuild.
   Tensor ok = Tensor::from_data<int32_t>({this_rank_ok ? 1 : 0}, {1});
-  host_allreduce(*pg_, ok, dist::ReduceOp::Min);
+  {
+    dist::FlightIssuer who("ddp rebuild vote");
+    host_allreduce(*pg_, ok, dist::ReduceOp::Min);
+  }
   if (ok.data<int32_t>()[0] == 1) rebuild_from_ready_order();
 }
 
@@ -622,10 +648,10 @@ std::string Reducer::describe_buckets() const {
   return os.str();
 }
 
-std::string IterationStats::summary() const {
+std::string IterationStats::summary(const std::string& word) const {
   std::ostringstream os;
   os.precision(3);
-  os << std::fixed << "iter " << iteration << ": backward " << backward_compute_s * 1e3 << " ms, comm "
+  os << std::fixed << word << " " << iteration << ": backward " << backward_compute_s * 1e3 << " ms, comm "
      << communication_s * 1e3 << " ms, exposed " << exposed_communication_s * 1e3 << " ms (" << buckets.size()
      << " buckets";
   if (num_unused_marked) os << ", " << num_unused_marked << " unused marked";

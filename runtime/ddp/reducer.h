@@ -114,6 +114,7 @@ class Reducer {
     std::shared_ptr<dist::Work> work;
     BucketTiming timing;
     std::chrono::steady_clock::time_point launched_at, completed_at;
+    std::string flight_params;  // "first .. last" parameter name, for the flight recorder's entries
   };
   struct Slot {
     size_t bucket = 0;
@@ -162,6 +163,7 @@ class Reducer {
   void begin_timing();  // the step clock of this iteration (host, or CUDA events on NCCL)
 
   std::vector<nn::NamedTensor> params_;
+  const char* bucket_issuer_ = "ddp bucket";  // the flight recorder's tag of bucket collectives ("join shadow")
   std::shared_ptr<dist::ProcessGroup> pg_;
   ReducerOptions opt_;
   std::vector<Bucket> buckets_;

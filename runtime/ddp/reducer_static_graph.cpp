@@ -11,6 +11,7 @@
 #include "runtime/autograd/engine.h"
 #include "runtime/ddp/host_collectives.h"
 #include "runtime/ddp/reducer.h"
+#include "runtime/distributed/flight_recorder.h"
 
 namespace ddp {
 
@@ -54,6 +55,7 @@ void Reducer::static_graph_end_of_first_backward() {
   std::vector<int32_t> used(n);
   for (size_t i = 0; i < n; ++i) used[i] = static_expected_hooks_[i] > 0 ? 1 : 0;
   Tensor t = Tensor::from_data<int32_t>(used, {static_cast<int64_t>(n)});
+  dist::FlightIssuer who("ddp static used-map");
   host_allreduce(*pg_, t, dist::ReduceOp::Sum);
   static_unused_.assign(n, 0);
   for (size_t i = 0; i < n; ++i) {

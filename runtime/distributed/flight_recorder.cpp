@@ -1,27 +1,36 @@
-// flight_recorder.cpp - the ring of recent collectives, its registry of live recorders and its JSON dump.
+// flight_recorder.cpp - the ring of recent collectives, its registry of live recorders, its JSON dump and the
+// SIGUSR1 handler that makes every recorder of the process write its file.
 #include "runtime/distributed/flight_recorder.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <csignal>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "runtime/core/dtype.h"
 #include "runtime/core/error.h"
+#include "runtime/core/log.h"
+#include "runtime/distributed/flight_progress.h"
 
 namespace ddp::dist {
 
 namespace {
-constexpr int kSchemaVersion = 1;
+constexpr int kSchemaVersion = 2;
 constexpr size_t kDefaultEntries = 2000;
 constexpr size_t kMaxEntries = 10000000;
 
 std::atomic<int64_t> g_iteration{-1};
-thread_local const char* t_issuer = "user";
+thread_local FlightIssuerInfo t_issuer;
 
 int64_t steady_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -58,8 +67,68 @@ const char* flight_state_name(FlightState s) {
 void set_flight_iteration(int64_t iteration) { g_iteration.store(iteration, std::memory_order_relaxed); }
 int64_t flight_iteration() { return g_iteration.load(std::memory_order_relaxed); }
 
-FlightIssuer::FlightIssuer(const char* tag) : previous_(t_issuer) { t_issuer = tag ? tag : "user"; }
+FlightIssuer::FlightIssuer(const char* tag) : previous_(t_issuer) {
+  t_issuer = FlightIssuerInfo{tag ? tag : "user", -1, 0, nullptr};
+}
+FlightIssuer::FlightIssuer(const char* tag, int bucket, int64_t bucket_bytes, const char* params)
+    : previous_(t_issuer) {
+  t_issuer = FlightIssuerInfo{tag ? tag : "user", bucket, bucket_bytes, params};
+}
 FlightIssuer::~FlightIssuer() { t_issuer = previous_; }
+
+namespace {
+// SIGUSR1: the handler only writes a byte into a pipe (async-signal-safe); a thread of ours reads it and
+// writes the records. Installed once, by the first recorder that has a dump directory.
+int g_signal_pipe[2] = {-1, -1};
+
+void on_sigusr1(int) {
+  const int saved = errno;
+  const char byte = 1;
+  [[maybe_unused]] ssize_t n = ::write(g_signal_pipe[1], &byte, 1);
+  errno = saved;
+}
+
+void install_dump_signal() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (::pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
+      DDP_LOG(Warn, "flight recorder: pipe2 failed (", std::strerror(errno), "); SIGUSR1 will not dump");
+      return;
+    }
+    // The reading end blocks; the writing end stays non-blocking (a full pipe drops a signal, never hangs).
+    ::fcntl(g_signal_pipe[0], F_SETFL, ::fcntl(g_signal_pipe[0], F_GETFL) & ~O_NONBLOCK);
+    std::thread([] {
+      char buf[64];
+      for (;;) {
+        ssize_t n = ::read(g_signal_pipe[0], buf, sizeof(buf));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return;
+        dump_flight_records_to_dirs("signal");
+      }
+    }).detach();
+    struct sigaction sa {};
+    sa.sa_handler = on_sigusr1;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    if (::sigaction(SIGUSR1, &sa, nullptr) != 0)
+      DDP_LOG(Warn, "flight recorder: sigaction(SIGUSR1) failed: ", std::strerror(errno));
+  });
+}
+
+int env_global_rank() {
+  const char* v = std::getenv("RANK");
+  if (v == nullptr || *v == '\0') return -1;
+  char* end = nullptr;
+  long r = std::strtol(v, &end, 10);
+  return end && *end == '\0' && r >= 0 && r < (1L << 30) ? static_cast<int>(r) : -1;
+}
+
+std::string host_name() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof(buf) - 1) != 0) return "";
+  return buf;
+}
+}  // namespace
 
 size_t flight_recorder_entries_from_env() {
   const char* v = std::getenv("DDP_FLIGHT_RECORDER_ENTRIES");
@@ -79,13 +148,16 @@ std::string flight_recorder_dir_from_env() {
   return v ? std::string(v) : std::string();
 }
 
-FlightRecorder::FlightRecorder(std::string backend, int rank, int size, size_t capacity)
+FlightRecorder::FlightRecorder(std::string backend, int rank, int size, size_t capacity, std::string dump_dir)
     : backend_(std::move(backend)),
+      dump_dir_(std::move(dump_dir)),
       rank_(rank),
       size_(size),
       anchor_steady_ns_(steady_ns()),
       anchor_unix_ns_(unix_ns()),
       ring_(capacity) {
+  flight_progress_attach_from_env();
+  if (!dump_dir_.empty() && capacity > 0) install_dump_signal();
   std::lock_guard<std::mutex> g(registry_mu());
   registry().push_back(this);
 }
@@ -97,10 +169,11 @@ FlightRecorder::~FlightRecorder() {
 }
 
 void FlightRecorder::issued(const CollectiveDesc& d) {
-  if (ring_.empty()) return;
   const int64_t now = steady_ns();
+  flight_progress_issued(now);
+  if (ring_.empty()) return;
   const int64_t iteration = flight_iteration();
-  const char* who = t_issuer;
+  const FlightIssuerInfo& who = t_issuer;
   std::lock_guard<std::mutex> g(mu_);
   FlightEntry& e = ring_[d.seq % ring_.size()];
   e.seq = d.seq;
@@ -114,14 +187,23 @@ void FlightRecorder::issued(const CollectiveDesc& d) {
   e.issued_ns = now;
   e.started_ns = 0;
   e.ended_ns = 0;
-  std::strncpy(e.issuer, who, sizeof(e.issuer) - 1);
+  e.device_ns = -1;
+  e.bucket = who.bucket;
+  e.bucket_bytes = who.bucket_bytes;
+  std::strncpy(e.issuer, who.tag, sizeof(e.issuer) - 1);
   e.issuer[sizeof(e.issuer) - 1] = '\0';
+  std::strncpy(e.params, who.params ? who.params : "", sizeof(e.params) - 1);
+  e.params[sizeof(e.params) - 1] = '\0';
   recorded_ = std::max(recorded_, d.seq + 1);
 }
 
-void FlightRecorder::transition(uint64_t seq, FlightState s) {
-  if (ring_.empty()) return;
+void FlightRecorder::transition(uint64_t seq, FlightState s, int64_t device_ns) {
   const int64_t now = steady_ns();
+  if (s == FlightState::Started)
+    flight_progress_changed(now);
+  else
+    flight_progress_ended(now);
+  if (ring_.empty()) return;
   std::lock_guard<std::mutex> g(mu_);
   FlightEntry& e = ring_[seq % ring_.size()];
   if (e.seq != seq || e.issued_ns == 0) return;  // overwritten by a newer collective
@@ -130,14 +212,21 @@ void FlightRecorder::transition(uint64_t seq, FlightState s) {
     e.started_ns = now;
   else
     e.ended_ns = now;
+  if (device_ns >= 0) e.device_ns = device_ns;
 }
 
-void FlightRecorder::started(uint64_t seq) { transition(seq, FlightState::Started); }
-void FlightRecorder::completed(uint64_t seq) { transition(seq, FlightState::Completed); }
+void FlightRecorder::started(uint64_t seq) { transition(seq, FlightState::Started, -1); }
+void FlightRecorder::completed(uint64_t seq, int64_t device_ns) {
+  transition(seq, FlightState::Completed, device_ns);
+}
 void FlightRecorder::failed(uint64_t seq, const std::string& why) {
-  transition(seq, FlightState::Failed);
+  transition(seq, FlightState::Failed, -1);
   std::lock_guard<std::mutex> g(mu_);
   if (failure_.empty()) failure_ = why;
+}
+bool FlightRecorder::has_failed() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return !failure_.empty();
 }
 
 std::vector<FlightEntry> FlightRecorder::entries() const {
@@ -151,7 +240,7 @@ std::vector<FlightEntry> FlightRecorder::entries() const {
   return out;
 }
 
-std::string FlightRecorder::to_json() const {
+std::string FlightRecorder::to_json(const char* reason) const {
   using nlohmann::json;
   const auto unix_of = [&](int64_t steady) -> json {
     return steady == 0 ? json(nullptr) : json(steady - anchor_steady_ns_ + anchor_unix_ns_);
@@ -174,6 +263,10 @@ std::string FlightRecorder::to_json() const {
     j["issued_unix_ns"] = unix_of(e.issued_ns);
     j["duration_ns"] =
         e.started_ns != 0 && e.ended_ns != 0 ? json(e.ended_ns - e.started_ns) : json(nullptr);
+    j["device_duration_ns"] = e.device_ns >= 0 ? json(e.device_ns) : json(nullptr);
+    j["bucket"] = e.bucket >= 0 ? json(e.bucket) : json(nullptr);
+    j["bucket_bytes"] = e.bucket >= 0 ? json(e.bucket_bytes) : json(nullptr);
+    j["params"] = e.params[0] != '\0' ? json(std::string(e.params)) : json(nullptr);
     entries.push_back(std::move(j));
   }
   json doc;
@@ -182,6 +275,11 @@ std::string FlightRecorder::to_json() const {
   doc["backend"] = backend_;
   doc["rank"] = rank_;
   doc["world_size"] = size_;
+  doc["global_rank"] = env_global_rank();
+  doc["pid"] = static_cast<int64_t>(::getpid());
+  doc["host"] = host_name();
+  doc["reason"] = reason;
+  doc["dumped_unix_ns"] = unix_ns();
   doc["capacity"] = ring_.size();
   doc["clock"] = {{"steady_ns", anchor_steady_ns_}, {"unix_ns", anchor_unix_ns_}};
   {
@@ -203,16 +301,45 @@ void write_file(const std::string& path, const std::string& text) {
 }
 }  // namespace
 
-void FlightRecorder::dump(const std::string& path) const { write_file(path, to_json()); }
+void FlightRecorder::dump(const std::string& path, const char* reason) const {
+  write_file(path, to_json(reason));
+}
+
+std::string FlightRecorder::dump_path() const {
+  if (dump_dir_.empty() || ring_.empty()) return "";
+  std::string name = group_;
+  std::replace(name.begin(), name.end(), '/', '_');
+  const bool inner = group_.find('/') != std::string::npos;
+  return dump_dir_ + "/flight.rank" + std::to_string(rank_) + (inner ? "." + name : "") + ".json";
+}
+
+void FlightRecorder::dump_to_dir(const char* reason) const {
+  const std::string path = dump_path();
+  if (path.empty()) return;
+  try {
+    dump(path, reason);
+    if (std::strcmp(reason, "exit") != 0)
+      DDP_LOG(Error, backend_, " group '", group_, "': flight record written to ", path, " (", reason, ")");
+  } catch (const std::exception& e) {
+    DDP_LOG(Error, backend_, ": ", e.what());
+  }
+}
+
+void dump_flight_records_to_dirs(const char* reason) {
+  std::lock_guard<std::mutex> g(registry_mu());
+  for (const FlightRecorder* r : registry()) r->dump_to_dir(reason);
+}
 
 void dump_flight_record(const std::string& path) {
   nlohmann::json groups = nlohmann::json::array();
   {
     std::lock_guard<std::mutex> g(registry_mu());
-    for (const FlightRecorder* r : registry()) groups.push_back(nlohmann::json::parse(r->to_json()));
+    for (const FlightRecorder* r : registry()) groups.push_back(nlohmann::json::parse(r->to_json("demand")));
   }
   nlohmann::json doc;
   doc["version"] = kSchemaVersion;
+  doc["reason"] = "demand";
+  doc["pid"] = static_cast<int64_t>(::getpid());
   doc["groups"] = std::move(groups);
   write_file(path, doc.dump(1));
 }

@@ -26,10 +26,14 @@ QueuedProcessGroup::QueuedProcessGroup(const Store* store, int rank, int size,
     : ProcessGroup(rank, size),
       label_(checked_label(std::move(label), store, rank, size, options)),
       on_stop_(on_stop),
-      flight_(std::make_unique<FlightRecorder>(label_, rank, size, flight_recorder_entries_from_env())),
-      flight_dir_(flight_recorder_dir_from_env()) {}
+      flight_(std::make_unique<FlightRecorder>(label_, rank, size, flight_recorder_entries_from_env())) {}
 
-QueuedProcessGroup::~QueuedProcessGroup() { stop_worker(); }
+QueuedProcessGroup::~QueuedProcessGroup() {
+  stop_worker();
+  // With DDP_FLIGHT_RECORDER_DIR the record is also left at the end: a rank that finished while its peers
+  // still wait (uneven inputs) shows that it finished, and after which collective.
+  flight_->dump_to_dir(flight_->has_failed() ? "failure" : "exit");
+}
 
 void QueuedProcessGroup::start_worker(const std::string& group_name) {
   flight_->set_group_name(group_name);
@@ -120,22 +124,7 @@ void QueuedProcessGroup::run_one(Task& t) {
   }
 }
 
-void QueuedProcessGroup::write_failure_record() {
-  if (flight_dir_.empty() || flight_->capacity() == 0) return;
-  // A group inside another (hier's "pg0/host1", "pg0/leaders") adds its name, so that it neither overwrites
-  // the outer group's record nor that of a rank with the same index in another such group.
-  std::string name = flight_->group_name();
-  std::replace(name.begin(), name.end(), '/', '_');
-  const bool inner = flight_->group_name().find('/') != std::string::npos;
-  const std::string path =
-      flight_dir_ + "/flight.rank" + std::to_string(rank()) + (inner ? "." + name : "") + ".json";
-  try {
-    flight_->dump(path);
-    DDP_LOG(Error, label_, " group '", flight_->group_name(), "': flight record written to ", path);
-  } catch (const std::exception& e) {
-    DDP_LOG(Error, label_, ": ", e.what());
-  }
-}
+void QueuedProcessGroup::write_failure_record() { flight_->dump_to_dir("failure"); }
 
 // ------------------------------------------------------------------------------------------ entry points
 

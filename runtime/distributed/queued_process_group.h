@@ -80,7 +80,6 @@ class QueuedProcessGroup : public ProcessGroup {
   bool stopping_ = false;
   std::string broken_;  // worker thread only: the first failure
   std::unique_ptr<FlightRecorder> flight_;
-  std::string flight_dir_;  // DDP_FLIGHT_RECORDER_DIR: where a failure writes the record ("" = nowhere)
   std::thread worker_;
 };
 

@@ -12,6 +12,7 @@
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/reduce.h"
 #include "runtime/ops/shape.h"
+#include "runtime/distributed/flight_recorder.h"
 
 namespace ddp::ops {
 namespace {
@@ -58,7 +59,10 @@ struct SyncBatchNorm2dBackward final : autograd::Node {
     Tensor sums = Tensor::empty({2 * C}, DType::F64, x.device());
     sums.slice0(0, C).copy_from(sum_dy);
     sums.slice0(C, 2 * C).copy_from(sum_dy_xmu);
-    pg->allreduce(comm_buffer_of(sums), dist::ReduceOp::Sum)->wait();
+    {
+      dist::FlightIssuer who("sync batchnorm backward");
+      pg->allreduce(comm_buffer_of(sums), dist::ReduceOp::Sum)->wait();
+    }
 
     Tensor dx, dweight, dbias;
     if (next_edges[1].valid()) dweight = mul(sum_dy_xmu, invstd);  // local: DDP averages it
@@ -118,7 +122,10 @@ Tensor sync_batch_norm2d(const Tensor& x, const Tensor& weight, const Tensor& bi
     }
     stats.slice0(2 * C, 2 * C + 1).fill_(static_cast<double>(local_count));
     Tensor gathered = Tensor::empty({world * (2 * C + 1)}, DType::F64, x.device());
-    pg.allgather(comm_buffer_of(stats), comm_buffer_of(gathered))->wait();
+    {
+      dist::FlightIssuer who("sync batchnorm forward");
+      pg.allgather(comm_buffer_of(stats), comm_buffer_of(gathered))->wait();
+    }
 
     // Merge with the counts: mean = sum n_i mean_i / N, var = sum n_i (var_i + (mean_i - mean)^2) / N.
     const std::vector<double> g = gathered.to_double_vector();

@@ -11,6 +11,7 @@
 #include "runtime/ddp/host_collectives.h"
 #include "runtime/ddp/join.h"
 #include "runtime/optim/state_serialization.h"
+#include "runtime/distributed/flight_recorder.h"
 
 namespace ddp::optim {
 
@@ -78,6 +79,7 @@ void ZeroRedundancyOptimizer::step() { step_shard(/*training=*/true); }
 
 void ZeroRedundancyOptimizer::step_shard(bool training) {
   autograd::NoGradGuard ng;
+  dist::FlightIssuer who("zero");
   if (under_join_ && pg_->size() > 1) {
     // The learning rate of the ranks still training (a schedule moves only there); a joined rank's is stale.
     Tensor lr = Tensor::from_data<double>({training ? lr_ : -std::numeric_limits<double>::infinity()}, {1});
@@ -138,6 +140,7 @@ void ZeroRedundancyOptimizer::consolidate_state_dict(int to) {
   const int world = pg_->size(), me = pg_->rank();
   DDP_CHECK(to >= 0 && to < world, "consolidate_state_dict: rank ", to, " is not in the group of ", world);
   std::map<std::string, Tensor> all;
+  dist::FlightIssuer who("zero consolidate");
   for (int r = 0; r < world; ++r) {
     std::vector<char> bytes;
     if (r == me) bytes = serialize_state(inner_->state());

@@ -2,11 +2,16 @@
 // N collectives in order across wrap-around, with their fields, states and timestamps; a rank that skips a
 // collective leaves, on the ranks that waited, a failure dump showing that collective failed and the earlier
 // ones completed; DDP_FLIGHT_RECORDER_ENTRIES=0 records nothing, a bad value is refused by name; the dump is
-// JSON with the documented fields; recording allocates nothing per collective. Worlds 1-3, gloo, shm and hier.
+// JSON with the documented fields (schema 2: why it was written, the bucket, its bytes and parameters); a rank
+// that finished leaves an "exit" record; SIGUSR1 makes every group write its record; the progress page a
+// launcher watches counts issued and ended collectives; recording allocates nothing per collective. Worlds 1-3,
+// gloo, shm and hier.
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
+#include <csignal>
+#include <thread>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -18,6 +23,7 @@
 
 #include "models/train.h"
 #include "runtime/core/error.h"
+#include "runtime/distributed/flight_progress.h"
 #include "runtime/distributed/flight_recorder.h"
 #include "runtime/distributed/local_world.h"
 #include "tests/support/collective_checks.h"
@@ -161,7 +167,7 @@ TEST_P(FlightRecorderBackends, SkippedCollectiveIsDumpedAsFailedByTheWaitingRank
             auto es = pg.flight_recorder()->entries();
             ASSERT_EQ(es.size(), 1u);
             EXPECT_EQ(es[0].state, FlightState::Completed);
-            EXPECT_FALSE(std::filesystem::exists(dir / "flight.rank1.json"));
+            EXPECT_FALSE(std::filesystem::exists(dir / "flight.rank1.json"));  // written when it is destroyed
             return;
           }
           std::string err = ddp::testing::error_of(pg.allreduce(comm_buffer(buf.data(), 16)));
@@ -169,12 +175,20 @@ TEST_P(FlightRecorderBackends, SkippedCollectiveIsDumpedAsFailedByTheWaitingRank
           store.set("done/" + std::to_string(rank), "1");
         },
         short_timeout(), GetParam());
-    // Only the ranks that waited wrote one (hier's inner groups name theirs after the group).
-    EXPECT_FALSE(std::filesystem::exists(dir / "flight.rank1.json"));
+    // The ranks that waited wrote a failure record (hier's inner groups name theirs after the group); the one
+    // that skipped left its record when its group was destroyed: "exit", one collective, no failure.
+    {
+      auto doc = read_json(dir / "flight.rank1.json");
+      EXPECT_EQ(doc["reason"], "exit");
+      EXPECT_TRUE(doc["failure"].is_null());
+      EXPECT_EQ(doc["recorded"], 1);
+      EXPECT_EQ(doc["entries"].size(), 1u);
+    }
     for (int r = 0; r < world; ++r) {
       if (r == 1) continue;
       auto doc = read_json(dir / ("flight.rank" + std::to_string(r) + ".json"));
-      EXPECT_EQ(doc["version"], 1);
+      EXPECT_EQ(doc["version"], 2);
+      EXPECT_EQ(doc["reason"], "failure");
       EXPECT_EQ(doc["rank"], r);
       EXPECT_EQ(doc["world_size"], world);
       EXPECT_EQ(doc["backend"], GetParam());
@@ -280,7 +294,7 @@ TEST(FlightRecorder, DumpHasTheDocumentedFields) {
       [&](int rank, ProcessGroup& pg, Store& store) {
         std::vector<double> buf(5, 1.0);
         {
-          FlightIssuer who("ddp bucket");
+          FlightIssuer who("ddp bucket", 3, 40, "fc1.weight .. fc2.bias");
           pg.allreduce(comm_buffer(buf.data(), 5), ReduceOp::Max)->wait();
         }
         pg.barrier()->wait();
@@ -297,13 +311,18 @@ TEST(FlightRecorder, DumpHasTheDocumentedFields) {
       short_timeout(), "gloo");
   set_flight_iteration(-1);
   auto all = read_json(dir / "all.json");
-  EXPECT_EQ(all["version"], 1);
+  EXPECT_EQ(all["version"], 2);
+  EXPECT_EQ(all["reason"], "demand");
+  EXPECT_EQ(all["pid"], getpid());
   ASSERT_GE(all["groups"].size(), 2u);  // both ranks' groups live in this process
   auto one = read_json(dir / "one.json");
-  for (const char* k : {"version", "group", "backend", "rank", "world_size", "capacity", "clock", "recorded",
-                        "failure", "entries"})
+  for (const char* k : {"version", "group", "backend", "rank", "world_size", "global_rank", "pid", "host",
+                        "reason", "dumped_unix_ns", "capacity", "clock", "recorded", "failure", "entries"})
     EXPECT_TRUE(one.contains(k)) << k;
   EXPECT_EQ(one["rank"], 0);
+  EXPECT_EQ(one["reason"], "demand");
+  EXPECT_EQ(one["pid"], getpid());
+  EXPECT_GT(one["dumped_unix_ns"].get<int64_t>(), one["clock"]["unix_ns"].get<int64_t>());
   EXPECT_EQ(one["capacity"], 8);
   EXPECT_EQ(one["recorded"], 2);
   EXPECT_TRUE(one["failure"].is_null());
@@ -313,7 +332,8 @@ TEST(FlightRecorder, DumpHasTheDocumentedFields) {
   ASSERT_EQ(one["entries"].size(), 2u);
   const auto& e = one["entries"][0];
   for (const char* k : {"seq", "op", "dtype", "count", "reduce_op", "root", "state", "issuer", "iteration",
-                        "issued_ns", "started_ns", "ended_ns", "issued_unix_ns", "duration_ns"})
+                        "issued_ns", "started_ns", "ended_ns", "issued_unix_ns", "duration_ns",
+                        "device_duration_ns", "bucket", "bucket_bytes", "params"})
     EXPECT_TRUE(e.contains(k)) << k;
   EXPECT_EQ(e["op"], "allreduce");
   EXPECT_EQ(e["dtype"], "float64");
@@ -323,8 +343,16 @@ TEST(FlightRecorder, DumpHasTheDocumentedFields) {
   EXPECT_EQ(e["issuer"], "ddp bucket");
   EXPECT_EQ(e["iteration"], 41);
   EXPECT_GE(e["duration_ns"].get<int64_t>(), 0);
-  EXPECT_EQ(one["entries"][1]["op"], "barrier");
-  EXPECT_EQ(one["entries"][1]["issuer"], "user");
+  EXPECT_TRUE(e["device_duration_ns"].is_null());  // host backends have no device clock
+  EXPECT_EQ(e["bucket"], 3);
+  EXPECT_EQ(e["bucket_bytes"], 40);
+  EXPECT_EQ(e["params"], "fc1.weight .. fc2.bias");
+  const auto& b = one["entries"][1];
+  EXPECT_EQ(b["op"], "barrier");
+  EXPECT_EQ(b["issuer"], "user");  // the scope ended: the tag and the bucket with it
+  EXPECT_TRUE(b["bucket"].is_null());
+  EXPECT_TRUE(b["bucket_bytes"].is_null());
+  EXPECT_TRUE(b["params"].is_null());
   std::filesystem::remove_all(dir);
 }
 
@@ -351,7 +379,13 @@ TEST(FlightRecorder, TrainRecordsItsStepAndTheReducerItsBuckets) {
       EXPECT_EQ(e.kind, CollectiveKind::Allreduce);
       EXPECT_GE(e.iteration, 1);
       EXPECT_LE(e.iteration, 3);
+      EXPECT_GE(e.bucket, 0);
+      EXPECT_GT(e.bucket_bytes, 0);
+      EXPECT_NE(std::string(e.params), "");  // the bucket's first (.. last) parameter name
     }
+    int32_t highest = 0;
+    for (const FlightEntry& e : buckets) highest = std::max(highest, e.bucket);
+    EXPECT_EQ(buckets.back().bucket, highest);  // buckets go in index order: the highest is the last
     EXPECT_EQ(buckets.back().iteration, 3);
   });
   set_flight_iteration(-1);
@@ -360,7 +394,8 @@ TEST(FlightRecorder, TrainRecordsItsStepAndTheReducerItsBuckets) {
 // Recording a collective allocates nothing (the ring and the tag are preallocated), also after wrapping.
 TEST(FlightRecorder, RecordingAllocatesNothingPerCollective) {
   FlightRecorder fr("test", 0, 1, 16);
-  FlightIssuer who("a tag longer than the twenty-four bytes of the slot");
+  const std::string long_names(300, 'p');
+  FlightIssuer who("a tag longer than the twenty-four bytes of the slot", 7, 1 << 22, long_names.c_str());
   CollectiveDesc d;
   d.kind = CollectiveKind::Allreduce;
   d.count = 1 << 20;
@@ -379,6 +414,91 @@ TEST(FlightRecorder, RecordingAllocatesNothingPerCollective) {
   EXPECT_EQ(es.front().seq, 84u);
   EXPECT_EQ(es.back().seq, 99u);
   EXPECT_EQ(std::string(es.back().issuer).size(), 23u);  // truncated, terminated
+  EXPECT_EQ(std::string(es.back().params).size(), sizeof(FlightEntry::params) - 1);
+  EXPECT_EQ(es.back().bucket, 7);
+}
+
+// SIGUSR1 makes every group with a dump directory write its record ("signal"), while it keeps working.
+TEST(FlightRecorder, SigusrOneDumpsEveryGroupAndTheJobGoesOn) {
+  const auto dir = fresh_dir("sigusr1");
+  ScopedEnv where("DDP_FLIGHT_RECORDER_DIR", dir.string());
+  ScopedEnv entries("DDP_FLIGHT_RECORDER_ENTRIES", std::nullopt);
+  for (const std::string backend : {"gloo", "shm", "hier"}) {
+    run_threads(
+        2,
+        [&](int rank, ProcessGroup& pg, Store& store) {
+          std::vector<float> buf(8, 1.0f);
+          pg.allreduce(comm_buffer(buf.data(), 8))->wait();
+          store.set("before/" + std::to_string(rank), "1");
+          store.wait({"before/0", "before/1"}, 30s);
+          const auto file = dir / ("flight.rank" + std::to_string(rank) + ".json");
+          if (rank == 0) {
+            ::raise(SIGUSR1);
+            store.set("raised", "1");
+          }
+          store.wait({"raised"}, 30s);
+          // Written by the recorder's own thread: wait for it (bounded), then check it.
+          for (int i = 0; i < 3000 && !std::filesystem::exists(file); ++i) std::this_thread::sleep_for(10ms);
+          ASSERT_TRUE(std::filesystem::exists(file)) << backend;
+          store.set("seen/" + std::to_string(rank), "1");
+          store.wait({"seen/0", "seen/1"}, 30s);
+          nlohmann::json doc;
+          for (int i = 0; i < 300; ++i) {  // the other thread may be writing it this instant
+            try {
+              doc = read_json(file);
+              break;
+            } catch (const std::exception&) {
+              std::this_thread::sleep_for(10ms);
+            }
+          }
+          EXPECT_EQ(doc["reason"], "signal") << backend;
+          EXPECT_EQ(doc["recorded"], 1) << backend;
+          pg.allreduce(comm_buffer(buf.data(), 8))->wait();  // the group still works
+          EXPECT_EQ(buf[0], 4.0f);
+        },
+        short_timeout(), backend);
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// The progress page (what ddprun's stall watchdog reads): issued and ended collectives of the process and the
+// time of the newest transition; a collective that waits shows as pending.
+TEST(FlightRecorder, ProgressPageCountsIssuedAndEndedCollectives) {
+  const auto dir = fresh_dir("progress");
+  FlightProgressWatch watch((dir / "progress.rank0").string());
+  EXPECT_FALSE(watch.read().attached);
+  flight_progress_attach(watch.path());
+  const auto s0 = watch.read();
+  EXPECT_TRUE(s0.attached);
+  EXPECT_EQ(s0.pid, getpid());
+  for (const std::string backend : {"gloo", "shm"}) {
+    const auto before = watch.read();
+    run_threads(
+        2,
+        [&](int rank, ProcessGroup& pg, Store& store) {
+          std::vector<float> buf(8, 1.0f);
+          for (int i = 0; i < 5; ++i) pg.allreduce(comm_buffer(buf.data(), 8))->wait();
+          store.set("five/" + std::to_string(rank), "1");
+          store.wait({"five/0", "five/1"}, 30s);
+          if (rank == 1) {
+            // Rank 0 now waits on #5: pending on the page until rank 1 arrives.
+            for (int i = 0; i < 3000 && watch.read().pending() == 0; ++i) std::this_thread::sleep_for(1ms);
+            EXPECT_EQ(watch.read().pending(), 1u) << backend;
+            std::this_thread::sleep_for(20ms);
+            EXPECT_GE(ddp::dist::FlightProgressWatch::Snapshot{watch.read()}.last_change_ns, s0.last_change_ns);
+          }
+          pg.allreduce(comm_buffer(buf.data(), 8))->wait();
+        },
+        short_timeout(), backend);
+    const auto after = watch.read();
+    EXPECT_EQ(after.issued - before.issued, 12u) << backend;  // 2 ranks x 6, one process
+    EXPECT_EQ(after.ended - before.ended, 12u) << backend;
+    EXPECT_EQ(after.pending(), 0u) << backend;
+    EXPECT_GT(after.last_change_ns, 0);
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

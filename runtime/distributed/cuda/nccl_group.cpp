@@ -17,6 +17,7 @@
 #include "runtime/distributed/collective.h"
 #include "runtime/distributed/collective_tracker.h"
 #include "runtime/distributed/env.h"
+#include "runtime/distributed/flight_recorder.h"
 #include "runtime/distributed/poll_until.h"
 
 namespace ddp::dist {
@@ -88,6 +89,7 @@ class NcclWork : public Work {
   cudaEvent_t start = nullptr;  // on the comm stream, once it waited for the caller's stream
   cudaEvent_t end = nullptr;
   std::chrono::steady_clock::time_point deadline;
+  bool seen_started = false;  // the flight recorder has its start (the watchdog saw the start event)
 
  protected:
   void on_completed_wait() override { join_current_stream(); }
@@ -111,6 +113,7 @@ struct NcclProcessGroup::Impl {
   std::string prefix;
   std::shared_ptr<Store> store;
   std::unique_ptr<CollectiveTracker> tracker;
+  std::unique_ptr<FlightRecorder> flight;
   ncclComm_t comm = nullptr;
   cudaStream_t stream = nullptr;
   float* barrier_scratch = nullptr;
@@ -207,6 +210,8 @@ NcclProcessGroup::NcclProcessGroup(std::shared_ptr<Store> store, int rank, int s
   s.store = std::move(store);
   s.prefix = group_name(options, *s.store);
   s.tracker = std::make_unique<CollectiveTracker>(s.store, s.prefix, rank, size, options.timeout);
+  s.flight = std::make_unique<FlightRecorder>("nccl", rank, size, flight_recorder_entries_from_env());
+  s.flight->set_group_name(s.prefix);
 
   // The GPU first: NCCL binds the communicator to the current device.
   if (options.cuda_device >= 0) {
@@ -272,9 +277,11 @@ NcclProcessGroup::~NcclProcessGroup() {
     if (s.stream) cudaStreamDestroy(s.stream);
     if (s.barrier_scratch) cudaFree(s.barrier_scratch);
   }
+  s.flight->dump_to_dir(s.flight->has_failed() ? "failure" : "exit");
 }
 
 int NcclProcessGroup::device() const { return impl_->device; }
+const FlightRecorder* NcclProcessGroup::flight_recorder() const { return impl_->flight.get(); }
 
 uint64_t NcclProcessGroup::next_sequence_number() const {
   std::lock_guard<std::mutex> g(impl_->mu);
@@ -289,8 +296,11 @@ std::shared_ptr<Work> NcclProcessGroup::Impl::issue(CollectiveDesc d, CommBuffer
   d.device = Device::cuda(device);
   std::unique_lock<std::mutex> g(mu);
   d.seq = next_seq++;
+  flight->issued(d);
   auto work = std::make_shared<NcclWork>(d.str(), device, host_blocking);
+  work->desc = d;
   if (!broken.empty()) {
+    flight->failed(d.seq, broken);
     work->finish(std::make_exception_ptr(
         Error("nccl " + d.str() + " not run: the process group failed earlier and is unusable: " + broken)));
     return work;
@@ -308,11 +318,11 @@ std::shared_ptr<Work> NcclProcessGroup::Impl::issue(CollectiveDesc d, CommBuffer
     DDP_CUDA_CHECK(cudaEventRecord(work->end, stream));
   } catch (const std::exception& e) {
     // The ranks are out of step now (this one took a sequence number without a collective): fail for good.
+    flight->failed(d.seq, e.what());
     fail_all(e.what());
     work->finish(std::current_exception());
     return work;
   }
-  work->desc = d;
   work->in = std::move(in);
   work->out = std::move(out);
   work->deadline = std::chrono::steady_clock::now() + options.timeout;
@@ -336,12 +346,14 @@ void NcclProcessGroup::Impl::fail_all(const std::string& first_error) {
     std::string msg =
         first ? first_error
               : "nccl " + w->desc.str() + " aborted: an earlier collective failed: " + first_error;
+    flight->failed(w->desc.seq, msg);
     w->in = {};
     w->out = {};
     w->finish(std::make_exception_ptr(Error(msg)));
     first = false;
   }
   pending.clear();
+  flight->dump_to_dir("failure");
 }
 
 void NcclProcessGroup::Impl::watchdog_loop() {
@@ -366,7 +378,13 @@ void NcclProcessGroup::Impl::watchdog_loop() {
       g.lock();
       last_published = seq;
     }
-    // Completions in issue order.
+    // Starts for the flight recorder (host time when seen), then completions in issue order.
+    for (auto& w : pending) {
+      if (w->seen_started) continue;
+      if (cudaEventQuery(w->start) != cudaSuccess) break;  // later ones start after this one
+      w->seen_started = true;
+      flight->started(w->desc.seq);
+    }
     while (!pending.empty()) {
       cudaError_t q = cudaEventQuery(pending.front()->end);
       if (q == cudaErrorNotReady) break;
@@ -375,8 +393,13 @@ void NcclProcessGroup::Impl::watchdog_loop() {
       w->in = {};
       w->out = {};
       if (q == cudaSuccess) {
+        float ms = -1.0f;
+        if (cudaEventElapsedTime(&ms, w->start, w->end) != cudaSuccess) ms = -1.0f;
+        if (!w->seen_started) flight->started(w->desc.seq);
+        flight->completed(w->desc.seq, ms >= 0.0f ? static_cast<int64_t>(ms * 1e6) : -1);
         w->finish();
       } else {
+        flight->failed(w->desc.seq, "CUDA error " + std::string(cudaGetErrorString(q)));
         w->finish(std::make_exception_ptr(
             Error("nccl " + w->desc.str() + ": CUDA error " + cudaGetErrorString(q))));
       }

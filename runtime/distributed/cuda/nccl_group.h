@@ -36,6 +36,9 @@ class NcclProcessGroup : public ProcessGroup {
   std::string backend_name() const override { return "nccl"; }
   bool device_memory_only() const override { return true; }
   bool records_device_events() const override { return true; }
+  // Every collective of this group (flight_recorder.h): issued by the caller, started and completed as the
+  // watchdog sees the CUDA events (with the GPU's own duration), failed on a timeout or NCCL error.
+  const FlightRecorder* flight_recorder() const override;
   // The GPU this group runs on.
   int device() const;
 
