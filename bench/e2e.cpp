@@ -39,6 +39,7 @@
 #include "runtime/ops/mixed_precision.h"
 #include "runtime/optim/optimizer.h"
 #include "runtime/sim/sample_stats.h"
+#include "runtime/trace/clock_sync.h"
 #include "runtime/trace/trace.h"
 
 namespace {
@@ -109,15 +110,6 @@ Workload make_workload(const std::string& config, int64_t batch, int rank, ddp::
     w.description = d;
   }
   return w;
-}
-
-// "trace.json" -> "trace.rank1.json"; no extension -> "trace.rank1".
-std::string rank_path(const std::string& path, int rank) {
-  const std::string tag = ".rank" + std::to_string(rank);
-  const auto slash = path.find_last_of('/');
-  const auto dot = path.find_last_of('.');
-  if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) return path + tag;
-  return path.substr(0, dot) + tag + path.substr(dot);
 }
 
 std::string read_first_line(const std::string& file) {
@@ -306,14 +298,16 @@ int main(int argc, char** argv) {
       if (measured && it == warmup && !trace_path.empty()) {
         tracer.set_rank(rank);
         tracer.set_world_size(world);
+        ddp::trace::synchronize_trace_clock(*ctx.group, tracer);  // every rank: the same flags
         tracer.set_enabled(true);
       }
-      if (measured) tracer.begin_iteration(it - warmup);
+      // Iteration N is the N-th step from 1, warm-up included: the reducer's (DDP_DEBUG) number for it.
+      if (measured) tracer.begin_iteration(it + 1);
       sync_device(w.x);
       const auto t0 = Clock::now();
       const ddp::models::StepResult r = ddp::models::train_step(model, *w.optimizer, next_batch, step_options);
       const auto t1 = Clock::now();
-      if (measured) tracer.end_iteration(it - warmup);
+      if (measured) tracer.end_iteration(it + 1);
       if (!measured) continue;
       step_s.push_back(seconds(t0, t1));
       fwd_s.push_back(r.forward_s);
@@ -334,7 +328,7 @@ int main(int argc, char** argv) {
     tracer.set_enabled(false);
     const double faults_per_step = static_cast<double>(minor_faults() - faults_before) / steps;
     const double load_after = load_average();
-    if (!trace_path.empty()) tracer.write_chrome_trace(rank_path(trace_path, rank));
+    if (!trace_path.empty()) tracer.write_chrome_trace(ddp::trace::rank_trace_path(trace_path, rank));
 
     // The job's step is its slowest rank's: per step, the maximum over ranks.
     Tensor job_steps = Tensor::from_data<double>(step_s, {static_cast<int64_t>(step_s.size())});

@@ -21,6 +21,7 @@
 #include "runtime/ddp/host_collectives.h"
 #include "runtime/distributed/flight_recorder.h"
 #include "runtime/ops/mixed_precision.h"
+#include "runtime/trace/clock_sync.h"
 #include "runtime/trace/trace.h"
 
 namespace ddp::models {
@@ -115,16 +116,17 @@ void measure(const TrainOptions& o, const TrainSetup& s, RunRecord& run, TrainRe
   }
 }
 
-// Each rank's Chrome trace; rank 0 merges them into --trace.
+// Each rank's Chrome trace (trace::rank_trace_path: t.json -> t.rank1.json); rank 0 merges them into --trace,
+// on rank 0's clock (the offsets estimated at start-up).
 void write_traces(const TrainOptions& o, const TrainSetup& s, dist::ProcessGroup& pg) {
   auto& tracer = trace::global_tracer();
-  const std::string mine = s.world > 1 ? o.trace + ".rank" + std::to_string(s.rank) : o.trace;
+  const std::string mine = s.world > 1 ? trace::rank_trace_path(o.trace, s.rank) : o.trace;
   tracer.write_chrome_trace(mine);
   tracer.set_enabled(false);
   pg.barrier()->wait();
   if (s.world > 1 && s.rank == 0) {
     std::vector<std::string> inputs;
-    for (int r = 0; r < s.world; ++r) inputs.push_back(o.trace + ".rank" + std::to_string(r));
+    for (int r = 0; r < s.world; ++r) inputs.push_back(trace::rank_trace_path(o.trace, r));
     trace::merge_chrome_traces(inputs, o.trace);
   }
 }
@@ -211,6 +213,7 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg)
   if (!o.trace.empty()) {
     tracer.set_rank(s.rank);
     tracer.set_world_size(s.world);
+    trace::synchronize_trace_clock(*pg, tracer);  // collective: every rank traces (same flags)
     tracer.set_enabled(true);
   }
   if (talk) {
@@ -261,12 +264,14 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg)
   s.ddp->reducer().number_iterations_from(step + 1);
   while (step < s.my_steps) {
     const auto t0 = Clock::now();
-    if (!o.trace.empty()) tracer.begin_iteration(step);
-    dist::set_flight_iteration(step + 1);  // the flight record names the step as the log does
+    // One number per step everywhere (docs/trace.md, "Iteration numbers"): the log's "step N" counts from 1;
+    // the trace's "iteration N", the flight record, DDP_DEBUG and the reducer's errors use the same N.
+    if (!o.trace.empty()) tracer.begin_iteration(step + 1);
+    dist::set_flight_iteration(step + 1);
     const double lr = s.schedule.at(step);
     s.optimizer->set_lr(lr);
     double loss = train_step(*s.ddp, *s.optimizer, next_batch, step_options).loss;
-    if (!o.trace.empty()) tracer.end_iteration(step);
+    if (!o.trace.empty()) tracer.end_iteration(step + 1);
     const double dt = seconds_since(t0);
     if (o.fault_nan_step == step + 1 && s.rank == o.fault_nan_rank) loss = NAN;
     // Every rank stops on NaN / Inf (one all-reduce per step). Past the steps every rank runs (uneven data),

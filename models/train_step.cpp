@@ -27,7 +27,11 @@ StepResult train_step(DistributedDataParallel& ddp, optim::Optimizer& optimizer,
   double loss_sum = 0;
   Tensor probe;  // a tensor on the model's device, for wait_for_device
   for (int64_t micro = 0; micro < o.grad_accum; ++micro) {
-    const data::Batch b = next_batch();
+    data::Batch b;
+    {
+      trace::TraceScope ts("data", "data");  // the loader's batch, its dtype conversion and device copy
+      b = next_batch();
+    }
     probe = b.x;
     std::optional<DistributedDataParallel::NoSyncGuard> no_sync;
     if (!o.synchronize_gradients || micro + 1 < o.grad_accum) no_sync.emplace(ddp.reducer());
@@ -50,12 +54,18 @@ StepResult train_step(DistributedDataParallel& ddp, optim::Optimizer& optimizer,
     r.backward_s += seconds(t1, t2);
   }
   const auto t0 = Clock::now();
-  if (o.clip_grad > 0) optim::clip_grad_norm_(ddp.module().parameters(), o.clip_grad);
+  if (o.clip_grad > 0) {
+    trace::TraceScope ts("clip", "clip_grad_norm_");
+    optim::clip_grad_norm_(ddp.module().parameters(), o.clip_grad);
+  }
   {
     trace::TraceScope ts("optimizer", "optimizer");
     optimizer.step();
-    optimizer.zero_grad(o.zero_grad_set_to_none);
     if (o.wait_for_device) wait_for(probe);
+  }
+  {
+    trace::TraceScope ts("zero_grad", "zero_grad");
+    optimizer.zero_grad(o.zero_grad_set_to_none);
   }
   r.optimizer_s = seconds(t0, Clock::now());
   r.loss = loss_sum / static_cast<double>(o.grad_accum);

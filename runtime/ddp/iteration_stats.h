@@ -25,6 +25,7 @@ struct BucketTiming {
 };
 
 struct IterationStats {
+  // The iteration's number: the reducer's errors' (Reducer::number_iterations_from; train: its step, from 1).
   int64_t iteration = 0;
   double backward_compute_s = 0;       // forward end -> last backward node done (finalize starts)
   double communication_s = 0;          // first launch -> last completion
@@ -38,8 +39,9 @@ struct IterationStats {
   bool device_clock = false;  // true: the times above come from CUDA events (see below), else host time
   size_t num_reachability_searches = 0;  // such traversals this iteration (0 with static_graph)
   std::vector<BucketTiming> buckets;
-  // One line: "iter 3: backward 12.1 ms, comm 8.0 ms, exposed 0.4 ms (3 buckets)".
-  std::string summary() const;
+  // One line: "iteration 3: backward 12.1 ms, comm 8.0 ms, exposed 0.4 ms (3 buckets)" (`word`: train
+  // says "step").
+  std::string summary(const std::string& word = "iteration") const;
 };
 
 }  // namespace ddp

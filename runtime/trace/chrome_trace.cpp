@@ -1,12 +1,15 @@
 // chrome_trace.cpp - the Chrome trace-event JSON of a Tracer, and merging per-rank files onto one time axis.
 // File layout (docs/trace.md): {"traceEvents": [metadata events, events...], "displayTimeUnit": "ms",
-// "otherData": {"ddp_trace_format": 1, "rank": r, "start_unix_us": t0}}; ts/dur in microseconds since t0.
+// "otherData": {"ddp_trace_format": 1, "rank": r, "start_unix_us": t0, "clock": {...}}}; ts/dur in
+// microseconds since t0. "clock" (when the program estimated it) is the offset to rank 0's clock; merging
+// uses it ("common" clock) or, without it, the wall-clock starts ("wall").
 // Viewers draw the complete events of one tid as a stack and Perfetto drops an event that starts inside
 // another and ends after it, so such events (bucket all-reduces queued behind each other) are written on
 // extra tracks of their lane: tid lane + k * kExtraTrackTidStride, named "<lane> <k + 1>".
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <set>
@@ -124,6 +127,8 @@ std::string Tracer::chrome_trace_json() const {
     j["tid"] = e.lane + track[i] * kExtraTrackTidStride;
     ojson args = ojson::object();
     for (int i = 0; i < e.num_args; ++i) args[e.args[i].key ? e.args[i].key : "?"] = e.args[i].value;
+    for (int i = 0; i < e.num_text_args; ++i)
+      args[e.text_args[i].key ? e.text_args[i].key : "?"] = e.text_args[i].value;
     j["args"] = std::move(args);
     events.push_back(std::move(j));
   }
@@ -132,10 +137,45 @@ std::string Tracer::chrome_trace_json() const {
       {"displayTimeUnit", "ms"},
       {"otherData", {{"ddp_trace_format", kTraceFormat}, {"rank", pid}, {"start_unix_us", start_unix_us_}}}};
   if (world_size() > 0) doc["otherData"]["world_size"] = world_size();
+  if (has_clock_sync()) {
+    const ClockSync c = clock_sync();
+    doc["otherData"]["clock"] = {{"reference_rank", c.reference_rank},
+                                 {"reference_start_unix_us", c.reference_start_unix_us},
+                                 {"offset_us", static_cast<double>(c.offset_ns) / 1000.0},
+                                 {"error_bound_us", static_cast<double>(c.error_bound_ns) / 1000.0},
+                                 {"rounds", c.rounds}};
+  }
   return doc.dump();
 }
 
+std::string rank_trace_path(const std::string& path, int rank) {
+  const std::string tag = ".rank" + std::to_string(rank);
+  const auto slash = path.find_last_of('/');
+  const auto dot = path.find_last_of('.');
+  // No extension, or the only dot starts the file name (".trace"): the tag goes at the end.
+  if (dot == std::string::npos || (slash != std::string::npos && dot <= slash + 1) ||
+      (slash == std::string::npos && dot == 0))
+    return path + tag;
+  return path.substr(0, dot) + tag + path.substr(dot);
+}
+
 void Tracer::write_chrome_trace(const std::string& path) const { write_text_file(path, chrome_trace_json()); }
+
+namespace {
+
+// The input's otherData.clock when it is a per-rank clock sync (offset_us, error_bound_us,
+// reference_start_unix_us); null otherwise (older files, merged files).
+const ojson* clock_sync_of(const ojson& doc) {
+  if (!doc.contains("otherData") || !doc["otherData"].contains("clock")) return nullptr;
+  const ojson& c = doc["otherData"]["clock"];
+  if (!c.is_object() || !c.contains("offset_us") || !c["offset_us"].is_number() ||
+      !c.contains("error_bound_us") || !c["error_bound_us"].is_number() ||
+      !c.contains("reference_start_unix_us") || !c["reference_start_unix_us"].is_number_integer())
+    return nullptr;
+  return &c;
+}
+
+}  // namespace
 
 void merge_chrome_traces(const std::vector<std::string>& inputs, const std::string& output) {
   DDP_CHECK(!inputs.empty(), "merge_chrome_traces: no input files; pass each rank's trace");
@@ -143,6 +183,7 @@ void merge_chrome_traces(const std::vector<std::string>& inputs, const std::stri
     std::string path;
     ojson doc;
     int64_t start_unix_us = 0;
+    double shift_us = 0;
   };
   std::vector<Input> files;
   for (const std::string& path : inputs) {
@@ -157,21 +198,60 @@ void merge_chrome_traces(const std::vector<std::string>& inputs, const std::stri
         "' has no otherData.start_unix_us (the wall-clock time of its time 0), so it cannot be aligned;",
         " merge needs files written by Tracer::write_chrome_trace");
     int64_t t0 = (*start)["start_unix_us"].get<int64_t>();
-    files.push_back({path, std::move(doc), t0});
+    files.push_back({path, std::move(doc), t0, 0.0});
   }
-  int64_t base = files[0].start_unix_us;
-  for (const Input& f : files) base = std::min(base, f.start_unix_us);
+  // The common clock needs every input synchronized against one reference (the same job's rank 0).
+  bool common = true;
+  for (const Input& f : files) {
+    const ojson* c = clock_sync_of(f.doc);
+    common = common && c && (*c)["reference_start_unix_us"] ==
+                                (*clock_sync_of(files[0].doc))["reference_start_unix_us"];
+  }
+  int64_t base_unix_us = 0;
+  ojson clock = {{"alignment", common ? "common" : "wall"}};
+  ojson per_rank = ojson::array();
+  if (common) {
+    // Reference time = ts + offset_us; shifted right so that no event lands before 0.
+    double earliest = 0;
+    for (const Input& f : files) earliest = std::min(earliest, (*clock_sync_of(f.doc))["offset_us"].get<double>());
+    double max_bound = 0;
+    for (Input& f : files) {
+      const ojson& c = *clock_sync_of(f.doc);
+      f.shift_us = c["offset_us"].get<double>() - earliest;
+      max_bound = std::max(max_bound, c["error_bound_us"].get<double>());
+      per_rank.push_back({{"rank", f.doc["otherData"].value("rank", -1)},
+                          {"file", f.path},
+                          {"offset_us", c["offset_us"]},
+                          {"error_bound_us", c["error_bound_us"]}});
+    }
+    const ojson& c0 = *clock_sync_of(files[0].doc);
+    base_unix_us = c0["reference_start_unix_us"].get<int64_t>() + static_cast<int64_t>(std::floor(earliest));
+    clock["reference_rank"] = c0.value("reference_rank", 0);
+    clock["max_error_bound_us"] = max_bound;
+  } else {
+    base_unix_us = files[0].start_unix_us;
+    for (const Input& f : files) base_unix_us = std::min(base_unix_us, f.start_unix_us);
+    for (Input& f : files) {
+      f.shift_us = static_cast<double>(f.start_unix_us - base_unix_us);
+      per_rank.push_back({{"rank", f.doc["otherData"].value("rank", -1)}, {"file", f.path}, {"offset_us", f.shift_us}});
+    }
+  }
+  clock["inputs"] = std::move(per_rank);
 
   std::map<int64_t, std::string> owner_of_pid;
-  ojson merged = ojson::array();
+  ojson metadata = ojson::array();
+  std::vector<ojson> timed;
   ojson merged_from = ojson::array();
   for (Input& f : files) {
     std::set<int64_t> pids;
-    const double shift_us = static_cast<double>(f.start_unix_us - base);
     for (ojson& e : f.doc["traceEvents"]) {
       if (e.contains("pid") && e["pid"].is_number_integer()) pids.insert(e["pid"].get<int64_t>());
-      if (e.contains("ts") && e["ts"].is_number()) e["ts"] = e["ts"].get<double>() + shift_us;
-      merged.push_back(std::move(e));
+      if (e.contains("ts") && e["ts"].is_number()) {
+        e["ts"] = e["ts"].get<double>() + f.shift_us;
+        timed.push_back(std::move(e));
+      } else {
+        metadata.push_back(std::move(e));
+      }
     }
     for (int64_t pid : pids) {
       auto [it, fresh] = owner_of_pid.emplace(pid, f.path);
@@ -180,15 +260,21 @@ void merge_chrome_traces(const std::vector<std::string>& inputs, const std::stri
     }
     merged_from.push_back(f.path);
   }
+  // Sorted by time (stable: a file's own order among equal times is kept), after the metadata.
+  std::stable_sort(timed.begin(), timed.end(),
+                   [](const ojson& a, const ojson& b) { return a["ts"].get<double>() < b["ts"].get<double>(); });
+  ojson merged = std::move(metadata);
+  for (ojson& e : timed) merged.push_back(std::move(e));
   ojson ranks = ojson::array();
   for (const auto& [pid, path] : owner_of_pid) ranks.push_back(pid);
   ojson doc = {{"traceEvents", std::move(merged)},
                {"displayTimeUnit", "ms"},
                {"otherData",
                 {{"ddp_trace_format", kTraceFormat},
-                 {"start_unix_us", base},
+                 {"start_unix_us", base_unix_us},
                  {"ranks", std::move(ranks)},
-                 {"merged_from", std::move(merged_from)}}}};
+                 {"merged_from", std::move(merged_from)},
+                 {"clock", std::move(clock)}}}};
   for (const Input& f : files)
     if (f.doc["otherData"].contains("world_size"))
       doc["otherData"]["world_size"] = f.doc["otherData"]["world_size"];

@@ -142,8 +142,24 @@ detail::ThreadBuffer& Tracer::register_thread() {
   return *it->second;
 }
 
+void Tracer::set_clock_sync(const ClockSync& sync) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  clock_sync_ = sync;
+  has_clock_sync_ = true;
+}
+
+bool Tracer::has_clock_sync() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return has_clock_sync_;
+}
+
+ClockSync Tracer::clock_sync() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return clock_sync_;
+}
+
 void Tracer::record(std::string_view name, const char* category, Lane lane, char phase, int64_t ts_ns,
-                    int64_t dur_ns, const Arg* args, size_t num_args) {
+                    int64_t dur_ns, const Arg* args, size_t num_args, const TextArg* text, size_t num_text) {
   if (!enabled()) return;
   detail::ThreadBuffer& buffer = local_buffer();
   Event& e = buffer.next_slot();
@@ -155,6 +171,11 @@ void Tracer::record(std::string_view name, const char* category, Lane lane, char
   e.phase = phase;
   e.num_args = static_cast<uint8_t>(std::min<size_t>(num_args, kMaxArgs));
   for (size_t i = 0; i < e.num_args; ++i) e.args[i] = args[i];
+  e.num_text_args = static_cast<uint8_t>(std::min<size_t>(text ? num_text : 0, kMaxTextArgs));
+  for (size_t i = 0; i < e.num_text_args; ++i) {
+    e.text_args[i].key = text[i].key;
+    e.text_args[i].value.assign(text[i].value);
+  }
   buffer.publish();
 }
 
@@ -166,6 +187,18 @@ void Tracer::complete(std::string_view name, const char* category, Lane lane, in
   DDP_CHECK(end_ns >= begin_ns, "trace event '", name, "': end ", end_ns, " ns is before begin ", begin_ns,
             " ns; pass times from the same clock (Tracer::to_trace_ns)");
   record(name, category, lane, 'X', begin_ns, end_ns - begin_ns, args.begin(), args.size());
+}
+
+void Tracer::complete(std::string_view name, const char* category, Lane lane, int64_t begin_ns,
+                      int64_t end_ns, std::initializer_list<Arg> args, std::initializer_list<TextArg> text_args) {
+  if (!enabled()) return;
+  DDP_CHECK(args.size() <= kMaxArgs && text_args.size() <= kMaxTextArgs, "trace event '", name, "': ",
+            args.size(), " arguments and ", text_args.size(), " text arguments, at most ", kMaxArgs, " and ",
+            kMaxTextArgs, " are kept; drop some");
+  DDP_CHECK(end_ns >= begin_ns, "trace event '", name, "': end ", end_ns, " ns is before begin ", begin_ns,
+            " ns; pass times from the same clock (Tracer::to_trace_ns)");
+  record(name, category, lane, 'X', begin_ns, end_ns - begin_ns, args.begin(), args.size(), text_args.begin(),
+         text_args.size());
 }
 
 void Tracer::instant(std::string_view name, const char* category, Lane lane,

@@ -2,10 +2,14 @@
 // ui.perfetto.dev). One process per rank (pid = rank); lanes (tid) "compute", "comm", "iterations" and any
 // named by add_lane(). Naming convention of train's step and the DDP reducer (the summary tool relies on it):
 //   category "forward" / "backward" / "optimizer", lane compute: one complete event each per (micro-)step
-//   category "comm", lane comm: "allreduce bucket <i>" with args {"bucket": i, "bytes": n}
+//   category "comm", lane comm: "allreduce bucket <i>" with args {"bucket": i, "bytes": n, "params": k,
+//   "first_param": name, "last_param": name}
 //   instants on lane compute: "ready <param name>" (gradient hook) and "finalize" (category "ddp")
 //   begin_iteration(i) / end_iteration(i): a complete event "iteration <i>" (category "iteration") on lane
-//   "iterations" with args {"iteration": i}; the summary cuts per iteration on these.
+//   "iterations" with args {"iteration": i}; the summary cuts per iteration on these. The number is the
+//   step's as train logs it (from 1).
+// Full table: docs/trace.md. Clocks: each tracer has its own time 0; set_clock_sync records the offset to
+// rank 0's tracer (runtime/trace/clock_sync.h), which merge_chrome_traces uses to put ranks on one clock.
 // Cost: disabled, every call site costs one relaxed atomic load and a branch (tracing_enabled(), TraceScope).
 // Enabled, an event is appended to the calling thread's own buffer without a lock; buffers are merged when
 // the trace is written. Details and the JSON layout: docs/trace.md.
@@ -41,6 +45,12 @@ struct Arg {
   int64_t value = 0;
 };
 inline constexpr int kMaxArgs = 4;
+// A text argument (a parameter name). `key` has static lifetime; the value is copied.
+struct TextArg {
+  const char* key = nullptr;
+  std::string value;
+};
+inline constexpr int kMaxTextArgs = 2;
 
 // One recorded event. Times are nanoseconds since the tracer's start (steady clock).
 struct Event {
@@ -51,7 +61,19 @@ struct Event {
   Lane lane = kComputeLane;
   char phase = 'X';  // 'X' complete, 'i' instant
   uint8_t num_args = 0;
+  uint8_t num_text_args = 0;
   std::array<Arg, kMaxArgs> args{};
+  std::array<TextArg, kMaxTextArgs> text_args{};
+};
+
+// This tracer's clock against the reference tracer's (rank 0's): reference time = own time + offset_ns, up to
+// error_bound_ns either way. Estimated by estimate_clock_offset (runtime/trace/clock_sync.h).
+struct ClockSync {
+  int64_t offset_ns = 0;
+  int64_t error_bound_ns = 0;
+  int rounds = 0;                        // round trips measured (0: none needed, this is the reference)
+  int reference_rank = 0;
+  int64_t reference_start_unix_us = 0;   // the reference tracer's start_unix_us: names the common clock
 };
 
 namespace detail {
@@ -77,6 +99,10 @@ class Tracer {
   // viewer tell a world of one, whose all-reduces are no-ops, from one rank's file of a larger job.
   void set_world_size(int world) { world_size_.store(world, std::memory_order_relaxed); }
   int world_size() const { return world_size_.load(std::memory_order_relaxed); }
+  // The offset of this tracer's clock to the reference rank's, written as otherData.clock (docs/trace.md).
+  void set_clock_sync(const ClockSync& sync);
+  bool has_clock_sync() const;
+  ClockSync clock_sync() const;
   // Names a new lane (for example "cuda compute stream") and returns its id.
   Lane add_lane(const std::string& name);
 
@@ -92,6 +118,9 @@ class Tracer {
   // to_trace_ns). At most kMaxArgs arguments.
   void complete(std::string_view name, const char* category, Lane lane, int64_t begin_ns, int64_t end_ns,
                 std::initializer_list<Arg> args = {});
+  // The same with text arguments (at most kMaxTextArgs), e.g. a bucket's first and last parameter names.
+  void complete(std::string_view name, const char* category, Lane lane, int64_t begin_ns, int64_t end_ns,
+                std::initializer_list<Arg> args, std::initializer_list<TextArg> text_args);
   // An instant marker at now_ns().
   void instant(std::string_view name, const char* category, Lane lane, std::initializer_list<Arg> args = {});
   // Iteration markers (main thread). end_iteration(i) records "iteration <i>" from the matching begin;
@@ -109,9 +138,11 @@ class Tracer {
   // record: their later events are kept.
   void clear();
 
-  // Hot path helper: `num_args` arguments from `args` go into the calling thread's buffer.
+  // Hot path helper: `num_args` arguments from `args` (and `num_text` from `text`) go into the calling
+  // thread's buffer.
   void record(std::string_view name, const char* category, Lane lane, char phase, int64_t ts_ns,
-              int64_t dur_ns, const Arg* args, size_t num_args);
+              int64_t dur_ns, const Arg* args, size_t num_args, const TextArg* text = nullptr,
+              size_t num_text = 0);
 
  private:
   friend Tracer& global_tracer();
@@ -133,6 +164,8 @@ class Tracer {
   std::vector<std::unique_ptr<detail::ThreadBuffer>> buffers_;
   std::unordered_map<std::thread::id, detail::ThreadBuffer*> buffer_of_thread_;
   std::map<Lane, std::string> lane_names_;
+  bool has_clock_sync_ = false;  // guarded by mutex_, as is clock_sync_
+  ClockSync clock_sync_;
 };
 
 // The process-wide tracer the runtime records into. Never destroyed (threads may record during exit).
@@ -181,9 +214,15 @@ inline void trace_instant(std::string_view name, const char* category, Lane lane
     global_tracer().instant(name, category, lane, args);
 }
 
-// Merges per-rank trace files into one: each file's events are shifted by (its start_unix_us - the earliest
-// start_unix_us), so all ranks share one time axis. Two inputs with the same rank are an error. The inputs'
-// world_size (when they have one) is kept.
+// The file name of one rank's trace: ".rank<R>" goes before the extension ("t.json" -> "t.rank1.json"; no
+// extension: "t" -> "t.rank1"), the rule of train, bench_e2e and the flight recorder's dumps.
+std::string rank_trace_path(const std::string& path, int rank);
+
+// Merges per-rank trace files into one, events sorted by time (metadata first). When every input carries a
+// clock sync against the same reference (otherData.clock), events go onto the reference rank's clock (each
+// file's ts + its offset: the "common" clock); otherwise each file is shifted by (its start_unix_us - the
+// earliest start_unix_us) ("wall" clock). otherData.clock of the output says which, with each rank's offset
+// and error bound. Two inputs with the same rank are an error. The inputs' world_size is kept.
 void merge_chrome_traces(const std::vector<std::string>& inputs, const std::string& output);
 
 }  // namespace ddp::trace

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -122,4 +123,97 @@ TEST_F(MergeTest, RefusesRepeatedRanksAndUnalignableFiles) {
   EXPECT_THROW(merge_chrome_traces({file("none.json")}, file("out.json")), ddp::Error);
   EXPECT_THROW(merge_chrome_traces({}, file("out.json")), ddp::Error);
   EXPECT_FALSE(std::filesystem::exists(file("out.json")));
+}
+
+namespace {
+
+json with_clock(json doc, double offset_us, double bound_us, int64_t reference_start_unix_us) {
+  doc["otherData"]["clock"] = {{"reference_rank", 0},
+                               {"reference_start_unix_us", reference_start_unix_us},
+                               {"offset_us", offset_us},
+                               {"error_bound_us", bound_us},
+                               {"rounds", 8}};
+  return doc;
+}
+
+json timed_event(int rank, const std::string& name, double ts) {
+  return {{"name", name}, {"cat", "comm"}, {"ph", "X"}, {"ts", ts}, {"dur", 1.0}, {"pid", rank}, {"tid", 2},
+          {"args", json::object()}};
+}
+
+std::vector<double> timestamps(const json& doc) {
+  std::vector<double> ts;
+  for (const json& e : doc["traceEvents"])
+    if (e.contains("ts")) ts.push_back(e["ts"].get<double>());
+  return ts;
+}
+
+}  // namespace
+
+TEST_F(MergeTest, MergedEventsAreSortedByTimeAfterTheMetadata) {
+  // Interleaved ranks, and a file whose own events are out of order (a hand-written or older file).
+  json r0 = rank_file(0, 1'000'000), r1 = rank_file(1, 1'000'003);
+  for (double ts : {40.0, 5.0, 22.0}) r0["traceEvents"].push_back(timed_event(0, "a", ts));
+  for (double ts : {1.0, 30.0, 7.0}) r1["traceEvents"].push_back(timed_event(1, "b", ts));
+  write("r0.json", r0);
+  write("r1.json", r1);
+  merge_chrome_traces({file("r1.json"), file("r0.json")}, file("m.json"));
+  const json merged = json::parse(std::ifstream(file("m.json")));
+  const std::vector<double> ts = timestamps(merged);
+  EXPECT_EQ(ts.size(), 8u);
+  EXPECT_TRUE(std::is_sorted(ts.begin(), ts.end())) << merged["traceEvents"].dump();
+  bool seen_timed = false;
+  for (const json& e : merged["traceEvents"]) {
+    if (e.contains("ts")) seen_timed = true;
+    EXPECT_FALSE(seen_timed && e.value("ph", "") == "M") << "metadata after a timed event: " << e.dump();
+  }
+  EXPECT_EQ(merged["otherData"]["clock"]["alignment"], "wall");
+}
+
+TEST_F(MergeTest, TheCommonClockShiftsEachRankByItsRecordedOffset) {
+  // Rank 1's clock reads 300 us less than rank 0's at the same instant (offset +300); rank 2's reads 120 us
+  // more (offset -120), so it moves left, and everything right by 120 so nothing lands before 0. The wall
+  // clocks (start_unix_us) disagree wildly and must not matter.
+  write("r0.json", with_clock(rank_file(0, 5'000'000), 0, 0, 5'000'000));
+  write("r1.json", with_clock(rank_file(1, 9'999'999), 300, 12.5, 5'000'000));
+  write("r2.json", with_clock(rank_file(2, 1), -120, 40, 5'000'000));
+  merge_chrome_traces({file("r0.json"), file("r1.json"), file("r2.json")}, file("m.json"));
+  const json merged = json::parse(std::ifstream(file("m.json")));
+  EXPECT_DOUBLE_EQ(ts_of(merged, 0, "step"), 10.0 + 120);
+  EXPECT_DOUBLE_EQ(ts_of(merged, 1, "step"), 10.0 + 300 + 120);
+  EXPECT_DOUBLE_EQ(ts_of(merged, 2, "step"), 10.0 - 120 + 120);
+  const json& clock = merged["otherData"]["clock"];
+  EXPECT_EQ(clock["alignment"], "common");
+  EXPECT_EQ(clock["reference_rank"], 0);
+  EXPECT_DOUBLE_EQ(clock["max_error_bound_us"].get<double>(), 40.0);
+  ASSERT_EQ(clock["inputs"].size(), 3u);
+  EXPECT_EQ(clock["inputs"][1]["rank"], 1);
+  EXPECT_DOUBLE_EQ(clock["inputs"][1]["error_bound_us"].get<double>(), 12.5);
+  // Time 0 of the merged file is 120 us before rank 0's time 0, on rank 0's wall clock.
+  EXPECT_EQ(merged["otherData"]["start_unix_us"], 5'000'000 - 120);
+  const std::vector<double> ts = timestamps(merged);
+  EXPECT_TRUE(std::is_sorted(ts.begin(), ts.end()));
+}
+
+TEST_F(MergeTest, WithoutAClockSyncOnEveryFileOfOneJobItFallsBackToTheWallClock) {
+  // One file without a clock sync, or one synchronized against another job's rank 0: the wall clock for all.
+  for (int variant = 0; variant < 2; ++variant) {
+    SCOPED_TRACE("variant " + std::to_string(variant));
+    write("r0.json", with_clock(rank_file(0, 1'000'000), 0, 0, 1'000'000));
+    write("r1.json", variant == 0 ? rank_file(1, 1'000'250) : with_clock(rank_file(1, 1'000'250), 300, 1, 777));
+    merge_chrome_traces({file("r0.json"), file("r1.json")}, file("m.json"));
+    const json merged = json::parse(std::ifstream(file("m.json")));
+    EXPECT_EQ(merged["otherData"]["clock"]["alignment"], "wall");
+    EXPECT_DOUBLE_EQ(ts_of(merged, 1, "step"), 260.0);
+    EXPECT_EQ(merged["otherData"]["start_unix_us"], 1'000'000);
+  }
+}
+
+TEST(RankTracePath, InsertsTheRankBeforeTheExtension) {
+  EXPECT_EQ(rank_trace_path("t.json", 0), "t.rank0.json");
+  EXPECT_EQ(rank_trace_path("runs/a.b/trace.json", 12), "runs/a.b/trace.rank12.json");
+  EXPECT_EQ(rank_trace_path("runs/a.b/trace", 1), "runs/a.b/trace.rank1");
+  EXPECT_EQ(rank_trace_path("trace", 3), "trace.rank3");
+  EXPECT_EQ(rank_trace_path("runs/.trace", 1), "runs/.trace.rank1");
+  EXPECT_EQ(rank_trace_path(".trace", 1), ".trace.rank1");
 }
