@@ -1,13 +1,14 @@
-// test_launchers.cpp - `train` under the launchers people already use (docs/launcher.md): torchrun with its
-// default static rendezvous (the agent hosts PyTorch's TCPStore), torchrun --standalone, the legacy
-// torch.distributed.launch through a Python wrapper (which passes --local_rank=N) and with --use_env
+// test_launchers.cpp - `train` under the launchers people already use (docs/launcher.md), each under both
+// PyTorch installations (tests/support/torch_python.h: Debian 12's 1.13 and PyPI's 2.x in the venv of
+// tools/setup_torch2.sh): torchrun with its default static rendezvous (the agent hosts PyTorch's TCPStore),
+// torchrun --standalone, torchrun --nnodes=1:2 with the c10d rendezvous, the legacy torch.distributed.launch
+// through a Python wrapper (which gets --local_rank=N from 1.13, --local-rank=N from 2.x) and with --use_env
 // --no_python, and Open MPI's mpirun.
 // Each runs 2 ranks for a few steps and must end with exactly the parameters of the same run under
-// ddprun (the checkpoints are compared tensor by tensor, bit for bit). Also: torchrun --max_restarts 1 with a
+// ddprun (the checkpoints are compared tensor by tensor, bit for bit). Also: torchrun's max-restarts 1 with a
 // rank that fails once on purpose (the second attempt must not read the first one's keys in the agent's
 // store), and a failing rank whose message torchrun's summary shows from our error file.
-// Skipped with the reason when Debian's python3-torch or openmpi-bin is missing (`tools/ddp test` installs
-// them).
+// Skipped with the reason when that PyTorch or openmpi-bin is missing (`tools/ddp test` installs them).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -18,25 +19,19 @@
 #include "runtime/checkpoint/safetensors.h"
 #include "runtime/distributed/socket_io.h"
 #include "tests/support/run_process.h"
+#include "tests/support/torch_python.h"
 
 namespace ddp::testing {
 namespace {
 
 namespace fs = std::filesystem;
 
-const std::string kPython = "/usr/bin/python3";  // Debian's, where python3-torch lives (not a pyenv one)
 const std::string kMpirun = "/usr/bin/mpirun";
 
-bool have_torch() {
-  static const bool ok = run_process({kPython, "-c", "import torch.distributed.run"}, {}).exit_code == 0;
-  return ok;
-}
 bool have_mpirun() {
   static const bool ok = fs::exists(kMpirun) && run_process({kMpirun, "--version"}, {}).exit_code == 0;
   return ok;
 }
-#define REQUIRE_TORCH() \
-  if (!have_torch()) GTEST_SKIP() << "python3-torch is not installed (apt-get install python3-torch)"
 #define REQUIRE_MPIRUN() \
   if (!have_mpirun()) GTEST_SKIP() << "openmpi-bin is not installed (apt-get install openmpi-bin)"
 
@@ -118,16 +113,6 @@ const std::string& reference_checkpoint() {
   return path;
 }
 
-// Debian 12's torchrun (PyTorch 1.13.1 on Python 3.11) crashes in start_processes ("'NoneType' object has no
-// attribute 'get'") with its default --redirects 0 / --tee 0: Std.from_str returns None for 0 and 3 under
-// Python 3.11's enum.Flag. 1 (stdout) parses; stderr then goes straight to the console.
-const std::vector<std::string> kDebianTorchrunWorkaround = {"--redirects=1", "--tee=1"};
-
-// torchrun (1.13 spells its flags with underscores; 2.x accepts them too).
-std::vector<std::string> torchrun(const std::vector<std::string>& flags) {
-  return concat(concat({kPython, "-m", "torch.distributed.run"}, kDebianTorchrunWorkaround), flags);
-}
-
 std::string write_script(const std::string& dir, const std::string& name, const std::string& text) {
   std::string path = dir + "/" + name;
   std::ofstream(path) << text;
@@ -135,9 +120,20 @@ std::string write_script(const std::string& dir, const std::string& name, const 
   return path;
 }
 
-TEST(Launchers, TorchrunStaticRendezvousUsesTheAgentsStore) {
-  REQUIRE_TORCH();
-  std::string dir = fresh_dir("torchrun_static");
+// One PyTorch installation per instance: Debian's 1.13 and PyPI's 2.x.
+class TorchLaunchers : public ::testing::TestWithParam<TorchKind> {
+ protected:
+  const TorchPython& torch() const { return torch_python(GetParam()); }
+  bool is2() const { return GetParam() == TorchKind::PyPI2; }
+  // torchrun FLAGS (as a person types them for this version).
+  std::vector<std::string> torchrun(const std::vector<std::string>& flags) const {
+    return concat(torch().torchrun(), flags);
+  }
+};
+
+TEST_P(TorchLaunchers, TorchrunStaticRendezvousUsesTheAgentsStore) {
+  DDP_REQUIRE_TORCH(torch());
+  std::string dir = fresh_dir("torchrun_static_" + torch().label);
   auto r = run_process(
       concat(torchrun({"--nproc_per_node=2", "--master_addr=127.0.0.1",
                        "--master_port=" + std::to_string(free_port()), "--no_python", train_path()}),
@@ -147,9 +143,9 @@ TEST(Launchers, TorchrunStaticRendezvousUsesTheAgentsStore) {
   EXPECT_EQ(compare_checkpoints(reference_checkpoint(), last_checkpoint(dir)), "");
 }
 
-TEST(Launchers, TorchrunStandalone) {
-  REQUIRE_TORCH();
-  std::string dir = fresh_dir("torchrun_standalone");
+TEST_P(TorchLaunchers, TorchrunStandalone) {
+  DDP_REQUIRE_TORCH(torch());
+  std::string dir = fresh_dir("torchrun_standalone_" + torch().label);
   auto r = run_process(
       concat(torchrun({"--standalone", "--nproc_per_node=2", "--no_python", train_path()}), train_args(dir)),
       base_options());
@@ -157,35 +153,55 @@ TEST(Launchers, TorchrunStandalone) {
   EXPECT_EQ(compare_checkpoints(reference_checkpoint(), last_checkpoint(dir)), "");
 }
 
-TEST(Launchers, LegacyTorchDistributedLaunchWithAWrapperPassingLocalRank) {
-  REQUIRE_TORCH();
-  std::string dir = fresh_dir("legacy_launch");
-  // The original recipe: a Python script that the launcher runs with --local_rank=N first in its argv.
+// Elastic: one node of at most two, the c10d rendezvous on a TCPStore the agent hosts at the endpoint; the
+// workers get another store of the agent's in MASTER_ADDR/MASTER_PORT (2.x: MASTER_ADDR=localhost).
+// last_call_timeout=1: the rendezvous waits that long for a second node before it closes (default 30 s).
+TEST_P(TorchLaunchers, TorchrunElasticC10dRendezvous) {
+  DDP_REQUIRE_TORCH(torch());
+  std::string dir = fresh_dir("torchrun_c10d_" + torch().label);
+  auto r = run_process(
+      concat(torchrun({"--nnodes=1:2", "--nproc_per_node=2", "--rdzv_backend=c10d",
+                       "--rdzv_endpoint=127.0.0.1:" + std::to_string(free_port()),
+                       "--rdzv_conf=last_call_timeout=1", "--no_python", train_path()}),
+             train_args(dir)),
+      base_options());
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(compare_checkpoints(reference_checkpoint(), last_checkpoint(dir)), "");
+}
+
+TEST_P(TorchLaunchers, LegacyTorchDistributedLaunchWithAWrapperPassingLocalRank) {
+  DDP_REQUIRE_TORCH(torch());
+  std::string dir = fresh_dir("legacy_launch_" + torch().label);
+  // The original recipe: a Python script that the launcher runs with the local rank first in its argv,
+  // spelt --local_rank=N by 1.13 and --local-rank=N by 2.x (the spelling that broke old parsers).
+  const std::string spelling = is2() ? "--local-rank=" : "--local_rank=";
   std::string wrapper = write_script(dir, "wrapper.py",
                                      "import os, sys\n"
-                                     "assert sys.argv[1].startswith('--local'), sys.argv\n"
-                                     "os.execv('" +
+                                     "assert sys.argv[1] in ('" + spelling + "0', '" + spelling +
+                                         "1'), sys.argv\n"
+                                         "os.execv('" +
                                          train_path() + "', ['train'] + sys.argv[1:])\n");
-  auto r = run_process(
-      concat({kPython, "-m", "torch.distributed.launch", "--redirects=1", "--tee=1", "--nproc_per_node=2",
-              "--master_addr=127.0.0.1", "--master_port=" + std::to_string(free_port()), wrapper},
-             train_args(dir + "/ckpt")),
-      base_options());
+  auto r = run_process(concat(concat(torch().legacy_launch(),
+                                     {"--nproc_per_node=2", "--master_addr=127.0.0.1",
+                                      "--master_port=" + std::to_string(free_port()), wrapper}),
+                              train_args(dir + "/ckpt")),
+                       base_options());
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_EQ(compare_checkpoints(reference_checkpoint(), last_checkpoint(dir + "/ckpt")), "");
 }
 
 // The simpler recipe of docs/launcher.md for a native program: --use_env --no_python (1.13 refuses
-// --no_python alone), so the launcher starts train itself and passes the local rank in LOCAL_RANK only.
-TEST(Launchers, LegacyTorchDistributedLaunchUseEnvNoPythonStartsTrainDirectly) {
-  REQUIRE_TORCH();
-  std::string dir = fresh_dir("legacy_launch_use_env");
-  auto r = run_process(
-      concat({kPython, "-m", "torch.distributed.launch", "--redirects=1", "--tee=1", "--nproc_per_node=2",
-              "--master_addr=127.0.0.1", "--master_port=" + std::to_string(free_port()), "--use_env",
-              "--no_python", train_path()},
-             train_args(dir)),
-      base_options());
+// --no_python alone; 2.x accepts --use_env with a deprecation warning), so the launcher starts train itself
+// and passes the local rank in LOCAL_RANK only.
+TEST_P(TorchLaunchers, LegacyTorchDistributedLaunchUseEnvNoPythonStartsTrainDirectly) {
+  DDP_REQUIRE_TORCH(torch());
+  std::string dir = fresh_dir("legacy_launch_use_env_" + torch().label);
+  auto r = run_process(concat(concat(torch().legacy_launch(),
+                                     {"--nproc_per_node=2", "--master_addr=127.0.0.1",
+                                      "--master_port=" + std::to_string(free_port()), "--use_env",
+                                      "--no_python", train_path()}),
+                              train_args(dir)),
+                       base_options());
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_EQ(compare_checkpoints(reference_checkpoint(), last_checkpoint(dir)), "");
 }
@@ -204,9 +220,9 @@ TEST(Launchers, Mpirun) {
   EXPECT_EQ(compare_checkpoints(reference_checkpoint(), last_checkpoint(dir)), "");
 }
 
-TEST(Launchers, TorchrunMaxRestartsSecondAttemptTrainsToTheEnd) {
-  REQUIRE_TORCH();
-  std::string dir = fresh_dir("torchrun_restart");
+TEST_P(TorchLaunchers, TorchrunMaxRestartsSecondAttemptTrainsToTheEnd) {
+  DDP_REQUIRE_TORCH(torch());
+  std::string dir = fresh_dir("torchrun_restart_" + torch().label);
   // Attempt 0: both ranks train (writing their keys into the agent's store), then rank 1 fails on purpose.
   // Attempt 1 runs in the same store: it must not read attempt 0's keys. Rank 1 starts late there, so rank 0
   // would find rank 1's stale Gloo address of attempt 0 if the keys were not namespaced by attempt.
@@ -223,20 +239,22 @@ TEST(Launchers, TorchrunMaxRestartsSecondAttemptTrainsToTheEnd) {
   std::vector<std::string> args = train_args("unused");
   args.resize(args.size() - 4);  // drop --checkpoint-dir unused --seed 7: the wrapper adds its own dir
   args.insert(args.end(), {"--seed", "7"});
+  // 1.13 knows only --max_restarts; 2.x's documented spelling is --max-restarts.
+  const std::string restarts = is2() ? "--max-restarts=1" : "--max_restarts=1";
   auto r =
-      run_process(concat(torchrun({"--nproc_per_node=2", "--max_restarts=1", "--master_addr=127.0.0.1",
+      run_process(concat(torchrun({"--nproc_per_node=2", restarts, "--master_addr=127.0.0.1",
                                    "--master_port=" + std::to_string(free_port()), "--no_python", wrapper}),
                          args),
                   base_options());
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  EXPECT_NE(r.err.find("rank 1 fails once on purpose"), std::string::npos) << r.err;
+  EXPECT_NE((r.out + r.err).find("rank 1 fails once on purpose"), std::string::npos) << r.out << r.err;
   EXPECT_FALSE(last_checkpoint(dir + "/attempt_0").empty());
   EXPECT_EQ(compare_checkpoints(reference_checkpoint(), last_checkpoint(dir + "/attempt_1")), "");
 }
 
-TEST(Launchers, TorchrunsFailureSummaryShowsOurErrorText) {
-  REQUIRE_TORCH();
-  std::string dir = fresh_dir("torchrun_failure");
+TEST_P(TorchLaunchers, TorchrunsFailureSummaryShowsOurErrorText) {
+  DDP_REQUIRE_TORCH(torch());
+  std::string dir = fresh_dir("torchrun_failure_" + torch().label);
   // Rank 1 cannot read its data set; rank 0 waits for it until torchrun stops it.
   std::string wrapper = write_script(dir, "rank1_fails.sh",
                                      "#!/bin/sh\n"
@@ -261,7 +279,11 @@ TEST(Launchers, TorchrunsFailureSummaryShowsOurErrorText) {
       r.err.substr(r.err.find("Failures:") == std::string::npos ? summary : r.err.find("Failures:"));
   EXPECT_NE(tail.find("train: error:"), std::string::npos) << r.err;
   EXPECT_NE(tail.find("/nonexistent/ddp-launchers-test"), std::string::npos) << r.err;
+  EXPECT_EQ(tail.find("error_file: <N/A>"), std::string::npos) << r.err;
 }
+
+INSTANTIATE_TEST_SUITE_P(Launchers, TorchLaunchers, ::testing::ValuesIn(all_torch_kinds()),
+                         [](const auto& info) { return torch_kind_label(info.param); });
 
 }  // namespace
 }  // namespace ddp::testing
