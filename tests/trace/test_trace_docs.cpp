@@ -45,7 +45,7 @@ std::vector<Row> table_rows(const std::string& markdown) {
   if (start == std::string::npos) return rows;
   std::istringstream in(markdown.substr(start));
   std::string line;
-  const std::regex row_re(R"(^\| [^|]+ \| (X|i) \| `([a-z]+)` \| [a-z]+ \((\d+)\) \| `([^`]+)` \|)");
+  const std::regex row_re(R"(^\| [^|]+ \| (X|i) \| `([a-z_]+)` \| [a-z]+ \((\d+)\) \| `([^`]+)` \|)");
   bool in_table = false;
   while (std::getline(in, line)) {
     if (line.rfind("|", 0) != 0) {
