@@ -71,7 +71,6 @@ TEST(ClockSync, EveryRankIsWithinItsBoundOfTheTrueOffsetWorlds1To4) {
           EXPECT_GT(s.error_bound_ns, 0) << "rank " << r << ": a round trip takes time";
           EXPECT_LT(s.error_bound_ns, 1'000'000'000) << "rank " << r << ": a bound of a second is not sane";
           EXPECT_EQ(s.rounds, 4);
-          if (stagger_us > 0) EXPECT_GT(truth, 0) << "rank " << r << " started its clock after rank 0: ahead";
         }
       }
     }
