@@ -10,6 +10,7 @@
 #include <csignal>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -292,12 +293,27 @@ std::string FlightRecorder::to_json(const char* reason) const {
 }
 
 namespace {
+// Written beside and renamed into place: a reader (ddprun waiting for the records, ddp_flight) never sees
+// half a file, also when the process is killed while writing.
 void write_file(const std::string& path, const std::string& text) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  DDP_CHECK(f.good(), "flight recorder: cannot write '", path, "': check that its directory exists and is writable");
-  f << text << '\n';
-  f.close();
-  DDP_CHECK(!f.fail(), "flight recorder: writing '", path, "' failed (disk full?)");
+  static std::atomic<uint64_t> serial{0};
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(serial++);
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    DDP_CHECK(f.good(), "flight recorder: cannot write '", path,
+              "': check that its directory exists and is writable");
+    f << text << '\n';
+    f.close();
+    if (f.fail()) {
+      std::remove(tmp.c_str());
+      DDP_FAIL("flight recorder: writing '", path, "' failed (disk full?)");
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int e = errno;
+    std::remove(tmp.c_str());
+    DDP_FAIL("flight recorder: cannot rename '", tmp, "' to '", path, "': ", std::strerror(e));
+  }
 }
 }  // namespace
 
@@ -313,13 +329,15 @@ std::string FlightRecorder::dump_path() const {
   return dump_dir_ + "/flight.rank" + std::to_string(rank_) + (inner ? "." + name : "") + ".json";
 }
 
-void FlightRecorder::dump_to_dir(const char* reason) const {
+void FlightRecorder::dump_to_dir(const char* reason, bool log) const {
   const std::string path = dump_path();
   if (path.empty()) return;
   try {
     dump(path, reason);
-    if (std::strcmp(reason, "exit") != 0)
+    if (log && std::strcmp(reason, "failure") == 0)
       DDP_LOG(Error, backend_, " group '", group_, "': flight record written to ", path, " (", reason, ")");
+    else if (log)
+      DDP_LOG(Warn, backend_, " group '", group_, "': flight record written to ", path, " (", reason, ")");
   } catch (const std::exception& e) {
     DDP_LOG(Error, backend_, ": ", e.what());
   }

@@ -106,8 +106,9 @@ class FlightRecorder {
   // group inside another (a name with '/', hier's "pg0/host1") adds its name: flight.rank<R>.pg0_host1.json.
   // "" when there is no dump directory or nothing is recorded.
   std::string dump_path() const;
-  // Writes the record to dump_path() (when there is one) and logs it; errors are logged, never thrown.
-  void dump_to_dir(const char* reason) const;
+  // Writes the record to dump_path() (when there is one) and, with `log`, says so in the log; errors are
+  // logged, never thrown.
+  void dump_to_dir(const char* reason, bool log = true) const;
 
  private:
   void transition(uint64_t seq, FlightState s, int64_t device_ns);

@@ -32,7 +32,7 @@ QueuedProcessGroup::~QueuedProcessGroup() {
   stop_worker();
   // With DDP_FLIGHT_RECORDER_DIR the record is also left at the end: a rank that finished while its peers
   // still wait (uneven inputs) shows that it finished, and after which collective.
-  flight_->dump_to_dir(flight_->has_failed() ? "failure" : "exit");
+  flight_->dump_to_dir(flight_->has_failed() ? "failure" : "exit", /*log=*/false);
 }
 
 void QueuedProcessGroup::start_worker(const std::string& group_name) {

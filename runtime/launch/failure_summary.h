@@ -52,4 +52,10 @@ class ShownStderr {
 std::string failure_summary(const std::vector<WorkerOutcome>& workers, size_t root, int attempt,
                             int max_restarts);
 
+// What ddprun exits with when its stall watchdog stopped the job (as timeout(1) does).
+inline constexpr int kStallExitCode = 124;
+// The table when the stall watchdog stopped the job: `waiter` indexes the worker that waited longest.
+std::string stall_summary(const std::vector<WorkerOutcome>& workers, size_t waiter, double waited_s,
+                          double limit_s, int attempt, int max_restarts);
+
 }  // namespace ddp::launch

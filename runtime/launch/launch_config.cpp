@@ -27,6 +27,8 @@ struct LaunchFlags {
   int tee = 3;
   std::string local_ranks_filter;
   double grace_period = 5.0;
+  std::string flight_dir;
+  double stall_timeout = 600.0;
   std::string local_rank_arg = "none";
   std::string run_id;
   bool allow_many_workers = false;
@@ -50,6 +52,12 @@ void declare(cli::Parser& p, LaunchFlags& f) {
   p.add("local-ranks-filter", &f.local_ranks_filter,
         "comma-separated local ranks whose output is shown on the console (default: all)");
   p.add("grace-period", &f.grace_period, "seconds between SIGTERM and SIGKILL when stopping workers");
+  p.add("flight-dir", &f.flight_dir,
+        "where the ranks write their flight records (default: a temporary folder, kept and named only when "
+        "the run fails; DDP_FLIGHT_RECORDER_DIR in ddprun's environment is used when set)");
+  p.add("stall-timeout", &f.stall_timeout,
+        "seconds a rank may wait on a collective with no progress before ddprun asks every rank for its "
+        "flight record and stops the job (0: off)");
   p.add_choice_optional_value(
       "local-rank-arg", &f.local_rank_arg, {"none", "dash", "underscore"}, "dash",
       "legacy: also pass --local-rank=N (dash) or --local_rank=N (underscore) right after PROGRAM in each "
@@ -191,6 +199,12 @@ std::optional<LaunchConfig> parse_launch_config(const std::vector<std::string>& 
   c.local_ranks_filter = resolve_filter(f.local_ranks_filter, c.nproc_per_node);
   if (!(f.grace_period >= 0)) throw cli::UsageError("ddprun: --grace-period must be >= 0 seconds");
   c.grace_period_s = f.grace_period;
+  if (!(f.stall_timeout >= 0))
+    throw cli::UsageError("ddprun: --stall-timeout must be >= 0 seconds (0 turns the watchdog off)");
+  c.stall_timeout_s = f.stall_timeout;
+  c.flight_dir = f.flight_dir;
+  if (c.flight_dir.empty())
+    if (const char* d = std::getenv("DDP_FLIGHT_RECORDER_DIR"); d && *d) c.flight_dir = d;
   c.local_rank_arg = f.local_rank_arg == "dash"         ? LocalRankArg::Dash
                      : f.local_rank_arg == "underscore" ? LocalRankArg::Underscore
                                                         : LocalRankArg::None;

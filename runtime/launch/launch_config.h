@@ -24,6 +24,12 @@ struct LaunchConfig {
   int tee = 3;          // with log_dir: streams also shown on the console (1 out, 2 err, 3 both)
   std::vector<int> local_ranks_filter;  // empty: show every local rank's output on the console
   double grace_period_s = 5.0;          // SIGTERM -> SIGKILL delay when stopping workers
+  // Flight records (docs/debugging.md): where the workers write theirs (DDP_FLIGHT_RECORDER_DIR). Empty:
+  // ddprun makes a temporary folder and removes it when the run succeeds; given: kept.
+  std::string flight_dir;
+  // The stall watchdog: a rank waiting this long on a collective while no collective of that rank moved
+  // makes ddprun ask every rank for its flight record and stop the job. 0: off.
+  double stall_timeout_s = 600.0;
   LocalRankArg local_rank_arg = LocalRankArg::None;
   std::string run_id;                // TORCHELASTIC_RUN_ID
   std::string job_id;                // DDP_JOB_ID: random per launch on one node ("" with --nnodes > 1)

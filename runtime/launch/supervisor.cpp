@@ -12,9 +12,12 @@
 #include <cerrno>
 #include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +27,7 @@
 #include "runtime/launch/failure_summary.h"
 #include "runtime/launch/host.h"
 #include "runtime/launch/line_buffer.h"
+#include "runtime/launch/stall_watchdog.h"
 #include "runtime/launch/worker_env.h"
 
 namespace ddp::launch {
@@ -31,6 +35,25 @@ namespace ddp::launch {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// How long ddprun waits for the ranks' flight records after asking for them (SIGUSR1), before it stops them.
+constexpr auto kDumpWait = std::chrono::seconds(5);
+// How often the stall watchdog looks at the progress pages.
+constexpr int kWatchdogPollMs = 200;
+
+// A process stopped by a signal (SIGSTOP, Ctrl-Z; state 'T' in /proc/<pid>/stat) cannot write its flight
+// record; ddprun does not wait for it (nor continue it: that could let the collective it blocks complete).
+bool process_stopped(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  std::getline(f, stat);
+  const size_t close = stat.rfind(')');  // the command name may hold spaces and parentheses
+  return close != std::string::npos && close + 2 < stat.size() && stat[close + 2] == 'T';
+}
+
+int64_t steady_now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+}
 
 // Writes all of s (retrying short writes); output errors (a closed console pipe) are ignored.
 void write_all(int fd, const std::string& s) {
@@ -68,7 +91,7 @@ class Supervisor {
   int run();
 
  private:
-  enum class End { AllSucceeded, WorkerFailed, Interrupted };
+  enum class End { AllSucceeded, WorkerFailed, Stalled, Interrupted };
   void install_signals();
   void start_attempt(int attempt);
   void spawn(Worker& w, int attempt);
@@ -80,6 +103,14 @@ class Supervisor {
   void begin_stop(int sig);
   void signal_running(int sig);
   void remove_worker_segments();
+  // Flight records: the folder of the run and of this attempt; asking the ranks for their records before
+  // stopping them (SIGUSR1, then SIGCONT for a stopped one); whether every asked rank wrote one.
+  void make_flight_root();
+  std::string flight_record_of(const Worker& w) const;
+  void stop_after_dumps();
+  bool dumps_done() const;
+  void check_stall();
+  std::string flight_note() const;
 
   const LaunchConfig& c_;
   std::vector<std::string> removed_segments_;  // this attempt's, removed as each worker exited
@@ -92,6 +123,15 @@ class Supervisor {
   int received_signal_ = 0;
   bool stopping_ = false, killed_ = false;
   Clock::time_point kill_at_;
+  std::string flight_root_;        // the run's flight folder
+  bool flight_root_temporary_ = false;
+  std::string flight_dir_;         // this attempt's (DDP_FLIGHT_RECORDER_DIR of the workers)
+  std::unique_ptr<StallWatchdog> watchdog_;
+  bool dumping_ = false;           // asked the ranks for their records; stopping them once written
+  Clock::time_point dump_deadline_;
+  std::filesystem::file_time_type dump_asked_at_;
+  std::vector<bool> dump_asked_;   // per worker: it was sent SIGUSR1
+  std::optional<Stall> stall_;
 };
 
 Supervisor::~Supervisor() {
@@ -119,7 +159,8 @@ void Supervisor::install_signals() {
 void Supervisor::spawn(Worker& w, int attempt) {
   const int local = w.outcome.local_rank;
   std::vector<std::string> args = worker_args(c_, local);
-  std::vector<std::string> env = worker_environment(c_, local, attempt, inherited_, w.error_file);
+  std::vector<std::string> env = worker_environment(c_, local, attempt, inherited_, w.error_file, flight_dir_,
+                                                    watchdog_ ? watchdog_->page_path(local) : "");
   std::vector<char*> argv, envp;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -171,6 +212,30 @@ void Supervisor::start_attempt(int attempt) {
   workers_.resize(static_cast<size_t>(c_.nproc_per_node));
   root_ = -1;
   stopping_ = killed_ = false;
+  dumping_ = false;
+  stall_.reset();
+  dump_asked_.assign(workers_.size(), false);
+  // This attempt's flight folder: with restarts (or under --log-dir) one per attempt, so a restart does not
+  // overwrite the records of the failure that caused it. A previous run's records there are removed.
+  flight_dir_ = !c_.log_dir.empty() && flight_root_ == c_.log_dir
+                    ? c_.log_dir + "/attempt_" + std::to_string(attempt) + "/flight"
+                : c_.max_restarts > 0 ? flight_root_ + "/attempt_" + std::to_string(attempt)
+                                      : flight_root_;
+  {
+    std::error_code ec;
+    std::filesystem::create_directories(flight_dir_, ec);
+    DDP_CHECK(!ec, "ddprun: cannot create the flight record folder ", flight_dir_, ": ", ec.message(),
+              "; check --flight-dir");
+    for (const auto& e : std::filesystem::directory_iterator(flight_dir_, ec)) {
+      const std::string name = e.path().filename().string();
+      if ((name.rfind("flight.rank", 0) == 0 && e.path().extension() == ".json") ||
+          name.rfind("progress.rank", 0) == 0)
+        std::filesystem::remove(e.path(), ec);
+    }
+  }
+  std::vector<int> ranks;
+  for (int local = 0; local < c_.nproc_per_node; ++local) ranks.push_back(c_.global_rank(local));
+  watchdog_ = std::make_unique<StallWatchdog>(flight_dir_, ranks, c_.stall_timeout_s);
   std::string dir;
   if (!c_.log_dir.empty()) {
     dir = c_.log_dir + "/attempt_" + std::to_string(attempt);
@@ -311,7 +376,7 @@ void Supervisor::reap() {
       if (w.outcome.failed() && root_ < 0 && !stopping_) {
         w.outcome.signalled_by_launcher = false;
         root_ = static_cast<int>(i);
-        begin_stop(SIGTERM);
+        if (!dumping_) stop_after_dumps();
       }
     }
   }
@@ -335,6 +400,10 @@ Supervisor::End Supervisor::monitor() {
     if (stopping_ && !killed_) {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(kill_at_ - Clock::now()).count();
       timeout_ms = static_cast<int>(std::max<long long>(0, left) + 1);
+    } else if (dumping_) {
+      timeout_ms = 50;  // looks for the records as they appear
+    } else if (!stopping_ && watchdog_ && watchdog_->limit_s() > 0) {
+      timeout_ms = kWatchdogPollMs;
     }
     int n = ::poll(fds.data(), fds.size(), timeout_ms);
     DDP_CHECK(n >= 0 || errno == EINTR, "ddprun: poll: ", std::strerror(errno));
@@ -342,6 +411,11 @@ Supervisor::End Supervisor::monitor() {
       signal_running(SIGKILL);
       killed_ = true;
     }
+    if (dumping_ && !stopping_ && (dumps_done() || Clock::now() >= dump_deadline_)) {
+      dumping_ = false;
+      begin_stop(SIGTERM);
+    }
+    if (!dumping_ && !stopping_) check_stall();
     if (n <= 0) continue;
     for (size_t i = 1; i < fds.size(); ++i)
       if (fds[i].revents) read_stream(*owners[i].first, *owners[i].second, false);
@@ -372,7 +446,98 @@ Supervisor::End Supervisor::monitor() {
     w.log_fd = -1;
   }
   if (received_signal_) return End::Interrupted;
-  return root_ >= 0 ? End::WorkerFailed : End::AllSucceeded;
+  if (root_ >= 0) return End::WorkerFailed;
+  return stall_ ? End::Stalled : End::AllSucceeded;
+}
+
+void Supervisor::make_flight_root() {
+  if (!c_.flight_dir.empty()) {
+    flight_root_ = c_.flight_dir;
+  } else if (!c_.log_dir.empty()) {
+    flight_root_ = c_.log_dir;  // LOG_DIR/attempt_<k>/flight, beside the logs
+  } else {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "ddprun-flight-XXXXXX").string();
+    DDP_CHECK(::mkdtemp(tmpl.data()) != nullptr, "ddprun: cannot create a folder for the flight records in ",
+              std::filesystem::temp_directory_path().string(), ": ", std::strerror(errno),
+              "; give one with --flight-dir");
+    flight_root_ = tmpl;
+    flight_root_temporary_ = true;
+  }
+}
+
+std::string Supervisor::flight_record_of(const Worker& w) const {
+  return flight_dir_ + "/flight.rank" + std::to_string(w.outcome.rank) + ".json";
+}
+
+void Supervisor::stop_after_dumps() {
+  // The ranks still running that run ddp.cpp (their progress page is attached: they answer SIGUSR1) write
+  // their records first; a program that does not would die of SIGUSR1, so it is not sent one.
+  dump_asked_.assign(workers_.size(), false);
+  bool asked = false;
+  std::error_code ec;
+  dump_asked_at_ = std::filesystem::file_time_type::clock::now() - std::chrono::milliseconds(10);
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    Worker& w = workers_[i];
+    if (!w.running || !watchdog_ || !watchdog_->attached(static_cast<int>(i))) continue;
+    if (process_stopped(w.outcome.pid)) {
+      note("rank " + std::to_string(w.outcome.rank) + " (pid " + std::to_string(w.outcome.pid) +
+           ") is stopped (SIGSTOP or a debugger): it cannot write a flight record");
+      continue;
+    }
+    ::kill(w.outcome.pid, SIGUSR1);
+    dump_asked_[i] = true;
+    asked = true;
+  }
+  if (!asked) {
+    begin_stop(SIGTERM);
+    return;
+  }
+  dumping_ = true;
+  dump_deadline_ = Clock::now() + kDumpWait;
+}
+
+bool Supervisor::dumps_done() const {
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    if (!dump_asked_[i] || !workers_[i].running) continue;
+    std::error_code ec;
+    const auto when = std::filesystem::last_write_time(flight_record_of(workers_[i]), ec);
+    if (ec || when < dump_asked_at_) return false;
+  }
+  return true;
+}
+
+void Supervisor::check_stall() {
+  if (!watchdog_ || !(watchdog_->limit_s() > 0)) return;
+  std::vector<bool> running;
+  for (auto& w : workers_) running.push_back(w.running);
+  auto st = watchdog_->check(steady_now_ns(), running);
+  if (!st) return;
+  stall_ = st;
+  char waited[32];
+  std::snprintf(waited, sizeof(waited), "%.1f", st->waited_s);
+  note("stall watchdog: rank " + std::to_string(workers_[static_cast<size_t>(st->local_rank)].outcome.rank) +
+       " has waited " + waited + " s on " + std::to_string(st->pending) +
+       " collective(s) with no progress (--stall-timeout " + std::to_string(static_cast<int64_t>(c_.stall_timeout_s)) +
+       " s); asking every rank for its flight record, then stopping the job");
+  stop_after_dumps();
+}
+
+std::string Supervisor::flight_note() const {
+  std::vector<int> have, missing;
+  for (const auto& w : workers_) {
+    std::error_code ec;
+    (std::filesystem::exists(flight_record_of(w), ec) ? have : missing).push_back(w.outcome.rank);
+  }
+  if (have.empty()) return "";
+  auto list = [](const std::vector<int>& v) {
+    std::string s;
+    for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+    return s;
+  };
+  std::string out = "ddprun: flight records of rank" + std::string(have.size() > 1 ? "s " : " ") + list(have);
+  if (!missing.empty()) out += " (none from rank" + std::string(missing.size() > 1 ? "s " : " ") + list(missing) + ")";
+  out += " in " + flight_dir_ + "; `ddp_flight " + flight_dir_ + "` says which rank stopped and where\n";
+  return out;
 }
 
 int Supervisor::run() {
@@ -382,23 +547,43 @@ int Supervisor::run() {
     std::string tmpl = (std::filesystem::temp_directory_path() / "ddprun-errors-XXXXXX").string();
     if (::mkdtemp(tmpl.data())) error_dir_ = tmpl;
   }
+  make_flight_root();
   for (int attempt = 0;; ++attempt) {
     start_attempt(attempt);
     End end = monitor();
     remove_worker_segments();
-    if (end == End::AllSucceeded) return 0;
-    if (end == End::Interrupted) return 128 + received_signal_;
+    if (end == End::AllSucceeded) {
+      watchdog_.reset();
+      if (flight_root_temporary_) {
+        std::error_code ec;
+        std::filesystem::remove_all(flight_root_, ec);
+      }
+      return 0;
+    }
+    if (end == End::Interrupted) {
+      write_all(STDERR_FILENO, flight_note());
+      return 128 + received_signal_;
+    }
     std::vector<WorkerOutcome> outcomes;
     for (auto& w : workers_) outcomes.push_back(w.outcome);
-    const WorkerOutcome& root = outcomes[static_cast<size_t>(root_)];
+    const bool stalled = end == End::Stalled;
+    const size_t root = static_cast<size_t>(stalled ? stall_->local_rank : root_);
     if (attempt < c_.max_restarts) {
-      note("rank " + std::to_string(root.rank) + " ended with " + root.describe() +
+      note("rank " + std::to_string(outcomes[root].rank) + " " +
+           (stalled ? "stalled (stall watchdog)" : "ended with " + outcomes[root].describe()) +
            "; restarting all workers (restart " + std::to_string(attempt + 1) + " of " +
            std::to_string(c_.max_restarts) + ")");
       continue;
     }
-    write_all(STDERR_FILENO, failure_summary(outcomes, static_cast<size_t>(root_), attempt, c_.max_restarts));
-    return root.shell_code();
+    if (stalled) {
+      write_all(STDERR_FILENO, stall_summary(outcomes, root, stall_->waited_s, c_.stall_timeout_s, attempt,
+                                             c_.max_restarts));
+      write_all(STDERR_FILENO, flight_note());
+      return kStallExitCode;
+    }
+    write_all(STDERR_FILENO, failure_summary(outcomes, root, attempt, c_.max_restarts));
+    write_all(STDERR_FILENO, flight_note());
+    return outcomes[root].shell_code();
   }
 }
 

@@ -59,10 +59,13 @@ std::map<std::string, std::string> worker_env_overrides(const LaunchConfig& c, i
 
 std::vector<std::string> worker_environment(const LaunchConfig& c, int local_rank, int restart_count,
                                             const std::map<std::string, std::string>& inherited,
-                                            const std::string& error_file) {
+                                            const std::string& error_file, const std::string& flight_dir,
+                                            const std::string& progress_file) {
   std::map<std::string, std::string> all = inherited;
   for (auto& [k, v] : worker_env_overrides(c, local_rank, restart_count, inherited)) all[k] = v;
   if (!error_file.empty()) all["TORCHELASTIC_ERROR_FILE"] = error_file;
+  if (!flight_dir.empty()) all["DDP_FLIGHT_RECORDER_DIR"] = flight_dir;
+  if (!progress_file.empty()) all["DDP_FLIGHT_PROGRESS_FILE"] = progress_file;
   std::vector<std::string> out;
   out.reserve(all.size());
   for (auto& [k, v] : all) out.push_back(k + "=" + v);

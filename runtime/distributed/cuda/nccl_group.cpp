@@ -277,7 +277,7 @@ NcclProcessGroup::~NcclProcessGroup() {
     if (s.stream) cudaStreamDestroy(s.stream);
     if (s.barrier_scratch) cudaFree(s.barrier_scratch);
   }
-  s.flight->dump_to_dir(s.flight->has_failed() ? "failure" : "exit");
+  s.flight->dump_to_dir(s.flight->has_failed() ? "failure" : "exit", /*log=*/false);
 }
 
 int NcclProcessGroup::device() const { return impl_->device; }
