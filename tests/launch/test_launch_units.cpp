@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <regex>
 
 #include "runtime/core/cli.h"
@@ -13,6 +14,7 @@
 #include "runtime/launch/host.h"
 #include "runtime/launch/launch_config.h"
 #include "runtime/launch/line_buffer.h"
+#include "runtime/launch/stall_watchdog.h"
 #include "runtime/launch/worker_env.h"
 
 namespace ddp::launch {
@@ -91,6 +93,8 @@ TEST(LaunchConfig, BadValuesAreUsageErrors) {
   EXPECT_THROW(parse({"--nproc-per-node", "2", "--local-ranks-filter", "0,2", "true"}), cli::UsageError);
   EXPECT_THROW(parse({"--local-rank-arg=sideways", "true"}), cli::UsageError);
   EXPECT_THROW(parse({"--standalone", "--master-port", "1234", "true"}), cli::UsageError);
+  EXPECT_THROW(parse({"--stall-timeout", "-1", "true"}), cli::UsageError);
+  EXPECT_THROW(parse({"--stall-timeout", "soon", "true"}), cli::UsageError);
   EXPECT_THROW(parse({"--nproc-per-node", "2"}), cli::UsageError);  // no program
   EXPECT_FALSE(parse({"--help"}).has_value());
 }
@@ -263,4 +267,66 @@ TEST(LaunchConfig, EachOneNodeLaunchGetsItsOwnJobId) {
   EXPECT_EQ(worker_env_overrides(*multi, 0, 0, {}).count("DDP_JOB_ID"), 0u);
 }
 
+}  // namespace ddp::launch
+
+namespace ddp::launch {
+namespace {
+
+// The stall watchdog's flags, and where the workers' records go.
+TEST(LaunchConfig, StallTimeoutAndFlightDir) {
+  unsetenv("DDP_FLIGHT_RECORDER_DIR");
+  auto c = parse({"true"});
+  EXPECT_EQ(c->stall_timeout_s, 600.0);
+  EXPECT_EQ(c->flight_dir, "");  // ddprun makes a temporary one
+  c = parse({"--stall-timeout", "0", "--flight-dir", "/tmp/f", "true"});
+  EXPECT_EQ(c->stall_timeout_s, 0.0);
+  EXPECT_EQ(c->flight_dir, "/tmp/f");
+  setenv("DDP_FLIGHT_RECORDER_DIR", "/tmp/from-env", 1);
+  EXPECT_EQ(parse({"true"})->flight_dir, "/tmp/from-env");
+  EXPECT_EQ(parse({"--flight-dir", "/tmp/f", "true"})->flight_dir, "/tmp/f");
+  unsetenv("DDP_FLIGHT_RECORDER_DIR");
+  std::map<std::string, std::string> none;
+  auto env = worker_environment(*c, 0, 0, none, "", "/tmp/f/attempt_0", "/tmp/f/progress.rank0");
+  EXPECT_NE(std::find(env.begin(), env.end(), "DDP_FLIGHT_RECORDER_DIR=/tmp/f/attempt_0"), env.end());
+  EXPECT_NE(std::find(env.begin(), env.end(), "DDP_FLIGHT_PROGRESS_FILE=/tmp/f/progress.rank0"), env.end());
+}
+
+// The stall rule on pages written by hand: only a live, attached worker with a collective pending and no
+// transition for longer than the limit stalls; the one that waited longest is named; limit 0 never stalls.
+TEST(StallWatchdog, OnlyAPendingCollectiveWithNoProgressPastTheLimitStalls) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("ddp_stall_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  StallWatchdog w(dir.string(), {4, 5, 6}, 2.0);
+  const int64_t s = 1'000'000'000;
+  const std::vector<bool> all{true, true, true};
+  EXPECT_FALSE(w.check(100 * s, all));  // nobody attached
+  EXPECT_EQ(w.page_path(1), (dir / "progress.rank5").string());
+  // Worker 1 attaches (as a rank's recorder does) and issues a collective at t = 10 s.
+  dist::flight_progress_attach(w.page_path(1));
+  EXPECT_TRUE(w.attached(1));
+  EXPECT_FALSE(w.attached(0));
+  dist::flight_progress_issued(10 * s);
+  EXPECT_FALSE(w.check(12 * s, all));  // 2 s: not past the limit
+  auto st = w.check(13 * s, all);
+  ASSERT_TRUE(st);
+  EXPECT_EQ(st->local_rank, 1);
+  EXPECT_EQ(st->pending, 1u);
+  EXPECT_NEAR(st->waited_s, 3.0, 1e-9);
+  EXPECT_FALSE(w.check(13 * s, {true, false, true}));  // it exited
+  dist::flight_progress_ended(14 * s);
+  EXPECT_FALSE(w.check(100 * s, all));  // nothing pending: computing, however long
+  dist::flight_progress_issued(20 * s);
+  dist::flight_progress_changed(21 * s);  // started: progress
+  EXPECT_FALSE(w.check(22 * s, all));
+  EXPECT_TRUE(w.check(24 * s, all));
+  StallWatchdog off(dir.string(), {9}, 0.0);
+  EXPECT_FALSE(off.check(1000 * s, {true}));
+  w.reset(1);
+  EXPECT_FALSE(w.attached(1));
+  fs::remove_all(dir);
+}
+
+}  // namespace
 }  // namespace ddp::launch
