@@ -8,7 +8,7 @@ shift
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT="${DDP_DEMO_DIR:-$ROOT/runs/demo}"
 mkdir -p "$OUT"
-rm -f "$OUT"/trace.json*
+rm -f "$OUT"/trace.json* "$OUT"/trace.rank*.json  # the merged trace, each rank's (and the old trace.json.rank<R>)
 STEPS="${DDP_DEMO_STEPS:-1000}"
 echo "ddp demo: 2-rank GPT on Moby Dick, $STEPS steps; checkpoints and trace in $OUT"
 set -x
