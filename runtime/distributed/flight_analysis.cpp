@@ -32,7 +32,7 @@ const char* divergence_kind_name(DivergenceKind k) {
     case DivergenceKind::NoDump: return "no dump";
     case DivergenceKind::NoOverlap: return "rings do not overlap";
     case DivergenceKind::PartialCompletion: return "completed on some ranks only";
-    case DivergenceKind::AllWaiting: return "every rank waiting";
+    case DivergenceKind::AllWaiting: return "completed on no rank";
     case DivergenceKind::RankAhead: return "rank ahead";
     case DivergenceKind::RecorderOff: return "recorder off";
     case DivergenceKind::Nothing: return "nothing diverged";
@@ -517,11 +517,14 @@ class Analyzer {
                      (rest.size() == 1 ? "its" : "their") + " older dump was written";
       } else if (no_dump_.empty()) {
         d.kind = DivergenceKind::AllWaiting;
+        bool any_pending = false;
+        for (int r : not_done) any_pending = any_pending || rec(r).find(s)->pending();
         d.sentence = std::string(d_.size() == 1 ? "the only rank" : "every rank") + " issued " + coll(e) + " " +
                      entry_context(e) + " and none completed it: " + who(not_done) + " " + w +
-                     failure_text(not_done) +
-                     (d_.size() == 1 ? "" : "; no rank is missing from it, so look for a rank stuck inside it "
-                                            "(stopped, or its transport stalled)");
+                     (any_pending ? "" : " and failed") + failure_text(not_done);
+        if (any_pending && d_.size() > 1)
+          d.sentence += "; no rank is missing from it, so look for a rank stuck inside it (stopped, or its "
+                        "transport stalled)";
       } else {
         return;  // every dumped rank waits: the ranks without a dump explain it (add_no_dump)
       }

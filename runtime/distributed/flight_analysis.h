@@ -57,7 +57,10 @@ struct GroupAnalysis {
 
 struct FlightAnalysis {
   std::vector<GroupAnalysis> groups;  // top-level groups (no '/') first, then inner ones, each by name
-  size_t lead = 0;                    // the group whose first divergence leads the report
+  // The group whose first divergence leads the report: one whose finding names a rank that broke the step
+  // (mismatch, missing issue, uneven steps, no dump, completed on some ranks only), top-level groups before
+  // inner ones; else one with any other finding, top-level first; else the first group.
+  size_t lead = 0;
   // The one sentence to print first (the lead group's, naming the group when there are several).
   std::string headline;
 };

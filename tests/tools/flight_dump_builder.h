@@ -29,6 +29,8 @@ struct RankRecord {
   std::string reason = "failure";
   int version = 2;
   int64_t global_rank = -1;  // -1: the rank itself
+  // DDP buckets: collective seq is bucket (seq + shift) % buckets of iteration (seq + shift) / buckets + 1.
+  uint64_t buckets = 4, shift = 0;
 };
 
 // Steady-clock anchor of the rank's process: each rank has its own, so only wall-clock times compare.
@@ -37,18 +39,19 @@ inline int64_t unix_anchor(int rank) { return kUnixBase + 1000 * rank; }
 // Steady time at which `rank` issued `seq`.
 inline int64_t issued_at(int rank, uint64_t seq) { return steady_anchor(rank) + 1000 + static_cast<int64_t>(seq) * kStepNs; }
 
-// A DDP bucket of 4 per iteration: bucket seq % 4 of iteration seq / 4 + 1.
-inline json make_entry(int rank, uint64_t seq, int version = 2) {
+// One DDP bucket's all-reduce (RankRecord::buckets, shift say which bucket of which iteration).
+inline json make_entry(int rank, uint64_t seq, int version = 2, uint64_t buckets = 4, uint64_t shift = 0) {
+  const int64_t bucket = static_cast<int64_t>((seq + shift) % buckets);
   const int64_t issued = issued_at(rank, seq);
   json e = {{"seq", seq},           {"op", "allreduce"},   {"dtype", "float32"},
             {"count", 262144},      {"reduce_op", "sum"},  {"root", -1},
-            {"state", "completed"}, {"issuer", "ddp bucket"}, {"iteration", static_cast<int64_t>(seq / 4 + 1)},
+            {"state", "completed"}, {"issuer", "ddp bucket"}, {"iteration", static_cast<int64_t>((seq + shift) / buckets + 1)},
             {"issued_ns", issued},  {"started_ns", issued + 100}, {"ended_ns", issued + 100 + kDurationNs},
             {"issued_unix_ns", issued - steady_anchor(rank) + unix_anchor(rank)}, {"duration_ns", kDurationNs}};
   if (version >= 2) {
-    e["bucket"] = static_cast<int64_t>(seq % 4);
+    e["bucket"] = bucket;
     e["bucket_bytes"] = 1048576;
-    e["params"] = "layer" + std::to_string(seq % 4) + ".weight .. layer" + std::to_string(seq % 4) + ".bias";
+    e["params"] = "layer" + std::to_string(bucket) + ".weight .. layer" + std::to_string(bucket) + ".bias";
   }
   return e;
 }
@@ -72,7 +75,7 @@ inline json make_record(const RankRecord& r) {
   json entries = json::array();
   const uint64_t cap = static_cast<uint64_t>(r.capacity);
   for (uint64_t s = r.recorded > cap ? r.recorded - cap : 0; s < r.recorded; ++s)
-    entries.push_back(make_entry(r.rank, s, r.version));
+    entries.push_back(make_entry(r.rank, s, r.version, r.buckets, r.shift));
   json j = {{"version", r.version},   {"group", r.group},       {"backend", r.backend},
             {"rank", r.rank},         {"world_size", r.world},  {"capacity", r.capacity},
             {"recorded", r.recorded}, {"clock", {{"steady_ns", steady_anchor(r.rank)}, {"unix_ns", unix_anchor(r.rank)}}},
@@ -116,8 +119,8 @@ inline void write_files(const std::string& dir, const Files& files) {
 
 // ---- one scenario per kind of divergence (the docs' worked examples) -----------------------------------
 
-// World 4, rings wrapped (2000 of 4813): rank 1 never issued #4812 (bucket 3 of iteration 402); ranks 0, 2
-// and 3 issued it and timed out after 600 s.
+// World 4, rings wrapped (2000 of 4813), 12 buckets per iteration: rank 1 never issued #4812 (bucket 3 of
+// iteration 402); ranks 0, 2 and 3 issued it and timed out after 600 s.
 inline Files missing_issue_scenario() {
   Files files;
   for (int r = 0; r < 4; ++r) {
@@ -125,13 +128,13 @@ inline Files missing_issue_scenario() {
     rr.rank = r;
     rr.world = 4;
     rr.recorded = r == 1 ? 4812 : 4813;
+    rr.buckets = 12;
+    rr.shift = 3;
     json rec = make_record(rr);
     if (r != 1) {
       json& e = entry_of(rec, 4812);
-      e["bucket"] = 3;
       e["bucket_bytes"] = 1258291;
       e["params"] = "blocks.1.mlp.fc2.weight .. blocks.1.ln2.bias";
-      e["iteration"] = 402;
       make_failed(e, 600000000000LL);
       rec["failure"] = "collective timeout after 600 s: allreduce #4812 (262144 x float32, sum) waiting for rank 1";
     } else {

@@ -1,0 +1,174 @@
+// test_ddp_flight_cli.cpp - the ddp_flight program (tools/ddp_flight.cpp) run as a process on dump folders
+// written by the test: its first line is the analysis's headline for each kind of divergence, then the table
+// and the divergences; --last, --group and --chrome; exit 0 when it analysed, 2 with a message naming the fix
+// on bad input or a bad command line. With DDP_FLIGHT_EXAMPLES=<folder> the scenarios' folders are kept there
+// (the worked examples in docs/debugging.md are this program's output on them).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/distributed/flight_analysis.h"
+#include "runtime/distributed/flight_dump_reader.h"
+#include "tests/support/run_process.h"
+#include "tests/tools/flight_dump_builder.h"
+
+namespace {
+
+using namespace ddp::testing::flight;
+namespace fl = ddp::dist::flight;
+namespace fs = std::filesystem;
+
+std::string tool() { return std::string(DDP_BIN_DIR) + "/ddp_flight"; }
+
+// A folder for one scenario: under DDP_FLIGHT_EXAMPLES (kept) or the temp folder (removed by the caller).
+std::string scenario_dir(const std::string& name) {
+  const char* keep = std::getenv("DDP_FLIGHT_EXAMPLES");
+  fs::path p = keep && *keep ? fs::path(keep) / name
+                             : fs::temp_directory_path() / ("ddp_flight_cli_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p.string();
+}
+void remove_unless_kept(const std::string& dir) {
+  const char* keep = std::getenv("DDP_FLIGHT_EXAMPLES");
+  if (!(keep && *keep)) fs::remove_all(dir);
+}
+
+ddp::testing::ProcessResult run(std::vector<std::string> args) {
+  args.insert(args.begin(), tool());
+  ddp::testing::ProcessOptions o;
+  o.timeout_s = 60;
+  o.unset_env = {"DDP_DEBUG"};
+  return ddp::testing::run_process(args, o);
+}
+
+std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+
+std::string read(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+// For every kind: the program's first line is the library's headline, and the worked sentence of the kind.
+TEST(DdpFlightCli, FirstLineIsTheSentenceOfEachKind) {
+  struct Case {
+    const char* name;
+    Files files;
+    const char* starts;  // the first line's beginning
+  };
+  const std::vector<Case> cases = {
+      {"missing_issue", missing_issue_scenario(), "rank 1 never issued allreduce #4812 (bucket 3: "},
+      {"mismatch", mismatch_scenario(), "at collective #57 the ranks disagree on the count: rank 2 issued "},
+      {"uneven_steps", uneven_steps_scenario(), "rank 1 had finished after #99 (its group was destroyed)"},
+      {"rank_ahead", rank_ahead_scenario(), "rank 1 never issued allreduce #40 "},
+      {"partial_completion", partial_completion_scenario(), "allreduce #20 (bucket 0: "},
+      {"no_dump", no_dump_scenario(), "rank 3 left no dump"},
+      {"no_overlap", no_overlap_scenario(), "rank 0's ring starts at #300, after rank 1's record ends at #99"},
+      {"nothing", nothing_scenario(4, 4813), "every rank completed everything up to allreduce #4812"},
+      {"nothing_world1", nothing_scenario(1, 7), "the only rank (world 1) completed everything up to"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::string dir = scenario_dir(c.name);
+    write_files(dir, c.files);
+    const auto r = run({dir});
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    const std::string expected = fl::analyze_flight(fl::load_flight_dumps({dir})).headline;
+    EXPECT_EQ(first_line(r.out), expected);
+    EXPECT_EQ(first_line(r.out).rfind(c.starts, 0), 0u) << r.out;
+    EXPECT_NE(r.out.find("\ngroup pg0 ("), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("\ndivergences:\n  - "), std::string::npos) << r.out;
+    EXPECT_EQ(r.err, "");
+    remove_unless_kept(dir);
+  }
+}
+
+TEST(DdpFlightCli, LastGroupAndFilesInsteadOfAFolder) {
+  const std::string dir = scenario_dir("options");
+  write_files(dir, missing_issue_scenario());
+  // --last 3: three rows after the header, the divergence last.
+  auto r = run({"--last", "3", dir});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("\n  4810  "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\n> 4812  "), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("\n  4809  "), std::string::npos) << r.out;
+  // Files: without rank 1's file its rank left no dump.
+  r = run({dir + "/flight.rank0.json", dir + "/flight.rank2.json", dir + "/flight.rank3.json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(first_line(r.out).rfind("rank 1 left no dump", 0), 0u) << r.out;
+  // --group: a name not in the dumps is an input error listing the names there are.
+  r = run({"--group", "pg7", dir});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("ddp_flight: no record of group 'pg7' in the dumps; they hold pg0: pick one of those with "
+                       "--group"),
+            std::string::npos)
+      << r.err;
+  r = run({"--group", "pg0", dir});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  fs::remove_all(dir);
+}
+
+TEST(DdpFlightCli, ChromeTraceIsWrittenAndWellFormed) {
+  const std::string dir = scenario_dir("chrome");
+  write_files(dir, uneven_steps_scenario());
+  const std::string out = dir + "/../ddp_flight_cli_chrome_" + std::to_string(::getpid()) + ".trace";
+  auto r = run({"--chrome", out, dir});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("Chrome trace: " + out), std::string::npos) << r.out;
+  const nlohmann::json trace = nlohmann::json::parse(read(out));
+  size_t events = 0;
+  for (const auto& e : trace["traceEvents"]) events += e["ph"] == "X";
+  EXPECT_EQ(events, 101u + 100u);
+  fs::remove(out);
+  r = run({"--chrome", dir + "/no/such/folder/t.json", dir});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("cannot write the Chrome trace"), std::string::npos) << r.err;
+  fs::remove_all(dir);
+}
+
+TEST(DdpFlightCli, BadInputAndUsageExitWithTwoAndSayTheFix) {
+  const std::string dir = scenario_dir("bad");
+  auto r = run({});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("ddp_flight: give the dump folder or its json files"), std::string::npos) << r.err;
+  r = run({"--lats", "3", dir});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--last"), std::string::npos) << r.err;
+  r = run({"--last", "0", dir});
+  EXPECT_EQ(r.exit_code, 2);
+  r = run({dir});  // an empty folder
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("holds no *.json file"), std::string::npos) << r.err;
+  {
+    std::ofstream f(dir + "/flight.rank0.json");
+    f << "{\"version\": 2,";
+  }
+  r = run({dir});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("ddp_flight: " + dir + "/flight.rank0.json is not JSON"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find(".cpp:"), std::string::npos) << "no source locations for users: " << r.err;
+  // Two runs mixed: the same rank from two processes.
+  Files two = nothing_scenario(2, 5);
+  two[1].second["pid"] = 99;
+  two[1].second["rank"] = 0;
+  two[1].first = "flight.rank0.again.json";
+  fs::remove(dir + "/flight.rank0.json");
+  write_files(dir, two);
+  r = run({dir});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("come from different processes"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("flight.rank0.again.json"), std::string::npos) << r.err;
+  fs::remove_all(dir);
+}
