@@ -83,33 +83,65 @@ net::Clock::time_point TorchStoreClient::reply_deadline() const { return net::de
 void TorchStoreClient::open() {
   socket_ = net::connect_with_retry(host_, port_, net::deadline_after(timeout_));
   if (protocol_ == TorchProtocol::Auto) {
-    // A 1.13 GETNUMKEYS: answered at once by a 1.x server, dropped or ignored by a 2.x one.
-    const uint8_t probe = 6;
-    net::send_all(socket_.fd(), &probe, 1, describe());
-    int64_t n = 0;
-    auto r = net::recv_exact(socket_.fd(), &n, sizeof(n), net::Clock::now() + kTorchProbeWindow);
-    socket_.close();
-    protocol_ = r == net::RecvResult::Ok ? TorchProtocol::V1 : TorchProtocol::V2;
-    DDP_LOG(Info, "PyTorch's store at ", host_, ":", port_, " speaks the ",
-            protocol_ == TorchProtocol::V1 ? "1.x" : "2.x", " protocol");
-    socket_ = net::connect_with_retry(host_, port_, net::deadline_after(timeout_));
+    // The probe is the 2.x handshake: a 2.x server echoes its ping on this connection, which we keep; a 1.x
+    // server closes it at once (see handshake()), and we reconnect speaking 1.x.
+    protocol_ = TorchProtocol::V2;
+    const bool v2 = handshake(/*probing=*/true);
+    if (!v2) {
+      protocol_ = TorchProtocol::V1;
+      socket_ = net::connect_with_retry(host_, port_, net::deadline_after(timeout_));
+    }
+    DDP_LOG(Info, "PyTorch's store at ", host_, ":", port_, " speaks the ", v2 ? "2.x" : "1.x", " protocol");
+    return;
   }
-  if (protocol_ == TorchProtocol::V2) {
-    std::string m;
-    put<uint8_t>(m, code(Cmd::Validate));
-    put<uint32_t>(m, kValidationMagic);
-    const uint32_t nonce = static_cast<uint32_t>(::getpid());
-    put<uint8_t>(m, code(Cmd::Ping));
-    put<uint32_t>(m, nonce);
+  if (protocol_ == TorchProtocol::V2) handshake(/*probing=*/false);
+}
+
+bool TorchStoreClient::handshake(bool probing) {
+  // VALIDATE + magic, then PING + nonce. A 1.x server reads these 10 bytes as a SET (0) whose key length is
+  // the next 8 bytes: the magic, the PING byte and the nonce's low 3 bytes, the last of them the length's top
+  // byte. With that byte >= 0x80 the length is beyond any vector (std::length_error, nothing allocated) and
+  // the 1.x server drops the connection at once, storing nothing (Debian's 1.13 checked, test_torch_store).
+  const uint32_t nonce = 0x00FF0000u | (static_cast<uint32_t>(::getpid()) & 0xFFFFu);
+  std::string m;
+  put<uint8_t>(m, code(Cmd::Validate));
+  put<uint32_t>(m, kValidationMagic);
+  put<uint8_t>(m, code(Cmd::Ping));
+  put<uint32_t>(m, nonce);
+  if (!probing) {
     send(m, "the 2.x handshake");
     uint32_t echo = 0;
     recv(&echo, sizeof(echo), reply_deadline(), "the 2.x handshake");
-    if (echo != nonce) {
-      socket_.close();
-      DDP_FAIL(describe(), " answered the 2.x handshake's ping with ", echo, " instead of ", nonce,
-               "; set DDP_TORCH_STORE_PROTOCOL to the launcher's PyTorch version (1 or 2)");
-    }
+    check_echo(echo, nonce);
+    return true;
   }
+  uint32_t echo = 0;
+  net::RecvResult r = net::RecvResult::Closed;
+  try {
+    net::send_all(socket_.fd(), m.data(), m.size(), describe());
+    r = net::recv_exact(socket_.fd(), &echo, sizeof(echo), reply_deadline());
+  } catch (const Error&) {
+    r = net::RecvResult::Closed;  // reset before we finished sending: a 1.x server
+  }
+  if (r == net::RecvResult::Closed) {
+    socket_.close();
+    return false;
+  }
+  if (r == net::RecvResult::TimedOut) {
+    socket_.close();
+    DDP_FAIL("the server at ", host_, ":", port_, " neither answered PyTorch 2.x's TCPStore handshake nor ",
+             "closed the connection (as 1.x does) within ", timeout_.count(),
+             " ms: is it PyTorch's TCPStore? Set DDP_TORCH_STORE_PROTOCOL=1 or 2 to the launcher's version");
+  }
+  check_echo(echo, nonce);
+  return true;
+}
+
+void TorchStoreClient::check_echo(uint32_t echo, uint32_t nonce) {
+  if (echo == nonce) return;
+  socket_.close();
+  DDP_FAIL(describe(), " answered the 2.x handshake's ping with ", echo, " instead of ", nonce,
+           "; set DDP_TORCH_STORE_PROTOCOL to the launcher's PyTorch version (1 or 2)");
 }
 
 void TorchStoreClient::send(const std::string& bytes, const std::string& what) {

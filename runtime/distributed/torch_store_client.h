@@ -7,8 +7,10 @@
 //       GETNUMKEYS=6 DELETE_KEY=8. A timed-out WAIT leaves the connection out of step: it is reopened.
 //   V2 (PyTorch 2.x with the validation handshake): first VALIDATE(0) + u32 magic, then PING(13) + nonce
 //       echoed; every command number is one higher; a timed-out WAIT is cancelled with CANCEL_WAIT(12).
-// Auto probes: a V1 GETNUMKEYS, which a 1.13 server answers at once and a 2.x server never answers (it
-// drops or ignores any first message that is not VALIDATE); no answer within a few seconds means V2.
+// Auto probes with the V2 handshake, which every server answers at once: a 2.x server echoes the ping (the
+// connection is kept), a 1.x server reads it as a SET with an impossible key length and closes the
+// connection (the client reconnects in V1). Neither within the timeout is an error naming
+// DDP_TORCH_STORE_PROTOCOL.
 #pragma once
 #include <chrono>
 #include <string>
@@ -18,9 +20,6 @@
 #include "runtime/distributed/store_client.h"
 
 namespace ddp::dist {
-
-// How long the Auto probe waits for a 1.13 server's reply before it concludes V2.
-inline constexpr std::chrono::milliseconds kTorchProbeWindow = std::chrono::seconds(3);
 
 class TorchStoreClient : public StoreClient {
  public:
@@ -58,6 +57,10 @@ class TorchStoreClient : public StoreClient {
   };
   uint8_t code(Cmd c) const;
   void open();
+  // Sends VALIDATE + PING and checks the echo. probing: false (not an error) when the server closes the
+  // connection, as a 1.x server does.
+  bool handshake(bool probing);
+  void check_echo(uint32_t echo, uint32_t nonce);
   // Connection helpers: every failure closes the socket (the next call reopens it) and throws naming `what`.
   void send(const std::string& bytes, const std::string& what);
   void recv(void* out, size_t n, net::Clock::time_point deadline, const std::string& what);
