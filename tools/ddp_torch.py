@@ -327,8 +327,10 @@ def torch_to_ddp(ckpt):
     meta["optimizer"] = cfg.get("optimizer", "adamw") if ckpt.get("optimizer") else ""
     for name, t in tensors.items():  # what ddp.cpp checks on load (runtime/checkpoint/checksum.h)
         meta["crc32:" + name] = "%08x" % zlib.crc32(tensor_bytes(t))
-    steps = max((int(float(s.get("step", 0))) for s in (ckpt.get("optimizer") or {}).get("state", {}).values()),
-                default=int(meta.get("optimizer_steps", "0")))
+    # AdamW's per-parameter "step" counts the optimizer's steps; SGD keeps none (only momentum buffers), so the
+    # metadata's count stands (taking 0 from a state without "step" lost it on a .pt round trip).
+    steps = max((int(float(s["step"])) for s in (ckpt.get("optimizer") or {}).get("state", {}).values()
+                 if "step" in s), default=int(meta.get("optimizer_steps", "0")))
     meta["optimizer_steps"] = str(steps)
     meta[HEADER_CHECKSUM_KEY] = header_crc32(meta, [(n, NAMES[t.dtype], list(t.shape)) for n, t in tensors.items()])
     return tensors, meta

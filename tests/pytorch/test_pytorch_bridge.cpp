@@ -3,8 +3,10 @@
 // and PyTorch (the twin ddp_torch.py loads it into) compute the loss of one fixed batch, take one optimizer
 // step from the checkpoint's optimizer state and compute it again: both agree to 1e-12. Then the reverse:
 // PyTorch's model and optimizer after its step, written as a ddp.cpp checkpoint, give ddp.cpp PyTorch's loss,
-// and one more step on each side agrees again. Skipped, with the reason, without a python3 that has PyTorch
-// (Debian: python3-torch).
+// and one more step on each side agrees again. Also the .pt round trip (to-torch, from-torch) keeps every
+// tensor and metadata entry, within one PyTorch and across the two. Each runs under both PyTorch
+// installations (tests/support/torch_python.h: Debian's 1.13, PyPI's 2.x venv), skipped with the reason
+// when one is missing.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -17,6 +19,7 @@
 
 #include "runtime/checkpoint/safetensors.h"
 #include "tests/support/run_process.h"
+#include "tests/support/torch_python.h"
 
 namespace {
 namespace fs = std::filesystem;
@@ -30,20 +33,6 @@ ProcessResult run(const std::vector<std::string>& argv) {
   return run_process(argv, options);
 }
 std::string output(const ProcessResult& r) { return r.out + r.err + (r.timed_out ? "\n(timed out)" : ""); }
-
-// Debian's interpreter first (a pyenv or venv python3 on PATH usually lacks the Debian package). Asked once.
-const std::vector<std::string>& python_with_torch() {
-  static const std::vector<std::string> found = [] {
-    for (std::vector<std::string> py : {std::vector<std::string>{"/usr/bin/python3"},
-                                        std::vector<std::string>{"/usr/bin/env", "python3"}}) {
-      std::vector<std::string> probe = py;
-      probe.insert(probe.end(), {"-c", "import torch"});
-      if (run(probe).exit_code == 0) return py;
-    }
-    return std::vector<std::string>();
-  }();
-  return found;
-}
 
 // A fixed batch as tools/checkpoint_loss and ddp_torch.py read it: "tokens" (6, 17) for gpt, else "pixels"
 // (6, 1, 28, 28) bytes and "labels" (6).
@@ -93,20 +82,25 @@ void expect_close(double cpp, double torch, const std::string& what) {
       << what << ": ddp.cpp " << cpp << " vs PyTorch " << torch << " (difference " << cpp - torch << ")";
 }
 
-class PyTorchBridge : public ::testing::TestWithParam<const char*> {};
+using ddp::testing::TorchKind;
+using ddp::testing::TorchPython;
 
-TEST_P(PyTorchBridge, LossOfOneBatchAgreesInFloat64BothWays) {
-  const std::vector<std::string>& py = python_with_torch();
-  if (py.empty())
-    GTEST_SKIP() << "no python3 with PyTorch: apt-get install python3-torch (tools/ddp test does)";
-  const std::string model = GetParam();
-  const fs::path dir = fs::temp_directory_path() / ("ddp_torch_" + model + "_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  const std::string script = DDP_SOURCE_DIR "/tools/ddp_torch.py";
-  const std::string ckpt_dir = (dir / "ckpt").string(), batch = (dir / "batch.safetensors").string();
+class PyTorchBridge : public ::testing::TestWithParam<std::tuple<const char*, TorchKind>> {
+ protected:
+  const TorchPython& torch() const { return ddp::testing::torch_python(std::get<1>(GetParam())); }
+  std::string model() const { return std::get<0>(GetParam()); }
+  fs::path fresh_dir(const std::string& what) const {
+    const fs::path dir = fs::temp_directory_path() / ("ddp_torch_" + what + "_" + model() + "_" + torch().label +
+                                                      "_" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    return dir;
+  }
+};
 
-  // A float64 checkpoint after 2 steps, so the optimizer has state (momentum, AdamW moments and steps).
+// A float64 checkpoint of `model` after 2 steps in `ckpt_dir`, so the optimizer has state (momentum, AdamW
+// moments and steps); its path, or "" with the failure recorded.
+std::string train_checkpoint(const std::string& model, const std::string& ckpt_dir) {
   std::string flags =
       "--data synthetic --dtype float64 --steps 2 --batch-size 8 --synthetic-samples 64 --eval-batches 1 "
       "--log-interval 0 --sample-tokens 0 --weight-decay 0.01 --lr 0.01 --threads 1";
@@ -117,9 +111,43 @@ TEST_P(PyTorchBridge, LossOfOneBatchAgreesInFloat64BothWays) {
   std::istringstream words(flags);
   for (std::string w; words >> w;) train.push_back(w);
   ProcessResult r = run(train);
-  ASSERT_EQ(r.exit_code, 0) << output(r);
+  EXPECT_EQ(r.exit_code, 0) << output(r);
   const std::string ckpt = ckpt_dir + "/ckpt-step2.safetensors";
-  ASSERT_TRUE(fs::exists(ckpt)) << output(r);
+  EXPECT_TRUE(fs::exists(ckpt)) << output(r);
+  return r.exit_code == 0 && fs::exists(ckpt) ? ckpt : "";
+}
+
+// Every tensor (name, dtype, shape, bytes) and metadata entry of two checkpoints; "" when the same.
+std::string checkpoint_difference(const std::string& a, const std::string& b) {
+  auto x = ddp::checkpoint::read_safetensors(a);
+  auto y = ddp::checkpoint::read_safetensors(b);
+  if (x.tensors.size() != y.tensors.size())
+    return std::to_string(x.tensors.size()) + " vs " + std::to_string(y.tensors.size()) + " tensors";
+  for (auto& t : x.tensors) {
+    const ddp::checkpoint::NamedBuffer* o = y.find(t.name);
+    if (!o) return "tensor " + t.name + " missing";
+    if (t.dtype != o->dtype || t.shape != o->shape || t.bytes != o->bytes) return "tensor " + t.name + " differs";
+  }
+  for (auto& [k, v] : x.metadata) {
+    auto it = y.metadata.find(k);
+    if (it == y.metadata.end()) return "metadata " + k + " missing";
+    if (it->second != v) return "metadata " + k + ": '" + v + "' vs '" + it->second + "'";
+  }
+  if (x.metadata.size() != y.metadata.size()) return "extra metadata entries";
+  return "";
+}
+
+TEST_P(PyTorchBridge, LossOfOneBatchAgreesInFloat64BothWays) {
+  DDP_REQUIRE_TORCH(torch());
+  const std::vector<std::string> py = {torch().python};
+  const std::string model = this->model();
+  const fs::path dir = fresh_dir("loss");
+  const std::string script = DDP_SOURCE_DIR "/tools/ddp_torch.py";
+  const std::string ckpt_dir = (dir / "ckpt").string(), batch = (dir / "batch.safetensors").string();
+
+  const std::string ckpt = train_checkpoint(model, ckpt_dir);
+  ASSERT_FALSE(ckpt.empty());
+  ProcessResult r;
   write_batch(batch, model);
 
   // ddp.cpp: the loss under the checkpoint, and after one step from its optimizer state.
@@ -148,6 +176,39 @@ TEST_P(PyTorchBridge, LossOfOneBatchAgreesInFloat64BothWays) {
   fs::remove_all(dir);
 }
 
-INSTANTIATE_TEST_SUITE_P(ReferenceModels, PyTorchBridge, ::testing::Values("mlp", "cnn", "gpt"));
+// The .pt route of docs/pytorch.md: to-torch then from-torch gives back every tensor and metadata entry of the
+// checkpoint (2.x's torch.load defaults to weights_only=True: the dict must hold only what that allows).
+// Across installations too: a .pt written by this PyTorch is read back by the other one.
+TEST_P(PyTorchBridge, CheckpointRoundTripThroughPtKeepsEveryTensor) {
+  DDP_REQUIRE_TORCH(torch());
+  const fs::path dir = fresh_dir("roundtrip");
+  const std::string script = DDP_SOURCE_DIR "/tools/ddp_torch.py";
+  const std::string ckpt = train_checkpoint(model(), (dir / "ckpt").string());
+  ASSERT_FALSE(ckpt.empty());
+  const std::string pt = (dir / "ckpt.pt").string(), back = (dir / "back.safetensors").string();
+  ProcessResult r = run({torch().python, script, "to-torch", ckpt, pt});
+  ASSERT_EQ(r.exit_code, 0) << output(r);
+  r = run({torch().python, script, "from-torch", pt, back});
+  ASSERT_EQ(r.exit_code, 0) << output(r);
+  EXPECT_EQ(checkpoint_difference(ckpt, back), "");
+  const TorchPython& other = ddp::testing::torch_python(torch().kind == TorchKind::Debian113 ? TorchKind::PyPI2
+                                                                                             : TorchKind::Debian113);
+  if (other.available()) {
+    const std::string across = (dir / "across.safetensors").string();
+    r = run({other.python, script, "from-torch", pt, across});
+    ASSERT_EQ(r.exit_code, 0) << "a .pt of torch " << torch().version << " read by torch " << other.version << ": "
+                              << output(r);
+    EXPECT_EQ(checkpoint_difference(ckpt, across), "");
+  }
+  fs::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(ReferenceModels, PyTorchBridge,
+                         ::testing::Combine(::testing::Values("mlp", "cnn", "gpt"),
+                                            ::testing::ValuesIn(ddp::testing::all_torch_kinds())),
+                         [](const auto& info) {
+                           return std::string(std::get<0>(info.param)) + "_" +
+                                  ddp::testing::torch_kind_label(std::get<1>(info.param));
+                         });
 
 }  // namespace
