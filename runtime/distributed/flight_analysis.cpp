@@ -21,6 +21,7 @@
 #include <set>
 
 #include "runtime/core/error.h"
+#include "runtime/core/log.h"
 
 namespace ddp::dist::flight {
 
@@ -108,7 +109,8 @@ int64_t entry_bytes(const DumpEntry& e) {
 }
 
 namespace {
-std::string context_parts(const DumpEntry& e, bool with_iteration) {
+// with_call: name dtype x count when no bucket says what it is (off where the sentence already names the call).
+std::string context_parts(const DumpEntry& e, bool with_iteration, bool with_call = true) {
   std::vector<std::string> parts;
   if (e.bucket >= 0) {
     std::string b = "bucket " + std::to_string(e.bucket);
@@ -118,9 +120,10 @@ std::string context_parts(const DumpEntry& e, bool with_iteration) {
   } else {
     if (!e.issuer.empty()) parts.push_back(e.issuer);
     if (!e.params.empty()) parts.push_back(e.params);
-    parts.push_back(e.dtype + " x " + std::to_string(e.count));
+    if (with_call) parts.push_back(e.dtype + " x " + std::to_string(e.count));
   }
   if (with_iteration && e.iteration >= 0) parts.push_back("iteration " + std::to_string(e.iteration));
+  if (parts.empty()) return "";
   std::string out = "(";
   for (size_t i = 0; i < parts.size(); ++i) out += (i ? ", " : "") + parts[i];
   return out + ")";
@@ -153,9 +156,12 @@ int64_t waited_ns(const GroupRecord& r, const DumpEntry& e) {
 
 std::string coll(const DumpEntry& e) { return e.op + " #" + std::to_string(e.seq); }
 
-std::string call_text(const DumpEntry& e, bool with_op_and_root) {
+// "allreduce float32 x 262144", "broadcast float32 x 1024 from root 0", with the reduce op when asked:
+// "allreduce float32 x 262144 (max)".
+std::string call_text(const DumpEntry& e, bool with_reduce_op) {
   std::string s = e.op + " " + e.dtype + " x " + std::to_string(e.count);
-  if (with_op_and_root) s += " (" + e.reduce_op + ", root " + std::to_string(e.root) + ")";
+  if (e.root >= 0) s += " from root " + std::to_string(e.root);
+  if (with_reduce_op) s += " (" + e.reduce_op + ")";
   return s;
 }
 
@@ -260,7 +266,7 @@ class Analyzer {
   // The first failure message among `ranks`, as "; rank 1's failure: ...".
   std::string failure_text(const std::vector<int>& ranks) const {
     for (int r : ranks)
-      if (!rec(r).failure.empty()) return "; " + possessive({r}) + " error: " + rec(r).failure;
+      if (!rec(r).failure.empty()) return "; " + possessive({r}) + " error: " + log::for_user(rec(r).failure);
     return "";
   }
 
@@ -319,16 +325,16 @@ class Analyzer {
       }
       for (size_t i = 0; i < fields.size(); ++i)
         d.field += (i == 0 ? "" : i + 1 == fields.size() ? " and " : ", ") + fields[i];
-      const bool show_op_root = !by_bucket && (odd.reduce_op != major.reduce_op || odd.root != major.root);
+      const bool show_reduce_op = !by_bucket && odd.reduce_op != major.reduce_op;
       std::string odd_text;
       for (size_t i = 1; i < sides.size(); ++i) {
         for (int r : sides[i]) d.ranks.push_back(r);
         const DumpEntry& e = *rec(sides[i].front()).find(s);
         if (i > 1) odd_text += i + 1 == sides.size() ? " and " : ", ";
-        odd_text += who(sides[i]) + " issued " + call_text(e, show_op_root) + " " + entry_context(e);
+        odd_text += who(sides[i]) + " issued " + call_text(e, show_reduce_op) + " " + context_parts(e, true, false);
       }
-      const std::string major_text = who(sides[0]) + " issued " + call_text(major, show_op_root) + " " +
-                                     entry_context(major);
+      const std::string major_text = who(sides[0]) + " issued " + call_text(major, show_reduce_op) + " " +
+                                     context_parts(major, true, false);
       if (sides.size() == 2 && sides[0].size() == sides[1].size()) {
         // No majority: name both sides in rank order.
         const bool first_is_major = sides[0].front() < sides[1].front();

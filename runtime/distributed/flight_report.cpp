@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/core/log.h"
+
 namespace ddp::dist::flight {
 
 namespace {
@@ -108,7 +110,7 @@ std::string record_line(const GroupAnalysis& g, int r) {
   if (rec->pid >= 0) s += ", pid " + std::to_string(rec->pid) + (rec->host.empty() ? "" : " on " + rec->host);
   if (rec->global_rank >= 0 && (rec->global_rank != r || rec->inner())) s += ", global rank " + std::to_string(rec->global_rank);
   s += ", " + rec->file;
-  if (!rec->failure.empty()) s += "\n      failure: " + rec->failure;
+  if (!rec->failure.empty()) s += "\n      failure: " + log::for_user(rec->failure);
   return s;
 }
 

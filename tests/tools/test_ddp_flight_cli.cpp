@@ -172,3 +172,17 @@ TEST(DdpFlightCli, BadInputAndUsageExitWithTwoAndSayTheFix) {
   EXPECT_NE(r.err.find("flight.rank0.again.json"), std::string::npos) << r.err;
   fs::remove_all(dir);
 }
+
+// A failure message quoted from a record loses its "file.cpp:123: " source locations, as every error a
+// program prints does (DDP_DEBUG=INFO keeps them).
+TEST(DdpFlightCli, QuotedFailuresLoseTheirSourceLocations) {
+  const std::string dir = scenario_dir("locations");
+  Files files = partial_completion_scenario();
+  files[1].second["failure"] = "/work/main/runtime/distributed/gloo_group.cpp:321: gloo: connection reset by peer";
+  write_files(dir, files);
+  const auto r = run({dir});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(first_line(r.out).find("rank 1's error: gloo: connection reset by peer"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("gloo_group.cpp:321"), std::string::npos) << r.out;
+  fs::remove_all(dir);
+}

@@ -186,8 +186,9 @@ TEST(FlightAnalysis, MismatchOfEachFieldAndEachOddRank) {
       {"op", [](json& e) { e["op"] = "broadcast"; }, "broadcast float32 x 262144"},
       {"dtype", [](json& e) { e["dtype"] = "bfloat16"; }, "allreduce bfloat16 x 262144"},
       {"count", [](json& e) { e["count"] = 1; }, "allreduce float32 x 1"},
-      {"reduce_op", [](json& e) { e["reduce_op"] = "max"; }, "allreduce float32 x 262144 (max, root -1)"},
-      {"root", [](json& e) { e["root"] = 1; }, "allreduce float32 x 262144 (sum, root 1)"},
+      {"reduce_op", [](json& e) { e["reduce_op"] = "max"; }, "allreduce float32 x 262144 (max)"},
+      {"root", [](json& e) { e["root"] = 1; }, "allreduce float32 x 262144 from root 1"},
+      {"op and root", [](json& e) { e["op"] = "broadcast"; e["root"] = 0; }, "broadcast float32 x 262144 from root 0"},
       {"dtype and count", [](json& e) { e["dtype"] = "int64"; e["count"] = 0; }, "allreduce int64 x 0"},
   };
   for (const Case& c : cases)
