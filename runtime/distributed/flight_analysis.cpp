@@ -344,9 +344,12 @@ class Analyzer {
         d.sentence = "at collective #" + std::to_string(s) + " the ranks disagree on the " + d.field + ": " +
                      odd_text + " where " + major_text;
       }
-      d.sentence += by_bucket
-                        ? "; the ranks' buckets are out of step from here on (a rank skipped or reordered a "
-                          "bucket's all-reduce): find why it issued a different bucket"
+      const bool other_bucket = major.bucket >= 0 && odd.bucket >= 0 && major.bucket != odd.bucket;
+      d.sentence += other_bucket
+                        ? "; the ranks' DDP buckets are out of step from here on (bucket " + std::to_string(odd.bucket) +
+                              " against " + std::to_string(major.bucket) +
+                              "): a rank skipped or reordered a bucket's all-reduce (a comm hook, or buckets built "
+                              "differently)"
                         : "; every rank must issue the same collectives in the same order: find where the odd "
                           "rank's code path (or model, or data) differs";
       found_.push_back(std::move(d));
