@@ -15,7 +15,7 @@
 
 namespace ddp::trace {
 
-inline constexpr int kDefaultClockSyncRounds = 8;
+inline constexpr int kDefaultClockSyncRounds = 16;
 
 // This rank's ClockSync against rank 0 (offset 0, bound 0 on rank 0 and in a world of one). Host all-reduces
 // on `pg`; `tracer` gives the clock (its now_ns). Throws on a bad `rounds` (1..1000) or a failed collective.
