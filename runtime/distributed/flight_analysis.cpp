@@ -607,8 +607,9 @@ class Analyzer {
     const std::string ranks = d_.size() == 1 ? "the only rank (world " + std::to_string(g_.world_size) + ")"
                                              : "every rank";
     d.sentence = ranks + " completed everything up to " + coll(e) + " in the window (#" + std::to_string(lo_max_) +
-                 " to #" + std::to_string(max_r_ - 1) + (d_.size() == 1 ? "" : " on all " +
-                 std::to_string(d_.size()) + " ranks") + "): nothing diverged";
+                 " to #" + std::to_string(max_r_ - 1) + (d_.size() == 1   ? ""
+                                                     : d_.size() == 2 ? " on both ranks"
+                                                                      : " on all " + std::to_string(d_.size()) + " ranks") + "): nothing diverged";
     found_.push_back(std::move(d));
   }
 

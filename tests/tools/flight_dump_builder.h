@@ -270,4 +270,50 @@ inline Files rank_ahead_scenario() {
   return files;
 }
 
+// hier: the top-level group pg0 (world 4) and its inner groups pg0/host0, pg0/host1 (world 2 each, global
+// ranks 0-1 and 2-3) and pg0/leaders (global 0 and 2), each analysed on its own.
+inline Files hier_scenario(bool inner_hangs, bool top_hangs) {
+  Files files;
+  for (int g = 0; g < 4; ++g) {
+    RankRecord rr;
+    rr.rank = g;
+    rr.world = 4;
+    rr.backend = "hier";
+    rr.recorded = 13;
+    json rec = make_record(rr);
+    if (inner_hangs) make_pending(entry_of(rec, 12));  // the hier allreduce waits on its host group
+    if (top_hangs && g == 2) {
+      rr.recorded = 12;
+      rec = make_record(rr);
+    } else if (top_hangs) {
+      make_pending(entry_of(rec, 12));
+    }
+    files.push_back({file_name(rec), rec});
+  }
+  for (int host = 0; host < 2; ++host)
+    for (int local = 0; local < 2; ++local) {
+      RankRecord rr;
+      rr.group = "pg0/host" + std::to_string(host);
+      rr.rank = local;
+      rr.world = 2;
+      rr.global_rank = 2 * host + local;
+      rr.recorded = inner_hangs && host == 1 && local == 1 ? 25 : 26;
+      json rec = make_record(rr);
+      if (inner_hangs && host == 1 && local == 0) make_pending(entry_of(rec, 25));
+      files.push_back({file_name(rec), rec});
+    }
+  for (int l = 0; l < 2; ++l) {
+    RankRecord rr;
+    rr.group = "pg0/leaders";
+    rr.backend = "gloo";
+    rr.rank = l;
+    rr.world = 2;
+    rr.global_rank = 2 * l;
+    rr.recorded = 13;
+    json rec = make_record(rr);
+    files.push_back({file_name(rec), rec});
+  }
+  return files;
+}
+
 }  // namespace ddp::testing::flight

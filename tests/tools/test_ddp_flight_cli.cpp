@@ -77,6 +77,7 @@ TEST(DdpFlightCli, FirstLineIsTheSentenceOfEachKind) {
       {"no_dump", no_dump_scenario(), "rank 3 left no dump"},
       {"no_overlap", no_overlap_scenario(), "rank 0's ring starts at #300, after rank 1's record ends at #99"},
       {"nothing", nothing_scenario(4, 4813), "every rank completed everything up to allreduce #4812"},
+      {"hier_inner", hier_scenario(true, false), "in group pg0/host1: rank 1 (global rank 3) never issued"},
       {"nothing_world1", nothing_scenario(1, 7), "the only rank (world 1) completed everything up to"},
   };
   for (const Case& c : cases) {

@@ -446,7 +446,9 @@ TEST(FlightAnalysis, NothingDivergedSaysUpToWhere) {
         }
         const uint64_t lo = recorded > static_cast<uint64_t>(cap) ? recorded - cap : 0;
         const std::string window = "(#" + std::to_string(lo) + " to #" + std::to_string(recorded - 1) +
-                                   (world == 1 ? ")" : " on all " + std::to_string(world) + " ranks)");
+                                   (world == 1   ? ")"
+                                    : world == 2 ? " on both ranks)"
+                                                 : " on all " + std::to_string(world) + " ranks)");
         EXPECT_EQ(a.headline, std::string(world == 1 ? "the only rank (world 1)" : "every rank") +
                                   " completed everything up to allreduce #" + std::to_string(recorded - 1) +
                                   " in the window " + window + ": nothing diverged");
@@ -473,52 +475,6 @@ TEST(FlightAnalysis, Version1RecordsAreReadWithoutTheNewFields) {
   Files mixed = missing_issue_scenario();
   mixed[1].second = to_version_1(mixed[1].second);
   EXPECT_EQ(analyze(mixed).groups[0].lead().kind, DivergenceKind::MissingIssue);
-}
-
-// hier: the top-level group pg0 (world 4) and its inner groups pg0/host0, pg0/host1 (world 2 each, global
-// ranks 0-1 and 2-3) and pg0/leaders (global 0 and 2), each analysed on its own.
-Files hier_scenario(bool inner_hangs, bool top_hangs) {
-  Files files;
-  for (int g = 0; g < 4; ++g) {
-    RankRecord rr;
-    rr.rank = g;
-    rr.world = 4;
-    rr.backend = "hier";
-    rr.recorded = 13;
-    json rec = make_record(rr);
-    if (inner_hangs) make_pending(entry_of(rec, 12));  // the hier allreduce waits on its host group
-    if (top_hangs && g == 2) {
-      rr.recorded = 12;
-      rec = make_record(rr);
-    } else if (top_hangs) {
-      make_pending(entry_of(rec, 12));
-    }
-    files.push_back({file_name(rec), rec});
-  }
-  for (int host = 0; host < 2; ++host)
-    for (int local = 0; local < 2; ++local) {
-      RankRecord rr;
-      rr.group = "pg0/host" + std::to_string(host);
-      rr.rank = local;
-      rr.world = 2;
-      rr.global_rank = 2 * host + local;
-      rr.recorded = inner_hangs && host == 1 && local == 1 ? 25 : 26;
-      json rec = make_record(rr);
-      if (inner_hangs && host == 1 && local == 0) make_pending(entry_of(rec, 25));
-      files.push_back({file_name(rec), rec});
-    }
-  for (int l = 0; l < 2; ++l) {
-    RankRecord rr;
-    rr.group = "pg0/leaders";
-    rr.backend = "gloo";
-    rr.rank = l;
-    rr.world = 2;
-    rr.global_rank = 2 * l;
-    rr.recorded = 13;
-    json rec = make_record(rr);
-    files.push_back({file_name(rec), rec});
-  }
-  return files;
 }
 
 TEST(FlightAnalysis, HierInnerGroupLeadsWhenOnlyItDiverged) {
