@@ -43,8 +43,14 @@ struct BatchNorm2dBackward final : autograd::Node {
               ", expected ", shape_str(x.shape()));
     Tensor dx, dweight, dbias;
     if (next_edges[0].valid()) dx = Tensor::empty_like(x);
-    if (next_edges[1].valid()) dweight = Tensor::empty_like(mean);
-    if (next_edges[2].valid()) dbias = Tensor::empty_like(mean);
+    // dweight and dbias straight into their DDP bucket slots where the reducer offers them (autograd/node.h);
+    // the kernel overwrites them.
+    auto parameter_gradient = [&](size_t edge) {
+      Tensor d = autograd::gradient_destination(next_edges[edge], mean.shape(), mean.dtype(), mean.device());
+      return d.defined() ? d : Tensor::empty_like(mean);
+    };
+    if (next_edges[1].valid()) dweight = parameter_gradient(1);
+    if (next_edges[2].valid()) dbias = parameter_gradient(2);
     DDP_DISPATCH_FLOATING(x.dtype(), "batch_norm2d backward", [&] {
       using T = scalar_t;
       DDP_KERNEL_ON_STREAM(x.device(), batch_norm_backward, dy.data<T>(), x.data<T>(), mean.data<T>(),

@@ -103,17 +103,20 @@ struct Conv2dBackward final : autograd::Node {
     DDP_CHECK(dy.shape() == Shape({geometry.batch, geometry.out_channels, geometry.out_h, geometry.out_w}),
               "conv2d backward: gradient has shape ", shape_str(dy.shape()));
     Tensor dx, dw, db;
+    // dw and db straight into their DDP bucket slots where the reducer offers them (autograd/node.h); the
+    // kernels overwrite them.
+    auto parameter_gradient = [&](size_t edge, const Shape& shape) {
+      Tensor d = autograd::gradient_destination(next_edges[edge], shape, x.dtype(), x.device());
+      return d.defined() ? d : Tensor::empty(shape, x.dtype(), x.device());
+    };
+    if (next_edges[0].valid()) dx = Tensor::empty_like(x);
+    if (next_edges[1].valid()) dw = parameter_gradient(1, weight.shape());
+    if (next_edges.size() > 2 && next_edges[2].valid()) db = parameter_gradient(2, {geometry.out_channels});
     if (geometry.batch == 0) {  // an empty batch: sums over no images
-      if (next_edges[0].valid()) dx = Tensor::empty_like(x);
-      if (next_edges[1].valid()) dw = Tensor::zeros_like(weight);
-      if (next_edges.size() > 2 && next_edges[2].valid())
-        db = Tensor::zeros({geometry.out_channels}, x.dtype(), x.device());
+      if (dw.defined()) dw.zero_();
+      if (db.defined()) db.zero_();
       return {dx, dw, db};
     }
-    if (next_edges[0].valid()) dx = Tensor::empty_like(x);
-    if (next_edges[1].valid()) dw = Tensor::empty_like(weight);
-    if (next_edges.size() > 2 && next_edges[2].valid())
-      db = Tensor::empty({geometry.out_channels}, x.dtype(), x.device());
     DDP_DISPATCH_FLOATING(x.dtype(), "conv2d backward", [&] {
       auto ptr = [](Tensor& t) { return t.defined() ? t.data<scalar_t>() : nullptr; };
 #ifdef DDP_WITH_CUDA

@@ -18,11 +18,17 @@ struct LayerNormBackward final : autograd::Node {
     if (!grads[0].defined()) return {Tensor(), Tensor(), Tensor()};
     Tensor dx, dweight, dbias;
     if (next_edges[0].valid()) dx = Tensor::empty_like(x);
-    if (next_edges[1].valid()) dweight = Tensor::empty_like(weight);
-    if (next_edges[2].valid()) dbias = Tensor::empty_like(weight);
+    // dweight and dbias straight into their DDP bucket slots where the reducer offers them (autograd/node.h);
+    // the kernel overwrites them.
+    auto parameter_gradient = [&](size_t edge) {
+      Tensor d = autograd::gradient_destination(next_edges[edge], weight.shape(), weight.dtype(), weight.device());
+      return d.defined() ? d : Tensor::empty_like(weight);
+    };
+    if (next_edges[1].valid()) dweight = parameter_gradient(1);
+    if (next_edges[2].valid()) dbias = parameter_gradient(2);
     if (rows == 0) {  // an empty batch: dweight and dbias are sums over no rows
-      if (dweight.defined()) dweight = Tensor::zeros_like(weight);
-      if (dbias.defined()) dbias = Tensor::zeros_like(weight);
+      if (dweight.defined()) dweight.zero_();
+      if (dbias.defined()) dbias.zero_();
       return {dx, dweight, dbias};
     }
     DDP_DISPATCH_FLOATING(x.dtype(), "layer_norm backward", [&] {
