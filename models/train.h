@@ -48,7 +48,8 @@ struct TrainOptions {
   int64_t checkpoint_interval = 0;  // steps; 0: only at the end (when checkpoint_dir is set)
   std::string resume;               // a checkpoint path, or "auto" (latest in checkpoint_dir)
   bool reset_optimizer = false;     // resume the model but start the optimizer's state afresh
-  std::string trace;                // Chrome trace file ("" off); ranks add ".rank<N>"
+  std::string trace;                // Chrome trace file ("" off); each rank's: trace::rank_trace_path
+  int64_t explain = 0;              // print an account of this step (from 1) on every rank; 0: DDP_EXPLAIN
   int64_t sample_tokens = 200;      // gpt: length of the generated sample at the end
   // model shapes
   int64_t hidden = 1024, depth = 2;                              // mlp

@@ -69,6 +69,10 @@ int main(int argc, char** argv) {
   p.add("reset-optimizer", &o.reset_optimizer,
         "with --resume: load the model but start the optimizer's state afresh (e.g. to switch --optimizer)");
   p.add("trace", &o.trace, "write a Chrome trace (Perfetto) of the run to this file");
+  p.add("explain", &o.explain,
+        "after step N, print how it went on every rank: buckets, waits, slowest rank, what other bucket caps "
+        "would change (0: off, or the DDP_EXPLAIN variable)",
+        B::at_least(0));
   p.add("sample-tokens", &o.sample_tokens, "gpt: characters to generate at the end", B::at_least(0));
   p.add("hidden", &o.hidden, "mlp: hidden width", B::at_least(1));
   p.add("depth", &o.depth, "mlp: hidden layers", B::at_least(0));

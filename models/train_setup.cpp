@@ -104,6 +104,7 @@ TrainSetup set_up_training(const TrainOptions& o, std::shared_ptr<dist::ProcessG
   dopt.advice.enable_find_unused_parameters = "run train with --find-unused-parameters";
   dopt.advice.disable_static_graph = "run train without --static-graph";
   dopt.advice.iteration = "step";
+  dopt.explain_iteration = o.explain;  // numbered as the steps, like the errors (train() renumbers after a resume)
   s.ddp = std::make_unique<DistributedDataParallel>(s.model, pg, dopt);
 
   if (o.zero) {

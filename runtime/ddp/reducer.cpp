@@ -11,6 +11,7 @@
 #include "runtime/ddp/bucket_assignment.h"
 #include "runtime/ddp/comm_buffer_of.h"
 #include "runtime/ddp/host_collectives.h"
+#include "runtime/ddp/step_explain.h"
 #include "runtime/distributed/flight_recorder.h"
 #include "runtime/tensor/tensor_math.h"
 #include "runtime/trace/trace.h"
@@ -62,6 +63,7 @@ Reducer::Reducer(std::vector<nn::NamedTensor> params, std::shared_ptr<dist::Proc
                                                     return offers_destination(i) ? slot_view(i).impl_ptr()
                                                                                  : nullptr;
                                                   }};
+  explain_number_ = opt_.explain_iteration > 0 ? opt_.explain_iteration : explain_iteration_from_env();
   DDP_LOG(Detail, "reducer: ", params_.size(), " parameters in ", buckets_.size(), " buckets\n",
           describe_buckets());
 }
@@ -206,6 +208,9 @@ void Reducer::prepare_for_backward(const std::vector<Tensor>& outputs) {
   forward_end_ = Clock::now();
   begin_timing();
   if (!sync_) return;
+  explain_armed_ = explain_number_ > 0 && explain_number_ == first_iteration_number_ + synchronized_iterations_;
+  if (explain_armed_) [[unlikely]]
+    explain_ready_s_.assign(params_.size(), -1.0);
   if (backward_started_) {
     // A backward that died midway (an op threw) left buckets in flight: wait for them (or, on CUDA, make
     // this stream wait) before this iteration writes into their buffers again.
@@ -277,6 +282,8 @@ void Reducer::mark_ready(size_t index, bool observed) {
       "checkpointing) ran over it, or find_unused_parameters marked it unused although the loss uses it "
       "outside the module's outputs (pass every tensor the loss depends on to prepare_for_backward).");
   ready_[index] = 1;
+  if (explain_armed_) [[unlikely]]
+    explain_ready_s_[index] = since_forward();
   if (observed && !rebuilt_ && !opt_.static_graph) ready_order_.push_back(index);
   if (trace::tracing_enabled()) [[unlikely]]
     trace::trace_instant("ready " + name, "ddp");
@@ -417,6 +424,7 @@ void Reducer::finalize() {
   stats.iteration = number;  // the errors' number, and train's step
   stats.num_reachability_searches = searches_;
   stats.backward_compute_s = since_forward();
+  const double backward_compute_s = stats.backward_compute_s;
   stats.num_unused_marked = unused_marked_;
   stats.num_gradients_copied = gradients_copied_;
   stats.unused_search_s = unused_search_s_;
@@ -476,7 +484,10 @@ void Reducer::finalize() {
     DDP_LOG(Info, last_stats_.summary(opt_.advice.iteration));
     ++iteration_;
   }
-  // Collective: every rank reaches it, on the error path too.
+  // Collectives: every rank reaches them, on the error path too.
+  maybe_explain(number, /*shadow=*/false, backward_compute_s,
+                unready.empty() ? last_stats_.exposed_communication_s
+                                : std::chrono::duration<double>(Clock::now() - t0).count());
   maybe_rebuild(unready.empty() && changed.empty());
   reset_iteration();
   if (graph_changed) raise_graph_changed(unready, changed, "");
@@ -486,7 +497,7 @@ void Reducer::finalize() {
 void Reducer::shadow_backward() {
   DDP_CHECK(!backward_started_, "rank ", pg_->rank(),
             ": DDP Join: shadow_backward called while this rank's own backward is running");
-  ++synchronized_iterations_;  // one of the others' synchronized iterations: it has their number
+  const int64_t number = first_iteration_number_ + synchronized_iterations_++;  // the others' iteration's
   for (auto& b : buckets_) {
     b.buffer.zero_();
     b.pending = 0;
@@ -518,6 +529,7 @@ void Reducer::shadow_backward() {
     throw;
   }
   write_back();          // .grad: the others' averaged gradients (a joined ZeRO rank steps its shard with them)
+  maybe_explain(number, /*shadow=*/true, 0, 0);
   maybe_rebuild(false);  // no rebuild from an iteration this rank did not compute
   reset_iteration();
 }

@@ -60,6 +60,11 @@ struct ReducerOptions {
   // How the errors (unused parameters, a changed static graph) tell the user what to change and name the
   // iteration; the defaults speak to C++ users of DistributedDataParallel (reducer_advice.h).
   ReducerAdvice advice;
+  // Explain this synchronized iteration (its number as in the errors; train: its step): afterwards rank 0
+  // prints a plain-language account of it on every rank (step_explain.h, docs/trace.md "Explain"). Every rank
+  // takes part (a clock sync and an all-gather, that iteration only), so every rank must ask for the same
+  // number. 0: the number in the environment variable DDP_EXPLAIN, or never when it is unset.
+  int64_t explain_iteration = 0;
 };
 
 class Reducer {
@@ -160,6 +165,10 @@ class Reducer {
                                         const std::vector<size_t>& changed, const std::string& comm_error);
   Tensor slot_view(size_t index) const;
   double since_forward() const;
+  // ---- explain (reducer_explain.cpp) ----
+  // After iteration `number` (every rank, on the error path too): if it is the one to explain, gathers every
+  // rank's records and rank 0 prints the account. `shadow`: this rank's Join shadow of the iteration.
+  void maybe_explain(int64_t number, bool shadow, double backward_compute_s, double exposed_s);
   void begin_timing();  // the step clock of this iteration (host, or CUDA events on NCCL)
 
   std::vector<nn::NamedTensor> params_;
@@ -190,6 +199,11 @@ class Reducer {
   double unused_search_s_ = 0;
 
   size_t searches_ = 0;
+  // explain: the iteration number to explain (0: none); armed during it, with each parameter's ready time
+  // (seconds since forward end, -1 before it is ready).
+  int64_t explain_number_ = 0;
+  bool explain_armed_ = false;
+  std::vector<double> explain_ready_s_;
 
   // ---- static_graph ----
   std::vector<int32_t> static_expected_hooks_;  // per parameter: hook firings per backward (iteration 1)
