@@ -4,7 +4,8 @@
 // stopped), a rank whose comm hook skips one bucket's all-reduce, one that all-reduces a bucket one element
 // short, uneven steps without Join (the rank that finished leaves an "exit" record), a rank that skips ZeRO's
 // broadcasts, and a run that succeeds (its temporary flight folder is removed). Each checks ddprun's exit code
-// and summary, which ranks left a record and what the records say about the collective that broke the step.
+// and summary, which ranks left a record, what the records say about the collective that broke the step, and
+// that ddp_flight's first sentence names the right rank, collective and bucket.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -24,6 +25,25 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 std::string faults_path() { return std::string(DDP_BIN_DIR) + "/testprog_flight_faults"; }
+
+// ddp_flight's first line on the records in `dir`.
+std::string verdict(const std::string& dir) {
+  auto r = run_process({std::string(DDP_BIN_DIR) + "/ddp_flight", dir});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return r.out.substr(0, r.out.find('\n'));
+}
+
+// Every piece appears in the text, in this order.
+::testing::AssertionResult says_in_order(const std::string& text, const std::vector<std::string>& pieces) {
+  size_t at = 0;
+  for (const auto& p : pieces) {
+    const size_t found = text.find(p, at);
+    if (found == std::string::npos)
+      return ::testing::AssertionFailure() << "'" << p << "' missing (in order) from: " << text;
+    at = found + p.size();
+  }
+  return ::testing::AssertionSuccess();
+}
 
 std::string temp_dir(const std::string& name) {
   fs::path p = fs::temp_directory_path() / ("ddp_flightrun_" + name + "_" + std::to_string(::getpid()));
@@ -90,6 +110,9 @@ TEST(FlightScenarios, SigstoppedRankIsSeenByTheStallWatchdog) {
     EXPECT_EQ(e["params"], "fc3.bias");
     EXPECT_EQ(e["bucket_bytes"], 16);
   }
+  const int64_t seq = first_unfinished(*record(dir, 0))["seq"].get<int64_t>();
+  EXPECT_TRUE(says_in_order(verdict(dir), {"rank 1 left no dump", "ranks 0 and 2 waited", "allreduce #" +
+                                           std::to_string(seq), "bucket 0: fc3.bias", "iteration 3"}));
   fs::remove_all(dir);
 }
 
@@ -107,6 +130,9 @@ TEST(FlightScenarios, KilledRankLeavesNoRecordTheOthersDo) {
   ASSERT_FALSE(e.is_null()) << rec->dump();
   EXPECT_EQ(e["iteration"], 3);
   EXPECT_EQ(e["bucket"], 0);
+  EXPECT_TRUE(says_in_order(verdict(dir), {"rank 1 left no dump", "rank 0 waited",
+                                           "allreduce #" + std::to_string(e["seq"].get<int64_t>()),
+                                           "bucket 0: fc3.bias", "iteration 3"}));
   fs::remove_all(dir);
 }
 
@@ -129,6 +155,9 @@ TEST(FlightScenarios, SkippedBucketShowsAsTheSequenceNumberWhereTheRanksDiffer) 
   EXPECT_EQ(e1["bucket"], 3);
   EXPECT_EQ(e0["iteration"], 3);
   EXPECT_NE(e0["count"], e1["count"]);
+  const std::string v = verdict(dir);
+  EXPECT_TRUE(says_in_order(v, {"#" + std::to_string(e0["seq"].get<int64_t>()), "rank 0", "bucket 2", "rank 1",
+                                "bucket 3"}));
   fs::remove_all(dir);
 }
 
@@ -147,6 +176,8 @@ TEST(FlightScenarios, SizeMismatchIsRecordedByBothRanks) {
   EXPECT_EQ(e1["bucket"], 2);
   EXPECT_EQ(e0["count"].get<int64_t>(), e1["count"].get<int64_t>() + 1);
   EXPECT_TRUE((*r0)["failure"].is_string());
+  EXPECT_TRUE(says_in_order(verdict(dir), {"#" + std::to_string(e0["seq"].get<int64_t>()), "count", "rank 0",
+                                           "x 32", "bucket 2", "rank 1", "x 31"}));
   fs::remove_all(dir);
 }
 
@@ -165,6 +196,8 @@ TEST(FlightScenarios, UnevenStepsLeaveAnExitRecordFromTheRankThatFinished) {
   ASSERT_FALSE(e0.is_null());
   EXPECT_EQ(e0["seq"], (*r1)["recorded"]);  // the first collective rank 1 never issued
   EXPECT_EQ(e0["iteration"], 3);
+  EXPECT_TRUE(says_in_order(verdict(dir), {"rank 1 had finished", "rank 0 issued allreduce #" +
+                                           std::to_string(e0["seq"].get<int64_t>()), "iteration 3", "Join"}));
   fs::remove_all(dir);
 }
 
@@ -184,6 +217,8 @@ TEST(FlightScenarios, SkippedZeroStepIsAMismatchBetweenZeroAndABucket) {
   EXPECT_EQ(e0["op"], "broadcast");
   EXPECT_EQ(e1["issuer"], "ddp bucket");
   EXPECT_EQ(e1["iteration"], 4);
+  EXPECT_TRUE(says_in_order(verdict(dir), {"#" + std::to_string(e0["seq"].get<int64_t>()), "rank 0", "broadcast",
+                                           "zero", "rank 1", "allreduce", "bucket 0"}));
   fs::remove_all(dir);
 }
 
