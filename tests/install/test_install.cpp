@@ -1,6 +1,7 @@
 // test_install.cpp - `cmake --install` puts headers, the libraries, ddprun and a package config in a prefix,
 // and a separate project builds and runs against it with find_package(ddp): tests/consumer, and the README's
-// "Using it from C++" program taken verbatim from README.md (so the README cannot drift from the code).
+// "Using it from C++" program taken verbatim from README.md (so the README cannot drift from the code), run
+// under ddprun and, when the PyTorch 2.x venv exists, under its torchrun too.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 #include <string>
 
 #include "tests/support/run_process.h"
+#include "tests/support/torch_python.h"
 
 namespace {
 namespace fs = std::filesystem;
@@ -94,6 +96,23 @@ TEST(Install, ConsumerProjectFindsAndLinksDdpRuntimeAndModels) {
     losses.push_back(std::stod((*it)[3]));
   ASSERT_GE(losses.size(), 4u) << log;
   EXPECT_LT(losses.back(), 0.75 * losses.front()) << log;  // 2.30 -> 1.41 on this data and seed
+  // The same program under PyTorch 2.x's torchrun (agent store, 2.x store protocol), when its venv exists
+  // (tests/support/torch_python.h): the same loss lines as under ddprun.
+  const auto& torch2 = ddp::testing::torch_python(ddp::testing::TorchKind::PyPI2);
+  if (torch2.available()) {
+    auto loss_lines = [&](const std::string& text) {
+      std::vector<std::string> out;
+      for (auto it = std::sregex_iterator(text.begin(), text.end(), line); it != std::sregex_iterator(); ++it)
+        out.push_back(it->str());
+      return out;
+    };
+    std::vector<std::string> cmd = torch2.torchrun();
+    cmd.insert(cmd.end(), {"--standalone", "--nproc_per_node=2", "--no_python", build + "/readme_example"});
+    ProcessResult t = run(cmd, {{"OPENBLAS_NUM_THREADS", "1"}, {"OMP_NUM_THREADS", "1"}});
+    ASSERT_EQ(t.exit_code, 0) << "the README's program failed under torchrun " << torch2.version << ":\n"
+                              << output(t);
+    EXPECT_EQ(loss_lines(output(t)), loss_lines(log)) << output(t);
+  }
   r = run({p.prefix + "/bin/ddprun", "--help"});
   EXPECT_EQ(r.exit_code, 0) << "installed ddprun does not start:\n" << output(r);
 }
