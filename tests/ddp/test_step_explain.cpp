@@ -1,0 +1,147 @@
+// test_step_explain.cpp - the text of "explain" (step_explain.h) on hand-made records with known answers:
+// the common-clock times, which rank issued each bucket last and how long the other waited, the slowest
+// rank, parameters without a gradient on one rank or on all, a Join shadow, the what-if table; and
+// DDP_EXPLAIN's parsing.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "runtime/core/error.h"
+#include "runtime/ddp/step_explain.h"
+
+using namespace ddp;
+
+namespace {
+
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+BucketTiming bucket(size_t index, double ready_ms, double launched_ms, double completed_ms) {
+  BucketTiming t;
+  t.index = index;
+  t.ready_s = ready_ms * 1e-3;
+  t.launched_s = launched_ms * 1e-3;
+  t.completed_s = completed_ms * 1e-3;
+  return t;
+}
+
+// Two ranks, two buckets. Rank 1's forward ends 1 ms after rank 0's (on rank 0's clock); its times are then
+// +1 ms on the common axis.
+std::vector<ExplainRank> two_ranks() {
+  ExplainRank r0, r1;
+  r0.rank = 0;
+  r0.forward_end_s = 10.000;
+  r0.backward_compute_s = 2e-3;
+  r0.exposed_s = 1.5e-3;
+  r0.buckets = {bucket(0, 0.5, 0.5, 2.0), bucket(1, 2.0, 2.0, 3.5)};
+  r0.no_gradient = {"head.extra", "expert1.weight"};
+  r1.rank = 1;
+  r1.forward_end_s = 10.001;
+  r1.clock_error_s = 20e-6;
+  r1.backward_compute_s = 2e-3;
+  r1.exposed_s = 0.5e-3;
+  r1.buckets = {bucket(0, 0.5, 0.5, 1.0), bucket(1, 2.0, 2.2, 2.5)};
+  r1.no_gradient = {"head.extra"};
+  return {r0, r1};
+}
+
+const std::vector<ExplainBucket> kLayout = {{2048, 2, "fc2.bias", "fc2.weight"}, {4 << 20, 1, "fc1.weight", "fc1.weight"}};
+
+}  // namespace
+
+TEST(StepExplain, AKnownStepOnTwoRanks) {
+  const std::string t = explain_iteration("step", 7, kLayout, two_ranks());
+  EXPECT_TRUE(has(t, "explain step 7: 2 ranks, 2 buckets. Times in ms from the first forward end (rank 0), all "
+                     "ranks on rank 0's clock (offsets within +-0.020 ms).\n"))
+      << t;
+  EXPECT_TRUE(has(t, "rank 0: forward ended at 0.000, backward computed until 2.000 (2.000 ms), then waited 1.500 "
+                     "ms for communication (exposed), the last for bucket 1.\n"))
+      << t;
+  EXPECT_TRUE(has(t, "  bucket 0: 2.0 KiB, 2 parameters (fc2.bias .. fc2.weight): last gradient at 0.500, issued "
+                     "at 0.500, done at 2.000 (1.500 ms in flight)\n"))
+      << t;
+  EXPECT_TRUE(has(t, "  bucket 1: 4.00 MiB, 1 parameter (fc1.weight): last gradient at 2.000"))  << t;
+  // Rank 1's times are shifted by its later forward end; bucket 1 went out 0.2 ms after it was full.
+  EXPECT_TRUE(has(t, "rank 1: forward ended at 1.000, backward computed until 3.000 (2.000 ms), then waited 0.500"))
+      << t;
+  EXPECT_TRUE(has(t, "last gradient at 3.000, issued at 3.200, done at 3.500 (0.300 ms in flight; issued 0.200 ms "
+                     "after it was full: buckets go out in order)"))
+      << t;
+  EXPECT_TRUE(has(t, "slowest: rank 1 finished backward 1.000 ms after rank 0; rank 0 waited 1.500 ms, rank 1 "
+                     "0.500 ms.\n"))
+      << t;
+  EXPECT_TRUE(has(t, "  bucket 0 could start at 1.500, when rank 1 issued it last (rank 0 had waited 1.000 ms)\n"))
+      << t;
+  EXPECT_TRUE(has(t, "  bucket 1 could start at 3.200, when rank 1 issued it last (rank 0 had waited 1.200 ms)\n"))
+      << t;
+  EXPECT_TRUE(has(t, "  no gradient on this rank (all-reduced as zeros): head.extra expert1.weight\n")) << t;
+  EXPECT_TRUE(has(t, "unused parameters (no gradient on any rank): head.extra\n")) << t;
+}
+
+TEST(StepExplain, ASlownessWithinTheClockErrorIsSaidToBeNone) {
+  auto ranks = two_ranks();
+  ranks[1].forward_end_s = 10.0000100;  // 10 us later, bound 20 us
+  const std::string t = explain_iteration("iteration", 1, kLayout, ranks);
+  EXPECT_TRUE(has(t, "explain iteration 1: 2 ranks")) << t;
+  EXPECT_TRUE(has(t, "(within the clocks' error: no rank was clearly slower)")) << t;
+}
+
+TEST(StepExplain, AJoinShadowAndAWorldOfOne) {
+  auto ranks = two_ranks();
+  ranks[1].shadow = true;
+  ranks[1].buckets.clear();
+  const std::string t = explain_iteration("step", 3, kLayout, ranks);
+  EXPECT_TRUE(has(t, "rank 1: had no batch (Join): it shadowed the others' all-reduces with zeros.\n")) << t;
+  EXPECT_FALSE(has(t, "slowest")) << t;
+  EXPECT_TRUE(has(t, "unused parameters (no gradient on any rank): head.extra expert1.weight\n")) << t;
+
+  const std::string one = explain_iteration("step", 3, kLayout, {two_ranks()[0]});
+  EXPECT_TRUE(has(one, "explain step 3: 1 rank, 2 buckets")) << one;
+  EXPECT_FALSE(has(one, "offsets within")) << one;
+  EXPECT_FALSE(has(one, "could start")) << one;
+}
+
+TEST(StepExplain, TheWhatIfTableMarksThisRunAndTheBest) {
+  ExplainWhatIf w;
+  w.current_cap_mb = 25;
+  w.basis = "a test network";
+  w.rows = {{12.5, 4, 2e-3, 9e-3}, {25, 2, 3e-3, 8e-3}, {50, 1, 5e-3, 10e-3}};
+  const std::string t = explain_iteration("step", 2, kLayout, two_ranks(), &w);
+  EXPECT_TRUE(has(t, "what-if (bucket simulator, a test network):\n")) << t;
+  EXPECT_TRUE(has(t, "  cap   25.000 MiB:   2 buckets, exposed 3.000 ms, backward + exposed 8.000 ms  (this run)  <- best\n"))
+      << t;
+  EXPECT_TRUE(has(t, "  cap   12.500 MiB:   4 buckets, exposed 2.000 ms, backward + exposed 9.000 ms\n")) << t;
+  ExplainWhatIf none;
+  none.basis = "no what-if: nothing measured";
+  EXPECT_TRUE(has(explain_iteration("step", 2, kLayout, two_ranks(), &none), "what-if: no what-if: nothing measured\n"));
+}
+
+TEST(StepExplain, ARecordThatDoesNotMatchTheLayoutIsAnError) {
+  auto ranks = two_ranks();
+  ranks[1].buckets.pop_back();
+  try {
+    explain_iteration("step", 1, kLayout, ranks);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_TRUE(has(e.what(), "rank 1 recorded 1 buckets, the layout has 2")) << e.what();
+  }
+}
+
+TEST(StepExplain, DdpExplainIsAWholeNumberOrUnset) {
+  unsetenv("DDP_EXPLAIN");
+  EXPECT_EQ(explain_iteration_from_env(), 0);
+  setenv("DDP_EXPLAIN", "", 1);
+  EXPECT_EQ(explain_iteration_from_env(), 0);
+  setenv("DDP_EXPLAIN", "12", 1);
+  EXPECT_EQ(explain_iteration_from_env(), 12);
+  for (const char* bad : {"0", "-3", "two", "3x", "1.5"}) {
+    setenv("DDP_EXPLAIN", bad, 1);
+    try {
+      explain_iteration_from_env();
+      ADD_FAILURE() << bad << " accepted";
+    } catch (const Error& e) {
+      EXPECT_TRUE(has(e.what(), std::string("DDP_EXPLAIN='") + bad + "' is not valid")) << e.what();
+    }
+  }
+  unsetenv("DDP_EXPLAIN");
+}
