@@ -270,6 +270,21 @@ inline Files rank_ahead_scenario() {
   return files;
 }
 
+// World 3, dumped on demand at different times: rank 2's record ends at #49, ranks 0 and 1 completed up to #59.
+inline Files older_dump_scenario() {
+  Files files;
+  for (int r = 0; r < 3; ++r) {
+    RankRecord rr;
+    rr.rank = r;
+    rr.world = 3;
+    rr.recorded = r == 2 ? 50 : 60;
+    rr.reason = "demand";
+    json rec = make_record(rr);
+    files.push_back({file_name(rec), rec});
+  }
+  return files;
+}
+
 // hier: the top-level group pg0 (world 4) and its inner groups pg0/host0, pg0/host1 (world 2 each, global
 // ranks 0-1 and 2-3) and pg0/leaders (global 0 and 2), each analysed on its own.
 inline Files hier_scenario(bool inner_hangs, bool top_hangs) {

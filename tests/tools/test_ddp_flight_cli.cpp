@@ -73,6 +73,7 @@ TEST(DdpFlightCli, FirstLineIsTheSentenceOfEachKind) {
       {"mismatch", mismatch_scenario(), "at collective #57 the ranks disagree on the count: rank 2 issued "},
       {"uneven_steps", uneven_steps_scenario(), "rank 1 had finished after #99 (its group was destroyed)"},
       {"rank_ahead", rank_ahead_scenario(), "rank 1 never issued allreduce #40 "},
+      {"older_dump", older_dump_scenario(), "rank 2's record ends at #49, 10 collectives before ranks 0 and 1's"},
       {"partial_completion", partial_completion_scenario(), "allreduce #20 (bucket 0: "},
       {"no_dump", no_dump_scenario(), "rank 3 left no dump"},
       {"no_overlap", no_overlap_scenario(), "rank 0's ring starts at #300, after rank 1's record ends at #99"},

@@ -288,17 +288,7 @@ TEST(FlightAnalysis, RankAheadByKCollectivesIsSaidAfterTheMissingIssue) {
 // The behind rank's dump is older: the ahead rank completed what the behind one had not issued yet, so
 // nothing diverged, and the analyzer says so rather than blaming the rank.
 TEST(FlightAnalysis, AnOlderDumpIsNotABehindRank) {
-  Files files;
-  for (int r = 0; r < 3; ++r) {
-    RankRecord rr;
-    rr.rank = r;
-    rr.world = 3;
-    rr.recorded = r == 2 ? 50 : 60;
-    rr.reason = "demand";
-    json rec = make_record(rr);
-    files.push_back({file_name(rec), rec});
-  }
-  const auto a = analyze(files);
+  const auto a = analyze(older_dump_scenario());
   const auto& d = a.groups[0].lead();
   EXPECT_EQ(d.kind, DivergenceKind::RankAhead) << a.headline;
   EXPECT_TRUE(d.completed_ahead);
