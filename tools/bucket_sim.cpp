@@ -5,9 +5,15 @@
 //   bucket_sim --model gpt --world 64 --alpha-us 20 --bandwidth-gbps 10 --backward-ms 40 --forward-ms 20
 //   bucket_sim --checkpoint model.safetensors --world 1024 --algorithm tree ...
 //   bucket_sim --validate runs/bench.json --network-json runs/net.json     # measured vs predicted
+// The network: --network-json or --alpha-us/--bandwidth-gbps, else the cached bench_allreduce calibration of
+// the backend in use on this host (runtime/sim/calibration_cache.h; tools/sweep.sh makes it), else a placeholder
+// that the output calls one, with how to calibrate. The output names the source.
 // Exit codes: 2 bad command line, 1 bad input, 3 a validation error above --max-error-pct.
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <algorithm>
 #include <map>
@@ -24,7 +30,9 @@
 #include "runtime/core/cli.h"
 #include "runtime/core/log.h"
 #include "runtime/core/terminal_text.h"
+#include "runtime/distributed/process_group_factory.h"
 #include "runtime/sim/bucket_sim.h"
+#include "runtime/sim/calibration_cache.h"
 #include "runtime/sim/in_training_fit.h"
 #include "runtime/sim/param_list.h"
 #include "runtime/sim/trace_ready_times.h"
@@ -103,22 +111,6 @@ std::vector<Json> read_records(const std::string& path, const std::string& kind)
   return out;
 }
 
-// The ring fit of the last all-reduce record for this world size (or any world when none matches).
-NetworkModel network_from_json(const std::string& path, int world) {
-  auto recs = read_records(path, "allreduce");
-  const Json* best = nullptr;
-  for (auto& r : recs)
-    if (r.contains("fit") && (!best || r.value("world", 0) == world)) best = &r;
-  DDP_CHECK(best, "bucket_sim: ", path,
-            " has no all-reduce record with a fit; run bench_allreduce with world >= 2 "
-            "and --json");
-  NetworkModel m;
-  m.algorithm = parse_algorithm((*best)["fit"].value("algorithm", "ring"));
-  m.alpha_s = (*best)["fit"]["alpha_s"].get<double>();
-  m.bandwidth_bytes_per_s = (*best)["fit"]["bandwidth_bytes_per_s"].get<double>();
-  return m;
-}
-
 double med(const Json& rec, const char* key) { return rec.at(key).at("median").get<double>(); }
 
 double median_of(std::vector<double> v) {
@@ -127,14 +119,16 @@ double median_of(std::vector<double> v) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-// Repeated runs of one (config, world, mode, cap) - tools/bench.sh makes several passes - become one record
-// whose medians are the medians of the runs' medians.
+// Repeated runs of one (config, world, mode, cap, first-bucket cap) - tools/bench.sh and tools/sweep.sh make
+// several passes - become one record whose medians are the medians of the runs' medians.
 std::vector<Json> merge_repeats(const std::vector<Json>& recs) {
-  std::map<std::tuple<std::string, int, std::string, double>, std::vector<const Json*>> groups;
-  std::vector<std::tuple<std::string, int, std::string, double>> order;
+  using Key = std::tuple<std::string, int, std::string, double, double>;
+  std::map<Key, std::vector<const Json*>> groups;
+  std::vector<Key> order;
   for (auto& r : recs) {
     auto key = std::make_tuple(r["config"].get<std::string>(), r["world"].get<int>(),
-                               r["mode"].get<std::string>(), r["bucket_cap_mb"].get<double>());
+                               r["mode"].get<std::string>(), r["bucket_cap_mb"].get<double>(),
+                               r.value("first_bucket_mb", 1.0));
     if (!groups.count(key)) order.push_back(key);
     groups[key].push_back(&r);
   }
@@ -157,7 +151,7 @@ std::vector<Json> merge_repeats(const std::vector<Json>& recs) {
 struct ValidationRow {
   std::string config, mode;
   int world;
-  double cap, measured, predicted, err_pct, exposed_meas, exposed_pred;
+  double cap, first_cap, measured, predicted, err_pct, exposed_meas, exposed_pred;
   double predicted_iso, err_iso_pct;  // with the isolated all-reduce fit
   size_t buckets_meas, buckets_pred;
 };
@@ -196,11 +190,15 @@ std::map<int, NetworkModel> in_training_networks(const std::vector<Json>& recs,
 
 // network_choice: "in-training" (fitted from the file's nooverlap records; the isolated fit where none) or
 // "isolated" (the all-reduce benchmark's fit in `base`). Both predictions are printed; the choice is judged.
+// min_world: the smallest world whose records are predicted (1 with --validate-world-1: DDP at world 1 has
+// no collectives, only the reducer's copies; 2 by default). network_source says where base.network came from.
 int validate(const std::string& bench_json, const SimOptions& base, double max_err_pct, bool have_network,
-             const std::string& network_choice, const std::string& out_json) {
+             const std::string& network_source, const std::string& network_choice, int min_world,
+             const std::string& out_json) {
   DDP_CHECK(have_network,
             "bucket_sim: --validate needs the network model: --network-json FILE (from "
-            "bench_allreduce --json) or --alpha-us and --bandwidth-gbps");
+            "bench_allreduce --json), --alpha-us and --bandwidth-gbps, or a cached calibration of the backend "
+            "(tools/sweep.sh makes one; see --print-calibration-path)");
   auto recs = merge_repeats(read_records(bench_json, "e2e"));
   // Compute times per (config, world): the last nosync record; rank skew of
   // synchronized steps: the nooverlap record.
@@ -216,7 +214,7 @@ int validate(const std::string& bench_json, const SimOptions& base, double max_e
   for (auto& r : recs) {
     const std::string mode = r["mode"], config = r["config"];
     const int world = r["world"];
-    if (world < 2 || (mode != "ddp" && mode != "nooverlap")) continue;
+    if (world < min_world || (mode != "ddp" && mode != "nooverlap")) continue;
     auto c = compute.find({config, world});
     if (c == compute.end()) continue;
     if (!params_of.count(config)) params_of[config] = sim_params_from_shapes(model_shapes(config));
@@ -252,6 +250,7 @@ int validate(const std::string& bench_json, const SimOptions& base, double max_e
     v.mode = mode;
     v.world = world;
     v.cap = r["bucket_cap_mb"];
+    v.first_cap = o.first_bucket_mb;
     v.measured = med(r, "step_s");
     v.predicted = res.step_s;
     v.err_pct = (v.predicted - v.measured) / v.measured * 100;
@@ -264,14 +263,14 @@ int validate(const std::string& bench_json, const SimOptions& base, double max_e
     rows.push_back(v);
   }
   DDP_CHECK(!rows.empty(), "bucket_sim: ", bench_json,
-            " has no world >= 2 ddp/nooverlap record with a nosync "
+            " has no world >= ", min_world, " ddp/nooverlap record with a nosync "
             "record of the same configuration and world to take compute times from");
   std::printf(
       "bucket simulator validation: %s; comm CPU share %s; compute from the nosync run of each config; "
       "medians over repeated runs\n",
       bench_json.c_str(),
       base.comm_cpu_share < 0 ? "auto (1 on cpu, 0 on cuda)" : std::to_string(base.comm_cpu_share).c_str());
-  std::printf("  isolated network (all-reduce benchmark fit): %s\n", base.network.describe().c_str());
+  std::printf("  isolated network (%s): %s\n", network_source.c_str(), base.network.describe().c_str());
   for (auto& [world, m] : in_training)
     std::printf("  in-training network, world %d (fit to the nooverlap runs' exposed communication): %s\n",
                 world, m.describe().c_str());
@@ -305,6 +304,7 @@ int validate(const std::string& bench_json, const SimOptions& base, double max_e
                   {"world", v.world},
                   {"mode", v.mode},
                   {"bucket_cap_mb", v.cap},
+                  {"first_bucket_mb", v.first_cap},
                   {"measured_s", v.measured},
                   {"predicted_s", v.predicted},
                   {"error_pct", v.err_pct},
@@ -320,19 +320,41 @@ int validate(const std::string& bench_json, const SimOptions& base, double max_e
   return worst <= max_err_pct ? 0 : 3;
 }
 
+// The backend bucket_sim plans for by default: what bench_e2e and train pick on this machine without a
+// --backend (NCCL with a GPU, else shm on one host unless DDP_SHM=0 makes it Gloo).
+std::string planning_backend(const std::string& requested) {
+  if (requested != "auto") return requested;
+  if (ddp::cuda_device_count() > 0) return "nccl";
+  return ddp::dist::shm_allowed_from_env() ? "shm" : "gloo";
+}
+
+std::string host_name() {
+  char host[256] = "";
+  gethostname(host, sizeof host - 1);
+  return host[0] ? host : "unknown-host";
+}
+
+// How to make the calibration bucket_sim looks for (one line, for the placeholder warning and --help).
+std::string how_to_calibrate(const std::string& backend, const std::string& path) {
+  return "calibrate it: tools/ddp bench --sweep (caches it), or bin/ddprun --standalone --nproc-per-node 2 "
+         "bin/bench_allreduce --backend " +
+         backend + " --registered --json " + path + "; or pass --network-json FILE, or --alpha-us and --bandwidth-gbps";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   try {
     std::string model = "mlp", checkpoint, algorithm = "ring", network_json,
                 caps_s = "0.25,0.5,1,2,4,8,16,25,50,100", trace_path, validate_json, validate_out,
-                validate_network = "in-training";
+                validate_network = "in-training", backend = "auto", calibration_dir;
     int world = 2, trace_rank = 0;
-    // Defaults: Gloo TCP over loopback, 2 ranks, on the 2-core development machine (1 MiB in 4.3 ms, 25 MiB
-    // in 34 ms; docs/simulator.md).
+    // The placeholder network, used only when neither flags, --network-json nor a cached calibration of the
+    // backend give one (and then said so): PyTorch's Gloo over loopback TCP, 2 ranks, on the 2-core development
+    // machine (1 MiB in 4.3 ms, 25 MiB in 34 ms; docs/simulator.md) - not the backend that runs by default.
     double alpha_us = 1531, bandwidth_gbps = 0.847, forward_ms = 0, backward_ms = 0, optimizer_ms = 0,
            first_mb = 1.0, copy_gbps = 17, samples = 0, max_err = 20, comm_share = -1;
-    bool overlap = true, verbose = false;
+    bool overlap = true, verbose = false, validate_world_1 = false, print_calibration_path = false;
     ddp::cli::Parser p(
         "bucket_sim",
         "Predicts DDP step time and exposed communication for each bucket cap from a parameter "
@@ -348,6 +370,14 @@ int main(int argc, char** argv) {
     p.add("alpha-us", &alpha_us, "per-message latency alpha (microseconds)");
     p.add("bandwidth-gbps", &bandwidth_gbps, "link bandwidth B (GB/s, 1e9 bytes)");
     p.add("network-json", &network_json, "take alpha/B from the fit in a bench_allreduce --json file");
+    p.add_choice("backend", &backend, {"auto", "shm", "gloo", "hier", "nccl"},
+                 "backend whose cached calibration is the default network (auto: what runs here by default, "
+                 "nccl with a GPU, else shm; gloo with DDP_SHM=0)");
+    p.add("calibration-dir", &calibration_dir,
+          "folder of cached bench_allreduce calibrations, allreduce-<backend>-<host>-w<world>.json (default "
+          "$DDP_CALIBRATION_DIR, else runs/calibration)");
+    p.add("print-calibration-path", &print_calibration_path,
+          "print the calibration file bucket_sim looks for first (backend, this host, --world) and exit");
     p.add("forward-ms", &forward_ms, "forward + loss time per step");
     p.add("backward-ms", &backward_ms, "backward compute time per step (no communication)");
     p.add("optimizer-ms", &optimizer_ms, "optimizer time per step");
@@ -369,6 +399,8 @@ int main(int argc, char** argv) {
     p.add_choice("validate-network", &validate_network, {"in-training", "isolated"},
                  "network --validate judges: fitted to the file's nooverlap runs (the loaded machine) or "
                  "the isolated all-reduce fit; both are printed");
+    p.add("validate-world-1", &validate_world_1,
+          "--validate also predicts world-1 ddp records (no collectives; compute from the world-1 nosync run)");
     p.add("max-error-pct", &max_err, "--validate fails (exit 3) when any |error| is above this");
     p.parse(argc, argv);
     if (world < 1) throw ddp::cli::UsageError("bucket_sim: --world must be >= 1");
@@ -386,13 +418,43 @@ int main(int argc, char** argv) {
     o.network.algorithm = parse_algorithm(algorithm);
     o.network.alpha_s = alpha_us * 1e-6;
     o.network.bandwidth_bytes_per_s = bandwidth_gbps * 1e9;
-    const bool network_given = p.given("alpha-us") || p.given("bandwidth-gbps");
-    if (!network_json.empty()) o.network = network_from_json(network_json, world);
+    // The network: --network-json, else the flags, else the cached calibration of the backend in use, else the
+    // placeholder - each stated in the output.
+    if (calibration_dir.empty()) calibration_dir = default_calibration_dir();
+    const std::string plan_backend = planning_backend(backend), host = host_name();
+    const std::string cache_path =
+        (std::filesystem::path(calibration_dir) / calibration_file_name(plan_backend, host, world)).string();
+    if (print_calibration_path) {
+      std::printf("%s\n", cache_path.c_str());
+      return 0;
+    }
+    bool have_network = p.given("alpha-us") || p.given("bandwidth-gbps");
+    std::string network_source = "given by --alpha-us/--bandwidth-gbps";
+    bool placeholder = false;
+    if (!network_json.empty()) {
+      int fit_world = 0;
+      o.network = network_from_allreduce_json(network_json, world, &fit_world);
+      network_source = "bench_allreduce fit in " + network_json + ", world " + std::to_string(fit_world);
+      have_network = true;
+    } else if (!have_network) {
+      if (auto cached = find_calibration(calibration_dir, plan_backend, host, world)) {
+        o.network = cached->network;
+        network_source = "cached calibration " + cached->path + " (bench_allreduce, backend " + plan_backend +
+                         ", host " + host + ", world " + std::to_string(cached->world) +
+                         (cached->world == world ? "" : "; per-link alpha and B used for world " + std::to_string(world)) +
+                         ")";
+        have_network = true;
+      } else {
+        placeholder = true;
+        network_source = "a PLACEHOLDER: PyTorch's Gloo over loopback TCP on a 2-core machine, not backend " +
+                         plan_backend + " on this host; no " + cache_path;
+      }
+    }
     if (p.given("algorithm")) o.network.algorithm = parse_algorithm(algorithm);
 
     if (!validate_json.empty())
-      return validate(validate_json, o, max_err, network_given || !network_json.empty(), validate_network,
-                      validate_out);
+      return validate(validate_json, o, max_err, have_network, network_source, validate_network,
+                      validate_world_1 ? 1 : 2, validate_out);
 
     if (o.comm_cpu_share < 0) o.comm_cpu_share = 0;
     auto shapes = checkpoint.empty() ? model_shapes(model) : checkpoint_shapes(checkpoint);
@@ -423,13 +485,18 @@ int main(int argc, char** argv) {
     std::printf("bucket_sim: %s, %zu parameters, %.2f MiB of gradients, world %d\n",
                 checkpoint.empty() ? model.c_str() : checkpoint.c_str(), params.size(),
                 static_cast<double>(total) / (1 << 20), world);
-    std::printf("  network %s; copies %.3g GB/s; comm CPU share %.2f; overlap %s; first bucket %.3g MiB\n",
-                o.network.describe().c_str(), copy_gbps, o.comm_cpu_share, overlap ? "on" : "off", first_mb);
+    std::printf("  network %s (%s)\n", o.network.describe().c_str(), network_source.c_str());
+    std::printf("  copies %.3g GB/s; comm CPU share %.2f; overlap %s; first bucket %.3g MiB\n", copy_gbps,
+                o.comm_cpu_share, overlap ? "on" : "off", first_mb);
     std::printf("  compute: forward %.3f ms, backward %.3f ms, optimizer %.3f ms; ready times %s\n",
                 ct.forward_s * 1e3, ct.backward_s * 1e3, ct.optimizer_s * 1e3, ready_source.c_str());
     std::fputs(format_sweep(results, best, samples).c_str(), stdout);
     std::printf("recommended bucket cap: %.3g MiB (predicted step %.3f ms, exposed communication %.3f ms)\n",
                 results[best].cap_mb, results[best].step_s * 1e3, results[best].exposed_s * 1e3);
+    if (placeholder)
+      std::printf("warning: the network above is a placeholder, so this recommendation is not for backend %s on "
+                  "this host; %s\n",
+                  plan_backend.c_str(), how_to_calibrate(plan_backend, cache_path).c_str());
     if (verbose) {
       std::printf("timeline at %.3g MiB (ms since backward start; backward ends at %.3f):\n",
                   results[best].cap_mb, results[best].backward_end_s * 1e3);
