@@ -72,7 +72,7 @@ std::string explain_iteration(const std::string& word, int64_t number, const std
     for (const BucketTiming& b : r.buckets)
       if (!last || b.completed_s > last->completed_s) last = &b;
     if (last && r.exposed_s > 0 && last->completed_s > r.backward_compute_s)
-      os << ", the last for bucket " << last->index;
+      os << ", bucket " << last->index << " finishing last";
     os << ".\n";
     for (size_t k = 0; k < r.buckets.size(); ++k) {
       const BucketTiming& b = r.buckets[k];
@@ -140,7 +140,10 @@ std::string explain_iteration(const std::string& word, int64_t number, const std
   if (what_if && what_if->rows.empty() && !what_if->basis.empty()) os << "what-if: " << what_if->basis << "\n";
   if (what_if && !what_if->rows.empty()) {
     os << "what-if (bucket simulator, " << what_if->basis << "):\n";
+    // The best predicted row; on a tie this run's cap (no change needed), else the first.
     const ExplainWhatIf::Row* best = &what_if->rows.front();
+    for (const auto& row : what_if->rows)
+      if (row.cap_mb == what_if->current_cap_mb) best = &row;
     for (const auto& row : what_if->rows)
       if (row.step_s < best->step_s) best = &row;
     for (const auto& row : what_if->rows) {

@@ -15,6 +15,11 @@ using namespace ddp;
 namespace {
 
 bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+size_t count_of(const std::string& text, const std::string& part) {
+  size_t n = 0;
+  for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
+  return n;
+}
 
 BucketTiming bucket(size_t index, double ready_ms, double launched_ms, double completed_ms) {
   BucketTiming t;
@@ -55,7 +60,7 @@ TEST(StepExplain, AKnownStepOnTwoRanks) {
                      "ranks on rank 0's clock (offsets within +-0.020 ms).\n"))
       << t;
   EXPECT_TRUE(has(t, "rank 0: forward ended at 0.000, backward computed until 2.000 (2.000 ms), then waited 1.500 "
-                     "ms for communication (exposed), the last for bucket 1.\n"))
+                     "ms for communication (exposed), bucket 1 finishing last.\n"))
       << t;
   EXPECT_TRUE(has(t, "  bucket 0: 2.0 KiB, 2 parameters (fc2.bias .. fc2.weight): last gradient at 0.500, issued "
                      "at 0.500, done at 2.000 (1.500 ms in flight)\n"))
@@ -111,6 +116,10 @@ TEST(StepExplain, TheWhatIfTableMarksThisRunAndTheBest) {
   EXPECT_TRUE(has(t, "  cap   25.000 MiB:   2 buckets, exposed 3.000 ms, backward + exposed 8.000 ms  (this run)  <- best\n"))
       << t;
   EXPECT_TRUE(has(t, "  cap   12.500 MiB:   4 buckets, exposed 2.000 ms, backward + exposed 9.000 ms\n")) << t;
+  w.rows[0].step_s = 8e-3;  // a tie with this run: no change is best
+  const std::string tie = explain_iteration("step", 2, kLayout, two_ranks(), &w);
+  EXPECT_TRUE(has(tie, "8.000 ms  (this run)  <- best\n")) << tie;
+  EXPECT_EQ(count_of(tie, "<- best"), 1u) << tie;
   ExplainWhatIf none;
   none.basis = "no what-if: nothing measured";
   EXPECT_TRUE(has(explain_iteration("step", 2, kLayout, two_ranks(), &none), "what-if: no what-if: nothing measured\n"));
