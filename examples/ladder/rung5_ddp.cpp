@@ -2,13 +2,14 @@
 // reducer (runtime/ddp/reducer.cpp) is rung 4 grown up.
 // What it adds over rung 4 (docs/ddp-step.md walks each): the model is checked to be the same on every rank;
 // the buckets are rebuilt once from the order gradients really arrived; gradients are divided by the world
-// size while being copied in (or by the all-reduce itself, in place in shared memory on the shm backend, whose
-// buckets live in memory the ranks share); linear's backward writes its gradients straight into their bucket
-// slots when there is no .grad yet; the wait happens in an end-of-backward callback, so backward returns
-// with the averages; unused parameters (find_unused_parameters), no_sync, Join, comm hooks and static_graph;
-// and when ranks disagree, every rank still issues the same collectives and raises instead of hanging.
-// What it costs: a larger piece of code (the reducer is about ten times this file), and its first
-// iterations issue one extra small all-reduce (the agreement before the bucket rebuild).
+// size while they are copied in, or by the all-reduce itself when the bucket lives in the backend's
+// communication memory (shm: shared memory, all-reduced in place); an op writes a gradient straight into its
+// bucket slot when the parameter has no .grad yet (one copy per step instead of rung 4's two); the wait runs
+// in an end-of-backward callback, so backward returns with the averages; unused parameters
+// (find_unused_parameters), no_sync, Join, comm hooks and static_graph; and when ranks disagree, every rank
+// still issues the same collectives and raises instead of hanging.
+// What it costs: more code (runtime/ddp/reducer.cpp alone is about six times rung 4's file), and until its
+// bucket rebuild one extra small all-reduce per step (the ranks agreeing that the iteration succeeded).
 #include "examples/ladder/ladder.h"
 #include "runtime/ddp/distributed_data_parallel.h"
 
