@@ -101,11 +101,7 @@ void Reducer::maybe_explain(int64_t number, bool shadow, double backward_compute
   const size_t nb = buckets_.size(), np = params_.size();
   // Rank 0's clock: the global tracer's (the trace's time axis), offsets measured now.
   auto& tracer = trace::global_tracer();
-  trace::ClockSync clock;
-  {
-    dist::FlightIssuer who("ddp explain");
-    clock = trace::estimate_clock_offset(*pg_, tracer);
-  }
+  const trace::ClockSync clock = trace::estimate_clock_offset(*pg_, tracer);  // tagged "trace clock sync"
   // This rank's record: [shadow, forward end, clock error, backward, exposed, (ready, launched, completed) per
   // bucket, (got a gradient, ready time) per parameter].
   const size_t len = 5 + 3 * nb + 2 * np;

@@ -6,6 +6,7 @@
 
 #include "runtime/core/error.h"
 #include "runtime/ddp/host_collectives.h"
+#include "runtime/distributed/flight_recorder.h"
 
 namespace ddp::trace {
 
@@ -15,6 +16,7 @@ ClockSync estimate_clock_offset(dist::ProcessGroup& pg, const Tracer& tracer, in
   const bool reference = pg.rank() == 0;
   // Rank 0's start_unix_us travels with the first all-reduce: it names the common clock in every file.
   auto exchange = [&](int64_t value_of_rank0) {
+    dist::FlightIssuer who("trace clock sync");  // the flight recorder's tag of these all-reduces
     Tensor t = Tensor::from_data<int64_t>({reference ? value_of_rank0 : 0}, {1});
     host_allreduce(pg, t, dist::ReduceOp::Sum);
     return t.data<int64_t>()[0];
