@@ -1,5 +1,5 @@
-// test_install.cpp - `cmake --install` puts headers, the libraries, ddprun and a package config in a prefix,
-// and a separate project builds and runs against it with find_package(ddp): tests/consumer, and the README's
+// test_install.cpp - `cmake --install` puts headers, the libraries, ddprun, ddp_flight and a package config in
+// a prefix, and a separate project builds and runs against it with find_package(ddp): tests/consumer, and the README's
 // "Using it from C++" program taken verbatim from README.md (so the README cannot drift from the code), run
 // under ddprun and, when the PyTorch 2.x venv exists, under its torchrun too.
 #include <gtest/gtest.h>
@@ -61,6 +61,7 @@ TEST(Install, ConsumerProjectFindsAndLinksDdpRuntimeAndModels) {
   ProcessResult r = run({DDP_CMAKE_COMMAND, "--install", DDP_BUILD_DIR, "--prefix", p.prefix});
   ASSERT_EQ(r.exit_code, 0) << "cmake --install failed:\n" << output(r);
   EXPECT_TRUE(fs::exists(p.prefix + "/bin/ddprun"));
+  EXPECT_TRUE(fs::exists(p.prefix + "/bin/ddp_flight"));  // ddprun's failure summary points at it
   EXPECT_TRUE(fs::exists(p.prefix + "/include/ddp/runtime/ddp/distributed_data_parallel.h"));
   EXPECT_TRUE(fs::exists(p.prefix + "/include/ddp/models/mlp.h"));
   EXPECT_TRUE(fs::exists(p.prefix + "/lib/cmake/ddp/ddpConfig.cmake"));
@@ -115,4 +116,6 @@ TEST(Install, ConsumerProjectFindsAndLinksDdpRuntimeAndModels) {
   }
   r = run({p.prefix + "/bin/ddprun", "--help"});
   EXPECT_EQ(r.exit_code, 0) << "installed ddprun does not start:\n" << output(r);
+  r = run({p.prefix + "/bin/ddp_flight", "--help"});
+  EXPECT_EQ(r.exit_code, 0) << "installed ddp_flight does not start:\n" << output(r);
 }
