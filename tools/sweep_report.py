@@ -145,7 +145,8 @@ def report(recs, calibration, load_text, rounds):
             if s and trained is not None:
                 in_training_note = s["network"]
             pred_text = f"{iso * 1e3:.2f}" if iso is not None else ("input" if k[2] == "nosync" else "-")
-            lines.append(f"| {label_of(k, k not in sk)} | {p['buckets']} | {p['runs']} | {p['step'] * 1e3:.2f} | "
+            buckets = "-" if k[2] == "nosync" else p["buckets"]
+            lines.append(f"| {label_of(k, k not in sk)} | {buckets} | {p['runs']} | {p['step'] * 1e3:.2f} | "
                          f"{p['p10'] * 1e3:.2f}-{p['p90'] * 1e3:.2f} | {p['round_lo'] * 1e3:.2f}-{p['round_hi'] * 1e3:.2f} | "
                          f"{pred_text} | {fmt_err(iso, p['step'])} | "
                          f"{f'{trained * 1e3:.2f}' if trained is not None else '-'} | {fmt_err(trained, p['step'])} |")
@@ -248,7 +249,8 @@ def plot(points, sims, out_dir, calibration_text):
                 p, s = points[k], sims.get(k)
                 first = f"{k[3]:g}" if xlabel.startswith("bucket") else label_of(k, True).replace(", ", "\n", 1)
                 err = f"\nerr {(s['isolated_predicted_s'] - p['step']) / p['step'] * 100:+.0f}%" if s else ""
-                ticks.append(f"{first}\n{p['buckets']} bkt{'s' if p['buckets'] != 1 else ''}{err}")
+                bkts = "no sync" if k[2] == "nosync" else f"{p['buckets']} bkt{'s' if p['buckets'] != 1 else ''}"
+                ticks.append(f"{first}\n{bkts}{err}")
             ax.set_xticks(xs)
             ax.set_xticklabels(ticks, fontsize=7 if not xlabel.startswith("bucket") else 8)
             ax.set_xlim(-0.6, len(keys) - 0.4)
