@@ -603,13 +603,16 @@ class Analyzer {
       return;
     }
     d.seq = max_r_ - 1;
-    const DumpEntry& e = held(d_, max_r_ - 1);
+    std::string last = "collective #" + std::to_string(max_r_ - 1);  // a record may lack its newest entry
+    for (int r : d_)
+      if (const DumpEntry* e = rec(r).find(max_r_ - 1)) last = coll(*e);
     const std::string ranks = d_.size() == 1 ? "the only rank (world " + std::to_string(g_.world_size) + ")"
                                              : "every rank";
-    d.sentence = ranks + " completed everything up to " + coll(e) + " in the window (#" + std::to_string(lo_max_) +
-                 " to #" + std::to_string(max_r_ - 1) + (d_.size() == 1   ? ""
-                                                     : d_.size() == 2 ? " on both ranks"
-                                                                      : " on all " + std::to_string(d_.size()) + " ranks") + "): nothing diverged";
+    const std::string where = d_.size() == 1   ? ""
+                              : d_.size() == 2 ? " on both ranks"
+                                               : " on all " + std::to_string(d_.size()) + " ranks";
+    d.sentence = ranks + " completed everything up to " + last + " in the window (#" + std::to_string(lo_max_) +
+                 " to #" + std::to_string(max_r_ - 1) + where + "): nothing diverged";
     found_.push_back(std::move(d));
   }
 

@@ -656,3 +656,48 @@ TEST(FlightAnalysis, TextHelpers) {
   EXPECT_EQ(fl::bytes_text(1258291), "1.2 MiB");
   EXPECT_EQ(fl::bytes_text(3LL << 30), "3 GiB");
 }
+
+// Seeded random records - worlds 1-4, ring sizes 1 to 9, any `recorded`, ranks without a record, the
+// recorder off, random states, calls and buckets, version 1 or 2 - never make the analysis throw or leave it
+// without a lead sentence, and the report and the Chrome trace are always made.
+TEST(FlightAnalysis, RandomRecordsAlwaysGiveALeadSentence) {
+  std::mt19937 rng(2024);
+  const char* states[] = {"issued", "started", "completed", "failed"};
+  for (int iter = 0; iter < 1500; ++iter) {
+    const int world = 1 + static_cast<int>(rng() % 4);
+    Files files;
+    for (int r = 0; r < world; ++r) {
+      if (world > 1 && rng() % 5 == 0) continue;  // no dump
+      RankRecord rr;
+      rr.rank = r;
+      rr.world = world;
+      rr.capacity = rng() % 7 == 0 ? 0 : 1 + static_cast<int64_t>(rng() % 9);
+      rr.recorded = rr.capacity == 0 ? 0 : rng() % 20;
+      rr.version = rng() % 4 == 0 ? 1 : 2;
+      rr.reason = rng() % 3 == 0 ? "exit" : "signal";
+      json rec = make_record(rr);
+      for (json& e : rec["entries"]) {
+        if (rng() % 3 == 0) e["state"] = states[rng() % 4];
+        if (rng() % 10 == 0) e["count"] = static_cast<int64_t>(rng() % 3);
+        if (rng() % 10 == 0 && rr.version == 2) e["bucket"] = static_cast<int64_t>(rng() % 3);
+        if (rng() % 10 == 0) e["started_ns"] = nullptr;
+      }
+      if (rng() % 8 == 0 && !rec["entries"].empty())  // a gap: an entry the ring no longer holds
+        rec["entries"].erase(rng() % rec["entries"].size());
+      files.push_back({file_name(rec), rec});
+    }
+    if (files.empty()) continue;
+    SCOPED_TRACE("iteration " + std::to_string(iter));
+    fl::FlightAnalysis a;
+    ASSERT_NO_THROW(a = analyze(files));
+    ASSERT_FALSE(a.groups.empty());
+    EXPECT_FALSE(a.headline.empty());
+    for (const auto& g : a.groups) {
+      ASSERT_FALSE(g.divergences.empty());
+      for (const auto& d : g.divergences) EXPECT_FALSE(d.sentence.empty()) << fl::divergence_kind_name(d.kind);
+    }
+    const std::string report = fl::format_flight_report(a, {.last = 1 + rng() % 9});
+    EXPECT_EQ(report.rfind(a.headline + "\n", 0), 0u);
+    EXPECT_NO_THROW((void)json::parse(fl::flight_chrome_trace(records_of(files))));
+  }
+}
