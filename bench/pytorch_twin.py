@@ -2,10 +2,17 @@
 """pytorch_twin.py - PyTorch's side of bench_e2e: the same models, shapes, optimizer and thread counts, timed the
 same way (forward + loss, backward, optimizer step + zero_grad(set_to_none=True) per step; medians of the
 measured steps; world > 1 as one process per rank with gloo on loopback, the step of the slowest rank).
-tools/bench.sh runs it interleaved with bench_e2e when Debian's python3-torch is installed.
+tools/bench.sh runs it interleaved with bench_e2e under each PyTorch it finds: Debian's python3-torch (1.13) and
+PyTorch 2.x from PyPI (tools/setup_torch2.sh), the latter eager and with --compile.
 
   python3 bench/pytorch_twin.py --config gpt --mode nosync --world 1 --threads 2 --steps 20
   python3 bench/pytorch_twin.py --config mlp --mode ddp --world 2 --json runs/b.json
+  ~/.cache/ddp.cpp/torch2/bin/python bench/pytorch_twin.py --config gpt --world 2 --compile
+
+--compile (PyTorch 2.x): torch.compile on the model (world > 1: on the DDP-wrapped model, so DDP's optimizer
+splits the graph at bucket boundaries), backend inductor (C++ kernels on the CPU), mode --compile-mode
+(default: "default"). The first step compiles forward and backward: its time minus the median step is reported
+as compile_s and is not in the step time (the measured steps start after --warmup, at least 2 with --compile).
 
 Configurations (bench/e2e.cpp): mlp 784-1024-1024-10 ReLU, batch 64/rank, SGD lr 0.01; gpt vocab 256, context
 64, d 128, 4 heads, 2 blocks, GELU (tanh form), batch 16/rank, AdamW lr 3e-4 wd 0.01. Attention is the explicit
@@ -98,13 +105,17 @@ def run_rank(rank, args, port, out_q):
         group = dist
     model, x, y, batch = build(args.config, rank, torch, nn, F)
     optimizer = args.optimizer if args.optimizer != "default" else ("sgd" if args.config == "mlp" else "adamw")
+    params = list(model.parameters())
     if args.world > 1:
         model = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=args.bucket_cap_mb)
+    if args.compile:
+        model = torch.compile(model, backend="inductor", mode=args.compile_mode)
     if optimizer == "sgd":
-        opt = torch.optim.SGD(model.parameters(), lr=args.lr or 0.01)
+        opt = torch.optim.SGD(params, lr=args.lr or 0.01)
     else:
-        opt = torch.optim.AdamW(model.parameters(), lr=args.lr or 3e-4, weight_decay=0.01)
+        opt = torch.optim.AdamW(params, lr=args.lr or 3e-4, weight_decay=0.01)
     steps, fwd, bwd, optim = [], [], [], []
+    first_step_s = None
     for it in range(args.warmup + args.steps):
         t0 = time.perf_counter()
         ctx = model.no_sync() if (args.world > 1 and args.mode == "nosync") else _null()
@@ -117,21 +128,25 @@ def run_rank(rank, args, port, out_q):
         opt.step()
         opt.zero_grad(set_to_none=True)
         t3 = time.perf_counter()
+        if it == 0:
+            first_step_s = t3 - t0
         if it >= args.warmup:
             steps.append(t3 - t0)
             fwd.append(t1 - t0)
             bwd.append(t2 - t1)
             optim.append(t3 - t2)
     if group is not None:
-        t = torch.tensor(steps, dtype=torch.float64)
+        t = torch.tensor(steps + [first_step_s], dtype=torch.float64)
         group.all_reduce(t, op=group.ReduceOp.MAX)
-        steps = t.tolist()
+        steps, first_step_s = t.tolist()[:-1], t.tolist()[-1]
         group.barrier()
         group.destroy_process_group()
     if rank == 0:
         out_q.put({"step_s": statistics.median(steps), "forward_s": statistics.median(fwd),
                    "backward_s": statistics.median(bwd), "optimizer_s": statistics.median(optim),
-                   "optimizer": optimizer, "torch": torch.__version__, "batch_per_rank": batch})
+                   "optimizer": optimizer, "torch": torch.__version__, "batch_per_rank": batch,
+                   "first_step_s": first_step_s,
+                   "compile_s": max(0.0, first_step_s - statistics.median(steps)) if args.compile else 0.0})
 
 
 class _null:
@@ -155,7 +170,16 @@ def main():
     p.add_argument("--bucket-cap-mb", type=float, default=25.0)
     p.add_argument("--json", default="", help="append one JSON record to FILE")
     p.add_argument("--label", default="")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model (PyTorch 2.x, inductor)")
+    p.add_argument("--compile-mode", default="default",
+                   choices=["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"])
     args = p.parse_args()
+    if args.compile:
+        import torch
+        if not hasattr(torch, "compile"):
+            sys.exit(f"pytorch_twin: --compile needs PyTorch 2.x; {sys.executable} has torch {torch.__version__} "
+                     f"(tools/setup_torch2.sh makes a venv with it)")
+        args.warmup = max(args.warmup, 2)  # the first step compiles; the second may still settle guards
     if args.threads <= 0:
         args.threads = max(1, (os.cpu_count() or 1) // args.world)
     # The same thread budget for every pool in the process, as bench_e2e gives OpenBLAS --threads: without it
@@ -180,12 +204,16 @@ def main():
         if any(pr.exitcode != 0 for pr in procs):
             sys.exit("pytorch_twin: a rank failed")
     r = q.get()
-    rec = {"kind": "pytorch", "config": args.config, "mode": args.mode, "world": args.world,
+    variant = "compile" if args.compile else "eager"
+    rec = {"kind": "pytorch", "variant": variant, "compile_mode": args.compile_mode if args.compile else "",
+           "config": args.config, "mode": args.mode, "world": args.world,
            "threads": args.threads, "steps": args.steps, "warmup": args.warmup, "label": args.label,
            "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "load": os.getloadavg()[0], **r}
+    compiled = f", compile {r['compile_s']:.1f} s (mode {args.compile_mode})" if args.compile else ""
     print(f"pytorch_twin: {args.config} {args.mode} world {args.world} threads {args.threads} "
-          f"({r['optimizer']}, torch {r['torch']}): step {r['step_s'] * 1e3:.3f} ms, forward "
-          f"{r['forward_s'] * 1e3:.3f}, backward {r['backward_s'] * 1e3:.3f}, optimizer {r['optimizer_s'] * 1e3:.3f}")
+          f"({r['optimizer']}, torch {r['torch']} {variant}): step {r['step_s'] * 1e3:.3f} ms, forward "
+          f"{r['forward_s'] * 1e3:.3f}, backward {r['backward_s'] * 1e3:.3f}, optimizer {r['optimizer_s'] * 1e3:.3f}"
+          f"{compiled}")
     if args.json:
         with open(args.json, "a") as f:
             f.write(json.dumps(rec) + "\n")

@@ -5,11 +5,14 @@
 # simulator's measured-vs-predicted validation. Everything goes to runs/bench-<date>.json (JSON lines).
 #
 #   tools/bench.sh BUILD_DIR [--quick]      # --quick: few steps (about 3-5 min on 2 cores), else ~10-15 min
-#   tools/bench.sh BUILD_DIR --vs-pytorch   # only the PyTorch comparison (bench/pytorch_twin.py, python3-torch)
+#   tools/bench.sh BUILD_DIR --vs-pytorch   # only the PyTorch comparison (bench/pytorch_twin.py: 1.13 and/or 2.x)
 #
-# When Debian's python3-torch is importable, every pass also runs bench/pytorch_twin.py (PyTorch on the same
+# When a PyTorch is importable - Debian's python3-torch (1.13) and/or PyTorch 2.x from PyPI in the venv of
+# tools/setup_torch2.sh (`tools/ddp torch2`) - every pass also runs bench/pytorch_twin.py (PyTorch on the same
 # models, shapes, optimizer and threads) right after bench_e2e for mlp and gpt at world 1 and 2 in modes nosync
-# and ddp, and the summary prints PyTorch vs ddp.cpp per configuration with the ratio (bench/compare_pytorch.py).
+# and ddp: 1.13 eager, 2.x eager and 2.x with torch.compile (inductor, mode default; its compile time is
+# reported apart, not in the step). Every row runs ddp.cpp and each PyTorch with the same threads per rank: cores
+# / world, and at world 1 also 1 thread. The summary prints them side by side (bench/compare_pytorch.py).
 # OPENBLAS_CORETYPE, when set (`tools/ddp bench` sets it from the CPU: SkylakeX with AVX-512), reaches both
 # runtimes, so both use the same OpenBLAS kernels.
 #
@@ -101,27 +104,44 @@ for cand in /usr/bin/python3 "$(command -v python3 || true)"; do
 done
 TORCH=0
 if [[ -n $PY ]] && "$PY" -c 'import torch' 2>/dev/null; then TORCH=1; fi
+# PyTorch 2.x from PyPI (tools/setup_torch2.sh; nothing is installed here): eager and torch.compile rows.
+PY2=$("$HERE/setup_torch2.sh" --path 2>/dev/null || true)
 
-# vs_pytorch PASS: ddp.cpp then PyTorch, per configuration / world / mode, so both see the same machine load.
+# twin PYTHON PASS WORLD THREADS ARGS...: one pytorch_twin.py run, its record to $JSON.
+twin() {
+  local py=$1 pass=$2 world=$3 threads=$4; shift 4
+  local cmd=("$py" "$HERE/../bench/pytorch_twin.py" --world "$world" --threads "$threads" --warmup "$WARMUP"
+             --json "$JSON" --label "vs-pytorch pass $pass" "$@")
+  echo "+ ${cmd[*]}" >>"$LOG"
+  "${cmd[@]}" >>"$LOG" 2>&1 || { echo "bench.sh: failed: ${cmd[*]} (see $LOG)" >&2; exit 1; }
+  printf '.'
+}
+
+# vs_pytorch PASS: ddp.cpp then each PyTorch, per configuration / world / mode / threads, so all see the same
+# machine load. Threads per rank are the same on both sides in every row: cores / world, and at world 1 also 1
+# (on this 2-core VM PyTorch's spinning OpenMP threads and OpenBLAS's contend, and its 1-thread step can be
+# faster than its 2-thread one: both rows are shown, each against ddp.cpp with the same threads).
 vs_pytorch() {
-  local pass=$1
+  local pass=$1 cores
+  cores=$(nproc)
   for config in mlp gpt; do
     for world in 1 2; do
       for mode in nosync ddp; do
         [[ $world == 1 && $mode == ddp ]] && continue
-        run $world --config $config --mode $mode --steps "$(steps_of $config)" --label "vs-pytorch pass $pass"
-        # PyTorch at world 1 also runs with one thread: on this 2-core VM its OpenMP threads (which spin) and
-        # OpenBLAS's threads contend and its 2-thread step can be several times slower than its 1-thread step;
-        # the summary compares against PyTorch's faster setting (the column "PT thr" says which).
-        local thread_runs=("")
-        [[ $world == 1 ]] && thread_runs=("" 1)
+        local per_rank=$((cores / world > 0 ? cores / world : 1))
+        local thread_runs=("$per_rank")
+        [[ $world == 1 && $per_rank != 1 ]] && thread_runs+=(1)
         for threads in "${thread_runs[@]}"; do
-          local cmd=("$PY" "$HERE/../bench/pytorch_twin.py" --config $config --mode $mode --world $world
-                     --steps "$(steps_of $config)" --warmup "$WARMUP" --json "$JSON" --label "vs-pytorch pass $pass")
-          [[ -n $threads ]] && cmd+=(--threads "$threads")
-          echo "+ ${cmd[*]}" >>"$LOG"
-          "${cmd[@]}" >>"$LOG" 2>&1 || { echo "bench.sh: failed: ${cmd[*]} (see $LOG)" >&2; exit 1; }
-          printf '.'
+          local steps
+          steps=$(steps_of $config)
+          run $world --config $config --mode $mode --steps "$steps" --threads "$threads" --label "vs-pytorch pass $pass"
+          if [[ $TORCH == 1 ]]; then
+            twin "$PY" "$pass" $world "$threads" --config $config --mode $mode --steps "$steps"
+          fi
+          if [[ -n $PY2 ]]; then
+            twin "$PY2" "$pass" $world "$threads" --config $config --mode $mode --steps "$steps"
+            twin "$PY2" "$pass" $world "$threads" --config $config --mode $mode --steps "$steps" --compile
+          fi
         done
       done
     done
@@ -129,14 +149,16 @@ vs_pytorch() {
 }
 
 if [[ $VS_ONLY == 1 ]]; then
-  [[ $TORCH == 1 ]] || { echo "bench.sh: --vs-pytorch needs python3-torch (apt-get install python3-torch)" >&2; exit 1; }
+  [[ $TORCH == 1 || -n $PY2 ]] || {
+    echo "bench.sh: --vs-pytorch needs a PyTorch: apt-get install python3-torch (1.13), tools/ddp torch2 (2.x)" >&2; exit 1; }
   for pass in $(seq 1 "$REPEATS"); do
-    printf 'bench.sh: pass %d/%d: ddp.cpp vs PyTorch (mlp, gpt; world 1 nosync, world 2 nosync and ddp) ' "$pass" "$REPEATS"
+    printf 'bench.sh: pass %d/%d: ddp.cpp vs PyTorch%s%s (mlp, gpt; world 1 nosync, world 2 nosync and ddp) ' \
+      "$pass" "$REPEATS" "$([[ $TORCH == 1 ]] && echo ' 1.13')" "${PY2:+ 2.x eager and compiled}"
     vs_pytorch "$pass"
     echo
   done
   echo "bench.sh: PyTorch vs ddp.cpp (step medians over $REPEATS pass(es); ratio = ddp.cpp / PyTorch)"
-  "$PY" "$HERE/../bench/compare_pytorch.py" "$JSON"
+  "${PY:-$PY2}" "$HERE/../bench/compare_pytorch.py" "$JSON"
   echo "bench.sh: done: $JSON"
   exit 0
 fi
@@ -162,7 +184,7 @@ for pass in $(seq 1 "$REPEATS"); do
     done
     echo
   done
-  if [[ $TORCH == 1 ]]; then
+  if [[ $TORCH == 1 || -n $PY2 ]]; then
     printf 'bench.sh: pass %d/%d: ddp.cpp vs PyTorch ' "$pass" "$REPEATS"
     vs_pytorch "$pass"
     echo
@@ -176,11 +198,11 @@ else
   echo "bench.sh: python3 not found; the records are in $JSON"
 fi
 
-if [[ $TORCH == 1 ]]; then
+if [[ $TORCH == 1 || -n $PY2 ]]; then
   echo "bench.sh: PyTorch vs ddp.cpp (step medians over $REPEATS pass(es); ratio = ddp.cpp / PyTorch)"
-  "$PY" "$HERE/../bench/compare_pytorch.py" "$JSON"
+  "${PY:-$PY2}" "$HERE/../bench/compare_pytorch.py" "$JSON"
 else
-  echo "bench.sh: python3-torch not importable; no PyTorch comparison (apt-get install python3-torch)"
+  echo "bench.sh: no PyTorch importable; no PyTorch comparison (apt-get install python3-torch; tools/ddp torch2)"
 fi
 
 echo "bench.sh: bucket simulator validation (2 ranks; network fitted from the nooverlap runs, isolated all-reduce fit beside it)"
