@@ -36,6 +36,13 @@ Tensor gradient_of(const Tensor& param, const char* rung) {
   return param.grad();
 }
 
+void wait_quietly(dist::Work& work) {
+  try {
+    work.wait();
+  } catch (const std::exception&) {  // reported by whoever waited first, or the step that is unwinding now
+  }
+}
+
 // ---- CountingGroup ----
 CountingGroup::CountingGroup(std::shared_ptr<dist::ProcessGroup> inner)
     : ProcessGroup(inner->rank(), inner->size()), inner_(std::move(inner)) {}

@@ -63,6 +63,9 @@ std::vector<std::vector<size_t>> reverse_order_buckets(const std::vector<size_t>
 void broadcast_parameters(const nn::Module& model, dist::ProcessGroup& group);
 // The gradient every rung needs to exist after backward, or an error naming the parameter and the rung.
 Tensor gradient_of(const Tensor& param, const char* rung);
+// Waits for a collective and drops its error: for destructors, which may run while an exception (perhaps that
+// collective's own) unwinds and must not throw a second one.
+void wait_quietly(dist::Work& work);
 
 // A ProcessGroup that hands every call to `inner` and counts the all-reduces issued through it and their
 // bytes: the programs' "collectives per step" and "bytes per step".

@@ -24,15 +24,17 @@ class HookPerParameter final : public GradientSync {
   }
   ~HookPerParameter() override {
     for (const Tensor& p : params_) p.impl()->remove_post_accumulate_hooks(this);
-    for (auto& w : works_) w->wait();  // never leave a collective writing into a gradient we no longer own
+    for (auto& w : works_) wait_quietly(*w);  // never leave a collective writing into a gradient we gave up
   }
 
   void finish() override {
-    for (auto& w : works_) w->wait();  // the exposed part: what backward did not hide
-    const size_t launched = works_.size();
+    std::vector<std::shared_ptr<dist::Work>> works = std::move(works_);
     works_.clear();
-    if (launched != params_.size())  // a parameter got no gradient: name it
+    if (works.size() != params_.size()) {  // a parameter got no gradient: wait out the others, then name it
+      for (auto& w : works) wait_quietly(*w);
       for (const Tensor& p : params_) gradient_of(p, "rung 3");
+    }
+    for (auto& w : works) w->wait();  // the exposed part: what backward did not hide
   }
 
  private:

@@ -52,7 +52,7 @@ class Buckets final : public GradientSync {
   ~Buckets() override {
     for (const Tensor& p : params_) p.impl()->remove_post_accumulate_hooks(this);
     for (auto& b : buckets_)
-      if (b.work) b.work->wait();
+      if (b.work) wait_quietly(*b.work);  // never leave a collective writing into a bucket we free
   }
 
   void finish() override {

@@ -14,6 +14,7 @@
 #include "runtime/ddp/bucket_assignment.h"
 #include "runtime/ddp/distributed_data_parallel.h"
 #include "runtime/distributed/local_world.h"
+#include "runtime/ops/elementwise.h"
 #include "tests/support/ddp_test_util.h"
 
 using namespace ddp;
@@ -209,16 +210,19 @@ TEST(LadderBuckets, SameAsDDPsFirstLayoutOfTheMLP) {
 }
 
 namespace {
-class WithUnusedParameter : public nn::Module {
+// A linear layer and a bias `spare` that forward adds only when use_spare.
+class WithSpareParameter : public nn::Module {
  public:
-  WithUnusedParameter() {
+  explicit WithSpareParameter(bool use_spare) : use_spare_(use_spare) {
     fc_ = register_module("fc", std::make_shared<nn::Linear>(12, 5, true, DType::F64));
-    register_parameter("spare", Tensor::zeros({3}, DType::F64));
+    spare_ = register_parameter("spare", Tensor::zeros({5}, DType::F64));
   }
-  Tensor forward(const Tensor& x) override { return fc_->forward(x); }
+  Tensor forward(const Tensor& x) override { return use_spare_ ? ops::add(fc_->forward(x), spare_) : fc_->forward(x); }
 
  private:
+  bool use_spare_;
   std::shared_ptr<nn::Linear> fc_;
+  Tensor spare_;
 };
 }  // namespace
 
@@ -229,12 +233,43 @@ TEST(LadderRungs, ParameterWithoutGradientIsAClearErrorOnEveryRank) {
     for (int world : {1, 2}) {
       std::string message;
       try {
-        train_rung({.rung = r, .world = world, .steps = 1}, [] { return std::make_shared<WithUnusedParameter>(); });
+        train_rung({.rung = r, .world = world, .steps = 1},
+                   [] { return std::make_shared<WithSpareParameter>(/*use_spare=*/false); });
       } catch (const std::exception& e) {
         message = e.what();
       }
       EXPECT_NE(message.find("rungs 1-4 expect every parameter to be used"), std::string::npos)
           << "rung " << r << " world " << world << ": " << message;
       EXPECT_NE(message.find("find_unused_parameters"), std::string::npos) << message;
+    }
+}
+
+// Ranks that disagree: rank 0 uses `spare`, rank 1 does not. Rungs 1-4 do nothing to keep such ranks in step
+// (rung 5 does: docs/ddp-step.md "When ranks disagree"), so rank 1 raises its clear error and rank 0 is left
+// waiting for a collective rank 1 never issues - until the collective timeout, which then fails it. Neither
+// rank may hang past that or abort the process (a destructor waiting on the orphaned collective must not throw).
+TEST(LadderRungs, RanksThatDisagreeOnAParameterFailBothWithinTheTimeoutNoAbort) {
+  for (const std::string backend : {"gloo", "shm"})
+    for (int r = 1; r <= 4; ++r) {
+      std::vector<std::string> errors(2);
+      dist::ProcessGroupOptions options;
+      options.timeout = std::chrono::seconds(2);
+      const dt::BatchFn data = mlp_data();
+      dist::run_threads(2, [&](int rank, dist::ProcessGroup& pg) {
+        try {
+          auto model = std::make_shared<WithSpareParameter>(/*use_spare=*/rank == 0);
+          auto group = std::make_shared<ladder::CountingGroup>(
+              std::shared_ptr<dist::ProcessGroup>(std::shared_ptr<dist::ProcessGroup>{}, &pg));
+          auto sync = rung(r)({model, group, 1000 / kMiB});
+          optim::SGD opt(model->named_parameters(), {.lr = 0.1});
+          dt::Batch full = data(0, 4);
+          ladder::train_step(*sync, opt, ladder::Batch{full.x, full.y}.rows(rank * 2, rank * 2 + 2), group.get());
+        } catch (const std::exception& e) {
+          errors[rank] = e.what();
+        }
+      }, options, backend);
+      EXPECT_NE(errors[1].find("parameter 'spare'"), std::string::npos)
+          << "rung " << r << " " << backend << " rank 1: " << errors[1];
+      EXPECT_FALSE(errors[0].empty()) << "rung " << r << " " << backend << ": rank 0 finished a step rank 1 failed";
     }
 }
