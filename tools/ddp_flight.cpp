@@ -1,10 +1,11 @@
 // ddp_flight.cpp - `ddp_flight [--last N] [--group NAME] [--chrome OUT.json] DIR|FILE...`: reads every rank's
 // flight recorder dumps (a dump folder, or files: group records flight.rank<R>[.<group>].json and process
-// records) and prints first one sentence saying which rank broke the step and where, then per group a table of
-// the last N collectives around the divergence side by side per rank, the ranks' records and the divergences
-// found; --chrome writes the dumped window as one Chrome trace with every rank on the common wall clock.
-// The analysis lives in runtime/distributed/flight_analysis.h; how to read it: docs/debugging.md "Reading
-// dumps with ddp_flight". Exit codes: 0 analysed (whatever it found), 2 bad command line or bad input.
+// records) and prints first one sentence saying which rank broke the step and where, then per group a table
+// of the last N collectives around the divergence side by side per rank, the ranks' records and the
+// divergences found; --chrome writes the dumped window as one Chrome trace with every rank on the common wall
+// clock. The analysis lives in runtime/distributed/flight_analysis.h; how to read it: docs/debugging.md
+// "Reading dumps with ddp_flight". Exit codes: 0 analysed (whatever it found), 2 bad command line or bad
+// input.
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -31,7 +32,8 @@ int main(int argc, char** argv) {
     p.add_positionals("DIR|FILE", &paths, "a dump folder (all *.json in it) or dump files");
     p.add("last", &last, "collectives per group in the table", ddp::cli::Bounds::between(1, 100000));
     p.add("group", &group, "analyse only this group (e.g. pg0, pg0/host1); default: every group");
-    p.add("chrome", &chrome, "also write a Chrome trace (chrome://tracing, Perfetto) of the window to this file");
+    p.add("chrome", &chrome,
+          "also write a Chrome trace (chrome://tracing, Perfetto) of the window to this file");
     p.parse(argc, argv);
     if (paths.empty())
       throw ddp::cli::UsageError("ddp_flight: give the dump folder or its json files (see --help)");
@@ -40,8 +42,9 @@ int main(int argc, char** argv) {
     const ddp::dist::flight::FlightAnalysis analysis = ddp::dist::flight::analyze_flight(records, group);
     ddp::dist::flight::ReportOptions options;
     options.last = static_cast<size_t>(last);
-    std::fputs(ddp::log::escape_for_terminal(ddp::dist::flight::format_flight_report(analysis, options)).c_str(),
-               stdout);
+    std::fputs(
+        ddp::log::escape_for_terminal(ddp::dist::flight::format_flight_report(analysis, options)).c_str(),
+        stdout);
     if (!chrome.empty()) {
       std::vector<ddp::dist::flight::GroupRecord> shown;
       for (const auto& r : records)
@@ -50,8 +53,10 @@ int main(int argc, char** argv) {
       out << ddp::dist::flight::flight_chrome_trace(shown);
       out.close();
       if (!out) {
-        std::fprintf(stderr, "ddp_flight: cannot write the Chrome trace to '%s': check that its folder exists and "
-                     "is writable\n", ddp::log::escape_for_terminal(chrome).c_str());
+        std::fprintf(stderr,
+                     "ddp_flight: cannot write the Chrome trace to '%s': check that its folder exists and "
+                     "is writable\n",
+                     ddp::log::escape_for_terminal(chrome).c_str());
         return 2;
       }
       std::printf("\nChrome trace: %s\n", ddp::log::escape_for_terminal(chrome).c_str());

@@ -5,14 +5,14 @@
 //                 or a different DDP bucket;
 //   levels:       for each distinct `recorded` value v below the largest, in ascending order: the ranks whose
 //                 record ends at v never issued #v. If a rank that issued #v did not complete it, that is a
-//                 missing issue (uneven steps when the behind ranks' groups were destroyed, reason "exit") and
-//                 the scan stops; if all that issued it completed it, the behind rank was only dumped earlier
-//                 (rank ahead, completed); if no rank holds #v any more, the rings do not overlap;
+//                 missing issue (uneven steps when the behind ranks' groups were destroyed, reason "exit")
+//                 and the scan stops; if all that issued it completed it, the behind rank was only dumped
+//                 earlier (rank ahead, completed); if no rank holds #v any more, the rings do not overlap;
 //   stall:        the first seq (below the missing issue) that a rank holding it did not complete: completed
 //                 on some ranks only, or on none (every rank waiting);
 //   no dump:      ranks of the world without a record, with what the others waited on.
-// The lead is the earliest of these by seq (ties: mismatch, no dump, uneven steps, missing issue, completed on
-// some only, all waiting, no overlap), then rank ahead, recorder off, nothing.
+// The lead is the earliest of these by seq (ties: mismatch, no dump, uneven steps, missing issue, completed
+// on some only, all waiting, no overlap), then rank ahead, recorder off, nothing.
 #include "runtime/distributed/flight_analysis.h"
 
 #include <algorithm>
@@ -27,16 +27,26 @@ namespace ddp::dist::flight {
 
 const char* divergence_kind_name(DivergenceKind k) {
   switch (k) {
-    case DivergenceKind::Mismatch: return "mismatch";
-    case DivergenceKind::MissingIssue: return "missing issue";
-    case DivergenceKind::UnevenSteps: return "uneven steps";
-    case DivergenceKind::NoDump: return "no dump";
-    case DivergenceKind::NoOverlap: return "rings do not overlap";
-    case DivergenceKind::PartialCompletion: return "completed on some ranks only";
-    case DivergenceKind::AllWaiting: return "completed on no rank";
-    case DivergenceKind::RankAhead: return "rank ahead";
-    case DivergenceKind::RecorderOff: return "recorder off";
-    case DivergenceKind::Nothing: return "nothing diverged";
+    case DivergenceKind::Mismatch:
+      return "mismatch";
+    case DivergenceKind::MissingIssue:
+      return "missing issue";
+    case DivergenceKind::UnevenSteps:
+      return "uneven steps";
+    case DivergenceKind::NoDump:
+      return "no dump";
+    case DivergenceKind::NoOverlap:
+      return "rings do not overlap";
+    case DivergenceKind::PartialCompletion:
+      return "completed on some ranks only";
+    case DivergenceKind::AllWaiting:
+      return "completed on no rank";
+    case DivergenceKind::RankAhead:
+      return "rank ahead";
+    case DivergenceKind::RecorderOff:
+      return "recorder off";
+    case DivergenceKind::Nothing:
+      return "nothing diverged";
   }
   return "?";
 }
@@ -109,7 +119,8 @@ int64_t entry_bytes(const DumpEntry& e) {
 }
 
 namespace {
-// with_call: name dtype x count when no bucket says what it is (off where the sentence already names the call).
+// with_call: name dtype x count when no bucket says what it is (off where the sentence already names the
+// call).
 std::string context_parts(const DumpEntry& e, bool with_iteration, bool with_call = true) {
   std::vector<std::string> parts;
   if (e.bucket >= 0) {
@@ -257,8 +268,8 @@ class Analyzer {
       else if (rec(rs.front()).recorded == 0)
         out += rank_list_text(rs) + " issued no collective at all";
       else
-        out += rank_list_text(rs) + " completed none of the collectives in " + (rs.size() == 1 ? "its" : "their") +
-               " window";
+        out += rank_list_text(rs) + " completed none of the collectives in " +
+               (rs.size() == 1 ? "its" : "their") + " window";
     }
     return out;
   }
@@ -294,7 +305,8 @@ class Analyzer {
           bool placed = false;
           for (auto& side : sides) {
             const DumpEntry& o = *rec(side.front()).find(s);
-            const bool same = by_bucket ? (e.bucket < 0 || o.bucket < 0 || e.bucket == o.bucket) : e.same_call(o);
+            const bool same =
+                by_bucket ? (e.bucket < 0 || o.bucket < 0 || e.bucket == o.bucket) : e.same_call(o);
             if (same) {
               side.push_back(r);
               placed = true;
@@ -331,7 +343,8 @@ class Analyzer {
         for (int r : sides[i]) d.ranks.push_back(r);
         const DumpEntry& e = *rec(sides[i].front()).find(s);
         if (i > 1) odd_text += i + 1 == sides.size() ? " and " : ", ";
-        odd_text += who(sides[i]) + " issued " + call_text(e, show_reduce_op) + " " + context_parts(e, true, false);
+        odd_text +=
+            who(sides[i]) + " issued " + call_text(e, show_reduce_op) + " " + context_parts(e, true, false);
       }
       const std::string major_text = who(sides[0]) + " issued " + call_text(major, show_reduce_op) + " " +
                                      context_parts(major, true, false);
@@ -345,13 +358,14 @@ class Analyzer {
                      odd_text + " where " + major_text;
       }
       const bool other_bucket = major.bucket >= 0 && odd.bucket >= 0 && major.bucket != odd.bucket;
-      d.sentence += other_bucket
-                        ? "; the ranks' DDP buckets are out of step from here on (bucket " + std::to_string(odd.bucket) +
-                              " against " + std::to_string(major.bucket) +
-                              "): a rank skipped or reordered a bucket's all-reduce (a comm hook, or buckets built "
-                              "differently)"
-                        : "; every rank must issue the same collectives in the same order: find where the odd "
-                          "rank's code path (or model, or data) differs";
+      d.sentence +=
+          other_bucket
+              ? "; the ranks' DDP buckets are out of step from here on (bucket " +
+                    std::to_string(odd.bucket) + " against " + std::to_string(major.bucket) +
+                    "): a rank skipped or reordered a bucket's all-reduce (a comm hook, or buckets built "
+                    "differently)"
+              : "; every rank must issue the same collectives in the same order: find where the odd "
+                "rank's code path (or model, or data) differs";
       found_.push_back(std::move(d));
       return;
     }
@@ -402,8 +416,8 @@ class Analyzer {
     d.ahead_by = static_cast<int64_t>(ahead);
     d.sentence = possessive(evicted) + " ring starts at #" + std::to_string(start) + ", after " +
                  possessive(behind) + " record ends at #" + std::to_string(v - 1) +
-                 ": the windows do not overlap (" + rank_list_text(evicted) + " issued " + std::to_string(ahead) +
-                 " collectives past it and the " + std::to_string(cap) +
+                 ": the windows do not overlap (" + rank_list_text(evicted) + " issued " +
+                 std::to_string(ahead) + " collectives past it and the " + std::to_string(cap) +
                  "-entry ring wrapped), so the dumps cannot show whether " + rank_list_text(evicted) +
                  " completed #" + std::to_string(v) + "; raise DDP_FLIGHT_RECORDER_ENTRIES or dump sooner";
     found_.push_back(std::move(d));
@@ -435,13 +449,13 @@ class Analyzer {
       if (d.ahead_by > 1)
         d.sentence += " (" + rank_list_text(top_ranks) + " " + (top_ranks.size() == 1 ? "is " : "are ") +
                       std::to_string(d.ahead_by) + " collectives ahead)";
-      d.sentence += ": the ranks ran different numbers of steps (uneven inputs); give every rank the same number "
-                    "of batches, or wrap the training loop in ddp::Join";
+      d.sentence +=
+          ": the ranks ran different numbers of steps (uneven inputs); give every rank the same number "
+          "of batches, or wrap the training loop in ddp::Join";
     } else {
-      d.sentence = who(behind) + " never issued " + coll(e) + " " + entry_context(e) + "; " + who(waiting) + " " +
-                   w + "; " + last_completed_text(behind);
-      if (!done.empty())
-        d.sentence += "; " + rank_list_text(done) + " completed it (a later dump)";
+      d.sentence = who(behind) + " never issued " + coll(e) + " " + entry_context(e) + "; " + who(waiting) +
+                   " " + w + "; " + last_completed_text(behind);
+      if (!done.empty()) d.sentence += "; " + rank_list_text(done) + " completed it (a later dump)";
     }
     found_.push_back(std::move(d));
     if (top - v > 1) {
@@ -455,11 +469,12 @@ class Analyzer {
       int completed = 0;
       for (uint64_t s = v; s < top; ++s)
         if (const DumpEntry* x = rec(top_ranks.front()).find(s); x && x->completed()) ++completed;
-      a.sentence = who(top_ranks) + " " + (top_ranks.size() == 1 ? "is " : "are ") + std::to_string(top - v) +
-                   " collectives ahead of " + rank_list_text(behind) + ": issued #" + std::to_string(v) + " to #" +
-                   std::to_string(top - 1) + ", " +
-                   (completed == 0 ? std::string("none of them completed (queued behind #") + std::to_string(v) + ")"
-                                   : std::to_string(completed) + " of them completed");
+      a.sentence =
+          who(top_ranks) + " " + (top_ranks.size() == 1 ? "is " : "are ") + std::to_string(top - v) +
+          " collectives ahead of " + rank_list_text(behind) + ": issued #" + std::to_string(v) + " to #" +
+          std::to_string(top - 1) + ", " +
+          (completed == 0 ? std::string("none of them completed (queued behind #") + std::to_string(v) + ")"
+                          : std::to_string(completed) + " of them completed");
       found_.push_back(std::move(a));
     }
   }
@@ -481,12 +496,13 @@ class Analyzer {
     d.ahead_by = static_cast<int64_t>(top - v);
     const std::string reason = rec(behind.front()).reason;
     std::vector<std::string> why;
-    if (behind_dump >= 0 && ahead_dump >= behind_dump) why.push_back("written " + duration_text(ahead_dump - behind_dump) + " earlier");
+    if (behind_dump >= 0 && ahead_dump >= behind_dump)
+      why.push_back("written " + duration_text(ahead_dump - behind_dump) + " earlier");
     if (!reason.empty()) why.push_back("reason " + reason);
-    d.sentence = possessive(behind) + " record ends at #" + std::to_string(v - 1) + ", " + std::to_string(top - v) +
-                 " collective" + (top - v == 1 ? "" : "s") + " before " + possessive(done) +
-                 ", which completed #" + std::to_string(v) + ": " + (behind.size() == 1 ? "its" : "their") +
-                 " dump is older";
+    d.sentence = possessive(behind) + " record ends at #" + std::to_string(v - 1) + ", " +
+                 std::to_string(top - v) + " collective" + (top - v == 1 ? "" : "s") + " before " +
+                 possessive(done) + ", which completed #" + std::to_string(v) + ": " +
+                 (behind.size() == 1 ? "its" : "their") + " dump is older";
     if (!why.empty()) d.sentence += " (" + why[0] + (why.size() > 1 ? ", " + why[1] : "") + ")";
     d.sentence += ", so it was not behind in the job; compare dumps written at the same time";
     found_.push_back(std::move(d));
@@ -513,27 +529,29 @@ class Analyzer {
       const std::string w = waited(not_done, s, d);
       if (!done.empty()) {
         d.kind = DivergenceKind::PartialCompletion;
-        d.sentence = coll(e) + " " + entry_context(e) + " completed on " + who(done) + " only; " + who(not_done) +
-                     " did not complete it (" + w + (any_failed ? " and failed" : ", still waiting") + ")" +
-                     failure_text(not_done);
+        d.sentence = coll(e) + " " + entry_context(e) + " completed on " + who(done) + " only; " +
+                     who(not_done) + " did not complete it (" + w +
+                     (any_failed ? " and failed" : ", still waiting") + ")" + failure_text(not_done);
       } else if (no_dump_.empty() && !not_issued.empty()) {
         // The ranks that had not issued s: their dumps are older (a RankAhead says so).
         const std::vector<int>& rest = not_issued;
         d.kind = DivergenceKind::AllWaiting;
         d.others = rest;
-        d.sentence = who(not_done) + " issued " + coll(e) + " " + entry_context(e) + " and did not complete it: " +
-                     w + failure_text(not_done) + "; " + who(rest) + " had not issued it when " +
-                     (rest.size() == 1 ? "its" : "their") + " older dump was written";
+        d.sentence = who(not_done) + " issued " + coll(e) + " " + entry_context(e) +
+                     " and did not complete it: " + w + failure_text(not_done) + "; " + who(rest) +
+                     " had not issued it when " + (rest.size() == 1 ? "its" : "their") +
+                     " older dump was written";
       } else if (no_dump_.empty()) {
         d.kind = DivergenceKind::AllWaiting;
         bool any_pending = false;
         for (int r : not_done) any_pending = any_pending || rec(r).find(s)->pending();
-        d.sentence = std::string(d_.size() == 1 ? "the only rank" : "every rank") + " issued " + coll(e) + " " +
-                     entry_context(e) + " and none completed it: " + who(not_done) + " " + w +
+        d.sentence = std::string(d_.size() == 1 ? "the only rank" : "every rank") + " issued " + coll(e) +
+                     " " + entry_context(e) + " and none completed it: " + who(not_done) + " " + w +
                      (any_pending ? "" : " and failed") + failure_text(not_done);
         if (any_pending && d_.size() > 1)
-          d.sentence += "; no rank is missing from it, so look for a rank stuck inside it (stopped, or its "
-                        "transport stalled)";
+          d.sentence +=
+              "; no rank is missing from it, so look for a rank stuck inside it (stopped, or its "
+              "transport stalled)";
       } else {
         return;  // every dumped rank waits: the ranks without a dump explain it (add_no_dump)
       }
@@ -572,8 +590,10 @@ class Analyzer {
       d.sentence += "; " + who(d_) + " recorded no collective";
     } else if (!waiting.empty()) {
       const DumpEntry& e = held(waiting, s);
-      d.sentence += "; " + who(waiting) + " " + waited(waiting, s, d) + " on " + coll(e) + " " + entry_context(e);
-      if (s > lo_max_) d.sentence += "; the last collective every dumped rank completed is #" + std::to_string(s - 1);
+      d.sentence +=
+          "; " + who(waiting) + " " + waited(waiting, s, d) + " on " + coll(e) + " " + entry_context(e);
+      if (s > lo_max_)
+        d.sentence += "; the last collective every dumped rank completed is #" + std::to_string(s - 1);
     } else if (s > lo_max_) {
       d.sentence += "; " + who(d_) + " completed every collective up to #" + std::to_string(s - 1);
     }
@@ -586,9 +606,10 @@ class Analyzer {
     d.kind = DivergenceKind::RecorderOff;
     d.ranks = off_;
     d.seq = max_r_;
-    d.sentence = who(off_) + " recorded nothing (ring capacity 0: DDP_FLIGHT_RECORDER_ENTRIES=0 there), so the "
-                 "analysis leaves " + (off_.size() == 1 ? "it" : "them") +
-                 " out; unset the variable to record";
+    d.sentence = who(off_) +
+                 " recorded nothing (ring capacity 0: DDP_FLIGHT_RECORDER_ENTRIES=0 there), so the "
+                 "analysis leaves " +
+                 (off_.size() == 1 ? "it" : "them") + " out; unset the variable to record";
     found_.push_back(std::move(d));
   }
 
@@ -606,28 +627,39 @@ class Analyzer {
     std::string last = "collective #" + std::to_string(max_r_ - 1);  // a record may lack its newest entry
     for (int r : d_)
       if (const DumpEntry* e = rec(r).find(max_r_ - 1)) last = coll(*e);
-    const std::string ranks = d_.size() == 1 ? "the only rank (world " + std::to_string(g_.world_size) + ")"
-                                             : "every rank";
+    const std::string ranks =
+        d_.size() == 1 ? "the only rank (world " + std::to_string(g_.world_size) + ")" : "every rank";
     const std::string where = d_.size() == 1   ? ""
                               : d_.size() == 2 ? " on both ranks"
                                                : " on all " + std::to_string(d_.size()) + " ranks";
-    d.sentence = ranks + " completed everything up to " + last + " in the window (#" + std::to_string(lo_max_) +
-                 " to #" + std::to_string(max_r_ - 1) + where + "): nothing diverged";
+    d.sentence = ranks + " completed everything up to " + last + " in the window (#" +
+                 std::to_string(lo_max_) + " to #" + std::to_string(max_r_ - 1) + where +
+                 "): nothing diverged";
     found_.push_back(std::move(d));
   }
 
   static int priority(DivergenceKind k) {
     switch (k) {
-      case DivergenceKind::Mismatch: return 0;
-      case DivergenceKind::NoDump: return 1;
-      case DivergenceKind::UnevenSteps: return 2;
-      case DivergenceKind::MissingIssue: return 3;
-      case DivergenceKind::PartialCompletion: return 4;
-      case DivergenceKind::AllWaiting: return 5;
-      case DivergenceKind::NoOverlap: return 6;
-      case DivergenceKind::RankAhead: return 7;
-      case DivergenceKind::RecorderOff: return 8;
-      case DivergenceKind::Nothing: return 9;
+      case DivergenceKind::Mismatch:
+        return 0;
+      case DivergenceKind::NoDump:
+        return 1;
+      case DivergenceKind::UnevenSteps:
+        return 2;
+      case DivergenceKind::MissingIssue:
+        return 3;
+      case DivergenceKind::PartialCompletion:
+        return 4;
+      case DivergenceKind::AllWaiting:
+        return 5;
+      case DivergenceKind::NoOverlap:
+        return 6;
+      case DivergenceKind::RankAhead:
+        return 7;
+      case DivergenceKind::RecorderOff:
+        return 8;
+      case DivergenceKind::Nothing:
+        return 9;
     }
     return 10;
   }
@@ -664,8 +696,9 @@ GroupAnalysis analyze_group(const std::vector<GroupRecord>& records) {
   for (const GroupRecord& r : records) {
     DDP_CHECK(r.group == g.group, "flight analysis: records of groups '", g.group, "' and '", r.group,
               "' given as one group");
-    DDP_CHECK(r.world_size == g.world_size, "records of group '", g.group, "' disagree on its size: ",
-              g.world_size, " and ", r.world_size, " (", r.file, "): dumps of different jobs are mixed");
+    DDP_CHECK(r.world_size == g.world_size, "records of group '", g.group,
+              "' disagree on its size: ", g.world_size, " and ", r.world_size, " (", r.file,
+              "): dumps of different jobs are mixed");
     DDP_CHECK(!g.ranks[r.rank], "two records of group '", g.group, "' rank ", r.rank, " (",
               g.ranks[r.rank]->file, ", ", r.file, "): merge them first (merge_flight_records)");
     g.ranks[r.rank] = r;
@@ -701,9 +734,12 @@ FlightAnalysis analyze_flight(const std::vector<GroupRecord>& records, const std
       case DivergenceKind::MissingIssue:
       case DivergenceKind::UnevenSteps:
       case DivergenceKind::NoDump:
-      case DivergenceKind::PartialCompletion: return 0;
-      case DivergenceKind::Nothing: return 2;
-      default: return 1;
+      case DivergenceKind::PartialCompletion:
+        return 0;
+      case DivergenceKind::Nothing:
+        return 2;
+      default:
+        return 1;
     }
   };
   out.lead = 0;

@@ -15,12 +15,12 @@
 namespace ddp::dist::flight {
 
 enum class DivergenceKind {
-  Mismatch,           // at one seq the ranks called different collectives (op, dtype, count, reduce op, root)
-                      // or different DDP buckets
-  MissingIssue,       // a rank never issued a collective the others issued and did not complete
-  UnevenSteps,        // MissingIssue where the behind rank had finished (its group was destroyed: reason exit)
-  NoDump,             // a rank of the world left no record of the group (crashed, killed, stopped)
-  NoOverlap,          // the rings do not overlap: the seq to compare is older than a rank's window
+  Mismatch,      // at one seq the ranks called different collectives (op, dtype, count, reduce op, root)
+                 // or different DDP buckets
+  MissingIssue,  // a rank never issued a collective the others issued and did not complete
+  UnevenSteps,   // MissingIssue where the behind rank had finished (its group was destroyed: reason exit)
+  NoDump,        // a rank of the world left no record of the group (crashed, killed, stopped)
+  NoOverlap,     // the rings do not overlap: the seq to compare is older than a rank's window
   PartialCompletion,  // a collective completed on some ranks and not on others
   AllWaiting,         // every rank issued the collective and none completed it
   RankAhead,          // a rank issued more collectives than another (kind 3); with `completed_ahead` the
@@ -41,7 +41,7 @@ struct Divergence {
   int64_t ahead_by = 0;     // MissingIssue, UnevenSteps, RankAhead: collectives between the two ranks' ends
   bool completed_ahead = false;  // RankAhead: the ahead ranks completed all of their extra collectives
   int64_t waited_min_ns = -1, waited_max_ns = -1;  // how long `others` (or `ranks`) waited; -1 unknown
-  std::string sentence;     // one sentence a person can act on
+  std::string sentence;                            // one sentence a person can act on
 };
 
 struct GroupAnalysis {
@@ -51,7 +51,9 @@ struct GroupAnalysis {
   std::vector<std::optional<GroupRecord>> ranks;  // by rank; nullopt: that rank left no record
   std::vector<Divergence> divergences;            // the one to lead with first, then in order of seq
   uint64_t focus_seq = 0;                         // the collective the table centres on
-  bool diverged() const { return !divergences.empty() && divergences.front().kind != DivergenceKind::Nothing; }
+  bool diverged() const {
+    return !divergences.empty() && divergences.front().kind != DivergenceKind::Nothing;
+  }
   const Divergence& lead() const { return divergences.front(); }
 };
 

@@ -19,14 +19,22 @@ using nlohmann::json;
 
 const char* kind_name(json::value_t t) {
   switch (t) {
-    case json::value_t::null: return "null";
-    case json::value_t::object: return "an object";
-    case json::value_t::array: return "an array";
-    case json::value_t::string: return "a string";
-    case json::value_t::boolean: return "a boolean";
-    case json::value_t::binary: return "binary";
-    case json::value_t::discarded: return "nothing";
-    default: return "a number";
+    case json::value_t::null:
+      return "null";
+    case json::value_t::object:
+      return "an object";
+    case json::value_t::array:
+      return "an array";
+    case json::value_t::string:
+      return "a string";
+    case json::value_t::boolean:
+      return "a boolean";
+    case json::value_t::binary:
+      return "binary";
+    case json::value_t::discarded:
+      return "nothing";
+    default:
+      return "a number";
   }
 }
 
@@ -80,8 +88,8 @@ class Fields {
   }
   std::string text_value(const char* key) const {
     const json& v = j_.at(key);
-    DDP_CHECK(v.is_string(), where_, ": field \"", key, "\" is ", kind_name(v.type()), ", expected a string; ",
-              fix());
+    DDP_CHECK(v.is_string(), where_, ": field \"", key, "\" is ", kind_name(v.type()),
+              ", expected a string; ", fix());
     return v.get<std::string>();
   }
 
@@ -92,10 +100,11 @@ class Fields {
 void check_version(const json& doc, const std::string& where) {
   Fields f(doc, where);
   const int64_t v = f.integer("version");
-  DDP_CHECK(v >= 1, where, ": schema version ", v, " is not a flight recorder version (1 to ", kNewestFlightSchema,
-            "); the file is damaged or not a dump");
-  DDP_CHECK(v <= kNewestFlightSchema, where, ": schema version ", v, " is newer than this ddp_flight reads (1 to ",
-            kNewestFlightSchema, "); use the ddp_flight of the ddp.cpp build that wrote the dump");
+  DDP_CHECK(v >= 1, where, ": schema version ", v, " is not a flight recorder version (1 to ",
+            kNewestFlightSchema, "); the file is damaged or not a dump");
+  DDP_CHECK(v <= kNewestFlightSchema, where, ": schema version ", v,
+            " is newer than this ddp_flight reads (1 to ", kNewestFlightSchema,
+            "); use the ddp_flight of the ddp.cpp build that wrote the dump");
 }
 
 DumpEntry parse_entry(const json& j, const std::string& where) {
@@ -111,8 +120,9 @@ DumpEntry parse_entry(const json& j, const std::string& where) {
   e.reduce_op = f.text_or("reduce_op", "");
   e.root = f.integer_or("root", -1);
   e.state = f.text("state");
-  DDP_CHECK(e.state == "issued" || e.state == "started" || e.state == "completed" || e.state == "failed", where,
-            ": state \"", e.state, "\" is not one of issued, started, completed, failed; the file is damaged");
+  DDP_CHECK(e.state == "issued" || e.state == "started" || e.state == "completed" || e.state == "failed",
+            where, ": state \"", e.state,
+            "\" is not one of issued, started, completed, failed; the file is damaged");
   e.issuer = f.text_or("issuer", "");
   e.iteration = f.integer_or("iteration", -1);
   e.bucket = f.integer_or("bucket", -1);
@@ -164,10 +174,11 @@ GroupRecord parse_group(const json& j, const std::string& where, const ProcessFi
   for (size_t i = 0; i < entries.size(); ++i) {
     r.entries.push_back(parse_entry(entries[i], where + " entries[" + std::to_string(i) + "]"));
     const DumpEntry& e = r.entries.back();
-    DDP_CHECK(e.seq < r.recorded, where, " entries[", i, "]: seq ", e.seq, " is not below recorded ", r.recorded,
-              "; the file is damaged");
+    DDP_CHECK(e.seq < r.recorded, where, " entries[", i, "]: seq ", e.seq, " is not below recorded ",
+              r.recorded, "; the file is damaged");
     DDP_CHECK(i == 0 || r.entries[i - 1].seq < e.seq, where, " entries[", i, "]: seq ", e.seq,
-              " does not follow seq ", r.entries[i - 1].seq, " (entries are oldest first); the file is damaged");
+              " does not follow seq ", r.entries[i - 1].seq,
+              " (entries are oldest first); the file is damaged");
   }
   return r;
 }
@@ -194,16 +205,18 @@ std::vector<GroupRecord> parse_flight_dump(const std::string& json_text, const s
   try {
     doc = json::parse(json_text);
   } catch (const json::parse_error& e) {
-    DDP_FAIL(source, " is not JSON (", e.what(), "); a flight recorder dump is a JSON file: give the dump folder "
+    DDP_FAIL(source, " is not JSON (", e.what(),
+             "); a flight recorder dump is a JSON file: give the dump folder "
              "or its flight.rank<R>.json files");
   }
   DDP_CHECK(doc.is_object(), source, " is ", kind_name(doc.type()),
             ", not a flight recorder dump (a JSON object with \"version\"); leave it out");
   const bool is_group = doc.contains("entries") && doc.contains("group");
   const bool is_process = doc.contains("groups");
-  DDP_CHECK(is_group || is_process, source,
-            " is neither a group record (\"group\", \"rank\", \"entries\": flight.rank<R>.json) nor a process "
-            "record (\"groups\": dist::dump_flight_record's file); is it a flight recorder dump? Leave it out");
+  DDP_CHECK(
+      is_group || is_process, source,
+      " is neither a group record (\"group\", \"rank\", \"entries\": flight.rank<R>.json) nor a process "
+      "record (\"groups\": dist::dump_flight_record's file); is it a flight recorder dump? Leave it out");
   DDP_CHECK(!(is_group && is_process), source,
             " has both \"entries\" and \"groups\": it is not a flight recorder dump; leave it out");
   std::vector<GroupRecord> out;
@@ -232,8 +245,9 @@ std::vector<GroupRecord> merge_flight_records(std::vector<GroupRecord> records) 
     if (w == world_of.end()) {
       world_of[r.group] = {r.world_size, r.file};
     } else {
-      DDP_CHECK(w->second.first == r.world_size, "records of group '", r.group, "' disagree on its size: ",
-                w->second.first, " ranks in ", w->second.second, ", ", r.world_size, " in ", r.file,
+      DDP_CHECK(w->second.first == r.world_size, "records of group '", r.group,
+                "' disagree on its size: ", w->second.first, " ranks in ", w->second.second, ", ",
+                r.world_size, " in ", r.file,
                 ": dumps of different jobs are mixed; analyse one job's dump folder at a time");
     }
     const auto key = std::make_pair(r.group, r.rank);
@@ -245,11 +259,12 @@ std::vector<GroupRecord> merge_flight_records(std::vector<GroupRecord> records) 
     }
     GroupRecord& old = out[it->second];
     const bool other_pid = old.pid >= 0 && r.pid >= 0 && old.pid != r.pid;
-    DDP_CHECK(!other_pid, "two records of group '", r.group, "' rank ", r.rank, " come from different processes (",
-              identity_text(old), ", ", identity_text(r),
+    DDP_CHECK(!other_pid, "two records of group '", r.group, "' rank ", r.rank,
+              " come from different processes (", identity_text(old), ", ", identity_text(r),
               "): dumps of different runs are mixed; move one run's files to another folder and analyse each "
               "folder on its own");
-    const bool other_instance = old.clock_steady_ns != r.clock_steady_ns || old.clock_unix_ns != r.clock_unix_ns;
+    const bool other_instance =
+        old.clock_steady_ns != r.clock_steady_ns || old.clock_unix_ns != r.clock_unix_ns;
     DDP_CHECK(!other_instance, "two records of group '", r.group, "' rank ", r.rank,
               " come from different instances of the group (", identity_text(old), ", ", identity_text(r),
               "; their clock anchors differ): the group was made twice or the dumps are of different runs; "
@@ -265,7 +280,8 @@ std::vector<GroupRecord> merge_flight_records(std::vector<GroupRecord> records) 
 
 std::vector<GroupRecord> load_flight_dumps(const std::vector<std::string>& paths) {
   namespace fs = std::filesystem;
-  DDP_CHECK(!paths.empty(), "no dump given: name the dump folder (DDP_FLIGHT_RECORDER_DIR, or the folder ddprun "
+  DDP_CHECK(!paths.empty(),
+            "no dump given: name the dump folder (DDP_FLIGHT_RECORDER_DIR, or the folder ddprun "
             "names in its failure summary) or its flight.rank<R>.json files");
   std::vector<std::string> files;
   for (const std::string& p : paths) {
@@ -273,9 +289,11 @@ std::vector<GroupRecord> load_flight_dumps(const std::vector<std::string>& paths
     if (fs::is_directory(p, ec)) {
       std::vector<std::string> found;
       for (const auto& entry : fs::directory_iterator(p, ec))
-        if (entry.is_regular_file() && entry.path().extension() == ".json") found.push_back(entry.path().string());
+        if (entry.is_regular_file() && entry.path().extension() == ".json")
+          found.push_back(entry.path().string());
       DDP_CHECK(!ec, "cannot list folder '", p, "': ", ec.message());
-      DDP_CHECK(!found.empty(), "folder '", p, "' holds no *.json file: is it the dump folder? Flight recorder "
+      DDP_CHECK(!found.empty(), "folder '", p,
+                "' holds no *.json file: is it the dump folder? Flight recorder "
                 "dumps are named flight.rank<R>.json");
       std::sort(found.begin(), found.end());
       files.insert(files.end(), found.begin(), found.end());

@@ -48,7 +48,7 @@ struct GroupRecord {
   std::string reason;           // failure | signal | exit | demand, "" when unknown
   int64_t dumped_unix_ns = -1;  // -1: unknown
   int64_t clock_steady_ns = 0, clock_unix_ns = 0;
-  std::string failure;  // the group's first failure message, "" when none
+  std::string failure;             // the group's first failure message, "" when none
   std::vector<DumpEntry> entries;  // oldest first, seqs ascending
 
   // A steady timestamp of this process on the wall clock (ns since the epoch); -1 stays -1.

@@ -103,12 +103,14 @@ std::string record_line(const GroupAnalysis& g, int r) {
   if (rec->capacity == 0)
     s += ", recorder off";
   else if (!rec->entries.empty())
-    s += " (window #" + std::to_string(rec->entries.front().seq) + " to #" + std::to_string(rec->entries.back().seq) +
-         " of a " + std::to_string(rec->capacity) + "-entry ring)";
+    s += " (window #" + std::to_string(rec->entries.front().seq) + " to #" +
+         std::to_string(rec->entries.back().seq) + " of a " + std::to_string(rec->capacity) + "-entry ring)";
   if (!rec->reason.empty()) s += ", dumped on " + rec->reason;
-  if (rec->dumped_unix_ns >= 0) s += (rec->reason.empty() ? ", dumped at " : " at ") + wall_time_text(rec->dumped_unix_ns);
+  if (rec->dumped_unix_ns >= 0)
+    s += (rec->reason.empty() ? ", dumped at " : " at ") + wall_time_text(rec->dumped_unix_ns);
   if (rec->pid >= 0) s += ", pid " + std::to_string(rec->pid) + (rec->host.empty() ? "" : " on " + rec->host);
-  if (rec->global_rank >= 0 && (rec->global_rank != r || rec->inner())) s += ", global rank " + std::to_string(rec->global_rank);
+  if (rec->global_rank >= 0 && (rec->global_rank != r || rec->inner()))
+    s += ", global rank " + std::to_string(rec->global_rank);
   s += ", " + rec->file;
   if (!rec->failure.empty()) s += "\n      failure: " + log::for_user(rec->failure);
   return s;
@@ -172,14 +174,15 @@ std::string format_flight_report(const FlightAnalysis& a, const ReportOptions& o
     if (i != a.lead) order.push_back(i);
   for (size_t i : order) {
     const GroupAnalysis& g = a.groups[i];
-    out << "\ngroup " << g.group << " (" << (g.backend.empty() ? "" : g.backend + ", ") << "world " << g.world_size
-        << ")\n";
+    out << "\ngroup " << g.group << " (" << (g.backend.empty() ? "" : g.backend + ", ") << "world "
+        << g.world_size << ")\n";
     const std::string table = format_flight_table(g, options);
     if (!table.empty()) out << table;
     out << "records:\n";
     for (int r = 0; r < g.world_size; ++r) out << record_line(g, r) << "\n";
     out << "divergences:\n";
-    for (const Divergence& d : g.divergences) out << "  - " << divergence_kind_name(d.kind) << ": " << d.sentence << "\n";
+    for (const Divergence& d : g.divergences)
+      out << "  - " << divergence_kind_name(d.kind) << ": " << d.sentence << "\n";
   }
   return out.str();
 }
@@ -220,13 +223,17 @@ std::string flight_chrome_trace(const std::vector<GroupRecord>& records) {
       if (start < 0) continue;
       int64_t end = r.to_unix(e.ended_ns);
       if (end < 0) end = e.pending() && r.dumped_unix_ns >= 0 ? std::max(start, r.dumped_unix_ns) : start;
-      json args = {{"group", r.group},        {"seq", e.seq},     {"op", e.op},
-                   {"dtype", e.dtype},        {"count", e.count}, {"bytes", entry_bytes(e)},
+      json args = {{"group", r.group},         {"seq", e.seq},     {"op", e.op},
+                   {"dtype", e.dtype},         {"count", e.count}, {"bytes", entry_bytes(e)},
                    {"iteration", e.iteration}, {"state", e.state}, {"issuer", e.issuer}};
       args["bucket"] = e.bucket >= 0 ? json(e.bucket) : json(nullptr);
       args["params"] = e.params.empty() ? json(nullptr) : json(e.params);
-      json ev = {{"name", e.op + " #" + std::to_string(e.seq)}, {"cat", "collective"}, {"ph", "X"},
-                 {"pid", pid}, {"tid", tid}, {"args", std::move(args)}};
+      json ev = {{"name", e.op + " #" + std::to_string(e.seq)},
+                 {"cat", "collective"},
+                 {"ph", "X"},
+                 {"pid", pid},
+                 {"tid", tid},
+                 {"args", std::move(args)}};
       events.push_back({start, end, pid, std::move(ev)});
     }
   }
@@ -236,19 +243,22 @@ std::string flight_chrome_trace(const std::vector<GroupRecord>& records) {
   const int64_t t0 = events.empty() ? 0 : events.front().start_ns;
   json trace = json::array();
   for (const auto& [pid, name] : process_names)
-    trace.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", pid}, {"tid", 0}, {"args", {{"name", name}}}});
+    trace.push_back(
+        {{"name", "process_name"}, {"ph", "M"}, {"pid", pid}, {"tid", 0}, {"args", {{"name", name}}}});
   for (const auto& [pid, tid] : threads) {
     std::string group;
     for (const auto& [name, t] : tid_of)
       if (t == tid) group = name;
-    trace.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", tid}, {"args", {{"name", group}}}});
+    trace.push_back(
+        {{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", tid}, {"args", {{"name", group}}}});
   }
   for (Event& e : events) {
     e.j["ts"] = static_cast<double>(e.start_ns - t0) / 1e3;
     e.j["dur"] = static_cast<double>(e.end_ns - e.start_ns) / 1e3;
     trace.push_back(std::move(e.j));
   }
-  json doc = {{"traceEvents", std::move(trace)}, {"displayTimeUnit", "ms"}, {"otherData", {{"t0_unix_ns", t0}}}};
+  json doc = {
+      {"traceEvents", std::move(trace)}, {"displayTimeUnit", "ms"}, {"otherData", {{"t0_unix_ns", t0}}}};
   return doc.dump(1) + "\n";
 }
 

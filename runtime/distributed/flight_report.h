@@ -1,7 +1,7 @@
 // flight_report.h - what ddp_flight prints and writes from a FlightAnalysis (flight_analysis.h): the text
-// report (the headline sentence first, then per group a table of the collectives around the divergence side by
-// side per rank, the ranks' records and the list of divergences), and a Chrome trace of the dumped window with
-// every rank as one process on the common wall clock. Examples: docs/debugging.md "Reading dumps with
+// report (the headline sentence first, then per group a table of the collectives around the divergence side
+// by side per rank, the ranks' records and the list of divergences), and a Chrome trace of the dumped window
+// with every rank as one process on the common wall clock. Examples: docs/debugging.md "Reading dumps with
 // ddp_flight".
 #pragma once
 #include <cstddef>

@@ -17,8 +17,8 @@ namespace ddp::testing::flight {
 using nlohmann::json;
 
 constexpr int64_t kUnixBase = 1764633600000000000;  // 2025-12-02 00:00:00 UTC
-constexpr int64_t kStepNs = 10000000;                // collectives are issued 10 ms apart
-constexpr int64_t kDurationNs = 7900000;             // and each takes 7.9 ms
+constexpr int64_t kStepNs = 10000000;               // collectives are issued 10 ms apart
+constexpr int64_t kDurationNs = 7900000;            // and each takes 7.9 ms
 
 struct RankRecord {
   std::string group = "pg0";
@@ -37,17 +37,28 @@ struct RankRecord {
 inline int64_t steady_anchor(int rank) { return 5000000000LL * (rank + 1) + 123; }
 inline int64_t unix_anchor(int rank) { return kUnixBase + 1000 * rank; }
 // Steady time at which `rank` issued `seq`.
-inline int64_t issued_at(int rank, uint64_t seq) { return steady_anchor(rank) + 1000 + static_cast<int64_t>(seq) * kStepNs; }
+inline int64_t issued_at(int rank, uint64_t seq) {
+  return steady_anchor(rank) + 1000 + static_cast<int64_t>(seq) * kStepNs;
+}
 
 // One DDP bucket's all-reduce (RankRecord::buckets, shift say which bucket of which iteration).
 inline json make_entry(int rank, uint64_t seq, int version = 2, uint64_t buckets = 4, uint64_t shift = 0) {
   const int64_t bucket = static_cast<int64_t>((seq + shift) % buckets);
   const int64_t issued = issued_at(rank, seq);
-  json e = {{"seq", seq},           {"op", "allreduce"},   {"dtype", "float32"},
-            {"count", 262144},      {"reduce_op", "sum"},  {"root", -1},
-            {"state", "completed"}, {"issuer", "ddp bucket"}, {"iteration", static_cast<int64_t>((seq + shift) / buckets + 1)},
-            {"issued_ns", issued},  {"started_ns", issued + 100}, {"ended_ns", issued + 100 + kDurationNs},
-            {"issued_unix_ns", issued - steady_anchor(rank) + unix_anchor(rank)}, {"duration_ns", kDurationNs}};
+  json e = {{"seq", seq},
+            {"op", "allreduce"},
+            {"dtype", "float32"},
+            {"count", 262144},
+            {"reduce_op", "sum"},
+            {"root", -1},
+            {"state", "completed"},
+            {"issuer", "ddp bucket"},
+            {"iteration", static_cast<int64_t>((seq + shift) / buckets + 1)},
+            {"issued_ns", issued},
+            {"started_ns", issued + 100},
+            {"ended_ns", issued + 100 + kDurationNs},
+            {"issued_unix_ns", issued - steady_anchor(rank) + unix_anchor(rank)},
+            {"duration_ns", kDurationNs}};
   if (version >= 2) {
     e["bucket"] = bucket;
     e["bucket_bytes"] = 1048576;
@@ -76,17 +87,24 @@ inline json make_record(const RankRecord& r) {
   const uint64_t cap = static_cast<uint64_t>(r.capacity);
   for (uint64_t s = r.recorded > cap ? r.recorded - cap : 0; s < r.recorded; ++s)
     entries.push_back(make_entry(r.rank, s, r.version, r.buckets, r.shift));
-  json j = {{"version", r.version},   {"group", r.group},       {"backend", r.backend},
-            {"rank", r.rank},         {"world_size", r.world},  {"capacity", r.capacity},
-            {"recorded", r.recorded}, {"clock", {{"steady_ns", steady_anchor(r.rank)}, {"unix_ns", unix_anchor(r.rank)}}},
-            {"failure", nullptr},     {"entries", entries}};
+  json j = {{"version", r.version},
+            {"group", r.group},
+            {"backend", r.backend},
+            {"rank", r.rank},
+            {"world_size", r.world},
+            {"capacity", r.capacity},
+            {"recorded", r.recorded},
+            {"clock", {{"steady_ns", steady_anchor(r.rank)}, {"unix_ns", unix_anchor(r.rank)}}},
+            {"failure", nullptr},
+            {"entries", entries}};
   if (r.version >= 2) {
     const uint64_t last = r.recorded == 0 ? 0 : r.recorded - 1;
     j["pid"] = 1000 + (r.global_rank >= 0 ? r.global_rank : r.rank);  // one process per global rank
     j["host"] = "node1";
     j["global_rank"] = r.global_rank >= 0 ? r.global_rank : r.rank;
     j["reason"] = r.reason;
-    j["dumped_unix_ns"] = issued_at(r.rank, last) - steady_anchor(r.rank) + unix_anchor(r.rank) + 600000000000LL;
+    j["dumped_unix_ns"] =
+        issued_at(r.rank, last) - steady_anchor(r.rank) + unix_anchor(r.rank) + 600000000000LL;
   }
   return j;
 }
@@ -136,7 +154,8 @@ inline Files missing_issue_scenario() {
       e["bucket_bytes"] = 1258291;
       e["params"] = "blocks.1.mlp.fc2.weight .. blocks.1.ln2.bias";
       make_failed(e, 600000000000LL);
-      rec["failure"] = "collective timeout after 600 s: allreduce #4812 (262144 x float32, sum) waiting for rank 1";
+      rec["failure"] =
+          "collective timeout after 600 s: allreduce #4812 (262144 x float32, sum) waiting for rank 1";
     } else {
       rec["reason"] = "signal";
     }
@@ -157,7 +176,8 @@ inline Files mismatch_scenario() {
     json rec = make_record(rr);
     json& e = entry_of(rec, 57);
     e["bucket"] = r == 2 ? 2 : 3;
-    e["params"] = r == 2 ? "blocks.0.attn.qkv.weight .. blocks.0.ln1.bias" : "blocks.1.mlp.fc2.weight .. blocks.1.ln2.bias";
+    e["params"] = r == 2 ? "blocks.0.attn.qkv.weight .. blocks.0.ln1.bias"
+                         : "blocks.1.mlp.fc2.weight .. blocks.1.ln2.bias";
     e["count"] = r == 2 ? 131072 : 262144;
     e["bucket_bytes"] = r == 2 ? 524288 : 1048576;
     make_failed(e, 2000000);
@@ -270,7 +290,8 @@ inline Files rank_ahead_scenario() {
   return files;
 }
 
-// World 3, dumped on demand at different times: rank 2's record ends at #49, ranks 0 and 1 completed up to #59.
+// World 3, dumped on demand at different times: rank 2's record ends at #49, ranks 0 and 1 completed up to
+// #59.
 inline Files older_dump_scenario() {
   Files files;
   for (int r = 0; r < 3; ++r) {

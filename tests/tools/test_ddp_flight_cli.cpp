@@ -32,7 +32,8 @@ std::string tool() { return std::string(DDP_BIN_DIR) + "/ddp_flight"; }
 std::string scenario_dir(const std::string& name) {
   const char* keep = std::getenv("DDP_FLIGHT_EXAMPLES");
   fs::path p = keep && *keep ? fs::path(keep) / name
-                             : fs::temp_directory_path() / ("ddp_flight_cli_" + name + "_" + std::to_string(::getpid()));
+                             : fs::temp_directory_path() /
+                                   ("ddp_flight_cli_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(p);
   fs::create_directories(p);
   return p.string();
@@ -73,10 +74,12 @@ TEST(DdpFlightCli, FirstLineIsTheSentenceOfEachKind) {
       {"mismatch", mismatch_scenario(), "at collective #57 the ranks disagree on the count: rank 2 issued "},
       {"uneven_steps", uneven_steps_scenario(), "rank 1 had finished after #99 (its group was destroyed)"},
       {"rank_ahead", rank_ahead_scenario(), "rank 1 never issued allreduce #40 "},
-      {"older_dump", older_dump_scenario(), "rank 2's record ends at #49, 10 collectives before ranks 0 and 1's"},
+      {"older_dump", older_dump_scenario(),
+       "rank 2's record ends at #49, 10 collectives before ranks 0 and 1's"},
       {"partial_completion", partial_completion_scenario(), "allreduce #20 (bucket 0: "},
       {"no_dump", no_dump_scenario(), "rank 3 left no dump"},
-      {"no_overlap", no_overlap_scenario(), "rank 0's ring starts at #300, after rank 1's record ends at #99"},
+      {"no_overlap", no_overlap_scenario(),
+       "rank 0's ring starts at #300, after rank 1's record ends at #99"},
       {"nothing", nothing_scenario(4, 4813), "every rank completed everything up to allreduce #4812"},
       {"hier_inner", hier_scenario(true, false), "in group pg0/host1: rank 1 (global rank 3) never issued"},
       {"nothing_world1", nothing_scenario(1, 7), "the only rank (world 1) completed everything up to"},
@@ -113,9 +116,10 @@ TEST(DdpFlightCli, LastGroupAndFilesInsteadOfAFolder) {
   // --group: a name not in the dumps is an input error listing the names there are.
   r = run({"--group", "pg7", dir});
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.err.find("ddp_flight: no record of group 'pg7' in the dumps; they hold pg0: pick one of those with "
-                       "--group"),
-            std::string::npos)
+  EXPECT_NE(
+      r.err.find("ddp_flight: no record of group 'pg7' in the dumps; they hold pg0: pick one of those with "
+                 "--group"),
+      std::string::npos)
       << r.err;
   r = run({"--group", "pg0", dir});
   EXPECT_EQ(r.exit_code, 0) << r.err;
@@ -180,11 +184,13 @@ TEST(DdpFlightCli, BadInputAndUsageExitWithTwoAndSayTheFix) {
 TEST(DdpFlightCli, QuotedFailuresLoseTheirSourceLocations) {
   const std::string dir = scenario_dir("locations");
   Files files = partial_completion_scenario();
-  files[1].second["failure"] = "/work/main/runtime/distributed/gloo_group.cpp:321: gloo: connection reset by peer";
+  files[1].second["failure"] =
+      "/work/main/runtime/distributed/gloo_group.cpp:321: gloo: connection reset by peer";
   write_files(dir, files);
   const auto r = run({dir});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(first_line(r.out).find("rank 1's error: gloo: connection reset by peer"), std::string::npos) << r.out;
+  EXPECT_NE(first_line(r.out).find("rank 1's error: gloo: connection reset by peer"), std::string::npos)
+      << r.out;
   EXPECT_EQ(r.out.find("gloo_group.cpp:321"), std::string::npos) << r.out;
   fs::remove_all(dir);
 }

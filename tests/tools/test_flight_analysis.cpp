@@ -1,7 +1,8 @@
-// test_flight_analysis.cpp - the flight recorder analyzer (runtime/distributed/flight_analysis.h) on synthetic
-// dumps (flight_dump_builder.h): each kind of divergence names the right rank, collective and bucket over
-// worlds 1-4, wrapped and unwrapped rings and every rank as the culprit; version-1 records, hier's inner
-// groups, process records; the report's table; the Chrome trace. Bad input: test_flight_dump_reader.cpp.
+// test_flight_analysis.cpp - the flight recorder analyzer (runtime/distributed/flight_analysis.h) on
+// synthetic dumps (flight_dump_builder.h): each kind of divergence names the right rank, collective and
+// bucket over worlds 1-4, wrapped and unwrapped rings and every rank as the culprit; version-1 records,
+// hier's inner groups, process records; the report's table; the Chrome trace. Bad input:
+// test_flight_dump_reader.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -59,9 +60,10 @@ json to_version_1(json rec) {
 
 TEST(FlightAnalysis, MissingIssueNamesTheRankTheCollectiveTheBucketAndTheWait) {
   const auto a = analyze(missing_issue_scenario());
-  EXPECT_EQ(a.headline,
-            "rank 1 never issued allreduce #4812 (bucket 3: blocks.1.mlp.fc2.weight .. blocks.1.ln2.bias, 1.2 MiB, "
-            "iteration 402); ranks 0, 2 and 3 waited 600 s; rank 1's last completed collective is #4811");
+  EXPECT_EQ(
+      a.headline,
+      "rank 1 never issued allreduce #4812 (bucket 3: blocks.1.mlp.fc2.weight .. blocks.1.ln2.bias, 1.2 MiB, "
+      "iteration 402); ranks 0, 2 and 3 waited 600 s; rank 1's last completed collective is #4811");
   ASSERT_EQ(a.groups.size(), 1u);
   const auto& d = a.groups[0].lead();
   EXPECT_EQ(d.kind, DivergenceKind::MissingIssue);
@@ -81,8 +83,9 @@ TEST(FlightAnalysis, MissingIssueOverWorldsCulpritsRingSizesAndStates) {
   for (int world = 2; world <= 4; ++world)
     for (int culprit = 0; culprit < world; ++culprit)
       for (int64_t cap : {1, 2, 3, 7, 64})  // the default 2000: the test above
-        for (uint64_t v : {uint64_t{1}, uint64_t{2}, static_cast<uint64_t>(cap) - 1, static_cast<uint64_t>(cap),
-                           static_cast<uint64_t>(cap) + 1, uint64_t{13}, uint64_t{4812}}) {
+        for (uint64_t v :
+             {uint64_t{1}, uint64_t{2}, static_cast<uint64_t>(cap) - 1, static_cast<uint64_t>(cap),
+              static_cast<uint64_t>(cap) + 1, uint64_t{13}, uint64_t{4812}}) {
           if (v == 0) continue;
           const bool failed = rng() % 2 == 0;
           Files files;
@@ -101,8 +104,9 @@ TEST(FlightAnalysis, MissingIssueOverWorldsCulpritsRingSizesAndStates) {
             }
             files.push_back({file_name(rec), rec});
           }
-          SCOPED_TRACE("world " + std::to_string(world) + " culprit " + std::to_string(culprit) + " capacity " +
-                       std::to_string(cap) + " v " + std::to_string(v) + (failed ? " failed" : " pending"));
+          SCOPED_TRACE("world " + std::to_string(world) + " culprit " + std::to_string(culprit) +
+                       " capacity " + std::to_string(cap) + " v " + std::to_string(v) +
+                       (failed ? " failed" : " pending"));
           const auto a = analyze(files);
           const auto& d = a.groups[0].lead();
           ASSERT_EQ(d.kind, DivergenceKind::MissingIssue) << a.headline;
@@ -114,7 +118,8 @@ TEST(FlightAnalysis, MissingIssueOverWorldsCulpritsRingSizesAndStates) {
                                     std::to_string(v) + " "),
                     std::string::npos)
               << a.headline;
-          EXPECT_NE(a.headline.find("last completed collective is #" + std::to_string(v - 1)), std::string::npos)
+          EXPECT_NE(a.headline.find("last completed collective is #" + std::to_string(v - 1)),
+                    std::string::npos)
               << a.headline;
         }
 }
@@ -164,10 +169,11 @@ TEST(FlightAnalysis, MismatchNamesTheOddRankBothCallsAndTheBuckets) {
   EXPECT_EQ(d.field, "count");
   EXPECT_EQ(d.ranks, std::vector<int>({2}));
   EXPECT_EQ(d.others, std::vector<int>({0, 1}));
-  EXPECT_NE(a.headline.find("at collective #57 the ranks disagree on the count: rank 2 issued allreduce float32 x "
-                            "131072 (bucket 2: blocks.0.attn.qkv.weight .. blocks.0.ln1.bias, 512 KiB, iteration 15) "
-                            "where ranks 0 and 1 issued allreduce float32 x 262144 (bucket 3: "
-                            "blocks.1.mlp.fc2.weight .. blocks.1.ln2.bias, 1 MiB, iteration 15)"),
+  EXPECT_NE(a.headline.find(
+                "at collective #57 the ranks disagree on the count: rank 2 issued allreduce float32 x "
+                "131072 (bucket 2: blocks.0.attn.qkv.weight .. blocks.0.ln1.bias, 512 KiB, iteration 15) "
+                "where ranks 0 and 1 issued allreduce float32 x 262144 (bucket 3: "
+                "blocks.1.mlp.fc2.weight .. blocks.1.ln2.bias, 1 MiB, iteration 15)"),
             std::string::npos)
       << a.headline;
   // The failed #57 on every rank is a consequence, listed after it.
@@ -188,13 +194,24 @@ TEST(FlightAnalysis, MismatchOfEachFieldAndEachOddRank) {
       {"count", [](json& e) { e["count"] = 1; }, "allreduce float32 x 1"},
       {"reduce_op", [](json& e) { e["reduce_op"] = "max"; }, "allreduce float32 x 262144 (max)"},
       {"root", [](json& e) { e["root"] = 1; }, "allreduce float32 x 262144 from root 1"},
-      {"op and root", [](json& e) { e["op"] = "broadcast"; e["root"] = 0; }, "broadcast float32 x 262144 from root 0"},
-      {"dtype and count", [](json& e) { e["dtype"] = "int64"; e["count"] = 0; }, "allreduce int64 x 0"},
+      {"op and root",
+       [](json& e) {
+         e["op"] = "broadcast";
+         e["root"] = 0;
+       },
+       "broadcast float32 x 262144 from root 0"},
+      {"dtype and count",
+       [](json& e) {
+         e["dtype"] = "int64";
+         e["count"] = 0;
+       },
+       "allreduce int64 x 0"},
   };
   for (const Case& c : cases)
     for (int world = 2; world <= 3; ++world)
       for (int odd = 0; odd < world; ++odd) {
-        SCOPED_TRACE(std::string(c.field) + " world " + std::to_string(world) + " odd " + std::to_string(odd));
+        SCOPED_TRACE(std::string(c.field) + " world " + std::to_string(world) + " odd " +
+                     std::to_string(odd));
         Files files;
         for (int r = 0; r < world; ++r) {
           RankRecord rr;
@@ -248,8 +265,10 @@ TEST(FlightAnalysis, MismatchOfBucketsWhenTheCallsAgree) {
   EXPECT_EQ(d.kind, DivergenceKind::Mismatch) << a.headline;
   EXPECT_EQ(d.seq, 7u);
   EXPECT_EQ(d.field, "bucket");
-  EXPECT_NE(a.headline.find("rank 0 issued allreduce float32 x 262144 (bucket 3"), std::string::npos) << a.headline;
-  EXPECT_NE(a.headline.find("rank 1 issued allreduce float32 x 262144 (bucket 0"), std::string::npos) << a.headline;
+  EXPECT_NE(a.headline.find("rank 0 issued allreduce float32 x 262144 (bucket 3"), std::string::npos)
+      << a.headline;
+  EXPECT_NE(a.headline.find("rank 1 issued allreduce float32 x 262144 (bucket 0"), std::string::npos)
+      << a.headline;
   // The hang it leads to is listed too.
   const auto* m = find_kind(a.groups[0], DivergenceKind::MissingIssue);
   ASSERT_NE(m, nullptr);
@@ -264,11 +283,13 @@ TEST(FlightAnalysis, UnevenStepsSaysTheRankFinishedAndPointsAtJoin) {
   EXPECT_EQ(d.seq, 100u);
   EXPECT_EQ(d.ranks, std::vector<int>({1}));
   EXPECT_EQ(d.others, std::vector<int>({0}));
-  EXPECT_EQ(a.headline,
-            "rank 1 had finished after #99 (its group was destroyed) while rank 0 issued allreduce #100 in iteration "
-            "26 (bucket 0: layer0.weight .. layer0.bias, 1 MiB) and waited 600 s: the ranks ran different numbers "
-            "of steps (uneven inputs); give every rank the same number of batches, or wrap the training loop in "
-            "ddp::Join");
+  EXPECT_EQ(
+      a.headline,
+      "rank 1 had finished after #99 (its group was destroyed) while rank 0 issued allreduce #100 in "
+      "iteration "
+      "26 (bucket 0: layer0.weight .. layer0.bias, 1 MiB) and waited 600 s: the ranks ran different numbers "
+      "of steps (uneven inputs); give every rank the same number of batches, or wrap the training loop in "
+      "ddp::Join");
 }
 
 TEST(FlightAnalysis, RankAheadByKCollectivesIsSaidAfterTheMissingIssue) {
@@ -282,7 +303,8 @@ TEST(FlightAnalysis, RankAheadByKCollectivesIsSaidAfterTheMissingIssue) {
   EXPECT_EQ(ahead->ranks, std::vector<int>({0}));
   EXPECT_EQ(ahead->others, std::vector<int>({1}));
   EXPECT_EQ(ahead->sentence,
-            "rank 0 is 3 collectives ahead of rank 1: issued #40 to #42, none of them completed (queued behind #40)");
+            "rank 0 is 3 collectives ahead of rank 1: issued #40 to #42, none of them completed (queued "
+            "behind #40)");
 }
 
 // The behind rank's dump is older: the ahead rank completed what the behind one had not issued yet, so
@@ -295,10 +317,11 @@ TEST(FlightAnalysis, AnOlderDumpIsNotABehindRank) {
   EXPECT_EQ(d.ahead_by, 10);
   EXPECT_EQ(d.ranks, std::vector<int>({0, 1}));
   EXPECT_EQ(d.others, std::vector<int>({2}));
-  EXPECT_EQ(a.headline,
-            "rank 2's record ends at #49, 10 collectives before ranks 0 and 1's, which completed #50: its dump is "
-            "older (written 100 ms earlier, reason demand), so it was not behind in the job; compare dumps written "
-            "at the same time");
+  EXPECT_EQ(
+      a.headline,
+      "rank 2's record ends at #49, 10 collectives before ranks 0 and 1's, which completed #50: its dump is "
+      "older (written 100 ms earlier, reason demand), so it was not behind in the job; compare dumps written "
+      "at the same time");
   EXPECT_EQ(find_kind(a.groups[0], DivergenceKind::MissingIssue), nullptr);
 }
 
@@ -309,10 +332,11 @@ TEST(FlightAnalysis, CompletedOnSomeRanksOnly) {
   EXPECT_EQ(d.seq, 20u);
   EXPECT_EQ(d.ranks, std::vector<int>({1, 3}));
   EXPECT_EQ(d.others, std::vector<int>({0, 2}));
-  EXPECT_EQ(a.headline,
-            "allreduce #20 (bucket 0: layer0.weight .. layer0.bias, 1 MiB, iteration 6) completed on ranks 0 and 2 "
-            "only; ranks 1 and 3 did not complete it (waited 30 s and failed); rank 1's error: gloo: connection "
-            "reset by peer");
+  EXPECT_EQ(
+      a.headline,
+      "allreduce #20 (bucket 0: layer0.weight .. layer0.bias, 1 MiB, iteration 6) completed on ranks 0 and 2 "
+      "only; ranks 1 and 3 did not complete it (waited 30 s and failed); rank 1's error: gloo: connection "
+      "reset by peer");
 }
 
 TEST(FlightAnalysis, ARankThatLeftNoDumpIsNamedAndTheRestAnalysed) {
@@ -326,7 +350,8 @@ TEST(FlightAnalysis, ARankThatLeftNoDumpIsNamedAndTheRestAnalysed) {
   EXPECT_EQ(d.others, std::vector<int>({0, 1, 2}));
   EXPECT_EQ(d.seq, 30u);
   EXPECT_EQ(a.headline,
-            "rank 3 left no dump (crashed, killed or stopped: see its exit in the launcher's log); ranks 0-2 waited "
+            "rank 3 left no dump (crashed, killed or stopped: see its exit in the launcher's log); ranks 0-2 "
+            "waited "
             "600 s on allreduce #30 (bucket 2: layer2.weight .. layer2.bias, 1 MiB, iteration 8); the last "
             "collective every dumped rank completed is #29");
 }
@@ -368,10 +393,12 @@ TEST(FlightAnalysis, RingsThatDoNotOverlapAreSaidNotGuessed) {
   EXPECT_EQ(d.seq, 100u);
   EXPECT_EQ(d.ranks, std::vector<int>({0}));
   EXPECT_EQ(d.others, std::vector<int>({1}));
-  EXPECT_EQ(a.headline,
-            "rank 0's ring starts at #300, after rank 1's record ends at #99: the windows do not overlap (rank 0 "
-            "issued 2200 collectives past it and the 2000-entry ring wrapped), so the dumps cannot show whether rank "
-            "0 completed #100; raise DDP_FLIGHT_RECORDER_ENTRIES or dump sooner");
+  EXPECT_EQ(
+      a.headline,
+      "rank 0's ring starts at #300, after rank 1's record ends at #99: the windows do not overlap (rank 0 "
+      "issued 2200 collectives past it and the 2000-entry ring wrapped), so the dumps cannot show whether "
+      "rank "
+      "0 completed #100; raise DDP_FLIGHT_RECORDER_ENTRIES or dump sooner");
   EXPECT_EQ(find_kind(a.groups[0], DivergenceKind::MissingIssue), nullptr);
   EXPECT_EQ(find_kind(a.groups[0], DivergenceKind::RankAhead), nullptr);
 }
@@ -392,7 +419,8 @@ TEST(FlightAnalysis, EveryRankWaitingOnTheSameCollective) {
     EXPECT_EQ(d.kind, DivergenceKind::AllWaiting) << a.headline;
     EXPECT_EQ(d.seq, 9u);
     EXPECT_EQ(d.ranks.size(), static_cast<size_t>(world));
-    EXPECT_EQ(a.headline.rfind(world == 1 ? "the only rank issued allreduce #9" : "every rank issued allreduce #9", 0),
+    EXPECT_EQ(a.headline.rfind(
+                  world == 1 ? "the only rank issued allreduce #9" : "every rank issued allreduce #9", 0),
               0u)
         << a.headline;
   }
@@ -420,8 +448,8 @@ TEST(FlightAnalysis, ARankWithTheRecorderOffIsLeftOut) {
 TEST(FlightAnalysis, NothingDivergedSaysUpToWhere) {
   for (int world = 1; world <= 4; ++world)
     for (int64_t cap : {1, 2, 5, 64})
-      for (uint64_t recorded : {uint64_t{0}, uint64_t{1}, static_cast<uint64_t>(cap), static_cast<uint64_t>(cap) + 1,
-                                uint64_t{4813}}) {
+      for (uint64_t recorded : {uint64_t{0}, uint64_t{1}, static_cast<uint64_t>(cap),
+                                static_cast<uint64_t>(cap) + 1, uint64_t{4813}}) {
         SCOPED_TRACE("world " + std::to_string(world) + " capacity " + std::to_string(cap) + " recorded " +
                      std::to_string(recorded));
         const auto a = analyze(nothing_scenario(world, recorded, cap));
@@ -451,9 +479,10 @@ TEST(FlightAnalysis, Version1RecordsAreReadWithoutTheNewFields) {
   for (auto& [name, doc] : missing_issue_scenario()) v1.push_back({name, to_version_1(doc)});
   const auto a = analyze(v1);
   EXPECT_EQ(a.groups[0].lead().kind, DivergenceKind::MissingIssue);
-  EXPECT_EQ(a.headline,
-            "rank 1 never issued allreduce #4812 (ddp bucket, float32 x 262144, iteration 402); ranks 0, 2 and 3 "
-            "waited 600 s; rank 1's last completed collective is #4811");
+  EXPECT_EQ(
+      a.headline,
+      "rank 1 never issued allreduce #4812 (ddp bucket, float32 x 262144, iteration 402); ranks 0, 2 and 3 "
+      "waited 600 s; rank 1's last completed collective is #4811");
   // Pending with no dump time: how long is unknown.
   Files pending;
   for (auto& [name, doc] : rank_ahead_scenario()) pending.push_back({name, to_version_1(doc)});
@@ -533,7 +562,8 @@ TEST(FlightAnalysis, ProcessRecordsAndGroupRecordsTogether) {
   bare.erase("pid");
   bare.erase("reason");
   const auto parsed = fl::parse_flight_dump(
-      json{{"version", 2}, {"reason", "demand"}, {"pid", 77}, {"groups", json::array({bare})}}.dump(), "p.json");
+      json{{"version", 2}, {"reason", "demand"}, {"pid", 77}, {"groups", json::array({bare})}}.dump(),
+      "p.json");
   ASSERT_EQ(parsed.size(), 1u);
   EXPECT_EQ(parsed[0].pid, 77);
   EXPECT_EQ(parsed[0].reason, "demand");
@@ -552,7 +582,8 @@ TEST(FlightReport, TableShowsTheLastCollectivesAroundTheDivergencePerRank) {
   EXPECT_NE(lines[0].find("seq   rank 0"), std::string::npos) << table;
   EXPECT_NE(lines[0].find("rank 3"), std::string::npos) << table;
   EXPECT_EQ(lines[1].rfind("  4809  allreduce float32 x 262144 completed 7.9 ms", 0), 0u) << table;
-  EXPECT_EQ(lines[4].rfind("> 4812  allreduce float32 x 262144 failed after 600 s  not issued", 0), 0u) << table;
+  EXPECT_EQ(lines[4].rfind("> 4812  allreduce float32 x 262144 failed after 600 s  not issued", 0), 0u)
+      << table;
   EXPECT_NE(lines[4].find("bucket 3: blocks.1.mlp.fc2.weight .. blocks.1.ln2.bias, 1.2 MiB, ddp bucket, "
                           "iteration 402"),
             std::string::npos)
@@ -561,9 +592,10 @@ TEST(FlightReport, TableShowsTheLastCollectivesAroundTheDivergencePerRank) {
   const std::string report = fl::format_flight_report(a, {.last = 4});
   EXPECT_EQ(report.rfind(a.headline + "\n", 0), 0u);
   EXPECT_NE(report.find("group pg0 (shm, world 4)"), std::string::npos);
-  EXPECT_NE(report.find("records:\n  rank 0: recorded 4813 (window #2813 to #4812 of a 2000-entry ring), dumped on "
-                        "failure at 2025-12-02 00:10:48 UTC, pid 1000 on node1, flight.rank0.json"),
-            std::string::npos)
+  EXPECT_NE(
+      report.find("records:\n  rank 0: recorded 4813 (window #2813 to #4812 of a 2000-entry ring), dumped on "
+                  "failure at 2025-12-02 00:10:48 UTC, pid 1000 on node1, flight.rank0.json"),
+      std::string::npos)
       << report;
   EXPECT_NE(report.find("divergences:\n  - missing issue: rank 1 never issued"), std::string::npos) << report;
 }
@@ -694,7 +726,8 @@ TEST(FlightAnalysis, RandomRecordsAlwaysGiveALeadSentence) {
     EXPECT_FALSE(a.headline.empty());
     for (const auto& g : a.groups) {
       ASSERT_FALSE(g.divergences.empty());
-      for (const auto& d : g.divergences) EXPECT_FALSE(d.sentence.empty()) << fl::divergence_kind_name(d.kind);
+      for (const auto& d : g.divergences)
+        EXPECT_FALSE(d.sentence.empty()) << fl::divergence_kind_name(d.kind);
     }
     const std::string report = fl::format_flight_report(a, {.last = 1 + rng() % 9});
     EXPECT_EQ(report.rfind(a.headline + "\n", 0), 0u);

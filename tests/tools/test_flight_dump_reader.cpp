@@ -132,8 +132,9 @@ TEST(FlightDumpReader, BadDocumentsNameTheFileAndTheFix) {
   EXPECT_HAS(parse_error("{\"traceEvents\": []}"), "nor a process record");
   json rec = make_record(RankRecord{});
   rec["version"] = 3;
-  EXPECT_HAS(parse_error(rec.dump()), "schema version 3 is newer than this ddp_flight reads (1 to 2); use the "
-                                      "ddp_flight of the ddp.cpp build that wrote the dump");
+  EXPECT_HAS(parse_error(rec.dump()),
+             "schema version 3 is newer than this ddp_flight reads (1 to 2); use the "
+             "ddp_flight of the ddp.cpp build that wrote the dump");
   rec["version"] = 0;
   EXPECT_HAS(parse_error(rec.dump()), "schema version 0 is not a flight recorder version");
   rec["version"] = "2";
@@ -143,7 +144,8 @@ TEST(FlightDumpReader, BadDocumentsNameTheFileAndTheFix) {
   EXPECT_HAS(parse_error(rec.dump()), "d/flight.rank0.json: field \"recorded\" is missing");
   rec = make_record(RankRecord{});
   rec["entries"][3]["count"] = 1.5;
-  EXPECT_HAS(parse_error(rec.dump()), "d/flight.rank0.json entries[3]: field \"count\" is a number with a fraction");
+  EXPECT_HAS(parse_error(rec.dump()),
+             "d/flight.rank0.json entries[3]: field \"count\" is a number with a fraction");
   rec = make_record(RankRecord{});
   rec["entries"][1]["state"] = "done";
   EXPECT_HAS(parse_error(rec.dump()), "state \"done\" is not one of issued, started, completed, failed");
@@ -159,9 +161,10 @@ TEST(FlightDumpReader, BadDocumentsNameTheFileAndTheFix) {
   // A process record whose group is damaged names the group's place in it.
   json bad = make_record(RankRecord{});
   bad.erase("clock");
-  EXPECT_HAS(parse_error(json{{"version", 2}, {"groups", json::array({make_record(RankRecord{}), bad})}}.dump(),
-                         "p.json"),
-             "p.json groups[1]: field \"clock\" is missing");
+  EXPECT_HAS(
+      parse_error(json{{"version", 2}, {"groups", json::array({make_record(RankRecord{}), bad})}}.dump(),
+                  "p.json"),
+      "p.json groups[1]: field \"clock\" is missing");
   EXPECT_HAS(parse_error(json{{"version", 2}, {"groups", 5}}.dump(), "p.json"),
              "p.json: field \"groups\" is a number, expected an array");
 }
@@ -173,22 +176,23 @@ TEST(FlightDumpReader, TwoRecordsOfOneRankFromDifferentProcessesAreRefused) {
   auto ra = fl::parse_flight_dump(a.dump(), "run1/flight.rank0.json");
   auto rb = fl::parse_flight_dump(b.dump(), "run2/flight.rank0.json");
   const std::string err = merge_error({ra[0], rb[0]});
-  EXPECT_HAS(err, "two records of group 'pg0' rank 0 come from different processes (pid 1000 on node1 in "
-                  "run1/flight.rank0.json, pid 4242 on node1 in run2/flight.rank0.json)");
+  EXPECT_HAS(err,
+             "two records of group 'pg0' rank 0 come from different processes (pid 1000 on node1 in "
+             "run1/flight.rank0.json, pid 4242 on node1 in run2/flight.rank0.json)");
   EXPECT_HAS(err, "move one run's files to another folder and analyse each folder on its own");
   // Version 1 (no pid): told apart by the group's clock anchor.
   json c = make_record(RankRecord{.version = 1});
   json d = c;
   d["clock"]["unix_ns"] = d["clock"]["unix_ns"].get<int64_t>() + 5;
-  const std::string err1 = merge_error({fl::parse_flight_dump(c.dump(), "a.json")[0],
-                                        fl::parse_flight_dump(d.dump(), "b.json")[0]});
+  const std::string err1 = merge_error(
+      {fl::parse_flight_dump(c.dump(), "a.json")[0], fl::parse_flight_dump(d.dump(), "b.json")[0]});
   EXPECT_HAS(err1, "come from different instances of the group");
   EXPECT_HAS(err1, "a.json");
   EXPECT_HAS(err1, "b.json");
   // Records of one group that disagree on its size.
   json w4 = make_record(RankRecord{.rank = 1, .world = 4});
-  const std::string err2 = merge_error({fl::parse_flight_dump(a.dump(), "a.json")[0],
-                                        fl::parse_flight_dump(w4.dump(), "w4.json")[0]});
+  const std::string err2 = merge_error(
+      {fl::parse_flight_dump(a.dump(), "a.json")[0], fl::parse_flight_dump(w4.dump(), "w4.json")[0]});
   EXPECT_HAS(err2, "records of group 'pg0' disagree on its size: 2 ranks in a.json, 4 in w4.json");
 }
 
