@@ -49,6 +49,8 @@ Reducer::Reducer(std::vector<nn::NamedTensor> params, std::shared_ptr<dist::Proc
   divide_factor_ = pg_->size();
   std::vector<size_t> order(params_.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = order.size() - 1 - i;  // reverse registration order
+  // Before the layout broadcast, which carries rank 0's choice to every rank.
+  explain_number_ = opt_.explain_iteration > 0 ? opt_.explain_iteration : explain_iteration_from_env();
   build_buckets(layout_of_rank0(layout_for(order)));  // ranks with different caps still agree
   ready_.assign(params_.size(), 0);
   locally_used_.assign(params_.size(), 0);
@@ -63,7 +65,6 @@ Reducer::Reducer(std::vector<nn::NamedTensor> params, std::shared_ptr<dist::Proc
                                                     return offers_destination(i) ? slot_view(i).impl_ptr()
                                                                                  : nullptr;
                                                   }};
-  explain_number_ = opt_.explain_iteration > 0 ? opt_.explain_iteration : explain_iteration_from_env();
   DDP_LOG(Detail, "reducer: ", params_.size(), " parameters in ", buckets_.size(), " buckets\n",
           describe_buckets());
 }
@@ -85,9 +86,11 @@ Reducer::Layout Reducer::layout_for(const std::vector<size_t>& order) const {
 
 Reducer::Layout Reducer::layout_of_rank0(const Layout& mine) {
   if (pg_->size() == 1) return mine;
-  // Flat: [number of buckets, size of each bucket (padded to n), the parameter indices in bucket order].
+  // Flat: [number of buckets, size of each bucket (padded to n), the parameter indices in bucket order, the
+  // iteration to explain].
   const size_t n = params_.size();
-  std::vector<int64_t> flat(1 + 2 * n, 0);
+  std::vector<int64_t> flat(1 + 2 * n + 1, 0);
+  flat[2 * n + 1] = explain_number_;
   flat[0] = static_cast<int64_t>(mine.size());
   size_t at = 1 + n;
   for (size_t b = 0; b < mine.size(); ++b) {
@@ -125,6 +128,14 @@ Reducer::Layout Reducer::layout_of_rank0(const Layout& mine) {
     }
   }
   if (at != 1 + 2 * n) bad("bucket sizes do not add up to the parameter count");
+  // Explain is collective: rank 0's choice holds for all, so ranks that were told different numbers (a
+  // DDP_EXPLAIN set for some ranks only) neither hang nor pair the wrong collectives.
+  if (v[2 * n + 1] != explain_number_) {
+    DDP_LOG(Warn, "rank ", pg_->rank(), ": DDP: this rank was asked to explain iteration ", explain_number_,
+            " (0: none), rank 0 iteration ", v[2 * n + 1], "; following rank 0 (give every rank the same "
+            "--explain / DDP_EXPLAIN)");
+    explain_number_ = v[2 * n + 1];
+  }
   return layout;
 }
 

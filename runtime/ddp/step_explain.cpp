@@ -148,8 +148,9 @@ std::string explain_iteration(const std::string& word, int64_t number, const std
       if (row.step_s < best->step_s) best = &row;
     for (const auto& row : what_if->rows) {
       char line[200];
-      std::snprintf(line, sizeof line, "  cap %8.3f MiB: %3zu buckets, exposed %s ms, backward + exposed %s ms%s%s\n",
-                    row.cap_mb, row.buckets, ms(row.exposed_s).c_str(), ms(row.step_s).c_str(),
+      std::snprintf(line, sizeof line, "  cap %8.3f MiB: %3zu %s, exposed %s ms, backward + exposed %s ms%s%s\n",
+                    row.cap_mb, row.buckets, row.buckets == 1 ? "bucket" : "buckets", ms(row.exposed_s).c_str(),
+                    ms(row.step_s).c_str(),
                     row.cap_mb == what_if->current_cap_mb ? "  (this run)" : "", &row == best ? "  <- best" : "");
       os << line;
     }

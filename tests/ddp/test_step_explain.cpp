@@ -1,14 +1,22 @@
 // test_step_explain.cpp - the text of "explain" (step_explain.h) on hand-made records with known answers:
 // the common-clock times, which rank issued each bucket last and how long the other waited, the slowest
 // rank, parameters without a gradient on one rank or on all, a Join shadow, the what-if table; and
-// DDP_EXPLAIN's parsing.
+// DDP_EXPLAIN's parsing; and on thread ranks, that ranks asked to explain different iterations follow rank 0.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstdlib>
+#include <memory>
 #include <string>
 
+#include "models/branchy.h"
+#include "runtime/autograd/engine.h"
 #include "runtime/core/error.h"
+#include "runtime/ddp/distributed_data_parallel.h"
 #include "runtime/ddp/step_explain.h"
+#include "runtime/distributed/local_world.h"
+#include "runtime/nn/module.h"
+#include "runtime/ops/loss.h"
 
 using namespace ddp;
 
@@ -153,4 +161,44 @@ TEST(StepExplain, DdpExplainIsAWholeNumberOrUnset) {
     }
   }
   unsetenv("DDP_EXPLAIN");
+}
+
+// ---- the reducer: ranks asked for different iterations follow rank 0 (explain is collective) ----
+
+namespace {
+
+// Three synchronized steps of Branchy on two thread ranks, rank r asked to explain `asked[r]`; returns what
+// the process printed on stdout (rank 0 prints the account).
+std::string train_two_ranks_explaining(std::array<int64_t, 2> asked, int steps = 3) {
+  ::testing::internal::CaptureStdout();
+  dist::run_threads(2, [&](int rank, dist::ProcessGroup& pg) {
+    nn::manual_seed(7);
+    auto model = std::make_shared<models::Branchy>(models::BranchyConfig{6, 8, 3, DType::F64});
+    DDPOptions o;
+    o.find_unused_parameters = true;
+    o.explain_iteration = asked[static_cast<size_t>(rank)];
+    DistributedDataParallel ddp(model, std::shared_ptr<dist::ProcessGroup>(std::shared_ptr<dist::ProcessGroup>{}, &pg), o);
+    for (int step = 0; step < steps; ++step) {
+      Tensor x = Tensor::randn({2, 6}, 5 + step, DType::F64);
+      Tensor loss = ops::cross_entropy(ddp.forward(x), Tensor::from_data<int64_t>({0, 1}, {2}));
+      autograd::backward(loss);
+    }
+  });
+  return ::testing::internal::GetCapturedStdout();
+}
+
+}  // namespace
+
+TEST(StepExplainReducer, RanksAskedForDifferentIterationsFollowRankZeroAndNothingHangs) {
+  // Rank 0 asks for 2, rank 1 for nothing: iteration 2 is explained, once.
+  std::string out = train_two_ranks_explaining({2, 0});
+  EXPECT_NE(out.find("explain iteration 2: 2 ranks"), std::string::npos) << out;
+  EXPECT_EQ(out.find("explain iteration", out.find("explain iteration") + 1), std::string::npos) << out;
+  EXPECT_NE(out.find("never_used.weight never_used.bias\n"), std::string::npos) << out;
+  // Rank 1 asks for 3, rank 0 for nothing: nobody explains.
+  out = train_two_ranks_explaining({0, 3});
+  EXPECT_EQ(out.find("explain"), std::string::npos) << out;
+  // Both ask for 3: explained.
+  out = train_two_ranks_explaining({3, 3});
+  EXPECT_NE(out.find("explain iteration 3: 2 ranks"), std::string::npos) << out;
 }
