@@ -357,15 +357,31 @@ class Analyzer {
         d.sentence = "at collective #" + std::to_string(s) + " the ranks disagree on the " + d.field + ": " +
                      odd_text + " where " + major_text;
       }
+      const bool no_majority = sides.size() == 2 && sides[0].size() == sides[1].size();
       const bool other_bucket = major.bucket >= 0 && odd.bucket >= 0 && major.bucket != odd.bucket;
-      d.sentence +=
-          other_bucket
-              ? "; the ranks' DDP buckets are out of step from here on (bucket " +
-                    std::to_string(odd.bucket) + " against " + std::to_string(major.bucket) +
-                    "): a rank skipped or reordered a bucket's all-reduce (a comm hook, or buckets built "
-                    "differently)"
-              : "; every rank must issue the same collectives in the same order: find where the odd "
-                "rank's code path (or model, or data) differs";
+      if (major.iteration >= 0 && odd.iteration >= 0 && major.iteration != odd.iteration) {
+        // The side already in a later iteration skipped (or the other repeated) collectives of the earlier.
+        const bool odd_later = odd.iteration > major.iteration;
+        const std::vector<int>& later = odd_later ? sides[1] : sides[0];
+        const std::vector<int>& earlier = odd_later ? sides[0] : sides[1];
+        const int64_t it_later = std::max(odd.iteration, major.iteration);
+        const int64_t it_earlier = std::min(odd.iteration, major.iteration);
+        d.sentence += "; " + who(later) + (later.size() == 1 ? " is" : " are") + " in iteration " +
+                      std::to_string(it_later) + " there while " + who(earlier) +
+                      (earlier.size() == 1 ? " is" : " are") + " in " + std::to_string(it_earlier) + ": " +
+                      rank_list_text(later) + " skipped collectives of iteration " + std::to_string(it_earlier) +
+                      " that " + rank_list_text(earlier) + " issued";
+      } else if (other_bucket) {
+        d.sentence += "; the ranks' DDP buckets are out of step from here on (bucket " +
+                      std::to_string(odd.bucket) + " against " + std::to_string(major.bucket) +
+                      "): a rank skipped or reordered a bucket's all-reduce (a comm hook, or buckets built "
+                      "differently)";
+      } else {
+        d.sentence += no_majority ? "; every rank must issue the same collectives in the same order: find which "
+                                    "of them took another code path (or has another model, or other data)"
+                                  : "; every rank must issue the same collectives in the same order: find where "
+                                    "the odd rank's code path (or model, or data) differs";
+      }
       found_.push_back(std::move(d));
       return;
     }

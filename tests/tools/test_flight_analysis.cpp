@@ -276,6 +276,49 @@ TEST(FlightAnalysis, MismatchOfBucketsWhenTheCallsAgree) {
   EXPECT_EQ(m->ranks, std::vector<int>({1}));
 }
 
+// A rank that skipped ZeRO's broadcasts of iteration 3 all-reduces iteration 4's first bucket where the other
+// broadcasts: the ranks are in different iterations at that seq, and the one ahead skipped collectives.
+TEST(FlightAnalysis, MismatchAcrossIterationsSaysWhichRankSkipped) {
+  for (int skipper = 0; skipper < 2; ++skipper) {
+    Files files;
+    for (int r = 0; r < 2; ++r) {
+      RankRecord rr;
+      rr.rank = r;
+      rr.recorded = 10;
+      json rec = make_record(rr);
+      json& e = entry_of(rec, 8);  // bucket 0 of iteration 3 on both; the other rank broadcasts instead
+      if (r != skipper) {
+        e["op"] = "broadcast";
+        e["root"] = 0;
+        e["count"] = 1024;
+        e["issuer"] = "zero";
+        e["bucket"] = nullptr;
+        e["bucket_bytes"] = nullptr;
+        e["params"] = nullptr;
+        e["iteration"] = 2;
+      }
+      files.push_back({file_name(rec), rec});
+    }
+    const auto a = analyze(files);
+    const auto& d = a.groups[0].lead();
+    ASSERT_EQ(d.kind, DivergenceKind::Mismatch) << a.headline;
+    EXPECT_EQ(d.field, "op, count and root");
+    const std::string skip = std::to_string(skipper), other = std::to_string(1 - skipper);
+    EXPECT_NE(a.headline.find("rank " + other + " issued broadcast float32 x 1024 from root 0 (zero, iteration 2)"),
+              std::string::npos)
+        << a.headline;
+    EXPECT_NE(a.headline.find("rank " + skip + " issued allreduce float32 x 262144 (bucket 0: layer0.weight .. "
+                              "layer0.bias, 1 MiB, iteration 3)"),
+              std::string::npos)
+        << a.headline;
+    EXPECT_NE(a.headline.find("; rank " + skip + " is in iteration 3 there while rank " + other +
+                              " is in 2: rank " + skip + " skipped collectives of iteration 2 that rank " + other +
+                              " issued"),
+              std::string::npos)
+        << a.headline;
+  }
+}
+
 TEST(FlightAnalysis, UnevenStepsSaysTheRankFinishedAndPointsAtJoin) {
   const auto a = analyze(uneven_steps_scenario());
   const auto& d = a.groups[0].lead();
