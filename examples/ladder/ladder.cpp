@@ -30,7 +30,8 @@ void broadcast_parameters(const nn::Module& model, dist::ProcessGroup& group) {
 }
 
 Tensor gradient_of(const Tensor& param, const char* rung) {
-  DDP_CHECK(param.grad().defined(), rung, ": parameter '", param.name(), "' (shape ", shape_str(param.shape()),
+  DDP_CHECK(param.grad().defined(), rung, ": parameter '", param.name(), "' (shape ",
+            shape_str(param.shape()),
             ") got no gradient in this backward; rungs 1-4 expect every parameter to be used - rung 5 "
             "(DistributedDataParallel with find_unused_parameters) handles unused ones");
   return param.grad();
@@ -73,8 +74,8 @@ dist::CommBuffer CountingGroup::allocate_comm_buffer(int64_t numel, DType dtype,
 
 // ---- data and step ----
 Batch synthetic_batch(int64_t step, int64_t rows, int64_t features, int64_t classes, DType dtype) {
-  DDP_CHECK(rows >= 0 && features >= 1 && classes >= 1, "synthetic_batch: rows ", rows, ", features ", features,
-            ", classes ", classes, " (need rows >= 0, features >= 1, classes >= 1)");
+  DDP_CHECK(rows >= 0 && features >= 1 && classes >= 1, "synthetic_batch: rows ", rows, ", features ",
+            features, ", classes ", classes, " (need rows >= 0, features >= 1, classes >= 1)");
   Batch b;
   b.x = Tensor::randn({rows, features}, 1000 + static_cast<uint64_t>(step), dtype);
   const std::vector<double> x = b.x.to_double_vector();
@@ -122,8 +123,8 @@ std::vector<int64_t> parse_widths(const std::string& text) {
     char* end = nullptr;
     const long long v = std::strtoll(item.c_str(), &end, 10);
     if (item.empty() || *end != '\0' || v < 1)
-      throw cli::UsageError("--hidden expects comma-separated positive layer widths such as 1024,1024; got '" +
-                            text + "'");
+      throw cli::UsageError(
+          "--hidden expects comma-separated positive layer widths such as 1024,1024; got '" + text + "'");
     widths.push_back(v);
   }
   return widths;
@@ -153,7 +154,8 @@ int rung_main(int argc, char** argv, const char* program, const char* idea, cons
     p.add("bucket-mb", &bucket_mb, "rungs 4 and 5: bucket cap in MiB", cli::Bounds::above(0));
     p.add("lr", &lr, "SGD learning rate", cli::Bounds::above(0));
     p.add("backend", &backend, "process group backend: auto, shm, gloo, hier");
-    p.add("json", &json_path, "write the timed steps of rank 0 to this file (tools/bench_ladder.py reads it)");
+    p.add("json", &json_path,
+          "write the timed steps of rank 0 to this file (tools/bench_ladder.py reads it)");
     p.parse(argc, argv);
     const std::vector<int64_t> widths = parse_widths(hidden);
 
@@ -186,19 +188,22 @@ int rung_main(int argc, char** argv, const char* program, const char* idea, cons
     std::string shape = std::to_string(features);
     for (int64_t w : widths) shape.append(1, '-').append(std::to_string(w));
     shape.append(1, '-').append(std::to_string(classes));
-    std::printf("%s: world %d (%s), MLP %s: %lld parameters (%.2f MiB), batch %lld per rank, %d steps after %d "
-                "warm-up\n",
-                program, world, ctx.group->backend_name().c_str(), shape.c_str(), static_cast<long long>(numel),
-                static_cast<double>(numel) * 4 / mib, static_cast<long long>(batch), steps, warmup);
+    std::printf(
+        "%s: world %d (%s), MLP %s: %lld parameters (%.2f MiB), batch %lld per rank, %d steps after %d "
+        "warm-up\n",
+        program, world, ctx.group->backend_name().c_str(), shape.c_str(), static_cast<long long>(numel),
+        static_cast<double>(numel) * 4 / mib, static_cast<long long>(batch), steps, warmup);
     std::printf("  idea: %s\n", idea);
-    std::printf("  step %.3f ms (median), exposed communication %.3f ms (median), %lld all-reduce(s) per step, "
-                "%.3f MiB per step; loss %.4f -> %.4f\n",
-                median(step_ms), median(exposed_ms), static_cast<long long>(timed.back().collectives),
-                static_cast<double>(timed.back().bytes) / mib, first_loss, timed.back().loss);
+    std::printf(
+        "  step %.3f ms (median), exposed communication %.3f ms (median), %lld all-reduce(s) per step, "
+        "%.3f MiB per step; loss %.4f -> %.4f\n",
+        median(step_ms), median(exposed_ms), static_cast<long long>(timed.back().collectives),
+        static_cast<double>(timed.back().bytes) / mib, first_loss, timed.back().loss);
     if (!json_path.empty()) {
-      nlohmann::json j = {{"program", program}, {"world", world}, {"backend", ctx.group->backend_name()},
-                          {"parameters", numel}, {"batch", batch}, {"bucket_mb", bucket_mb},
-                          {"step_ms", step_ms}, {"exposed_ms", exposed_ms}};
+      nlohmann::json j = {
+          {"program", program},  {"world", world},          {"backend", ctx.group->backend_name()},
+          {"parameters", numel}, {"batch", batch},          {"bucket_mb", bucket_mb},
+          {"step_ms", step_ms},  {"exposed_ms", exposed_ms}};
       std::vector<int64_t> collectives, bytes;
       for (auto& r : timed) {
         collectives.push_back(r.collectives);

@@ -56,7 +56,8 @@ std::unique_ptr<GradientSync> make_rung5(const RungContext& ctx);  // rung5_ddp.
 // Rung 4's bucketing (rung4_buckets.cpp), here so the tests can hold it against the reducer's: walks the
 // parameters in reverse registration order and closes a bucket as soon as it holds >= cap_bytes. Returns
 // the buckets (parameter indices) in launch order.
-std::vector<std::vector<size_t>> reverse_order_buckets(const std::vector<size_t>& param_bytes, size_t cap_bytes);
+std::vector<std::vector<size_t>> reverse_order_buckets(const std::vector<size_t>& param_bytes,
+                                                       size_t cap_bytes);
 
 // ---- shared by the rungs ----
 // Every rank's parameters become rank 0's: replicas must start equal (rung 5's DDP does this itself).
@@ -107,10 +108,10 @@ Batch synthetic_batch(int64_t step, int64_t rows, int64_t features, int64_t clas
 // What one step measured.
 struct StepResult {
   double loss = 0;
-  double step_s = 0;         // forward through optimizer step and zero_grad
-  double exposed_s = 0;      // waiting for communication after backward's last node
-  int64_t collectives = 0;   // all-reduces issued (when the rung's group is a CountingGroup, else 0)
-  int64_t bytes = 0;         // their bytes
+  double step_s = 0;        // forward through optimizer step and zero_grad
+  double exposed_s = 0;     // waiting for communication after backward's last node
+  int64_t collectives = 0;  // all-reduces issued (when the rung's group is a CountingGroup, else 0)
+  int64_t bytes = 0;        // their bytes
 };
 // One step: forward, cross-entropy, backward, sync.finish(), optimizer step, zero_grad. `counter` (may be
 // null) is reset before the step and read after it.

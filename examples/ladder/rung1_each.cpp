@@ -1,7 +1,7 @@
 // rung1_each.cpp - rung 1 of the ladder (docs/ladder.md): after backward, all-reduce every parameter's
 // gradient, one collective per parameter, each waited for before the next starts.
-// The idea: data parallelism itself - each rank runs forward and backward on its own slice of the batch, and
-// the average of the ranks' gradients is the gradient of the whole batch, so every replica takes the same step.
+// The idea: data parallelism itself - each rank runs forward and backward on its own slice of the batch,
+// and the average of the ranks' gradients is the gradient of the whole batch: every replica takes one step.
 // What it costs: every byte is sent after backward, while the processor has nothing else to do (all of it
 // is exposed), and one collective per parameter pays the per-message latency once per parameter.
 #include "examples/ladder/ladder.h"
@@ -26,7 +26,9 @@ class AllReduceEach final : public GradientSync {
 
 }  // namespace
 
-std::unique_ptr<GradientSync> make_rung1(const RungContext& ctx) { return std::make_unique<AllReduceEach>(ctx); }
+std::unique_ptr<GradientSync> make_rung1(const RungContext& ctx) {
+  return std::make_unique<AllReduceEach>(ctx);
+}
 
 }  // namespace ddp::ladder
 

@@ -11,7 +11,8 @@
 
 namespace ddp::ladder {
 
-std::vector<std::vector<size_t>> reverse_order_buckets(const std::vector<size_t>& param_bytes, size_t cap_bytes) {
+std::vector<std::vector<size_t>> reverse_order_buckets(const std::vector<size_t>& param_bytes,
+                                                       size_t cap_bytes) {
   std::vector<std::vector<size_t>> buckets(1);
   size_t filled = 0;
   for (size_t k = param_bytes.size(); k-- > 0;) {
@@ -90,7 +91,9 @@ class Buckets final : public GradientSync {
   }
   Tensor slot(size_t i) const {
     const Place& at = where_[i];
-    return buckets_[at.bucket].flat.slice0(at.offset, at.offset + params_[i].numel()).view(params_[i].shape());
+    return buckets_[at.bucket]
+        .flat.slice0(at.offset, at.offset + params_[i].numel())
+        .view(params_[i].shape());
   }
 
   std::vector<Tensor> params_;

@@ -24,7 +24,8 @@ DDPOptions options_for(const RungContext& ctx) {
 
 class WithDDP final : public GradientSync {
  public:
-  explicit WithDDP(const RungContext& ctx) : GradientSync(ctx), ddp_(ctx.model, ctx.group, options_for(ctx)) {}
+  explicit WithDDP(const RungContext& ctx)
+      : GradientSync(ctx), ddp_(ctx.model, ctx.group, options_for(ctx)) {}
 
   Tensor forward(const Tensor& x) override { return ddp_.forward(x); }
   // finish(): nothing left to do - the reducer waited for its buckets before backward returned.

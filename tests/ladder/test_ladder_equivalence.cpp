@@ -1,10 +1,10 @@
 // test_ladder_equivalence.cpp - each rung of the ladder (examples/ladder, docs/ladder.md) trains exactly like
 // one process on the whole batch: float64, relative 1e-10 after 5 SGD-with-momentum steps, every rank bitwise
-// the same (the pattern and reference of tests/ddp/test_equivalence.cpp, tests/support/ddp_test_util.h), worlds
-// 1-3 over the gloo and shm thread groups, per-rank batches of 1-3 rows, bucket caps around the parameters'
-// sizes. Also: the rungs equal each other; each step issues the all-reduces its idea says (count and bytes);
-// rung 4's buckets are the reducer's; a parameter without a gradient is a clear error on every rank of rungs
-// 1-4, not a hang.
+// the same (the pattern and reference of tests/ddp/test_equivalence.cpp, tests/support/ddp_test_util.h),
+// worlds 1-3 over the gloo and shm thread groups, per-rank batches of 1-3 rows, bucket caps around the
+// parameters' sizes. Also: the rungs equal each other; each step issues the all-reduces its idea says (count
+// and bytes); rung 4's buckets are the reducer's; a parameter without a gradient is a clear error on every
+// rank of rungs 1-4, not a hang.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -42,11 +42,16 @@ dt::BatchFn mlp_data() {  // the data of tests/ddp/test_equivalence.cpp
 
 ladder::RungFactory rung(int n) {
   switch (n) {
-    case 1: return ladder::make_rung1;
-    case 2: return ladder::make_rung2;
-    case 3: return ladder::make_rung3;
-    case 4: return ladder::make_rung4;
-    default: return ladder::make_rung5;
+    case 1:
+      return ladder::make_rung1;
+    case 2:
+      return ladder::make_rung2;
+    case 3:
+      return ladder::make_rung3;
+    case 4:
+      return ladder::make_rung4;
+    default:
+      return ladder::make_rung5;
   }
 }
 
@@ -70,19 +75,25 @@ Outcome train_rung(const LadderRun& run, const dt::ModelFactory& make = mlp_fact
   dist::ProcessGroupOptions options;
   options.timeout = std::chrono::seconds(30);
   const dt::BatchFn data = mlp_data();
-  dist::run_threads(run.world, [&](int rank, dist::ProcessGroup& pg) {
-    nn::manual_seed(1000 + rank);  // different initial weights: the rung must start from rank 0's
-    auto model = make();
-    auto group = std::make_shared<ladder::CountingGroup>(std::shared_ptr<dist::ProcessGroup>(std::shared_ptr<dist::ProcessGroup>{}, &pg));
-    std::unique_ptr<ladder::GradientSync> sync = rung(run.rung)({model, group, run.bucket_mb});
-    optim::SGD opt(model->named_parameters(), {.lr = 0.1, .momentum = 0.9});  // train_reference's optimizer
-    for (int step = 0; step < run.steps; ++step) {
-      dt::Batch full = data(step, run.per_rank * run.world);
-      ladder::Batch mine = ladder::Batch{full.x, full.y}.rows(rank * run.per_rank, (rank + 1) * run.per_rank);
-      out.steps[rank].push_back(ladder::train_step(*sync, opt, mine, group.get()));
-    }
-    out.params[rank] = dt::snapshot_params(*model);
-  }, options, run.backend);
+  dist::run_threads(
+      run.world,
+      [&](int rank, dist::ProcessGroup& pg) {
+        nn::manual_seed(1000 + rank);  // different initial weights: the rung must start from rank 0's
+        auto model = make();
+        auto group = std::make_shared<ladder::CountingGroup>(
+            std::shared_ptr<dist::ProcessGroup>(std::shared_ptr<dist::ProcessGroup>{}, &pg));
+        std::unique_ptr<ladder::GradientSync> sync = rung(run.rung)({model, group, run.bucket_mb});
+        optim::SGD opt(model->named_parameters(),
+                       {.lr = 0.1, .momentum = 0.9});  // train_reference's optimizer
+        for (int step = 0; step < run.steps; ++step) {
+          dt::Batch full = data(step, run.per_rank * run.world);
+          ladder::Batch mine =
+              ladder::Batch{full.x, full.y}.rows(rank * run.per_rank, (rank + 1) * run.per_rank);
+          out.steps[rank].push_back(ladder::train_step(*sync, opt, mine, group.get()));
+        }
+        out.params[rank] = dt::snapshot_params(*model);
+      },
+      options, run.backend);
   return out;
 }
 
@@ -98,10 +109,11 @@ void expect_equivalent(const LadderRun& run) {
   const Outcome got = train_rung(run);
   const auto want = reference(run);
   for (int r = 0; r < run.world; ++r) {
-    EXPECT_EQ(got.params[r], got.params[0]) << "rung " << run.rung << ": rank " << r << " differs from rank 0";
+    EXPECT_EQ(got.params[r], got.params[0])
+        << "rung " << run.rung << ": rank " << r << " differs from rank 0";
     EXPECT_LT(dt::max_relative_difference(got.params[r], want), 1e-10)
-        << "rung " << run.rung << " " << run.backend << " world " << run.world << " rows/rank " << run.per_rank
-        << " cap " << run.bucket_mb * kMiB << " B, rank " << r;
+        << "rung " << run.rung << " " << run.backend << " world " << run.world << " rows/rank "
+        << run.per_rank << " cap " << run.bucket_mb * kMiB << " B, rank " << r;
   }
 }
 
@@ -168,7 +180,7 @@ TEST(LadderRungs, AllReducesAndBytesPerStep) {
   }
 }
 
-// Rung 4's ten-line bucketing is the reducer's (assign_buckets with both caps equal), over seeded random
+// Rung 4's dozen-line bucketing is the reducer's (assign_buckets with both caps equal), over seeded random
 // parameter sizes (0 bytes included) and caps at each prefix sum +-1.
 TEST(LadderBuckets, SameAsTheReducersAssignment) {
   std::mt19937 gen(26);
@@ -203,8 +215,11 @@ TEST(LadderBuckets, SameAsDDPsFirstLayoutOfTheMLP) {
     dist::run_threads(1, [&](int, dist::ProcessGroup& pg) {
       DDPOptions o;
       o.bucket_cap_mb = o.first_bucket_mb = cap / kMiB;
-      DistributedDataParallel ddp(mlp_factory()(), std::shared_ptr<dist::ProcessGroup>(std::shared_ptr<dist::ProcessGroup>{}, &pg), o);
-      EXPECT_EQ(ddp.reducer().bucket_layout(), ladder::reverse_order_buckets(kParamBytes, cap)) << "cap " << cap;
+      DistributedDataParallel ddp(
+          mlp_factory()(), std::shared_ptr<dist::ProcessGroup>(std::shared_ptr<dist::ProcessGroup>{}, &pg),
+          o);
+      EXPECT_EQ(ddp.reducer().bucket_layout(), ladder::reverse_order_buckets(kParamBytes, cap))
+          << "cap " << cap;
     });
   }
 }
@@ -217,7 +232,9 @@ class WithSpareParameter : public nn::Module {
     fc_ = register_module("fc", std::make_shared<nn::Linear>(12, 5, true, DType::F64));
     spare_ = register_parameter("spare", Tensor::zeros({5}, DType::F64));
   }
-  Tensor forward(const Tensor& x) override { return use_spare_ ? ops::add(fc_->forward(x), spare_) : fc_->forward(x); }
+  Tensor forward(const Tensor& x) override {
+    return use_spare_ ? ops::add(fc_->forward(x), spare_) : fc_->forward(x);
+  }
 
  private:
   bool use_spare_;
@@ -247,7 +264,8 @@ TEST(LadderRungs, ParameterWithoutGradientIsAClearErrorOnEveryRank) {
 // Ranks that disagree: rank 0 uses `spare`, rank 1 does not. Rungs 1-4 do nothing to keep such ranks in step
 // (rung 5 does: docs/ddp-step.md "When ranks disagree"), so rank 1 raises its clear error and rank 0 is left
 // waiting for a collective rank 1 never issues - until the collective timeout, which then fails it. Neither
-// rank may hang past that or abort the process (a destructor waiting on the orphaned collective must not throw).
+// rank may hang past that or abort the process (a destructor waiting on the orphaned collective must not
+// throw).
 TEST(LadderRungs, RanksThatDisagreeOnAParameterFailBothWithinTheTimeoutNoAbort) {
   for (const std::string backend : {"gloo", "shm"})
     for (int r = 1; r <= 4; ++r) {
@@ -255,21 +273,26 @@ TEST(LadderRungs, RanksThatDisagreeOnAParameterFailBothWithinTheTimeoutNoAbort) 
       dist::ProcessGroupOptions options;
       options.timeout = std::chrono::seconds(2);
       const dt::BatchFn data = mlp_data();
-      dist::run_threads(2, [&](int rank, dist::ProcessGroup& pg) {
-        try {
-          auto model = std::make_shared<WithSpareParameter>(/*use_spare=*/rank == 0);
-          auto group = std::make_shared<ladder::CountingGroup>(
-              std::shared_ptr<dist::ProcessGroup>(std::shared_ptr<dist::ProcessGroup>{}, &pg));
-          auto sync = rung(r)({model, group, 1000 / kMiB});
-          optim::SGD opt(model->named_parameters(), {.lr = 0.1});
-          dt::Batch full = data(0, 4);
-          ladder::train_step(*sync, opt, ladder::Batch{full.x, full.y}.rows(rank * 2, rank * 2 + 2), group.get());
-        } catch (const std::exception& e) {
-          errors[rank] = e.what();
-        }
-      }, options, backend);
+      dist::run_threads(
+          2,
+          [&](int rank, dist::ProcessGroup& pg) {
+            try {
+              auto model = std::make_shared<WithSpareParameter>(/*use_spare=*/rank == 0);
+              auto group = std::make_shared<ladder::CountingGroup>(
+                  std::shared_ptr<dist::ProcessGroup>(std::shared_ptr<dist::ProcessGroup>{}, &pg));
+              auto sync = rung(r)({model, group, 1000 / kMiB});
+              optim::SGD opt(model->named_parameters(), {.lr = 0.1});
+              dt::Batch full = data(0, 4);
+              ladder::train_step(*sync, opt, ladder::Batch{full.x, full.y}.rows(rank * 2, rank * 2 + 2),
+                                 group.get());
+            } catch (const std::exception& e) {
+              errors[rank] = e.what();
+            }
+          },
+          options, backend);
       EXPECT_NE(errors[1].find("parameter 'spare'"), std::string::npos)
           << "rung " << r << " " << backend << " rank 1: " << errors[1];
-      EXPECT_FALSE(errors[0].empty()) << "rung " << r << " " << backend << ": rank 0 finished a step rank 1 failed";
+      EXPECT_FALSE(errors[0].empty())
+          << "rung " << r << " " << backend << ": rank 0 finished a step rank 1 failed";
     }
 }

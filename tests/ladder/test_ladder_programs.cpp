@@ -1,5 +1,5 @@
-// test_ladder_programs.cpp - the five ladder programs (bin/ladder_rung*, examples/ladder) run alone (a world of
-// one, no launcher) and under ddprun with two ranks, print their summary, and write the --json record
+// test_ladder_programs.cpp - the five ladder programs (bin/ladder_rung*, examples/ladder) run alone (a world
+// of one, no launcher) and under ddprun with two ranks, print their summary, and write the --json record
 // tools/bench_ladder.py reads, with the all-reduces and bytes per step each rung's idea says; bad flags are
 // usage errors naming the flag.
 #include <gtest/gtest.h>
@@ -22,8 +22,13 @@ std::string path_of(const std::string& program) { return std::string(DDP_BIN_DIR
 // A tiny MLP 6-8-3: parameters 8x6, 8, 3x8, 3 (83 float32, 332 bytes). A 104-byte cap gives rung 4 and 5 two
 // buckets: {3, 3x8} (108 bytes) and {8, 8x6}.
 std::vector<std::string> tiny_flags() {
-  return {"--steps", "3", "--warmup", "2", "--batch", "4", "--features", "6", "--hidden", "8",
-          "--classes", "3", "--bucket-mb", std::to_string(104.0 / (1024 * 1024))};
+  return {"--steps",     "3",
+          "--warmup",    "2",
+          "--batch",     "4",
+          "--features",  "6",
+          "--hidden",    "8",
+          "--classes",   "3",
+          "--bucket-mb", std::to_string(104.0 / (1024 * 1024))};
 }
 const int64_t kAllReducesPerStep[] = {4, 1, 4, 2, 2};
 
@@ -42,7 +47,9 @@ TEST(LadderPrograms, EachRunsAloneAsAWorldOfOne) {
   for (const char* program : kPrograms) {
     std::vector<std::string> argv = {path_of(program)};
     for (auto& f : tiny_flags()) argv.push_back(f);
-    ProcessResult r = run_process(argv, {.timeout_s = 60});
+    ProcessOptions po;
+    po.timeout_s = 60;
+    ProcessResult r = run_process(argv, po);
     ASSERT_FALSE(r.timed_out) << program;
     EXPECT_EQ(r.exit_code, 0) << program << "\n" << r.out << r.err;
     EXPECT_NE(r.out.find(std::string(program) + ": world 1"), std::string::npos) << r.out;
@@ -54,7 +61,8 @@ TEST(LadderPrograms, EachRunsUnderDdprunWithTwoRanksAndWritesItsRecord) {
   TempDir dir;
   for (size_t i = 0; i < std::size(kPrograms); ++i) {
     const std::string json = (dir.path / (std::string(kPrograms[i]) + ".json")).string();
-    std::vector<std::string> argv = {ddprun_path(), "--standalone", "--nproc-per-node", "2", path_of(kPrograms[i])};
+    std::vector<std::string> argv = {ddprun_path(), "--standalone", "--nproc-per-node", "2",
+                                     path_of(kPrograms[i])};
     for (auto& f : tiny_flags()) argv.push_back(f);
     argv.push_back("--json");
     argv.push_back(json);
@@ -92,7 +100,9 @@ TEST(LadderPrograms, BadFlagsAreUsageErrorsNamingTheFlag) {
   for (auto& [flags, want] : cases) {
     std::vector<std::string> argv = {path_of("ladder_rung4_buckets")};
     for (auto& f : flags) argv.push_back(f);
-    ProcessResult r = run_process(argv, {.timeout_s = 30});
+    ProcessOptions po;
+    po.timeout_s = 30;
+    ProcessResult r = run_process(argv, po);
     EXPECT_EQ(r.exit_code, 2) << flags[0] << " " << flags[1] << "\n" << r.out << r.err;
     EXPECT_NE(r.err.find(want), std::string::npos) << r.err;
   }
