@@ -111,17 +111,28 @@ def bucket_label(e, width_ms, span_ms, fig_w_in):
 
 def main():
     args = sys.argv[1:]
-    want, align = None, "common"
-    if "--iteration" in args:
-        i = args.index("--iteration")
-        want = int(args[i + 1])
+
+    def option(flag):
+        """The value after `flag` (removed from args), or None."""
+        if flag not in args:
+            return None
+        i = args.index(flag)
+        if i + 1 >= len(args):
+            sys.exit(f"plot_trace.py: {flag} needs a value (see the usage: plot_trace.py --help)")
+        value = args[i + 1]
         del args[i:i + 2]
-    if "--align" in args:
-        i = args.index("--align")
-        align = args[i + 1]
-        del args[i:i + 2]
-        if align not in ("common", "rank"):
-            sys.exit(f"plot_trace.py: --align {align}: give 'common' (one clock, the default) or 'rank'")
+        return value
+
+    want, align = option("--iteration"), option("--align") or "common"
+    if want is not None:
+        if not want.lstrip("-").isdigit():
+            sys.exit(f"plot_trace.py: --iteration {want}: give an iteration number (train's step, from 1)")
+        want = int(want)
+    if align not in ("common", "rank"):
+        sys.exit(f"plot_trace.py: --align {align}: give 'common' (one clock, the default) or 'rank'")
+    if "--help" in args or "-h" in args:
+        print(__doc__)
+        return
     if len(args) < 2:
         sys.exit(__doc__)
     paths, out = args[:-1], args[-1]

@@ -62,8 +62,8 @@ struct ReducerOptions {
   ReducerAdvice advice;
   // Explain this synchronized iteration (its number as in the errors; train: its step): afterwards rank 0
   // prints a plain-language account of it on every rank (step_explain.h, docs/trace.md "Explain"). Every rank
-  // takes part (a clock sync and an all-gather, that iteration only), so every rank must ask for the same
-  // number. 0: the number in the environment variable DDP_EXPLAIN, or never when it is unset.
+  // takes part (a clock sync and an all-gather, that iteration only); rank 0's number holds for all (it goes
+  // with the bucket layout broadcast). 0: the number in the environment variable DDP_EXPLAIN, or never.
   int64_t explain_iteration = 0;
 };
 

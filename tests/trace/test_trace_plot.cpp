@@ -76,6 +76,12 @@ TEST(TracePlot, DrawsARealTwoRankRunOnTheCommonClockOrPerRank) {
   const auto bad = plot({(dir / "t.json").string(), (dir / "bad.png").string(), "--align", "wall"});
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.err.find("--align wall: give 'common'"), std::string::npos) << bad.err;
+  const auto not_a_number = plot({(dir / "t.json").string(), (dir / "bad.png").string(), "--iteration", "two"});
+  EXPECT_NE(not_a_number.exit_code, 0);
+  EXPECT_NE(not_a_number.err.find("--iteration two: give an iteration number"), std::string::npos) << not_a_number.err;
+  const auto no_value = plot({(dir / "t.json").string(), (dir / "bad.png").string(), "--align"});
+  EXPECT_NE(no_value.exit_code, 0);
+  EXPECT_NE(no_value.err.find("--align needs a value"), std::string::npos) << no_value.err;
   const auto missing = plot({(dir / "t.json").string(), (dir / "bad.png").string(), "--iteration", "99"});
   EXPECT_NE(missing.exit_code, 0);
   EXPECT_NE(missing.err.find("no iteration 99; the trace has iterations 1..3"), std::string::npos) << missing.err;
