@@ -279,3 +279,21 @@ TEST(Tracer, WriteAndLoadRoundTrip) {
   }
   std::filesystem::remove_all(dir);
 }
+
+TEST(Tracer, TextArgumentsAreWrittenAsStringsAndTooManyAreRefusedByName) {
+  Tracer t;
+  t.set_enabled(true);
+  t.complete("allreduce bucket 0", "comm", kCommLane, 10, 20, {{"bucket", 0}},
+             {{"first_param", "fc2.bias"}, {"last_param", "fc1.weight \"quoted\""}});
+  const std::string json = t.chrome_trace_json();
+  EXPECT_NE(json.find(R"("args":{"bucket":0,"first_param":"fc2.bias","last_param":"fc1.weight \"quoted\""})"),
+            std::string::npos)
+      << json;
+  try {
+    t.complete("x", "comm", kCommLane, 0, 1, {}, {{"a", "1"}, {"b", "2"}, {"c", "3"}});
+    FAIL() << "three text arguments accepted";
+  } catch (const ddp::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("trace event 'x': 0 arguments and 3 text arguments"), std::string::npos)
+        << e.what();
+  }
+}
