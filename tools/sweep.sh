@@ -20,7 +20,8 @@
 # SWEEP_STEPS_MLP / SWEEP_STEPS_GPT (measured steps per run; default 40 / 15, --quick 3 / 2); SWEEP_BACKEND
 # (bench_e2e's and bench_allreduce's --backend, default cpu: what runs on a CPU without --backend);
 # SWEEP_RECALIBRATE=1 (measure the calibration again even when cached); DDP_CALIBRATION_DIR (the cache
-# folder, default runs/calibration). Needs bench_e2e, bench_allreduce, bucket_sim and ddprun built, and
+# folder, default runs/calibration); SWEEP_NICE (autogroup nice of the whole sweep, e.g. -20 on a machine that
+# others share: their builds then take less of the cores). Needs bench_e2e, bench_allreduce, bucket_sim and ddprun built, and
 # python3 with matplotlib for the plots (the table is printed without it).
 set -euo pipefail
 
@@ -31,6 +32,15 @@ QUICK=0
 if [[ $# == 2 ]]; then [[ $2 == --quick ]] || usage; QUICK=1; fi
 BIN=$BUILD/bin
 HERE=$(cd "$(dirname "$0")" && pwd)
+# SWEEP_NICE=N: run in a new session whose autogroup has nice N (as tools/bench.sh's BENCH_NICE: with autogroup
+# scheduling a plain `nice` only ranks processes inside one session; negative values need root).
+if [[ -n ${SWEEP_NICE:-} && -z ${SWEEP_OWN_SESSION:-} ]]; then
+  export SWEEP_OWN_SESSION=1
+  exec setsid --wait "$0" "$@"
+fi
+if [[ -n ${SWEEP_NICE:-} ]] && ! echo "$SWEEP_NICE" 2>/dev/null >/proc/self/autogroup; then
+  echo "sweep: warning: could not set this session's autogroup nice to $SWEEP_NICE (needs root for < 0)" >&2
+fi
 for prog in bench_e2e bench_allreduce bucket_sim ddprun; do
   [[ -x $BIN/$prog ]] || { echo "sweep: $BIN/$prog is missing; build it: cmake --build $BUILD --target $prog" >&2; exit 1; }
 done
@@ -58,7 +68,7 @@ LOG=$OUT/sweep.log
 : >"$JSON"
 : >"$LOG"
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
-echo "sweep: $(nproc) cores, host $(hostname), load $LOAD_BEFORE (1/5/15 min); output $OUT"
+echo "sweep: $(nproc) cores, host $(hostname), load $LOAD_BEFORE (1/5/15 min), autogroup '$(cat /proc/self/autogroup 2>/dev/null)'; output $OUT"
 if awk "BEGIN{exit !($(cut -d' ' -f1 /proc/loadavg) > 1.0)}"; then
   echo "sweep: warning: load average above 1: other work shares the cores; timings will be noisy" >&2
 fi
@@ -121,10 +131,10 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 # 3. The simulator on the same points (its rows go into sweep.json), then the tables and the plots.
 set +e
 "$BIN/bucket_sim" --validate "$JSON" --network-json "$CAL" --validate-world-1 --validate-json "$JSON" \
-  --max-error-pct 1e9 >"$OUT/simulator.txt" 2>>"$LOG"
+  --max-error-pct 1e9 >"$OUT/simulator.txt" 2>&1
 SIM=$?
 set -e
-[[ $SIM == 0 ]] || { cat "$OUT/simulator.txt" >&2; echo "sweep: bucket_sim --validate failed (exit $SIM; see $LOG)" >&2; exit 1; }
+[[ $SIM == 0 ]] || { cat "$OUT/simulator.txt" >&2; echo "sweep: bucket_sim --validate failed (exit $SIM)" >&2; exit 1; }
 "$PY" "$HERE/sweep_report.py" "$JSON" --calibration "$CAL" --out "$OUT" \
-  --load "before $LOAD_BEFORE, after $LOAD_AFTER (1/5/15 min)" --rounds "$ROUNDS"
+  --load "before $LOAD_BEFORE, after $LOAD_AFTER (1/5/15 min)" --rounds "$ROUNDS" --simulator-log "$OUT/simulator.txt"
 echo "sweep: done: $OUT (load before $LOAD_BEFORE, after $LOAD_AFTER)"

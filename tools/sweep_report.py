@@ -89,6 +89,18 @@ def label_of(k, first_bucket_group=False):
     return f"cap {cap:g} MiB"
 
 
+def tick_of(k):
+    """The setting's short name under a bar (two lines)."""
+    config, world, mode, cap, first = k
+    if mode == "nosync":
+        return f"world {world}\nnosync"
+    if world == 1:
+        return f"world 1\n{mode}, cap {cap:g}"
+    if mode == "nooverlap":
+        return f"overlap off\ncap {cap:g}"
+    return f"first bucket {first:g}\ncap {cap:g}"
+
+
 def sweep_keys(points, config):
     """The bucket-cap sweep of a configuration: ddp at world 2 with the default first bucket, by cap."""
     return sorted((k for k in points if k[0] == config and k[1] == 2 and k[2] == "ddp" and k[4] == 1.0),
@@ -112,7 +124,7 @@ def best_index(values):
     return min(range(len(values)), key=lambda i: values[i]) if values else None
 
 
-def report(recs, calibration, load_text, rounds):
+def report(recs, calibration, load_text, rounds, notes=()):
     e2e = [r for r in recs if r.get("kind") == "e2e"]
     if not e2e:
         sys.exit("sweep_report: no bench_e2e records (kind e2e) in the input")
@@ -168,13 +180,19 @@ def report(recs, calibration, load_text, rounds):
             if any(v is None for v in preds):
                 continue
             pb = best_index(preds)
-            apart = abs(pb - mb)
+            # Caps whose bucket layouts are the same get the same prediction to the last bit: the simulator
+            # calls them equally good, so its best is that whole set, and the distance is to the nearest.
+            tied = [i for i, v in enumerate(preds) if abs(v - preds[pb]) <= 1e-9 * preds[pb]]
+            apart = min(abs(i - mb) for i in tied)
             same_layout = points[sk[pb]]["buckets"] == points[sk[mb]]["buckets"]
-            text += (f" Predicted best cap ({name}): {caps[pb]:g} MiB ({preds[pb] * 1e3:.2f} ms predicted); "
-                     f"{'within' if apart <= 1 else 'not within'} one sweep step of the measured best "
+            tie_text = (f", tied with {', '.join(f'{caps[i]:g}' for i in tied if i != pb)} MiB (the same buckets)"
+                        if len(tied) > 1 else "")
+            text += (f" Predicted best cap ({name}): {caps[pb]:g} MiB{tie_text} ({preds[pb] * 1e3:.2f} ms "
+                     f"predicted); {'within' if apart <= 1 else 'not within'} one sweep step of the measured best "
                      f"({apart} step{'s' if apart != 1 else ''} apart)"
                      f"{'; the same bucket count' if same_layout else '; a different bucket count'}.")
-            summary[field] = {"best_cap": caps[pb], "steps_apart": apart, "same_buckets": same_layout}
+            summary[field] = {"best_cap": caps[pb], "tied_caps": [caps[i] for i in tied], "steps_apart": apart,
+                              "same_buckets": same_layout}
             worst = max(abs(p - m) / m * 100 for p, m in zip(preds, meas))
             text += f" Worst |error| over the cap sweep: {worst:.1f}%."
         summary["measured_best_cap"] = caps[mb]
@@ -183,6 +201,9 @@ def report(recs, calibration, load_text, rounds):
     if in_training_note:
         lines.append("")
         lines.append(f"In-training calibration (fitted to this sweep's nooverlap runs): {in_training_note}.")
+    for note in notes:
+        lines.append("")
+        lines.append(f"Simulator note: {note}")
     return points, sims, "\n".join(lines) + "\n", summaries
 
 
@@ -199,13 +220,14 @@ def plot(points, sims, out_dir, calibration_text):
     for config in sorted({k[0] for k in points}):
         panels = [(f"{config}: bucket cap sweep, world 2, first bucket 1 MiB", sweep_keys(points, config),
                    "bucket cap (MiB)"),
-                  (f"{config}: first bucket, overlap, world size", other_keys(points, config), "setting")]
+                  (f"{config}: first bucket, overlap, world size", other_keys(points, config),
+                   "setting (caps in MiB)")]
         panels = [p for p in panels if p[1]]
-        widths = [max(len(p[1]), 3) for p in panels]
-        fig, axes = plt.subplots(1, len(panels), figsize=(1.0 * sum(widths) + 3, 5.6), squeeze=False,
-                                 gridspec_kw={"width_ratios": widths})
+        # One panel above the other, each as wide as its bars need (a bar about 0.85 inch), on a shared width.
+        width = max(7.5, 0.85 * max(len(p[1]) for p in panels) + 1.5)
+        fig, axes = plt.subplots(len(panels), 1, figsize=(width, 4.0 * len(panels) + 1.6), squeeze=False)
         handles = {}
-        for ax, (title, keys, xlabel) in zip(axes[0], panels):
+        for ax, (title, keys, xlabel) in zip(axes[:, 0], panels):
             xs = list(range(len(keys)))
             tops = []
             for x, k in zip(xs, keys):
@@ -247,12 +269,12 @@ def plot(points, sims, out_dir, calibration_text):
             ticks = []
             for k in keys:
                 p, s = points[k], sims.get(k)
-                first = f"{k[3]:g}" if xlabel.startswith("bucket") else label_of(k, True).replace(", ", "\n", 1)
+                first = f"{k[3]:g}" if xlabel.startswith("bucket") else tick_of(k)
                 err = f"\nerr {(s['isolated_predicted_s'] - p['step']) / p['step'] * 100:+.0f}%" if s else ""
-                bkts = "no sync" if k[2] == "nosync" else f"{p['buckets']} bkt{'s' if p['buckets'] != 1 else ''}"
-                ticks.append(f"{first}\n{bkts}{err}")
+                bkts = "" if k[2] == "nosync" else f"\n{p['buckets']} bkt{'s' if p['buckets'] != 1 else ''}"
+                ticks.append(f"{first}{bkts}{err}")
             ax.set_xticks(xs)
-            ax.set_xticklabels(ticks, fontsize=7 if not xlabel.startswith("bucket") else 8)
+            ax.set_xticklabels(ticks, fontsize=8)
             ax.set_xlim(-0.6, len(keys) - 0.4)
             ax.set_xlabel(xlabel)
             ax.set_ylabel("step time (ms)")
@@ -266,7 +288,7 @@ def plot(points, sims, out_dir, calibration_text):
                                              "simulator: predicted step (in-training calibration)"]
         labels = [l for l in order if l in handles]
         fig.legend([handles[l] for l in labels], labels, loc="lower center", ncol=3, fontsize=8, frameon=False)
-        fig.tight_layout(rect=(0, 0.11, 1, 0.95))
+        fig.tight_layout(rect=(0, 0.09, 1, 0.95))
         path = os.path.join(out_dir, f"sweep-{config}.png")
         fig.savefig(path, dpi=110)
         plt.close(fig)
@@ -281,6 +303,8 @@ def main():
     ap.add_argument("--out", required=True, help="folder for sweep-table.md and the PNGs")
     ap.add_argument("--load", default="not recorded", help="the machine's load, for the table's header")
     ap.add_argument("--rounds", default="?", help="rounds of the sweep, for the table's header")
+    ap.add_argument("--simulator-log", help="bucket_sim --validate's output; its notes (e.g. why no in-training "
+                    "calibration) go under the tables")
     a = ap.parse_args()
     if not os.path.exists(a.json):
         sys.exit(f"sweep_report: {a.json} does not exist")
@@ -290,7 +314,11 @@ def main():
         if not cal:
             sys.exit(f"sweep_report: {a.calibration} has no all-reduce record with a fit")
         calibration = dict(cal[-1], _path=a.calibration)
-    points, sims, text, _ = report(load(a.json), calibration, a.load, a.rounds)
+    notes = []
+    if a.simulator_log and os.path.exists(a.simulator_log):
+        with open(a.simulator_log) as f:
+            notes = [l.strip() for l in f if l.startswith("bucket_sim: no in-training network")]
+    points, sims, text, _ = report(load(a.json), calibration, a.load, a.rounds, notes)
     os.makedirs(a.out, exist_ok=True)
     table_path = os.path.join(a.out, "sweep-table.md")
     with open(table_path, "w") as f:
