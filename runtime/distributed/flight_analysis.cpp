@@ -247,7 +247,7 @@ class Analyzer {
     if (hi < 0) return "waited on it";
     std::string t = duration_text(lo) == duration_text(hi) ? duration_text(hi)
                                                            : duration_text(lo) + " to " + duration_text(hi);
-    return "waited " + t + (all_known ? "" : " (where the record says)");
+    return "waited " + t + (all_known ? "" : " (not known for all of them)");
   }
 
   // "rank 1's last completed collective is #4811" for the ranks in `ranks`.
@@ -274,7 +274,7 @@ class Analyzer {
     return out;
   }
 
-  // The first failure message among `ranks`, as "; rank 1's failure: ...".
+  // The first failure message among `ranks`, as "; rank 1's error: ...".
   std::string failure_text(const std::vector<int>& ranks) const {
     for (int r : ranks)
       if (!rec(r).failure.empty()) return "; " + possessive({r}) + " error: " + log::for_user(rec(r).failure);
