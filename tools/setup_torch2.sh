@@ -14,7 +14,8 @@
 # on the CPU without a GPU. docs/pytorch.md has the measured sizes and times and the smaller routes tried.
 # Exit status: 0 when the venv has torch 2.x, 1 when it could not be made (the reason on stderr).
 set -euo pipefail
-VENV="${DDP_TORCH2_VENV:-$HOME/.cache/ddp.cpp/torch2}"
+HOME_DIR="${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}"  # the tests fall back the same way
+VENV="${DDP_TORCH2_VENV:-$HOME_DIR/.cache/ddp.cpp/torch2}"
 SPEC="${DDP_TORCH2_SPEC:-torch==2.15.0 numpy}"
 BASE_PY="${DDP_TORCH2_PYTHON:-/usr/bin/python3}"
 PY="$VENV/bin/python"

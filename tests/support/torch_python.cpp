@@ -1,6 +1,9 @@
 // torch_python.cpp - finds Debian's PyTorch 1.13 and the PyPI PyTorch 2.x venv (see torch_python.h).
 #include "tests/support/torch_python.h"
 
+#include <pwd.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <filesystem>
 
@@ -12,7 +15,11 @@ std::string torch2_venv_dir() {
   const char* v = std::getenv("DDP_TORCH2_VENV");
   if (v && *v) return v;
   const char* home = std::getenv("HOME");
-  return std::string(home && *home ? home : "/root") + "/.cache/ddp.cpp/torch2";
+  if (!home || !*home) {  // as tools/setup_torch2.sh: the user's home from the password database
+    const passwd* pw = ::getpwuid(::getuid());
+    home = pw && pw->pw_dir ? pw->pw_dir : "/";
+  }
+  return std::string(home) + "/.cache/ddp.cpp/torch2";
 }
 
 std::string torch_kind_label(TorchKind kind) { return kind == TorchKind::Debian113 ? "torch113" : "torch2"; }
