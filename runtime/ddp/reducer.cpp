@@ -493,6 +493,14 @@ void Reducer::finalize() {
     last_stats_pending_ = true;
     if (!last_timing_->on_device() || log::enabled(log::Level::Info)) last_stats();  // INFO on a GPU: syncs
     DDP_LOG(Info, last_stats_.summary(opt_.advice.iteration));
+    if (log::enabled(log::Level::Detail)) [[unlikely]] {
+      // DETAIL: each bucket's times and the parameters that got no gradient here, by name.
+      std::string names;
+      for (size_t i = 0; i < params_.size(); ++i)
+        if (!locally_used_[i]) names += " " + params_[i].name;
+      DDP_LOG(Detail, iteration_name(number), " buckets:\n", last_stats_.bucket_times(),
+              names.empty() ? "" : "  no gradient on this rank:" + names + "\n");
+    }
     ++iteration_;
   }
   // Collectives: every rank reaches them, on the error path too.
@@ -668,6 +676,17 @@ std::string Reducer::describe_buckets() const {
     for (size_t i : buckets_[b].params) os << " " << params_[i].name;
     os << "\n";
   }
+  return os.str();
+}
+
+std::string IterationStats::bucket_times() const {
+  std::ostringstream os;
+  os.precision(3);
+  os << std::fixed;
+  for (const BucketTiming& b : buckets)
+    os << "  bucket " << b.index << " (" << b.num_params << " params, " << b.bytes << " B): full "
+       << b.ready_s * 1e3 << " ms, issued " << b.launched_s * 1e3 << " ms, done " << b.completed_s * 1e3
+       << " ms after forward\n";
   return os.str();
 }
 

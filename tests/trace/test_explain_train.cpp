@@ -115,3 +115,23 @@ TEST(ExplainTrain, DdpExplainWorksForAnyProgramAndABadValueIsRefused) {
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE((bad.out + bad.err).find("DDP_EXPLAIN='soon' is not valid"), std::string::npos) << bad.out << bad.err;
 }
+
+TEST(ExplainTrain, DdpDebugDetailGivesEachBucketsTimesAndNamesTheParametersWithoutAGradient) {
+  std::vector<std::string> argv = {std::string(DDP_BIN_DIR) + "/train", "--model", "branchy",
+                                   "--find-unused-parameters", "--steps", "2", "--batch-size", "8",
+                                   "--synthetic-samples", "64", "--eval-batches", "1", "--log-interval", "0",
+                                   "--threads", "1"};
+  ddp::testing::ProcessOptions o;
+  o.set_env = {{"OPENBLAS_NUM_THREADS", "1"}, {"DDP_DEBUG", "DETAIL"}};
+  o.unset_env = {"DDP_EXPLAIN", "LOCAL_RANK", "RANK", "WORLD_SIZE"};
+  o.timeout_s = 120;
+  const auto r = ddp::testing::run_process(argv, o);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  for (const char* step : {"step 1", "step 2"}) {
+    const size_t at = r.err.find(std::string("DETAIL: ") + step + " buckets:\n  bucket 0 (10 params, ");
+    ASSERT_NE(at, std::string::npos) << step << "\n" << r.err;
+    const std::string rest = r.err.substr(at, 400);
+    EXPECT_NE(rest.find(" ms after forward\n  no gradient on this rank: "), std::string::npos) << rest;
+    EXPECT_NE(rest.find("never_used.weight never_used.bias\n"), std::string::npos) << rest;
+  }
+}
