@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -60,16 +61,14 @@ std::string read(const std::string& path) {
   return ss.str();
 }
 
-}  // namespace
-
-// For every kind: the program's first line is the library's headline, and the worked sentence of the kind.
-TEST(DdpFlightCli, FirstLineIsTheSentenceOfEachKind) {
-  struct Case {
-    const char* name;
-    Files files;
-    const char* starts;  // the first line's beginning
-  };
-  const std::vector<Case> cases = {
+// One dump folder per kind of divergence, named as in docs/debugging.md's worked examples.
+struct Case {
+  const char* name;
+  Files files;
+  const char* starts;  // the first line's beginning
+};
+std::vector<Case> example_cases() {
+  return {
       {"missing_issue", missing_issue_scenario(), "rank 1 never issued allreduce #4812 (bucket 3: "},
       {"mismatch", mismatch_scenario(), "at collective #57 the ranks disagree on the count: rank 2 issued "},
       {"uneven_steps", uneven_steps_scenario(), "rank 1 had finished after #99 (its group was destroyed)"},
@@ -84,6 +83,13 @@ TEST(DdpFlightCli, FirstLineIsTheSentenceOfEachKind) {
       {"hier_inner", hier_scenario(true, false), "in group pg0/host1: rank 1 (global rank 3) never issued"},
       {"nothing_world1", nothing_scenario(1, 7), "the only rank (world 1) completed everything up to"},
   };
+}
+
+}  // namespace
+
+// For every kind: the program's first line is the library's headline, and the worked sentence of the kind.
+TEST(DdpFlightCli, FirstLineIsTheSentenceOfEachKind) {
+  const std::vector<Case> cases = example_cases();
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
     const std::string dir = scenario_dir(c.name);
@@ -193,4 +199,42 @@ TEST(DdpFlightCli, QuotedFailuresLoseTheirSourceLocations) {
       << r.out;
   EXPECT_EQ(r.out.find("gloo_group.cpp:321"), std::string::npos) << r.out;
   fs::remove_all(dir);
+}
+
+// docs/debugging.md's worked examples are this program's output: every line of each example block (but the
+// last, a real ddprun run) is a line of `ddp_flight --last 4 <case>` run beside the case folders.
+TEST(DdpFlightCli, DocsWorkedExamplesAreTheProgramsOutput) {
+  const std::string root = scenario_dir("docs_examples");
+  std::set<std::string> lines;
+  for (const Case& c : example_cases()) {
+    fs::create_directories(root + "/" + c.name);
+    write_files(root + "/" + c.name, c.files);
+    const auto r = ddp::testing::run_process(
+        {"/bin/bash", "-c", "cd \"$0\" && exec \"$1\" --last 4 \"$2\"", root, tool(), c.name});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    std::istringstream in(r.out);
+    for (std::string line; std::getline(in, line);) lines.insert(line);
+  }
+  const std::string doc = read(std::string(DDP_SOURCE_DIR) + "/docs/debugging.md");
+  const size_t begin = doc.find("#### Worked examples");
+  ASSERT_NE(begin, std::string::npos) << "docs/debugging.md lost its worked examples";
+  const size_t end = doc.find("\n## ", begin);
+  const std::string section = doc.substr(begin, end - begin);
+  std::vector<std::string> blocks;
+  for (size_t at = section.find("\n```\n"); at != std::string::npos;) {
+    const size_t close = section.find("\n```\n", at + 5);
+    if (close == std::string::npos) break;
+    blocks.push_back(section.substr(at + 5, close - at - 5 + 1));
+    at = section.find("\n```\n", close + 5);
+  }
+  ASSERT_GE(blocks.size(), 10u);
+  blocks.pop_back();  // the real run
+  for (const std::string& block : blocks) {
+    std::istringstream in(block);
+    for (std::string line; std::getline(in, line);)
+      if (!line.empty() && line != "...")
+        EXPECT_TRUE(lines.count(line)) << "docs/debugging.md shows a line ddp_flight does not print:\n"
+                                       << line;
+  }
+  fs::remove_all(root);
 }
