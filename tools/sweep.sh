@@ -61,6 +61,14 @@ CONFIGS=${SWEEP_CONFIGS:-"mlp gpt"}
 BACKEND=${SWEEP_BACKEND:-cpu}
 for c in $CONFIGS; do [[ $c == mlp || $c == gpt ]] || { echo "sweep: SWEEP_CONFIGS item '$c': use mlp and/or gpt" >&2; exit 2; }; done
 [[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "sweep: SWEEP_ROUNDS='$ROUNDS' must be a positive integer" >&2; exit 2; }
+for v in STEPS_MLP STEPS_GPT; do
+  [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "sweep: SWEEP_$v='${!v}' must be a positive integer" >&2; exit 2; }
+done
+[[ -n ${CAPS// /} ]] || { echo "sweep: SWEEP_CAPS is empty; give caps in MiB, e.g. \"1 25\"" >&2; exit 2; }
+for c in $CAPS $FIRST_CAPS; do
+  [[ $c =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)$ ]] && awk "BEGIN{exit !($c > 0)}" ||
+    { echo "sweep: cap '$c' (SWEEP_CAPS / SWEEP_FIRST_CAPS) is not a positive number of MiB, e.g. 0.25 or 25" >&2; exit 2; }
+done
 OUT=${SWEEP_OUT:-runs/sweep-$(date +%Y-%m-%d-%H%M%S)}
 mkdir -p "$OUT"
 JSON=$OUT/sweep.json

@@ -171,7 +171,11 @@ TEST(BenchSweep, BadSettingsAreRefusedByName) {
     std::string phrase;
   };
   for (const Case& c : {Case{{{"SWEEP_CONFIGS", "mlp gpt2s"}}, "SWEEP_CONFIGS item 'gpt2s'"},
-                        Case{{{"SWEEP_ROUNDS", "0"}}, "SWEEP_ROUNDS='0' must be a positive integer"}}) {
+                        Case{{{"SWEEP_ROUNDS", "0"}}, "SWEEP_ROUNDS='0' must be a positive integer"},
+                        Case{{{"SWEEP_STEPS_GPT", "-1"}}, "SWEEP_STEPS_GPT='-1' must be a positive integer"},
+                        Case{{{"SWEEP_CAPS", " "}}, "SWEEP_CAPS is empty"},
+                        Case{{{"SWEEP_CAPS", "1 25MB"}}, "cap '25MB' (SWEEP_CAPS / SWEEP_FIRST_CAPS) is not a positive"},
+                        Case{{{"SWEEP_FIRST_CAPS", "0"}}, "cap '0' (SWEEP_CAPS / SWEEP_FIRST_CAPS) is not a positive"}}) {
     auto r = sweep(dir.path / "out", dir.path / "cache", c.env);
     EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
     EXPECT_NE(r.err.find(c.phrase), std::string::npos) << r.err;
