@@ -131,6 +131,7 @@ DumpEntry parse_entry(const json& j, const std::string& where) {
   e.issued_ns = f.integer_or("issued_ns", -1);
   e.started_ns = f.integer_or("started_ns", -1);
   e.ended_ns = f.integer_or("ended_ns", -1);
+  e.device_duration_ns = f.integer_or("device_duration_ns", -1);
   return e;
 }
 

@@ -23,6 +23,7 @@ struct DumpEntry {
   int64_t bucket_bytes = -1;  // bytes of the bucket
   std::string params;         // "first .. last" parameter names of the bucket, or ""
   int64_t issued_ns = -1, started_ns = -1, ended_ns = -1;  // steady clock of the dumping process
+  int64_t device_duration_ns = -1;  // NCCL: the GPU's time between the collective's CUDA events
 
   bool completed() const { return state == "completed"; }
   bool failed() const { return state == "failed"; }

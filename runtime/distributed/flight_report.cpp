@@ -32,6 +32,7 @@ std::string cell(const std::optional<GroupRecord>& rec, uint64_t s) {
   std::string c = e->op + " " + e->dtype + " x " + std::to_string(e->count) + " " + e->state;
   const int64_t t = waited_or_duration_ns(*rec, *e);
   if (e->completed() && t >= 0) c += " " + duration_text(t);
+  if (e->device_duration_ns >= 0) c += " (GPU " + duration_text(e->device_duration_ns) + ")";
   if (e->failed() && t >= 0) c += " after " + duration_text(t);
   if (e->pending() && t >= 0) c += ", waiting " + duration_text(t);
   return c;
@@ -228,6 +229,7 @@ std::string flight_chrome_trace(const std::vector<GroupRecord>& records) {
                    {"iteration", e.iteration}, {"state", e.state}, {"issuer", e.issuer}};
       args["bucket"] = e.bucket >= 0 ? json(e.bucket) : json(nullptr);
       args["params"] = e.params.empty() ? json(nullptr) : json(e.params);
+      if (e.device_duration_ns >= 0) args["device_dur_us"] = static_cast<double>(e.device_duration_ns) / 1e3;
       json ev = {{"name", e.op + " #" + std::to_string(e.seq)},
                  {"cat", "collective"},
                  {"ph", "X"},

@@ -26,8 +26,8 @@ std::string format_flight_table(const GroupAnalysis& group, const ReportOptions&
 // Chrome trace JSON (chrome://tracing, Perfetto) of `records`: one process per rank (its global rank when
 // known), one thread per group; each collective a complete event named "allreduce #12" from started (or
 // issued) to ended (or the dump time while pending) with args group, seq, op, dtype, count, bucket, params,
-// bytes, iteration, state, issuer; events sorted by time, ts in microseconds since the earliest event
-// (otherData.t0_unix_ns).
+// bytes, iteration, state, issuer (and device_dur_us for an NCCL record's GPU time); events sorted by time,
+// ts in microseconds since the earliest event (otherData.t0_unix_ns).
 std::string flight_chrome_trace(const std::vector<GroupRecord>& records);
 
 }  // namespace ddp::dist::flight

@@ -304,16 +304,18 @@ TEST(FlightAnalysis, MismatchAcrossIterationsSaysWhichRankSkipped) {
     ASSERT_EQ(d.kind, DivergenceKind::Mismatch) << a.headline;
     EXPECT_EQ(d.field, "op, count and root");
     const std::string skip = std::to_string(skipper), other = std::to_string(1 - skipper);
-    EXPECT_NE(a.headline.find("rank " + other + " issued broadcast float32 x 1024 from root 0 (zero, iteration 2)"),
-              std::string::npos)
+    EXPECT_NE(
+        a.headline.find("rank " + other + " issued broadcast float32 x 1024 from root 0 (zero, iteration 2)"),
+        std::string::npos)
         << a.headline;
-    EXPECT_NE(a.headline.find("rank " + skip + " issued allreduce float32 x 262144 (bucket 0: layer0.weight .. "
+    EXPECT_NE(a.headline.find("rank " + skip +
+                              " issued allreduce float32 x 262144 (bucket 0: layer0.weight .. "
                               "layer0.bias, 1 MiB, iteration 3)"),
               std::string::npos)
         << a.headline;
     EXPECT_NE(a.headline.find("; rank " + skip + " is in iteration 3 there while rank " + other +
-                              " is in 2: rank " + skip + " skipped collectives of iteration 2 that rank " + other +
-                              " issued"),
+                              " is in 2: rank " + skip + " skipped collectives of iteration 2 that rank " +
+                              other + " issued"),
               std::string::npos)
         << a.headline;
   }
@@ -641,6 +643,22 @@ TEST(FlightReport, TableShowsTheLastCollectivesAroundTheDivergencePerRank) {
       std::string::npos)
       << report;
   EXPECT_NE(report.find("divergences:\n  - missing issue: rank 1 never issued"), std::string::npos) << report;
+}
+
+// An NCCL record's GPU time (device_duration_ns, from its CUDA events) is shown beside the host's.
+TEST(FlightReport, NcclRecordsShowTheGpuTime) {
+  Files files = nothing_scenario(2, 3);
+  for (auto& [name, doc] : files) {
+    doc["backend"] = "nccl";
+    for (json& e : doc["entries"]) e["device_duration_ns"] = 6100000;
+  }
+  const auto records = records_of(files);
+  EXPECT_EQ(records[0].entries[0].device_duration_ns, 6100000);
+  const std::string table = fl::format_flight_table(fl::analyze_flight(records).groups[0], {.last = 1});
+  EXPECT_NE(table.find("allreduce float32 x 262144 completed 7.9 ms (GPU 6.1 ms)"), std::string::npos)
+      << table;
+  const json trace = json::parse(fl::flight_chrome_trace(records));
+  EXPECT_DOUBLE_EQ(trace["traceEvents"].back()["args"]["device_dur_us"].get<double>(), 6100.0);
 }
 
 TEST(FlightReport, TableCellsForNoDumpBeforeTheWindowAndHiddenRanks) {
