@@ -18,7 +18,8 @@
 # (MiB, default "0.25 0.5 1 2 4 8 16 25 50 100", --quick "1 25"); SWEEP_FIRST_CAPS (first-bucket caps besides
 # the default 1 MiB, run at cap 25; default "0.25 4", --quick "4"); SWEEP_CONFIGS (default "mlp gpt");
 # SWEEP_STEPS_MLP / SWEEP_STEPS_GPT (measured steps per run; default 40 / 15, --quick 3 / 2); SWEEP_BACKEND
-# (bench_e2e's and bench_allreduce's --backend, default cpu: what runs on a CPU without --backend);
+# (bench_e2e's and bench_allreduce's --backend, default cpu: what runs on a CPU without --backend; the runs
+# are on the CPU except with nccl);
 # SWEEP_RECALIBRATE=1 (measure the calibration again even when cached); DDP_CALIBRATION_DIR (the cache
 # folder, default runs/calibration); SWEEP_NICE (autogroup nice of the whole sweep, e.g. -20 on a machine that
 # others share: their builds then take less of the cores). Needs bench_e2e, bench_allreduce, bucket_sim and ddprun built, and
@@ -59,6 +60,8 @@ else
 fi
 CONFIGS=${SWEEP_CONFIGS:-"mlp gpt"}
 BACKEND=${SWEEP_BACKEND:-cpu}
+DEVICE=cpu  # a CPU sweep even where a GPU is visible, unless the backend is NCCL
+[[ $BACKEND == nccl ]] && DEVICE=cuda
 for c in $CONFIGS; do [[ $c == mlp || $c == gpt ]] || { echo "sweep: SWEEP_CONFIGS item '$c': use mlp and/or gpt" >&2; exit 2; }; done
 [[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "sweep: SWEEP_ROUNDS='$ROUNDS' must be a positive integer" >&2; exit 2; }
 for v in STEPS_MLP STEPS_GPT; do
@@ -128,7 +131,7 @@ for round in $(seq 1 "$ROUNDS"); do
     (( round % 2 == 0 )) && i=$(( N - 1 - i ))
     read -r config world mode cap first <<<"${POINTS[$i]}"
     steps=$STEPS_MLP; [[ $config == gpt ]] && steps=$STEPS_GPT
-    launch "$world" "$BIN/bench_e2e" --config "$config" --mode "$mode" --backend "$BACKEND" --bucket-cap-mb "$cap" \
+    launch "$world" "$BIN/bench_e2e" --config "$config" --mode "$mode" --backend "$BACKEND" --device "$DEVICE" --bucket-cap-mb "$cap" \
       --first-bucket-mb "$first" --steps "$steps" --warmup "$WARMUP" --json "$JSON" --label "sweep round $round"
     printf '.'
   done
