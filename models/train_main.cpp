@@ -57,7 +57,8 @@ int main(int argc, char** argv) {
                "gradient communication per bucket (bf16 needs CUDA)");
   p.add("powersgd-rank", &o.powersgd_rank, "PowerSGD: rank of the gradient approximation", B::at_least(1));
   p.add("powersgd-start-iter", &o.powersgd_start_iter,
-        "PowerSGD: plain all-reduce before this iteration (>= 2)", B::at_least(2));
+        "PowerSGD: the first N steps of this run use a plain all-reduce, compression starts at step N + 1 "
+        "(PyTorch's start_powerSGD_iter; >= 2)", B::at_least(2));
   int64_t seed = static_cast<int64_t>(o.seed);
   p.add("seed", &seed, "seed of initialisation and data order", B::at_least(0));
   p.add("log-interval", &o.log_interval, "steps between log lines", B::at_least(0));

@@ -40,7 +40,7 @@ Reducer::Reducer(std::vector<nn::NamedTensor> params, std::shared_ptr<dist::Proc
   default_hook_ = dynamic_cast<AllreduceHook*>(opt_.comm_hook.get()) != nullptr;
   if (opt_.static_graph && opt_.find_unused_parameters) {
     DDP_LOG(Info, "DDP: static_graph makes find_unused_parameters redundant (unused parameters are known after "
-                  "iteration 1); the per-iteration search is off");
+                  "the first synchronized iteration); the per-iteration search is off");
     opt_.find_unused_parameters = false;
   }
   opt_.comm_hook->attach(this);
