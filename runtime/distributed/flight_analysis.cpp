@@ -369,18 +369,19 @@ class Analyzer {
         d.sentence += "; " + who(later) + (later.size() == 1 ? " is" : " are") + " in iteration " +
                       std::to_string(it_later) + " there while " + who(earlier) +
                       (earlier.size() == 1 ? " is" : " are") + " in " + std::to_string(it_earlier) + ": " +
-                      rank_list_text(later) + " skipped collectives of iteration " + std::to_string(it_earlier) +
-                      " that " + rank_list_text(earlier) + " issued";
+                      rank_list_text(later) + " skipped collectives of iteration " +
+                      std::to_string(it_earlier) + " that " + rank_list_text(earlier) + " issued";
       } else if (other_bucket) {
         d.sentence += "; the ranks' DDP buckets are out of step from here on (bucket " +
                       std::to_string(odd.bucket) + " against " + std::to_string(major.bucket) +
                       "): a rank skipped or reordered a bucket's all-reduce (a comm hook, or buckets built "
                       "differently)";
       } else {
-        d.sentence += no_majority ? "; every rank must issue the same collectives in the same order: find which "
-                                    "of them took another code path (or has another model, or other data)"
-                                  : "; every rank must issue the same collectives in the same order: find where "
-                                    "the odd rank's code path (or model, or data) differs";
+        d.sentence += no_majority
+                          ? "; every rank must issue the same collectives in the same order: find which "
+                            "of them took another code path (or has another model, or other data)"
+                          : "; every rank must issue the same collectives in the same order: find where "
+                            "the odd rank's code path (or model, or data) differs";
       }
       found_.push_back(std::move(d));
       return;
@@ -559,12 +560,17 @@ class Analyzer {
                      " older dump was written";
       } else if (no_dump_.empty()) {
         d.kind = DivergenceKind::AllWaiting;
-        bool any_pending = false;
-        for (int r : not_done) any_pending = any_pending || rec(r).find(s)->pending();
+        bool any_pending = false, any_failed_here = false;
+        for (int r : not_done) {
+          any_pending = any_pending || rec(r).find(s)->pending();
+          any_failed_here = any_failed_here || rec(r).find(s)->failed();
+        }
+        const std::string how = !any_pending ? " and failed" : any_failed_here ? " (some failed)" : "";
         d.sentence = std::string(d_.size() == 1 ? "the only rank" : "every rank") + " issued " + coll(e) +
-                     " " + entry_context(e) + " and none completed it: " + who(not_done) + " " + w +
-                     (any_pending ? "" : " and failed") + failure_text(not_done);
-        if (any_pending && d_.size() > 1)
+                     " " + entry_context(e) + " and none completed it: " + who(not_done) + " " + w + how +
+                     failure_text(not_done);
+        // Every rank still waiting and none failed: nobody said why, so the wait itself is the finding.
+        if (!any_failed_here && d_.size() > 1)
           d.sentence +=
               "; no rank is missing from it, so look for a rank stuck inside it (stopped, or its "
               "transport stalled)";

@@ -468,6 +468,20 @@ TEST(FlightAnalysis, EveryRankWaitingOnTheSameCollective) {
                   world == 1 ? "the only rank issued allreduce #9" : "every rank issued allreduce #9", 0),
               0u)
         << a.headline;
+    // Nobody failed: the wait is the finding, and the hint says where to look.
+    EXPECT_EQ(a.headline.find("look for a rank stuck inside it") != std::string::npos, world > 1)
+        << a.headline;
+    if (world < 2) continue;
+    // One rank failed it (a mismatch check, a transport error): its message says why, no stuck-rank hint.
+    json& rec0 = files[0].second;
+    make_failed(entry_of(rec0, 9), 1000);
+    rec0["failure"] = "collective mismatch at sequence number 9";
+    const auto b = analyze(files);
+    EXPECT_EQ(b.groups[0].lead().kind, DivergenceKind::AllWaiting);
+    EXPECT_NE(b.headline.find(" (some failed); rank 0's error: collective mismatch at sequence number 9"),
+              std::string::npos)
+        << b.headline;
+    EXPECT_EQ(b.headline.find("stuck"), std::string::npos) << b.headline;
   }
 }
 
