@@ -215,6 +215,13 @@ void Supervisor::start_attempt(int attempt) {
   dumping_ = false;
   stall_.reset();
   dump_asked_.assign(workers_.size(), false);
+  std::string dir;
+  if (!c_.log_dir.empty()) {
+    dir = c_.log_dir + "/attempt_" + std::to_string(attempt);
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    DDP_CHECK(!ec, "ddprun: cannot create log directory ", dir, ": ", ec.message(), "; check --log-dir");
+  }
   // This attempt's flight folder: with restarts (or under --log-dir) one per attempt, so a restart does not
   // overwrite the records of the failure that caused it. A previous run's records there are removed.
   flight_dir_ = !c_.log_dir.empty() && flight_root_ == c_.log_dir
@@ -236,13 +243,6 @@ void Supervisor::start_attempt(int attempt) {
   std::vector<int> ranks;
   for (int local = 0; local < c_.nproc_per_node; ++local) ranks.push_back(c_.global_rank(local));
   watchdog_ = std::make_unique<StallWatchdog>(flight_dir_, ranks, c_.stall_timeout_s);
-  std::string dir;
-  if (!c_.log_dir.empty()) {
-    dir = c_.log_dir + "/attempt_" + std::to_string(attempt);
-    std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
-    DDP_CHECK(!ec, "ddprun: cannot create log directory ", dir, ": ", ec.message(), "; check --log-dir");
-  }
   for (int local = 0; local < c_.nproc_per_node; ++local) {
     Worker& w = workers_[static_cast<size_t>(local)];
     w.outcome.local_rank = local;
