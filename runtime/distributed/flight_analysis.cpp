@@ -1,6 +1,6 @@
 // flight_analysis.cpp - finds where the ranks' flight records diverge and words each finding as one sentence.
 //
-// Per group, over the ranks that left a record with entries (D):
+// Per group, over the ranks that left a record with a ring (capacity > 0; D):
 //   mismatch:     the first seq two ranks both hold with a different call (op, dtype, count, reduce op, root)
 //                 or a different DDP bucket;
 //   levels:       for each distinct `recorded` value v below the largest, in ascending order: the ranks whose
