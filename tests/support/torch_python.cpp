@@ -6,8 +6,9 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <regex>
 
-#include "tests/support/run_process.h"
 
 namespace ddp::testing {
 
@@ -26,36 +27,50 @@ std::string torch_kind_label(TorchKind kind) { return kind == TorchKind::Debian1
 
 namespace {
 
-// torch.__version__ when `python` imports torch (and the launcher module), else "" with `why` filled.
-std::string probe(const std::string& python, std::string& why) {
+// The `__version__ = '...'` of the torch package's version.py in `site_packages`, or "" with `why` filled.
+// Read from the file, not by importing torch: an import costs 1.5-5 s on this machine, and ctest runs every
+// test in a process of its own. (tools/setup_torch2.sh imports it once when it makes the venv.)
+std::string version_in(const std::string& python, const std::string& site_packages, std::string& why) {
   if (!std::filesystem::exists(python)) {
     why = python + " does not exist";
     return "";
   }
-  ProcessOptions o;
-  o.unset_env = {"PYTHONPATH", "PYTHONHOME"};
-  o.timeout_s = 120;
-  auto r = run_process({python, "-c", "import torch, torch.distributed.run; print(torch.__version__)"}, o);
-  std::string v = r.out;
-  while (!v.empty() && (v.back() == '\n' || v.back() == '\r')) v.pop_back();
-  if (r.exit_code != 0 || v.empty()) {
-    why = python + " cannot import torch.distributed.run (exit " + std::to_string(r.exit_code) + ")";
+  const std::string file = site_packages + "/torch/version.py";
+  std::ifstream in(file);
+  if (!in) {
+    why = python + " has no torch (no " + file + ")";
     return "";
   }
-  return v;
+  const std::regex line(R"(^__version__\s*=\s*['"]([^'"]+)['"])");
+  std::smatch m;
+  for (std::string l; std::getline(in, l);)
+    if (std::regex_search(l, m, line)) return m[1];
+  why = file + " names no __version__";
+  return "";
+}
+
+// The venv's site-packages (lib/python3.X/site-packages), or "" when there is none.
+std::string venv_site_packages(const std::string& venv) {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(venv + "/lib", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("python3", 0) == 0 && std::filesystem::exists(e.path() / "site-packages"))
+      return (e.path() / "site-packages").string();
+  }
+  return "";
 }
 
 TorchPython find(TorchKind kind) {
   TorchPython t{kind, torch_kind_label(kind), "", "", ""};
   std::string why;
   if (kind == TorchKind::Debian113) {
-    t.version = probe("/usr/bin/python3", why);
+    t.version = version_in("/usr/bin/python3", "/usr/lib/python3/dist-packages", why);
     if (!t.version.empty()) t.python = "/usr/bin/python3";
     else t.missing = "Debian's python3-torch is not installed (" + why + "): apt-get install python3-torch";
     return t;
   }
   const std::string py = torch2_venv_dir() + "/bin/python";
-  t.version = probe(py, why);
+  t.version = version_in(py, venv_site_packages(torch2_venv_dir()), why);
   if (!t.version.empty() && t.version.rfind("2.", 0) == 0) {
     t.python = py;
   } else {

@@ -1,7 +1,8 @@
 // torch_python.h - the two PyTorch installations the tests run launchers, stores and the checkpoint bridge
 // under: Debian 12's python3-torch 1.13 (/usr/bin/python3) and PyTorch 2.x from PyPI in the venv that
 // tools/setup_torch2.sh makes ($DDP_TORCH2_VENV, default $HOME/.cache/ddp.cpp/torch2: both look there).
-// Each is probed once per test program; a missing one carries the reason and the fix, for GTEST_SKIP.
+// Each is looked up once per test program (its torch/version.py, no import); a missing one carries the
+// reason and the fix, for GTEST_SKIP.
 #pragma once
 #include <string>
 #include <vector>
