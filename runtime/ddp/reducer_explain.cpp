@@ -77,7 +77,8 @@ ExplainWhatIf what_if(const std::vector<nn::NamedTensor>& params, const std::vec
   std::vector<sim::SimParam> sp;
   std::vector<double> ready;
   for (size_t i = 0; i < params.size(); ++i) {
-    sp.push_back({params[i].name, static_cast<int64_t>(params[i].tensor.nbytes()), params[i].tensor.dtype(), 0});
+    sp.push_back(
+        {params[i].name, static_cast<int64_t>(params[i].tensor.nbytes()), params[i].tensor.dtype(), 0});
     ready.push_back(ready_s[i] >= 0 ? ready_s[i] : r0.backward_compute_s);  // no gradient: ready at the end
   }
   sim::ComputeTimes compute;
@@ -102,8 +103,8 @@ void Reducer::maybe_explain(int64_t number, bool shadow, double backward_compute
   // Rank 0's clock: the global tracer's (the trace's time axis), offsets measured now.
   auto& tracer = trace::global_tracer();
   const trace::ClockSync clock = trace::estimate_clock_offset(*pg_, tracer);  // tagged "trace clock sync"
-  // This rank's record: [shadow, forward end, clock error, backward, exposed, (ready, launched, completed) per
-  // bucket, (got a gradient, ready time) per parameter].
+  // This rank's record: [shadow, forward end, clock error, backward, exposed, (ready, launched, completed)
+  // per bucket, (got a gradient, ready time) per parameter].
   const size_t len = 5 + 3 * nb + 2 * np;
   std::vector<double> mine(len, 0);
   const bool no_record = shadow || !armed;
@@ -130,7 +131,8 @@ void Reducer::maybe_explain(int64_t number, bool shadow, double backward_compute
   if (pg_->rank() != 0) return;
   std::vector<ExplainBucket> layout;
   for (const Bucket& b : buckets_)
-    layout.push_back({b.timing.bytes, b.params.size(), params_[b.params.front()].name, params_[b.params.back()].name});
+    layout.push_back(
+        {b.timing.bytes, b.params.size(), params_[b.params.front()].name, params_[b.params.back()].name});
   std::vector<ExplainRank> ranks;
   const double* v = all.data<double>();
   for (int r = 0; r < world; ++r) {

@@ -1,5 +1,5 @@
-// step_explain.cpp - the text of an iteration's explanation (see step_explain.h): per rank, then across ranks,
-// then the simulator's what-if. All times in ms on rank 0's clock, from rank 0's forward end.
+// step_explain.cpp - the text of an iteration's explanation (see step_explain.h): per rank, then across
+// ranks, then the simulator's what-if. All times in ms on rank 0's clock, from rank 0's forward end.
 #include "runtime/ddp/step_explain.h"
 
 #include <algorithm>
@@ -37,8 +37,9 @@ std::string params_of(const ExplainBucket& b) {
 
 }  // namespace
 
-std::string explain_iteration(const std::string& word, int64_t number, const std::vector<ExplainBucket>& layout,
-                              const std::vector<ExplainRank>& ranks, const ExplainWhatIf* what_if) {
+std::string explain_iteration(const std::string& word, int64_t number,
+                              const std::vector<ExplainBucket>& layout, const std::vector<ExplainRank>& ranks,
+                              const ExplainWhatIf* what_if) {
   DDP_CHECK(!ranks.empty(), "explain_iteration: no ranks");
   for (const ExplainRank& r : ranks)
     DDP_CHECK(r.shadow || r.buckets.size() == layout.size(), "explain_iteration: rank ", r.rank, " recorded ",
@@ -50,12 +51,15 @@ std::string explain_iteration(const std::string& word, int64_t number, const std
   double worst_clock = 0;
   for (const ExplainRank& r : ranks) worst_clock = std::max(worst_clock, r.clock_error_s);
   // On the common clock, from the origin.
-  auto at = [&](const ExplainRank& r, double since_forward_s) { return r.forward_end_s + since_forward_s - origin; };
+  auto at = [&](const ExplainRank& r, double since_forward_s) {
+    return r.forward_end_s + since_forward_s - origin;
+  };
 
   std::ostringstream os;
-  os << "explain " << word << " " << number << ": " << ranks.size() << (ranks.size() == 1 ? " rank, " : " ranks, ")
-     << layout.size() << (layout.size() == 1 ? " bucket" : " buckets")
-     << ". Times in ms from the first forward end (rank " << (ref ? ref->rank : 0) << "), all ranks on rank 0's clock";
+  os << "explain " << word << " " << number << ": " << ranks.size()
+     << (ranks.size() == 1 ? " rank, " : " ranks, ") << layout.size()
+     << (layout.size() == 1 ? " bucket" : " buckets") << ". Times in ms from the first forward end (rank "
+     << (ref ? ref->rank : 0) << "), all ranks on rank 0's clock";
   if (ranks.size() > 1) os << " (offsets within +-" << ms(worst_clock) << " ms)";
   os << ".\n";
 
@@ -104,20 +108,23 @@ std::string explain_iteration(const std::string& word, int64_t number, const std
     os << "slowest: rank " << slowest->rank << " finished backward " << ms(lag) << " ms after rank "
        << fastest->rank;
     if (lag <= 2 * worst_clock) os << " (within the clocks' error: no rank was clearly slower)";
-    os << "; rank " << fastest->rank << " waited " << ms(fastest->exposed_s) << " ms, rank " << slowest->rank << " "
-       << ms(slowest->exposed_s) << " ms.\n";
+    os << "; rank " << fastest->rank << " waited " << ms(fastest->exposed_s) << " ms, rank " << slowest->rank
+       << " " << ms(slowest->exposed_s) << " ms.\n";
     for (size_t k = 0; k < layout.size(); ++k) {
       const ExplainRank* last_issuer = computing.front();
       const ExplainRank* first_issuer = computing.front();
       for (const ExplainRank* r : computing) {
-        if (at(*r, r->buckets[k].launched_s) > at(*last_issuer, last_issuer->buckets[k].launched_s)) last_issuer = r;
-        if (at(*r, r->buckets[k].launched_s) < at(*first_issuer, first_issuer->buckets[k].launched_s)) first_issuer = r;
+        if (at(*r, r->buckets[k].launched_s) > at(*last_issuer, last_issuer->buckets[k].launched_s))
+          last_issuer = r;
+        if (at(*r, r->buckets[k].launched_s) < at(*first_issuer, first_issuer->buckets[k].launched_s))
+          first_issuer = r;
       }
       const double start = at(*last_issuer, last_issuer->buckets[k].launched_s);
       const double wait = start - at(*first_issuer, first_issuer->buckets[k].launched_s);
       os << "  bucket " << k << " could start at " << ms(start) << ", when rank " << last_issuer->rank
          << " issued it last";
-      if (first_issuer != last_issuer) os << " (rank " << first_issuer->rank << " had waited " << ms(wait) << " ms)";
+      if (first_issuer != last_issuer)
+        os << " (rank " << first_issuer->rank << " had waited " << ms(wait) << " ms)";
       os << "\n";
     }
   }
@@ -137,7 +144,8 @@ std::string explain_iteration(const std::string& word, int64_t number, const std
     for (const std::string& n : nobody) os << " " << n;
     os << "\n";
   }
-  if (what_if && what_if->rows.empty() && !what_if->basis.empty()) os << "what-if: " << what_if->basis << "\n";
+  if (what_if && what_if->rows.empty() && !what_if->basis.empty())
+    os << "what-if: " << what_if->basis << "\n";
   if (what_if && !what_if->rows.empty()) {
     os << "what-if (bucket simulator, " << what_if->basis << "):\n";
     // The best predicted row; on a tie this run's cap (no change needed), else the first.
@@ -148,10 +156,11 @@ std::string explain_iteration(const std::string& word, int64_t number, const std
       if (row.step_s < best->step_s) best = &row;
     for (const auto& row : what_if->rows) {
       char line[200];
-      std::snprintf(line, sizeof line, "  cap %8.3f MiB: %3zu %s, exposed %s ms, backward + exposed %s ms%s%s\n",
-                    row.cap_mb, row.buckets, row.buckets == 1 ? "bucket" : "buckets", ms(row.exposed_s).c_str(),
-                    ms(row.step_s).c_str(),
-                    row.cap_mb == what_if->current_cap_mb ? "  (this run)" : "", &row == best ? "  <- best" : "");
+      std::snprintf(line, sizeof line,
+                    "  cap %8.3f MiB: %3zu %s, exposed %s ms, backward + exposed %s ms%s%s\n", row.cap_mb,
+                    row.buckets, row.buckets == 1 ? "bucket" : "buckets", ms(row.exposed_s).c_str(),
+                    ms(row.step_s).c_str(), row.cap_mb == what_if->current_cap_mb ? "  (this run)" : "",
+                    &row == best ? "  <- best" : "");
       os << line;
     }
   }

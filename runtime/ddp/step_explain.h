@@ -1,11 +1,11 @@
 // step_explain.h - the plain-language account of one synchronized iteration across all ranks ("explain":
 // train --explain N, or DDP_EXPLAIN=N for any program using DistributedDataParallel). Built from the
-// reducer's own per-bucket records (BucketTiming: when a bucket's last gradient arrived, when its all-reduce was
-// issued and when it completed - the same time points the trace's "allreduce bucket <i>" events are written
-// from), each rank's put on rank 0's clock (runtime/trace/clock_sync.h). Per rank: each bucket's parameters
-// and bytes and its times, how long the rank waited for communication after backward and on which bucket;
-// across ranks: when each all-reduce could start (the last rank issued it), the slowest rank and by how much,
-// and the parameters that got no gradient; optionally the simulator's view of other bucket caps.
+// reducer's own per-bucket records (BucketTiming: when a bucket's last gradient arrived, when its all-reduce
+// was issued and when it completed - the same time points the trace's "allreduce bucket <i>" events are
+// written from), each rank's put on rank 0's clock (runtime/trace/clock_sync.h). Per rank: each bucket's
+// parameters and bytes and its times, how long the rank waited for communication after backward and on which
+// bucket; across ranks: when each all-reduce could start (the last rank issued it), the slowest rank and by
+// how much, and the parameters that got no gradient; optionally the simulator's view of other bucket caps.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -49,8 +49,9 @@ struct ExplainWhatIf {
 
 // The account, several lines ending in '\n'. `word` names an iteration ("step" in train). Throws
 // ddp::Error when a rank's record does not match the layout.
-std::string explain_iteration(const std::string& word, int64_t number, const std::vector<ExplainBucket>& layout,
-                              const std::vector<ExplainRank>& ranks, const ExplainWhatIf* what_if = nullptr);
+std::string explain_iteration(const std::string& word, int64_t number,
+                              const std::vector<ExplainBucket>& layout, const std::vector<ExplainRank>& ranks,
+                              const ExplainWhatIf* what_if = nullptr);
 
 }  // namespace ddp
 

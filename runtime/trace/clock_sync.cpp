@@ -28,7 +28,8 @@ ClockSync estimate_clock_offset(dist::ProcessGroup& pg, const Tracer& tracer, in
     return sync;
   }
   // before[k]: this rank's clock just before entering all-reduce k; after[k]: just after it returned.
-  std::vector<int64_t> before(static_cast<size_t>(rounds) + 1), after(before.size()), rank0_time(before.size());
+  std::vector<int64_t> before(static_cast<size_t>(rounds) + 1), after(before.size()),
+      rank0_time(before.size());
   before[0] = tracer.now_ns();
   sync.reference_start_unix_us = exchange(tracer.start_unix_us());
   after[0] = tracer.now_ns();

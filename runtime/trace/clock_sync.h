@@ -1,7 +1,8 @@
 // clock_sync.h - puts every rank's trace on rank 0's clock: estimate_clock_offset measures, with a few
-// all-reduce round trips at start-up, how far this rank's tracer clock is from rank 0's, and bounds the error.
-// Each tracer counts from its own construction (and hosts' clocks differ), so without this a merged trace can
-// only line ranks up by their wall clocks, and the wait of a fast rank for a slow one is hidden or invented.
+// all-reduce round trips at start-up, how far this rank's tracer clock is from rank 0's, and bounds the
+// error. Each tracer counts from its own construction (and hosts' clocks differ), so without this a merged
+// trace can only line ranks up by their wall clocks, and the wait of a fast rank for a slow one is hidden or
+// invented.
 //
 // Method (collective, every rank calls it): rounds + 1 all-reduces of one int64. Rank 0 reads its clock right
 // after all-reduce k-1 returns - by then every rank has entered k-1 - and contributes that time to all-reduce

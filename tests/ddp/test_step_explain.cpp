@@ -58,34 +58,46 @@ std::vector<ExplainRank> two_ranks() {
   return {r0, r1};
 }
 
-const std::vector<ExplainBucket> kLayout = {{2048, 2, "fc2.bias", "fc2.weight"}, {4 << 20, 1, "fc1.weight", "fc1.weight"}};
+const std::vector<ExplainBucket> kLayout = {{2048, 2, "fc2.bias", "fc2.weight"},
+                                            {4 << 20, 1, "fc1.weight", "fc1.weight"}};
 
 }  // namespace
 
 TEST(StepExplain, AKnownStepOnTwoRanks) {
   const std::string t = explain_iteration("step", 7, kLayout, two_ranks());
-  EXPECT_TRUE(has(t, "explain step 7: 2 ranks, 2 buckets. Times in ms from the first forward end (rank 0), all "
-                     "ranks on rank 0's clock (offsets within +-0.020 ms).\n"))
+  EXPECT_TRUE(has(t,
+                  "explain step 7: 2 ranks, 2 buckets. Times in ms from the first forward end (rank 0), all "
+                  "ranks on rank 0's clock (offsets within +-0.020 ms).\n"))
       << t;
-  EXPECT_TRUE(has(t, "rank 0: forward ended at 0.000, backward computed until 2.000 (2.000 ms), then waited 1.500 "
-                     "ms for communication (exposed), bucket 1 finishing last.\n"))
+  EXPECT_TRUE(
+      has(t,
+          "rank 0: forward ended at 0.000, backward computed until 2.000 (2.000 ms), then waited 1.500 "
+          "ms for communication (exposed), bucket 1 finishing last.\n"))
       << t;
-  EXPECT_TRUE(has(t, "  bucket 0: 2.0 KiB, 2 parameters (fc2.bias .. fc2.weight): last gradient at 0.500, issued "
-                     "at 0.500, done at 2.000 (1.500 ms in flight)\n"))
+  EXPECT_TRUE(
+      has(t,
+          "  bucket 0: 2.0 KiB, 2 parameters (fc2.bias .. fc2.weight): last gradient at 0.500, issued "
+          "at 0.500, done at 2.000 (1.500 ms in flight)\n"))
       << t;
-  EXPECT_TRUE(has(t, "  bucket 1: 4.00 MiB, 1 parameter (fc1.weight): last gradient at 2.000"))  << t;
+  EXPECT_TRUE(has(t, "  bucket 1: 4.00 MiB, 1 parameter (fc1.weight): last gradient at 2.000")) << t;
   // Rank 1's times are shifted by its later forward end; bucket 1 went out 0.2 ms after it was full.
-  EXPECT_TRUE(has(t, "rank 1: forward ended at 1.000, backward computed until 3.000 (2.000 ms), then waited 0.500"))
+  EXPECT_TRUE(
+      has(t, "rank 1: forward ended at 1.000, backward computed until 3.000 (2.000 ms), then waited 0.500"))
       << t;
-  EXPECT_TRUE(has(t, "last gradient at 3.000, issued at 3.200, done at 3.500 (0.300 ms in flight; issued 0.200 ms "
-                     "after it was full: buckets go out in order)"))
+  EXPECT_TRUE(
+      has(t,
+          "last gradient at 3.000, issued at 3.200, done at 3.500 (0.300 ms in flight; issued 0.200 ms "
+          "after it was full: buckets go out in order)"))
       << t;
-  EXPECT_TRUE(has(t, "slowest: rank 1 finished backward 1.000 ms after rank 0; rank 0 waited 1.500 ms, rank 1 "
-                     "0.500 ms.\n"))
+  EXPECT_TRUE(has(t,
+                  "slowest: rank 1 finished backward 1.000 ms after rank 0; rank 0 waited 1.500 ms, rank 1 "
+                  "0.500 ms.\n"))
       << t;
-  EXPECT_TRUE(has(t, "  bucket 0 could start at 1.500, when rank 1 issued it last (rank 0 had waited 1.000 ms)\n"))
+  EXPECT_TRUE(
+      has(t, "  bucket 0 could start at 1.500, when rank 1 issued it last (rank 0 had waited 1.000 ms)\n"))
       << t;
-  EXPECT_TRUE(has(t, "  bucket 1 could start at 3.200, when rank 1 issued it last (rank 0 had waited 1.200 ms)\n"))
+  EXPECT_TRUE(
+      has(t, "  bucket 1 could start at 3.200, when rank 1 issued it last (rank 0 had waited 1.200 ms)\n"))
       << t;
   EXPECT_TRUE(has(t, "  no gradient on this rank (all-reduced as zeros): head.extra expert1.weight\n")) << t;
   EXPECT_TRUE(has(t, "unused parameters (no gradient on any rank): head.extra\n")) << t;
@@ -121,16 +133,20 @@ TEST(StepExplain, TheWhatIfTableMarksThisRunAndTheBest) {
   w.rows = {{12.5, 4, 2e-3, 9e-3}, {25, 2, 3e-3, 8e-3}, {50, 1, 5e-3, 10e-3}};
   const std::string t = explain_iteration("step", 2, kLayout, two_ranks(), &w);
   EXPECT_TRUE(has(t, "what-if (bucket simulator, a test network):\n")) << t;
-  EXPECT_TRUE(has(t, "  cap   25.000 MiB:   2 buckets, exposed 3.000 ms, backward + exposed 8.000 ms  (this run)  <- best\n"))
+  EXPECT_TRUE(has(t,
+                  "  cap   25.000 MiB:   2 buckets, exposed 3.000 ms, backward + exposed 8.000 ms  (this "
+                  "run)  <- best\n"))
       << t;
-  EXPECT_TRUE(has(t, "  cap   12.500 MiB:   4 buckets, exposed 2.000 ms, backward + exposed 9.000 ms\n")) << t;
+  EXPECT_TRUE(has(t, "  cap   12.500 MiB:   4 buckets, exposed 2.000 ms, backward + exposed 9.000 ms\n"))
+      << t;
   w.rows[0].step_s = 8e-3;  // a tie with this run: no change is best
   const std::string tie = explain_iteration("step", 2, kLayout, two_ranks(), &w);
   EXPECT_TRUE(has(tie, "8.000 ms  (this run)  <- best\n")) << tie;
   EXPECT_EQ(count_of(tie, "<- best"), 1u) << tie;
   ExplainWhatIf none;
   none.basis = "no what-if: nothing measured";
-  EXPECT_TRUE(has(explain_iteration("step", 2, kLayout, two_ranks(), &none), "what-if: no what-if: nothing measured\n"));
+  EXPECT_TRUE(has(explain_iteration("step", 2, kLayout, two_ranks(), &none),
+                  "what-if: no what-if: nothing measured\n"));
 }
 
 TEST(StepExplain, ARecordThatDoesNotMatchTheLayoutIsAnError) {
@@ -177,7 +193,8 @@ std::string train_two_ranks_explaining(std::array<int64_t, 2> asked, int steps =
     DDPOptions o;
     o.find_unused_parameters = true;
     o.explain_iteration = asked[static_cast<size_t>(rank)];
-    DistributedDataParallel ddp(model, std::shared_ptr<dist::ProcessGroup>(std::shared_ptr<dist::ProcessGroup>{}, &pg), o);
+    DistributedDataParallel ddp(
+        model, std::shared_ptr<dist::ProcessGroup>(std::shared_ptr<dist::ProcessGroup>{}, &pg), o);
     for (int step = 0; step < steps; ++step) {
       Tensor x = Tensor::randn({2, 6}, 5 + step, DType::F64);
       Tensor loss = ops::cross_entropy(ddp.forward(x), Tensor::from_data<int64_t>({0, 1}, {2}));

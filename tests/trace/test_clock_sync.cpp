@@ -27,8 +27,8 @@ struct RankClock {
 
 // Each rank creates its tracer at a different time (rank r waits r * stagger first), so the true offsets are
 // not zero, then estimates its offset to rank 0.
-std::vector<RankClock> estimate_on_threads(int world, const std::string& backend, std::chrono::microseconds stagger,
-                                           int rounds) {
+std::vector<RankClock> estimate_on_threads(int world, const std::string& backend,
+                                           std::chrono::microseconds stagger, int rounds) {
   std::vector<RankClock> clocks(static_cast<size_t>(world));
   dist::run_threads(
       world,
@@ -83,8 +83,9 @@ TEST(ClockSync, OneRoundAndManyRoundsBothHold) {
     const auto clocks = estimate_on_threads(3, "gloo", std::chrono::microseconds(1000), rounds);
     for (int r = 1; r < 3; ++r) {
       const ClockSync& s = clocks[static_cast<size_t>(r)].sync;
-      EXPECT_LE(std::llabs(s.offset_ns - true_offset_ns(*clocks[0].tracer, *clocks[static_cast<size_t>(r)].tracer)),
-                s.error_bound_ns);
+      EXPECT_LE(
+          std::llabs(s.offset_ns - true_offset_ns(*clocks[0].tracer, *clocks[static_cast<size_t>(r)].tracer)),
+          s.error_bound_ns);
       EXPECT_EQ(s.rounds, rounds);
     }
   }
@@ -98,7 +99,8 @@ TEST(ClockSync, BadRoundCountsAreRefusedByName) {
         estimate_clock_offset(pg, t, rounds);
         ADD_FAILURE() << "rounds " << rounds << " accepted";
       } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("rounds = " + std::to_string(rounds)), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("rounds = " + std::to_string(rounds)), std::string::npos)
+            << e.what();
       }
     }
   });

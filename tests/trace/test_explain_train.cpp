@@ -1,6 +1,6 @@
-// test_explain_train.cpp - `train --explain N` on real two-rank runs: the account of step N appears once, from
-// rank 0, with every rank's buckets; its in-flight times are the trace's bucket events of the same step (one
-// source of truth: both come from the reducer's bucket records); parameters without a gradient are named
+// test_explain_train.cpp - `train --explain N` on real two-rank runs: the account of step N appears once,
+// from rank 0, with every rank's buckets; its in-flight times are the trace's bucket events of the same step
+// (one source of truth: both come from the reducer's bucket records); parameters without a gradient are named
 // (branchy); a rank that ran out of data shadows the step (Join) and nothing hangs; DDP_EXPLAIN does the same
 // for another program (bench_e2e) and a bad value is refused by name.
 #include <gtest/gtest.h>
@@ -61,7 +61,8 @@ TEST(ExplainTrain, TheAccountOfAStepMatchesTheTraceOfThatStep) {
   EXPECT_NE(r.out.find("unused parameters: none"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("what-if"), std::string::npos) << r.out;
 
-  // "(X ms in flight)" of rank r's bucket k against the trace's "allreduce bucket k" of rank r in iteration 2.
+  // "(X ms in flight)" of rank r's bucket k against the trace's "allreduce bucket k" of rank r in
+  // iteration 2.
   std::map<std::pair<int, int>, double> explained;  // (rank, bucket) -> ms
   int rank = -1;
   const std::regex rank_re(R"(\[rank 0\] rank (\d+): forward ended)");
@@ -69,8 +70,10 @@ TEST(ExplainTrain, TheAccountOfAStepMatchesTheTraceOfThatStep) {
   std::istringstream lines(r.out);
   for (std::string line; std::getline(lines, line);) {
     std::smatch m;
-    if (std::regex_search(line, m, rank_re)) rank = std::stoi(m[1]);
-    else if (std::regex_search(line, m, bucket_re) && rank >= 0) explained[{rank, std::stoi(m[1])}] = std::stod(m[2]);
+    if (std::regex_search(line, m, rank_re))
+      rank = std::stoi(m[1]);
+    else if (std::regex_search(line, m, bucket_re) && rank >= 0)
+      explained[{rank, std::stoi(m[1])}] = std::stod(m[2]);
   }
   const json doc = json::parse(std::ifstream(trace));
   std::map<int, std::pair<double, double>> window;
@@ -93,15 +96,19 @@ TEST(ExplainTrain, TheAccountOfAStepMatchesTheTraceOfThatStep) {
 }
 
 TEST(ExplainTrain, NamesTheParametersWithoutAGradientAndSurvivesAJoinShadow) {
-  const auto branchy = two_ranks("train",
-                                 "--model branchy --find-unused-parameters --steps 3 --batch-size 8 "
-                                 "--synthetic-samples 64 --eval-batches 1 --log-interval 0 --threads 1 --explain 2");
+  const auto branchy =
+      two_ranks("train",
+                "--model branchy --find-unused-parameters --steps 3 --batch-size 8 "
+                "--synthetic-samples 64 --eval-batches 1 --log-interval 0 --threads 1 --explain 2");
   ASSERT_EQ(branchy.exit_code, 0) << branchy.out << branchy.err;
-  EXPECT_NE(branchy.out.find("no gradient on this rank (all-reduced as zeros):"), std::string::npos) << branchy.out;
-  EXPECT_NE(branchy.out.find("unused parameters (no gradient on any rank):"), std::string::npos) << branchy.out;
+  EXPECT_NE(branchy.out.find("no gradient on this rank (all-reduced as zeros):"), std::string::npos)
+      << branchy.out;
+  EXPECT_NE(branchy.out.find("unused parameters (no gradient on any rank):"), std::string::npos)
+      << branchy.out;
 
   // Rank 1 has one step fewer; at the last step it shadows rank 0 (Join). Explaining that step must not hang.
-  const auto uneven = two_ranks("train", std::string(kMlp) + " --steps 4 --uneven-steps 1 --join --explain 4");
+  const auto uneven =
+      two_ranks("train", std::string(kMlp) + " --steps 4 --uneven-steps 1 --join --explain 4");
   ASSERT_EQ(uneven.exit_code, 0) << uneven.out << uneven.err;
   EXPECT_NE(uneven.out.find("explain step 4: 2 ranks"), std::string::npos) << uneven.out;
   EXPECT_NE(uneven.out.find("rank 1: had no batch (Join)"), std::string::npos) << uneven.out;
@@ -113,14 +120,27 @@ TEST(ExplainTrain, DdpExplainWorksForAnyProgramAndABadValueIsRefused) {
   EXPECT_EQ(count(bench.out, "explain iteration 2: 2 ranks"), 1u) << bench.out;
   const auto bad = two_ranks("train", std::string(kMlp) + " --steps 1", {{"DDP_EXPLAIN", "soon"}});
   EXPECT_NE(bad.exit_code, 0);
-  EXPECT_NE((bad.out + bad.err).find("DDP_EXPLAIN='soon' is not valid"), std::string::npos) << bad.out << bad.err;
+  EXPECT_NE((bad.out + bad.err).find("DDP_EXPLAIN='soon' is not valid"), std::string::npos)
+      << bad.out << bad.err;
 }
 
 TEST(ExplainTrain, DdpDebugDetailGivesEachBucketsTimesAndNamesTheParametersWithoutAGradient) {
-  std::vector<std::string> argv = {std::string(DDP_BIN_DIR) + "/train", "--model", "branchy",
-                                   "--find-unused-parameters", "--steps", "2", "--batch-size", "8",
-                                   "--synthetic-samples", "64", "--eval-batches", "1", "--log-interval", "0",
-                                   "--threads", "1"};
+  std::vector<std::string> argv = {std::string(DDP_BIN_DIR) + "/train",
+                                   "--model",
+                                   "branchy",
+                                   "--find-unused-parameters",
+                                   "--steps",
+                                   "2",
+                                   "--batch-size",
+                                   "8",
+                                   "--synthetic-samples",
+                                   "64",
+                                   "--eval-batches",
+                                   "1",
+                                   "--log-interval",
+                                   "0",
+                                   "--threads",
+                                   "1"};
   ddp::testing::ProcessOptions o;
   o.set_env = {{"OPENBLAS_NUM_THREADS", "1"}, {"DDP_DEBUG", "DETAIL"}};
   o.unset_env = {"DDP_EXPLAIN", "LOCAL_RANK", "RANK", "WORLD_SIZE"};

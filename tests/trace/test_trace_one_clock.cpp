@@ -1,7 +1,7 @@
-// test_trace_one_clock.cpp - a real two-rank `train --trace` run: the per-rank files follow the one naming rule
-// (t.rank<R>.json), the merged file is on rank 0's clock with every rank's offset bound recorded and sane,
-// its events are sorted, no all-reduce ends on one rank before the other rank issued it (causality on the
-// common clock, up to the two bounds), and one step has one number in the log ("step N"), DDP_DEBUG
+// test_trace_one_clock.cpp - a real two-rank `train --trace` run: the per-rank files follow the one naming
+// rule (t.rank<R>.json), the merged file is on rank 0's clock with every rank's offset bound recorded and
+// sane, its events are sorted, no all-reduce ends on one rank before the other rank issued it (causality on
+// the common clock, up to the two bounds), and one step has one number in the log ("step N"), DDP_DEBUG
 // ("step N: backward ..."), the trace ("iteration N", the exposed-communication span) - after a resume too.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -43,8 +43,10 @@ class TraceOneClock : public ::testing::Test {
     std::vector<std::string> argv = {ddp::testing::ddprun_path(), "--standalone", "--nproc-per-node", "2",
                                      DDP_BIN_DIR "/train"};
     std::istringstream flags(
-        "--model mlp --data synthetic --hidden 64 --synthetic-samples 128 --batch-size 8 --bucket-cap-mb 0.002 "
-        "--first-bucket-mb 0.002 --eval-batches 1 --log-interval 1 --threads 1 " + extra);
+        "--model mlp --data synthetic --hidden 64 --synthetic-samples 128 --batch-size 8 --bucket-cap-mb "
+        "0.002 "
+        "--first-bucket-mb 0.002 --eval-batches 1 --log-interval 1 --threads 1 " +
+        extra);
     for (std::string f; flags >> f;) argv.push_back(f);
     argv.insert(argv.end(), {"--trace", trace});
     ddp::testing::ProcessOptions options;
@@ -62,7 +64,8 @@ class TraceOneClock : public ::testing::Test {
 std::map<int64_t, std::set<int64_t>> iterations_of(const json& doc) {
   std::map<int64_t, std::set<int64_t>> out;
   for (const json& e : doc["traceEvents"])
-    if (e.value("cat", "") == "iteration") out[e["pid"].get<int64_t>()].insert(e["args"]["iteration"].get<int64_t>());
+    if (e.value("cat", "") == "iteration")
+      out[e["pid"].get<int64_t>()].insert(e["args"]["iteration"].get<int64_t>());
   return out;
 }
 
@@ -89,7 +92,8 @@ TEST_F(TraceOneClock, TwoRanksShareRankZerosClockWithinTheRecordedBounds) {
   const json& clock = run.merged["otherData"]["clock"];
   ASSERT_EQ(clock.value("alignment", ""), "common") << clock.dump();
   std::map<int64_t, double> bound_us;
-  for (const json& in : clock["inputs"]) bound_us[in["rank"].get<int64_t>()] = in["error_bound_us"].get<double>();
+  for (const json& in : clock["inputs"])
+    bound_us[in["rank"].get<int64_t>()] = in["error_bound_us"].get<double>();
   ASSERT_EQ(bound_us.size(), 2u);
   EXPECT_EQ(bound_us[0], 0.0) << "rank 0 is the reference";
   EXPECT_GT(bound_us[1], 0.0);
@@ -110,7 +114,8 @@ TEST_F(TraceOneClock, TwoRanksShareRankZerosClockWithinTheRecordedBounds) {
   std::map<std::pair<int64_t, int64_t>, std::pair<double, double>> window;  // (rank, iteration) -> [b, e)
   for (const json& e : run.merged["traceEvents"])
     if (e.value("cat", "") == "iteration")
-      window[{e["pid"], e["args"]["iteration"]}] = {e["ts"].get<double>(), e["ts"].get<double>() + e["dur"].get<double>()};
+      window[{e["pid"], e["args"]["iteration"]}] = {e["ts"].get<double>(),
+                                                    e["ts"].get<double>() + e["dur"].get<double>()};
   std::map<std::tuple<int64_t, int64_t, int64_t>, Span> bucket;  // (iteration, bucket, rank)
   for (const json& e : run.merged["traceEvents"]) {
     if (e.value("cat", "") != "comm") continue;
@@ -137,11 +142,11 @@ TEST_F(TraceOneClock, OneStepHasOneNumberInTheLogDdpDebugAndTheTrace) {
   const std::string trace = (dir_ / "t.json").string();
   const TrainRun first = train(trace, "--steps 2 --checkpoint-dir " + (dir_ / "ck").string());
   ASSERT_EQ(first.result.exit_code, 0) << first.result.out << first.result.err;
-  const TrainRun resumed = train((dir_ / "r.json").string(), "--steps 4 --checkpoint-dir " + (dir_ / "ck").string() +
-                                                            " --resume auto");
+  const TrainRun resumed = train((dir_ / "r.json").string(),
+                                 "--steps 4 --checkpoint-dir " + (dir_ / "ck").string() + " --resume auto");
   ASSERT_EQ(resumed.result.exit_code, 0) << resumed.result.out << resumed.result.err;
-  for (const auto& [run, steps] : {std::pair{&first, std::multiset<int64_t>{1, 2}},
-                                   std::pair{&resumed, std::multiset<int64_t>{3, 4}}}) {
+  for (const auto& [run, steps] :
+       {std::pair{&first, std::multiset<int64_t>{1, 2}}, std::pair{&resumed, std::multiset<int64_t>{3, 4}}}) {
     const std::string all = run->result.out + run->result.err;
     EXPECT_EQ(numbers(run->result.out, R"(step +(\d+)/\d+)"), steps) << run->result.out;
     std::multiset<int64_t> both;  // DDP_DEBUG=INFO: one reducer line per step on each rank

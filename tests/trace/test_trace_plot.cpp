@@ -62,8 +62,8 @@ TEST(TracePlot, DrawsARealTwoRankRunOnTheCommonClockOrPerRank) {
   EXPECT_NE(merged.out.find("iteration 2, ranks [0, 1], common clock"), std::string::npos) << merged.out;
   EXPECT_TRUE(is_png(dir / "common.png"));
 
-  const auto files = plot({(dir / "t.rank0.json").string(), (dir / "t.rank1.json").string(),
-                           (dir / "files.png").string()});
+  const auto files =
+      plot({(dir / "t.rank0.json").string(), (dir / "t.rank1.json").string(), (dir / "files.png").string()});
   ASSERT_EQ(files.exit_code, 0) << files.out << files.err;
   EXPECT_NE(files.out.find("ranks [0, 1], common clock"), std::string::npos) << files.out;
   EXPECT_TRUE(is_png(dir / "files.png"));
@@ -76,14 +76,17 @@ TEST(TracePlot, DrawsARealTwoRankRunOnTheCommonClockOrPerRank) {
   const auto bad = plot({(dir / "t.json").string(), (dir / "bad.png").string(), "--align", "wall"});
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.err.find("--align wall: give 'common'"), std::string::npos) << bad.err;
-  const auto not_a_number = plot({(dir / "t.json").string(), (dir / "bad.png").string(), "--iteration", "two"});
+  const auto not_a_number =
+      plot({(dir / "t.json").string(), (dir / "bad.png").string(), "--iteration", "two"});
   EXPECT_NE(not_a_number.exit_code, 0);
-  EXPECT_NE(not_a_number.err.find("--iteration two: give an iteration number"), std::string::npos) << not_a_number.err;
+  EXPECT_NE(not_a_number.err.find("--iteration two: give an iteration number"), std::string::npos)
+      << not_a_number.err;
   const auto no_value = plot({(dir / "t.json").string(), (dir / "bad.png").string(), "--align"});
   EXPECT_NE(no_value.exit_code, 0);
   EXPECT_NE(no_value.err.find("--align needs a value"), std::string::npos) << no_value.err;
   const auto missing = plot({(dir / "t.json").string(), (dir / "bad.png").string(), "--iteration", "99"});
   EXPECT_NE(missing.exit_code, 0);
-  EXPECT_NE(missing.err.find("no iteration 99; the trace has iterations 1..3"), std::string::npos) << missing.err;
+  EXPECT_NE(missing.err.find("no iteration 99; the trace has iterations 1..3"), std::string::npos)
+      << missing.err;
   fs::remove_all(dir);
 }
