@@ -171,7 +171,7 @@ TEST(TorchStore, AddOnTextIsAClearErrorNotAHang) {
 namespace {
 struct RealServer {
   ddp::testing::TorchKind torch;
-  const char* use_libuv;  // TCPStore(use_libuv=...): "" for 1.13 (no such argument), "True" or "False"
+  const char* use_libuv;   // TCPStore(use_libuv=...): "" for 1.13 (no such argument), "True" or "False"
   TorchProtocol expected;  // what the Auto probe must find
   const char* name;
 };
@@ -226,11 +226,11 @@ print("python saw", s.get(P + "done").decode(), "cas2", s.get(P + "cas2").decode
     s.set("from_cpp", "hello");
     s.set("bin", std::string("\0\xff\x01zz", 5));
     EXPECT_EQ(s.add("counter", 5), 5);
-    EXPECT_EQ(s.compare_set("cas", "", "x"), "x");          // absent, expected "": set
-    EXPECT_EQ(s.compare_set("cas", "wrong", "y"), "x");     // present, mismatch: the current value
+    EXPECT_EQ(s.compare_set("cas", "", "x"), "x");       // absent, expected "": set
+    EXPECT_EQ(s.compare_set("cas", "wrong", "y"), "x");  // present, mismatch: the current value
     EXPECT_EQ(s.compare_set("cas2", "", "x"), "x");
-    EXPECT_EQ(s.compare_set("cas2", "x", "x"), "x");        // present, match
-    EXPECT_EQ(s.compare_set("nope", "a", "b"), "");         // absent, expected not "": nothing set
+    EXPECT_EQ(s.compare_set("cas2", "x", "x"), "x");  // present, match
+    EXPECT_EQ(s.compare_set("nope", "a", "b"), "");   // absent, expected not "": nothing set
     EXPECT_EQ(s.try_get("nope"), std::nullopt);
     EXPECT_EQ(s.num_keys() - keys_before, 5);  // from_cpp, bin, counter, cas, cas2
     EXPECT_TRUE(s.delete_key("cas"));
@@ -239,7 +239,7 @@ print("python saw", s.get(P + "done").decode(), "cas2", s.get(P + "cas2").decode
     std::string wait_err = error_of([&] { s.wait({"from_cpp", "never"}, 300ms); });
     EXPECT_NE(wait_err.find("'never'"), std::string::npos) << wait_err;
     EXPECT_EQ(wait_err.find("'from_cpp'"), std::string::npos) << wait_err;
-    s.set("cpp_done", "1");  // the connection is still usable after the timed-out wait
+    s.set("cpp_done", "1");                     // the connection is still usable after the timed-out wait
     EXPECT_EQ(s.get("from_py", 60s), "world");  // a wait that Python's write ends
     EXPECT_EQ(s.get("counter"), "7");           // Python's add on our counter
     EXPECT_EQ(s.add("counter", -10), -3);
@@ -261,5 +261,6 @@ INSTANTIATE_TEST_SUITE_P(
     Servers, RealTorchStore,
     ::testing::Values(RealServer{ddp::testing::TorchKind::Debian113, "", TorchProtocol::V1, "torch113"},
                       RealServer{ddp::testing::TorchKind::PyPI2, "True", TorchProtocol::V2, "torch2_libuv"},
-                      RealServer{ddp::testing::TorchKind::PyPI2, "False", TorchProtocol::V2, "torch2_legacy"}),
+                      RealServer{ddp::testing::TorchKind::PyPI2, "False", TorchProtocol::V2,
+                                 "torch2_legacy"}),
     [](const auto& info) { return std::string(info.param.name); });

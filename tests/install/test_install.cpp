@@ -1,7 +1,7 @@
-// test_install.cpp - `cmake --install` puts headers, the libraries, ddprun, ddp_flight and a package config in
-// a prefix, and a separate project builds and runs against it with find_package(ddp): tests/consumer, and the README's
-// "Using it from C++" program taken verbatim from README.md (so the README cannot drift from the code), run
-// under ddprun and, when the PyTorch 2.x venv exists, under its torchrun too.
+// test_install.cpp - `cmake --install` puts headers, the libraries, ddprun, ddp_flight and a package config
+// in a prefix, and a separate project builds and runs against it with find_package(ddp): tests/consumer, and
+// the README's "Using it from C++" program taken verbatim from README.md (so the README cannot drift from the
+// code), run under ddprun and, when the PyTorch 2.x venv exists, under its torchrun too.
 #include <gtest/gtest.h>
 #include <unistd.h>
 

@@ -159,12 +159,11 @@ TEST_P(TorchLaunchers, TorchrunStandalone) {
 TEST_P(TorchLaunchers, TorchrunElasticC10dRendezvous) {
   DDP_REQUIRE_TORCH(torch());
   std::string dir = fresh_dir("torchrun_c10d_" + torch().label);
-  auto r = run_process(
-      concat(torchrun({"--nnodes=1:2", "--nproc_per_node=2", "--rdzv_backend=c10d",
-                       "--rdzv_endpoint=127.0.0.1:" + std::to_string(free_port()),
-                       "--rdzv_conf=last_call_timeout=1", "--no_python", train_path()}),
-             train_args(dir)),
-      base_options());
+  auto r = run_process(concat(torchrun({"--nnodes=1:2", "--nproc_per_node=2", "--rdzv_backend=c10d",
+                                        "--rdzv_endpoint=127.0.0.1:" + std::to_string(free_port()),
+                                        "--rdzv_conf=last_call_timeout=1", "--no_python", train_path()}),
+                              train_args(dir)),
+                       base_options());
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_EQ(compare_checkpoints(reference_checkpoint(), last_checkpoint(dir)), "");
 }
@@ -177,15 +176,16 @@ TEST_P(TorchLaunchers, LegacyTorchDistributedLaunchWithAWrapperPassingLocalRank)
   const std::string spelling = is2() ? "--local-rank=" : "--local_rank=";
   std::string wrapper = write_script(dir, "wrapper.py",
                                      "import os, sys\n"
-                                     "assert sys.argv[1] in ('" + spelling + "0', '" + spelling +
+                                     "assert sys.argv[1] in ('" +
+                                         spelling + "0', '" + spelling +
                                          "1'), sys.argv\n"
                                          "os.execv('" +
                                          train_path() + "', ['train'] + sys.argv[1:])\n");
-  auto r = run_process(concat(concat(torch().legacy_launch(),
-                                     {"--nproc_per_node=2", "--master_addr=127.0.0.1",
-                                      "--master_port=" + std::to_string(free_port()), wrapper}),
-                              train_args(dir + "/ckpt")),
-                       base_options());
+  auto r = run_process(
+      concat(concat(torch().legacy_launch(), {"--nproc_per_node=2", "--master_addr=127.0.0.1",
+                                              "--master_port=" + std::to_string(free_port()), wrapper}),
+             train_args(dir + "/ckpt")),
+      base_options());
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_EQ(compare_checkpoints(reference_checkpoint(), last_checkpoint(dir + "/ckpt")), "");
 }
@@ -196,12 +196,12 @@ TEST_P(TorchLaunchers, LegacyTorchDistributedLaunchWithAWrapperPassingLocalRank)
 TEST_P(TorchLaunchers, LegacyTorchDistributedLaunchUseEnvNoPythonStartsTrainDirectly) {
   DDP_REQUIRE_TORCH(torch());
   std::string dir = fresh_dir("legacy_launch_use_env_" + torch().label);
-  auto r = run_process(concat(concat(torch().legacy_launch(),
-                                     {"--nproc_per_node=2", "--master_addr=127.0.0.1",
-                                      "--master_port=" + std::to_string(free_port()), "--use_env",
-                                      "--no_python", train_path()}),
-                              train_args(dir)),
-                       base_options());
+  auto r =
+      run_process(concat(concat(torch().legacy_launch(), {"--nproc_per_node=2", "--master_addr=127.0.0.1",
+                                                          "--master_port=" + std::to_string(free_port()),
+                                                          "--use_env", "--no_python", train_path()}),
+                         train_args(dir)),
+                  base_options());
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_EQ(compare_checkpoints(reference_checkpoint(), last_checkpoint(dir)), "");
 }

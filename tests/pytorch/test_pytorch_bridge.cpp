@@ -4,9 +4,9 @@
 // step from the checkpoint's optimizer state and compute it again: both agree to 1e-12. Then the reverse:
 // PyTorch's model and optimizer after its step, written as a ddp.cpp checkpoint, give ddp.cpp PyTorch's loss,
 // and one more step on each side agrees again. Also the .pt round trip (to-torch, from-torch) keeps every
-// tensor and metadata entry, across the two PyTorch versions when both are installed. Each runs under both PyTorch
-// installations (tests/support/torch_python.h: Debian's 1.13, PyPI's 2.x venv), skipped with the reason
-// when one is missing.
+// tensor and metadata entry, across the two PyTorch versions when both are installed. Each runs under both
+// PyTorch installations (tests/support/torch_python.h: Debian's 1.13, PyPI's 2.x venv), skipped with the
+// reason when one is missing.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -90,8 +90,8 @@ class PyTorchBridge : public ::testing::TestWithParam<std::tuple<const char*, To
   const TorchPython& torch() const { return ddp::testing::torch_python(std::get<1>(GetParam())); }
   std::string model() const { return std::get<0>(GetParam()); }
   fs::path fresh_dir(const std::string& what) const {
-    const fs::path dir = fs::temp_directory_path() / ("ddp_torch_" + what + "_" + model() + "_" + torch().label +
-                                                      "_" + std::to_string(::getpid()));
+    const fs::path dir = fs::temp_directory_path() / ("ddp_torch_" + what + "_" + model() + "_" +
+                                                      torch().label + "_" + std::to_string(::getpid()));
     fs::remove_all(dir);
     fs::create_directories(dir);
     return dir;
@@ -126,7 +126,8 @@ std::string checkpoint_difference(const std::string& a, const std::string& b) {
   for (auto& t : x.tensors) {
     const ddp::checkpoint::NamedBuffer* o = y.find(t.name);
     if (!o) return "tensor " + t.name + " missing";
-    if (t.dtype != o->dtype || t.shape != o->shape || t.bytes != o->bytes) return "tensor " + t.name + " differs";
+    if (t.dtype != o->dtype || t.shape != o->shape || t.bytes != o->bytes)
+      return "tensor " + t.name + " differs";
   }
   // The header's checksum last: it differs whenever anything else does, so name that first.
   std::vector<std::string> keys;
@@ -182,8 +183,8 @@ TEST_P(PyTorchBridge, LossOfOneBatchAgreesInFloat64BothWays) {
   fs::remove_all(dir);
 }
 
-// The .pt route of docs/pytorch.md: to-torch then from-torch gives back every tensor and metadata entry of the
-// checkpoint (2.x's torch.load defaults to weights_only=True: the dict must hold only what that allows).
+// The .pt route of docs/pytorch.md: to-torch then from-torch gives back every tensor and metadata entry of
+// the checkpoint (2.x's torch.load defaults to weights_only=True: the dict must hold only what that allows).
 // This PyTorch writes the .pt; the other one reads it back when it is installed (so the two instances cover
 // both directions and each version's to-torch and from-torch), else this one.
 TEST_P(PyTorchBridge, CheckpointRoundTripThroughPtKeepsEveryTensor) {
@@ -195,14 +196,14 @@ TEST_P(PyTorchBridge, CheckpointRoundTripThroughPtKeepsEveryTensor) {
   const std::string pt = (dir / "ckpt.pt").string(), back = (dir / "back.safetensors").string();
   ProcessResult r = run({torch().python, script, "to-torch", ckpt, pt});
   ASSERT_EQ(r.exit_code, 0) << output(r);
-  const TorchPython& other = ddp::testing::torch_python(torch().kind == TorchKind::Debian113 ? TorchKind::PyPI2
-                                                                                             : TorchKind::Debian113);
+  const TorchPython& other = ddp::testing::torch_python(
+      torch().kind == TorchKind::Debian113 ? TorchKind::PyPI2 : TorchKind::Debian113);
   const TorchPython& reader = other.available() ? other : torch();
   r = run({reader.python, script, "from-torch", pt, back});
-  ASSERT_EQ(r.exit_code, 0) << "a .pt of torch " << torch().version << " read by torch " << reader.version << ": "
-                            << output(r);
-  EXPECT_EQ(checkpoint_difference(ckpt, back), "") << "written by torch " << torch().version << ", read by "
-                                                   << reader.version;
+  ASSERT_EQ(r.exit_code, 0) << "a .pt of torch " << torch().version << " read by torch " << reader.version
+                            << ": " << output(r);
+  EXPECT_EQ(checkpoint_difference(ckpt, back), "")
+      << "written by torch " << torch().version << ", read by " << reader.version;
   fs::remove_all(dir);
 }
 

@@ -9,7 +9,6 @@
 #include <fstream>
 #include <regex>
 
-
 namespace ddp::testing {
 
 std::string torch2_venv_dir() {
@@ -65,8 +64,10 @@ TorchPython find(TorchKind kind) {
   std::string why;
   if (kind == TorchKind::Debian113) {
     t.version = version_in("/usr/bin/python3", "/usr/lib/python3/dist-packages", why);
-    if (!t.version.empty()) t.python = "/usr/bin/python3";
-    else t.missing = "Debian's python3-torch is not installed (" + why + "): apt-get install python3-torch";
+    if (!t.version.empty())
+      t.python = "/usr/bin/python3";
+    else
+      t.missing = "Debian's python3-torch is not installed (" + why + "): apt-get install python3-torch";
     return t;
   }
   const std::string py = torch2_venv_dir() + "/bin/python";
@@ -94,7 +95,8 @@ const TorchPython& torch_python(TorchKind kind) {
 }
 
 std::vector<std::string> TorchPython::torchrun() const {
-  if (kind == TorchKind::Debian113) return {python, "-m", "torch.distributed.run", "--redirects=1", "--tee=1"};
+  if (kind == TorchKind::Debian113)
+    return {python, "-m", "torch.distributed.run", "--redirects=1", "--tee=1"};
   return {std::filesystem::path(python).parent_path().string() + "/torchrun"};
 }
 
