@@ -75,7 +75,9 @@ json entry_with_seq(const json& rec, int64_t seq) {
 
 ProcessResult run_faults(const std::string& dir, int world, const std::vector<std::string>& prog_args,
                          double stall_timeout_s = 2) {
-  std::vector<std::string> argv{ddprun_path(),       "--nproc-per-node", std::to_string(world),
+  // --standalone: a free port of its own (these tests run beside others under ctest -j; the default 29500
+  // was taken by a concurrent scenario: "Address already in use").
+  std::vector<std::string> argv{ddprun_path(),       "--standalone", "--nproc-per-node", std::to_string(world),
                                 "--stall-timeout",   std::to_string(stall_timeout_s),
                                 "--grace-period",    "1",
                                 "--flight-dir",      dir,
@@ -229,7 +231,7 @@ TEST(FlightScenarios, SuccessfulRunRemovesItsTemporaryFlightFolder) {
   o.timeout_s = 90;
   o.set_env = {{"TMPDIR", tmp}};
   o.unset_env = {"DDP_FLIGHT_RECORDER_DIR"};
-  auto r = run_process({ddprun_path(), "--nproc-per-node", "2", faults_path(), "--fault", "none"}, o);
+  auto r = run_process({ddprun_path(), "--standalone", "--nproc-per-node", "2", faults_path(), "--fault", "none"}, o);
   EXPECT_EQ(r.exit_code, 0) << r.err;
   std::vector<std::string> left;
   for (const auto& e : fs::directory_iterator(tmp)) left.push_back(e.path().filename().string());
