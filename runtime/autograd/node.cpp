@@ -36,6 +36,11 @@ Tensor gradient_destination(const Edge& e, const Shape& shape, DType dtype, Devi
   return d.view(shape);
 }
 
+Tensor gradient_destination_or_empty(const Edge& e, const Shape& shape, DType dtype, Device device) {
+  Tensor d = gradient_destination(e, shape, dtype, device);
+  return d.defined() ? d : Tensor::empty(shape, dtype, device);
+}
+
 AccumulateGrad::AccumulateGrad(std::shared_ptr<TensorImpl> variable) : variable_(std::move(variable)) {}
 
 std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>& grad_outputs) {

@@ -67,6 +67,9 @@ class AccumulateGrad final : public Node {
 // same AccumulateGrad neither consumes nor replaces the outer backward's destination, and while one
 // backward of a nest holds a destination not yet consumed, no other is handed it (both would write it).
 Tensor gradient_destination(const Edge& e, const Shape& shape, DType dtype, Device device);
+// The destination when there is one, else a fresh uninitialised tensor: for a backward whose kernel
+// overwrites the whole parameter gradient (linear, embedding, layer norm, conv2d, batch norm).
+Tensor gradient_destination_or_empty(const Edge& e, const Shape& shape, DType dtype, Device device);
 
 // ---- grad mode ----
 bool grad_enabled();

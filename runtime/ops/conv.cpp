@@ -105,13 +105,11 @@ struct Conv2dBackward final : autograd::Node {
     Tensor dx, dw, db;
     // dw and db straight into their DDP bucket slots where the reducer offers them (autograd/node.h); the
     // kernels overwrite them.
-    auto parameter_gradient = [&](size_t edge, const Shape& shape) {
-      Tensor d = autograd::gradient_destination(next_edges[edge], shape, x.dtype(), x.device());
-      return d.defined() ? d : Tensor::empty(shape, x.dtype(), x.device());
-    };
     if (next_edges[0].valid()) dx = Tensor::empty_like(x);
-    if (next_edges[1].valid()) dw = parameter_gradient(1, weight.shape());
-    if (next_edges.size() > 2 && next_edges[2].valid()) db = parameter_gradient(2, {geometry.out_channels});
+    if (next_edges[1].valid())
+      dw = autograd::gradient_destination_or_empty(next_edges[1], weight.shape(), x.dtype(), x.device());
+    if (next_edges.size() > 2 && next_edges[2].valid())
+      db = autograd::gradient_destination_or_empty(next_edges[2], {geometry.out_channels}, x.dtype(), x.device());
     if (geometry.batch == 0) {  // an empty batch: sums over no images
       if (dw.defined()) dw.zero_();
       if (db.defined()) db.zero_();

@@ -21,8 +21,7 @@ struct EmbeddingBackward final : autograd::Node {
     const Tensor& g = grads[0];
     // Straight into the table's DDP bucket slot where the reducer offers it (autograd/node.h); the kernel
     // zeroes it before it scatters.
-    Tensor dweight = autograd::gradient_destination(next_edges[0], weight_shape, dtype, g.device());
-    if (!dweight.defined()) dweight = Tensor::empty(weight_shape, dtype, g.device());
+    Tensor dweight = autograd::gradient_destination_or_empty(next_edges[0], weight_shape, dtype, g.device());
     const int64_t vocab = weight_shape[0], cols = weight_shape[1], n = indices.numel();
     DDP_DISPATCH_FLOATING(dtype, "embedding backward", [&] {
       DDP_KERNEL_ON_STREAM(g.device(), embedding_backward, g.data<scalar_t>(), indices.data<int64_t>(),

@@ -21,8 +21,8 @@ struct LayerNormBackward final : autograd::Node {
     // dweight and dbias straight into their DDP bucket slots where the reducer offers them (autograd/node.h);
     // the kernel overwrites them.
     auto parameter_gradient = [&](size_t edge) {
-      Tensor d = autograd::gradient_destination(next_edges[edge], weight.shape(), weight.dtype(), weight.device());
-      return d.defined() ? d : Tensor::empty_like(weight);
+      return autograd::gradient_destination_or_empty(next_edges[edge], weight.shape(), weight.dtype(),
+                                                     weight.device());
     };
     if (next_edges[1].valid()) dweight = parameter_gradient(1);
     if (next_edges[2].valid()) dbias = parameter_gradient(2);

@@ -169,13 +169,11 @@ struct LinearBackward final : autograd::Node {
       }
       if (next_edges[1].valid()) {  // dW (out, in) = g^T (out, rows) x (rows, in)
         // Straight into the weight's DDP bucket slot where the reducer offers it (autograd/node.h).
-        gw = autograd::gradient_destination(next_edges[1], {out, in}, g.dtype(), dev);
-        if (!gw.defined()) gw = Tensor::empty({out, in}, g.dtype(), dev);
+        gw = autograd::gradient_destination_or_empty(next_edges[1], {out, in}, g.dtype(), dev);
         gemm_on<scalar_t>(dev, true, false, out, in, rows, 1, pg, x.data<scalar_t>(), 0, gw.data<scalar_t>());
       }
       if (next_edges.size() > 2 && next_edges[2].valid()) {  // db (out) = column sums of g
-        gb = autograd::gradient_destination(next_edges[2], {out}, g.dtype(), dev);
-        if (!gb.defined()) gb = Tensor::empty({out}, g.dtype(), dev);
+        gb = autograd::gradient_destination_or_empty(next_edges[2], {out}, g.dtype(), dev);
         column_sums_on<scalar_t>(dev, pg, rows, out, gb.data<scalar_t>());
       }
     });
