@@ -17,7 +17,8 @@ import os
 import sys
 
 
-def load(path):
+def load(path, program="plot_bench"):
+    """The JSON lines of `path`; a line that is not JSON ends the program, named `program`, with its number."""
     recs = []
     with open(path) as f:
         for n, line in enumerate(f, 1):
@@ -27,7 +28,7 @@ def load(path):
             try:
                 recs.append(json.loads(line))
             except json.JSONDecodeError as e:
-                sys.exit(f"plot_bench: {path} line {n} is not JSON ({e}); expected one record a line")
+                sys.exit(f"{program}: {path} line {n} is not JSON ({e}); expected one record a line")
     return recs
 
 

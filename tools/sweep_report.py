@@ -20,25 +20,15 @@ import json
 import os
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import plot_bench  # noqa: E402  (tools/plot_bench.py: the JSON-lines reader and median, shared)
+
 
 def load(path):
-    recs = []
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                recs.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                sys.exit(f"sweep_report: {path} line {n} is not JSON ({e}); expected one record a line")
-    return recs
+    return plot_bench.load(path, "sweep_report")
 
 
-def median(v):
-    v = sorted(v)
-    n = len(v)
-    return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+median = plot_bench.median
 
 
 def key_of(r):
