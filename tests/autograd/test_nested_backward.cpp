@@ -10,7 +10,7 @@
 
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/reduce.h"
-#include "tests/autograd/checkpoint_block.h"
+#include "tests/support/checkpoint_block.h"
 
 using namespace ddp;
 using namespace ddp::testing;

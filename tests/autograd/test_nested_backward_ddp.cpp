@@ -8,7 +8,7 @@
 #include "runtime/distributed/local_world.h"
 #include "runtime/ops/loss.h"
 #include "runtime/optim/optimizer.h"
-#include "tests/autograd/checkpoint_block.h"
+#include "tests/support/checkpoint_block.h"
 #include "tests/support/ddp_test_util.h"
 
 using namespace ddp;

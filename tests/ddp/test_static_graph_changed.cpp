@@ -24,6 +24,7 @@
 #include "runtime/ops/linalg.h"
 #include "runtime/ops/loss.h"
 #include "runtime/optim/optimizer.h"
+#include "tests/support/checkpoint_block.h"
 #include "tests/support/ddp_test_util.h"
 
 using namespace ddp;
@@ -39,54 +40,6 @@ Grads grads_of(const nn::Module& m) {
     g.push_back(p.tensor.grad().defined() ? p.tensor.grad().to_double_vector() : std::vector<double>{});
   return g;
 }
-
-// Activation checkpointing in miniature: forward runs fn without recording; the node's backward recomputes it
-// with recording on and runs a backward of its own through it (nested in the outer one).
-struct CheckpointNode final : autograd::Node {
-  std::function<Tensor(const Tensor&)> fn;
-  Tensor input;
-  std::vector<Tensor> apply(std::vector<Tensor>& grads) override {
-    Tensor xi = input.detach();
-    xi.set_requires_grad(true);
-    Tensor y;
-    {
-      autograd::EnableGradGuard enable;
-      y = fn(xi);
-    }
-    autograd::backward({y}, {grads[0]});
-    return {xi.grad()};
-  }
-  const char* name() const override { return "CheckpointBackward"; }
-};
-
-// x (rows, 5) -> (rows, 3): w inside a block and again after it, so checkpointing the block fires w's hook
-// twice per backward (the nested backward, then the outer one); b inside the block, v after it.
-struct SharedWeightNet : nn::Module {
-  SharedWeightNet() {
-    w = register_parameter("w", Tensor::randn({5, 5}, nn::next_init_seed(), DType::F64, 0.4));
-    v = register_parameter("v", Tensor::randn({3, 5}, nn::next_init_seed(), DType::F64, 0.4));
-    b = register_parameter("b", Tensor::randn({5}, nn::next_init_seed(), DType::F64, 0.1));
-  }
-  Tensor forward(const Tensor& x) override {
-    auto block = [this](const Tensor& in) { return ops::tanh(ops::linear(in, w, b)); };
-    Tensor h;
-    if (ckpt) {
-      {
-        autograd::NoGradGuard no_grad;
-        h = block(x);
-      }
-      auto node = std::make_shared<CheckpointNode>();
-      node->fn = block;
-      node->input = x.detach();
-      autograd::record(node, {&x}, {&h});
-    } else {
-      h = block(x);
-    }
-    return ops::linear(ops::tanh(ops::linear(h, w)), v);
-  }
-  bool ckpt = false;
-  Tensor w, v, b;
-};
 
 // A model whose graph a flag changes, the batch of a rank, what the changed rank's error must name, and
 // the parameters (name prefixes) for which a changed rank contributes zeros to the average: a late gradient
@@ -131,7 +84,9 @@ std::vector<Scenario> scenarios() {
                                       : "shared weight: plain, then checkpointed (w fires more often)",
                    [] {
                      nn::manual_seed(9);
-                     return std::make_shared<SharedWeightNet>();
+                     // w inside the block and again after it: checkpointing the block fires w's hook twice
+                     // per backward (the nested backward, then the outer one); b inside, v after it.
+                     return std::make_shared<SharedWeightNet>(Placement{false, true, 1}, false, DType::F64);
                    },
                    [checkpointed_first](nn::Module& m, bool changed) {
                      dynamic_cast<SharedWeightNet&>(m).ckpt = checkpointed_first != changed;

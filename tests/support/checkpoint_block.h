@@ -1,8 +1,8 @@
-// checkpoint_block.h - activation checkpointing in miniature for the nested-backward tests: forward runs a
-// block without recording; the block's backward node recomputes it with recording on and runs a backward of
-// its own through the recomputed graph (a backward inside the outer backward), returning the input's
-// gradient. Parameters the block uses get their gradient from that inner backward. Also the small model
-// the nested-backward tests share: a weight used inside a checkpointed block and before and/or after it.
+// checkpoint_block.h - activation checkpointing in miniature for the nested-backward and static_graph
+// tests: forward runs a block without recording; the block's backward node recomputes it with recording on
+// and runs a backward of its own through the recomputed graph (a backward inside the outer backward),
+// returning the input's gradient. Parameters the block uses get their gradient from that inner backward. Also
+// the small model those tests share: a weight used inside a checkpointed block and before and/or after it.
 #pragma once
 #include <functional>
 #include <string>
