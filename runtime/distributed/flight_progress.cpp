@@ -97,7 +97,7 @@ FlightProgressWatch::Snapshot FlightProgressWatch::read() const {
   Snapshot s;
   s.attached = page_->magic.load(std::memory_order_acquire) == kFlightProgressMagic;
   s.pid = page_->pid.load(std::memory_order_relaxed);
-  s.ended = page_->ended.load(std::memory_order_relaxed);  // ended first: never more ended than issued
+  s.ended = page_->ended.load(std::memory_order_relaxed);  // may pass `issued` in a torn read: pending() is 0 then
   s.issued = page_->issued.load(std::memory_order_relaxed);
   s.last_change_ns = page_->last_change_ns.load(std::memory_order_relaxed);
   return s;

@@ -214,7 +214,6 @@ void Supervisor::start_attempt(int attempt) {
   stopping_ = killed_ = false;
   dumping_ = false;
   stall_.reset();
-  dump_asked_.assign(workers_.size(), false);
   std::string dir;
   if (!c_.log_dir.empty()) {
     dir = c_.log_dir + "/attempt_" + std::to_string(attempt);
@@ -474,7 +473,6 @@ void Supervisor::stop_after_dumps() {
   // their records first; a program that does not would die of SIGUSR1, so it is not sent one.
   dump_asked_.assign(workers_.size(), false);
   bool asked = false;
-  std::error_code ec;
   dump_asked_at_ = std::filesystem::file_time_type::clock::now() - std::chrono::milliseconds(10);
   for (size_t i = 0; i < workers_.size(); ++i) {
     Worker& w = workers_[i];
