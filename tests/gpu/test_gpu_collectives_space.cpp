@@ -13,6 +13,7 @@
 #include "runtime/distributed/local_world.h"
 #include "runtime/distributed/process_group_factory.h"
 #include "runtime/tensor/tensor.h"
+#include "tests/gpu/nccl_world_one.h"
 #include "tests/support/collective_space.h"
 
 using namespace ddp;
@@ -91,15 +92,7 @@ void check_every_collective(ProcessGroup& pg) {
 TEST(GpuCollectiveSpace, NcclAtWorldOne) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "skipped: no GPU";
   run_threads(1, [&](int, ProcessGroup&, Store& store) {
-    ProcessGroupOptions o;
-    o.name = "nccl-space";
-    o.cuda_device = 0;
-    DistEnv env;
-    env.rank = 0;
-    env.world_size = 1;
-    env.local_rank = 0;
-    env.local_world_size = 1;
-    auto nccl = new_process_group(env, store, "nccl", o);
+    auto nccl = nccl_world_one(store, "nccl-space");
     check_every_collective(*nccl);
   }, ProcessGroupOptions{});
 }

@@ -18,6 +18,7 @@
 #include "runtime/distributed/flight_recorder.h"
 #include "runtime/distributed/local_world.h"
 #include "runtime/distributed/process_group_factory.h"
+#include "tests/gpu/nccl_world_one.h"
 #include "runtime/tensor/tensor.h"
 
 using namespace ddp;
@@ -30,16 +31,8 @@ TEST(GpuFlightRecorder, NcclRecordsEveryCollectiveWithItsDeviceDuration) {
   fs::remove_all(dir);
   fs::create_directories(dir);
   run_threads(1, [&](int, ProcessGroup&, Store& store) {
-    ProcessGroupOptions o;
-    o.name = "nccl-flight";
-    o.cuda_device = 0;
-    DistEnv env;
-    env.rank = 0;
-    env.world_size = 1;
-    env.local_rank = 0;
-    env.local_world_size = 1;
     setenv("DDP_FLIGHT_RECORDER_DIR", dir.c_str(), 1);  // read when the group is made: only the NCCL group's
-    auto nccl = new_process_group(env, store, "nccl", o);
+    auto nccl = ddp::testing::nccl_world_one(store, "nccl-flight");
     unsetenv("DDP_FLIGHT_RECORDER_DIR");
     Tensor x = Tensor::ones({1 << 20}).to(Device::cuda(0));
     CommBuffer b{x.raw_data(), x.numel(), x.dtype(), x.device(), x.storage()};
