@@ -10,6 +10,8 @@
 // Modes: ddp (overlapped bucket all-reduce), nosync (backward inside ddp.no_sync(): no communication at all,
 // the compute-only reference), nooverlap (DDPOptions.overlap = false: all buckets go after backward), unused
 // (find_unused_parameters = true: graph traversal + used-map all-reduce). See docs/benchmarks.md.
+// Sizes (tools/bench_cost_curve.py sweeps them): --mlp-hidden, --gpt-width/--gpt-depth/--gpt-context, and
+// --config many --param-tensors N (N tensors holding --many-mib MiB in all: bench/many_params_model.h).
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -24,6 +26,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench/many_params_model.h"
 #include "models/gpt.h"
 #include "models/mlp.h"
 #include "models/train_step.h"
@@ -59,13 +62,36 @@ struct Workload {
   std::string optimizer_name;
 };
 
+// Size overrides of the configurations (0: the configuration's default).
+struct Sizes {
+  int64_t mlp_hidden = 0, gpt_width = 0, gpt_depth = 0, gpt_context = 0, gpt_heads = 0;
+  int64_t param_tensors = 256;
+  double many_mib = 8;
+};
+
 // Synthetic data: the same seed on every rank plus the rank, so ranks see different rows.
-Workload make_workload(const std::string& config, int64_t batch, int rank, ddp::DType dtype) {
+Workload make_workload(const std::string& config, int64_t batch, int rank, ddp::DType dtype, const Sizes& z) {
   Workload w;
   ddp::nn::manual_seed(1234);  // identical initial weights everywhere (DDP broadcasts rank 0's anyway)
+  if (config == "many") {
+    const int64_t total = static_cast<int64_t>(z.many_mib * 1024 * 1024 / 4);
+    auto m = std::make_shared<ddp::bench::ManyParams>(z.param_tensors, total);
+    w.model = m;
+    w.samples_per_rank = batch;
+    w.x = Tensor::randn({batch, m->width}, 100 + rank, dtype);
+    std::vector<int64_t> labels(batch);
+    for (int64_t i = 0; i < batch; ++i) labels[i] = (i * 7 + rank) % m->width;
+    w.y = Tensor::from_data<int64_t>(labels, {batch});
+    w.flops_per_rank_step = 2 * static_cast<double>(batch * total);  // one add forward, one sum backward
+    w.flops_rule = "2 * batch * parameters (adds)";
+    w.description = std::to_string(z.param_tensors) + " parameter tensors of " + std::to_string(m->width) +
+                    " float32 each (h = h + p_i)";
+    return w;
+  }
   if (config == "mlp") {
     ddp::models::MLPConfig c;
     c.dtype = dtype;
+    if (z.mlp_hidden > 0) c.hidden = {z.mlp_hidden, z.mlp_hidden};
     auto m = std::make_shared<ddp::models::MLP>(c);
     const double params = static_cast<double>(m->num_parameters());
     w.model = m;
@@ -76,7 +102,7 @@ Workload make_workload(const std::string& config, int64_t batch, int rank, ddp::
     w.y = Tensor::from_data<int64_t>(labels, {batch});
     w.flops_per_rank_step = 6 * params * static_cast<double>(batch);
     w.flops_rule = "6 * params * batch";
-    w.description = "MLP 784-1024-1024-10";
+    w.description = "MLP 784-" + std::to_string(c.hidden[0]) + "-" + std::to_string(c.hidden[1]) + "-10";
   } else {
     ddp::models::GPTConfig c;
     if (config == "gpt2s") {
@@ -86,6 +112,12 @@ Workload make_workload(const std::string& config, int64_t batch, int rank, ddp::
       c.n_head = 12;
       c.n_layer = 12;
     }
+    if (z.gpt_width > 0) c.d_model = z.gpt_width, c.n_head = z.gpt_width / 32;  // head size 32 as at d 128
+    if (z.gpt_heads > 0) c.n_head = z.gpt_heads;
+    if (z.gpt_depth > 0) c.n_layer = z.gpt_depth;
+    if (z.gpt_context > 0) c.context = z.gpt_context;
+    DDP_CHECK(c.n_head > 0 && c.d_model % c.n_head == 0, "bench_e2e: width ", c.d_model, " does not split into ",
+              c.n_head, " heads");
     c.dtype = dtype;
     auto m = std::make_shared<ddp::models::GPT>(c);
     w.model = m;
@@ -173,15 +205,24 @@ int main(int argc, char** argv) {
     int64_t batch = 0;
     double cap_mb = 25.0, first_mb = 1.0, peak_tflops = 0, lr = 0;
     bool force = false, grad_as_bucket_view = false, zero_grad_in_place = false;
+    Sizes sizes;
     ddp::cli::Parser p(
         "bench_e2e",
         "End-to-end DDP training throughput on synthetic data: step, forward, backward compute, "
         "communication, exposed communication and optimizer time (median and spread). Run alone "
         "for world 1 or under ddprun. See docs/benchmarks.md.");
     p.add_choice(
-        "config", &config, {"mlp", "gpt", "gpt2s"},
+        "config", &config, {"mlp", "gpt", "gpt2s", "many"},
         "mlp: 784-1024-1024-10, batch 64/rank, SGD; gpt: d 128, 4 heads, 2 blocks, context 64, batch "
-        "16/rank, AdamW; gpt2s: GPT-2 small shape, context 1024 (GPU only)");
+        "16/rank, AdamW; gpt2s: GPT-2 small shape, context 1024 (GPU only); many: --param-tensors tensors "
+        "holding --many-mib MiB, batch 8/rank, SGD");
+    p.add("mlp-hidden", &sizes.mlp_hidden, "mlp: width of both hidden layers (0: 1024)");
+    p.add("gpt-width", &sizes.gpt_width, "gpt: d_model (0: the configuration's); heads = width / 32");
+    p.add("gpt-depth", &sizes.gpt_depth, "gpt: blocks (0: the configuration's)");
+    p.add("gpt-context", &sizes.gpt_context, "gpt: context length (0: the configuration's)");
+    p.add("gpt-heads", &sizes.gpt_heads, "gpt: attention heads (0: width / 32 with --gpt-width, else the configuration's)");
+    p.add("param-tensors", &sizes.param_tensors, "many: number of parameter tensors (default 256)");
+    p.add("many-mib", &sizes.many_mib, "many: MiB of float32 parameters in all (default 8)");
     p.add_choice(
         "mode", &mode, {"ddp", "nosync", "nooverlap", "unused"},
         "ddp: overlapped all-reduce; nosync: no communication; nooverlap: all-reduce after backward; "
@@ -244,7 +285,7 @@ int main(int argc, char** argv) {
     const int rank = ctx.group->rank(), world = ctx.group->size();
 
     if (batch <= 0) batch = config == "mlp" ? 64 : (config == "gpt" ? 16 : 8);
-    Workload w = make_workload(config, batch, rank, dtype);
+    Workload w = make_workload(config, batch, rank, dtype, sizes);
     if (gpu) {
       w.model->to(dev);
       w.x = w.x.to(dev);
@@ -258,7 +299,7 @@ int main(int argc, char** argv) {
     opts.find_unused_parameters = mode == "unused";
     if (allreduce_dtype == "bf16") opts.comm_hook = std::make_shared<ddp::BF16CompressHook>();
     ddp::DistributedDataParallel model(w.model, ctx.group, opts);
-    if (optimizer_s == "default") optimizer_s = config == "mlp" ? "sgd" : "adamw";
+    if (optimizer_s == "default") optimizer_s = config == "mlp" || config == "many" ? "sgd" : "adamw";
     if (optimizer_s == "sgd") {
       ddp::optim::SGDOptions o;
       o.lr = lr > 0 ? lr : 0.01;
@@ -414,6 +455,8 @@ int main(int argc, char** argv) {
             {"batch_per_rank", w.samples_per_rank},
             {"tokens_per_sample", w.tokens_per_sample},
             {"params", w.model->num_parameters()},
+            {"param_tensors", w.model->named_parameters().size()},
+            {"model", w.description},
             {"optimizer", w.optimizer_name},
             {"flops_per_rank_step", w.flops_per_rank_step},
             {"steps", steps},

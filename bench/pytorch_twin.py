@@ -17,6 +17,10 @@ as compile_s and is not in the step time (the measured steps start after --warmu
 Configurations (bench/e2e.cpp): mlp 784-1024-1024-10 ReLU, batch 64/rank, SGD lr 0.01; gpt vocab 256, context
 64, d 128, 4 heads, 2 blocks, GELU (tanh form), batch 16/rank, AdamW lr 3e-4 wd 0.01. Attention is the explicit
 q k^T / sqrt(hs) -> causal softmax -> att v (what torch 1.13's nn.functional offers; ddp.cpp does the same).
+Sizes as bench_e2e's flags (tools/bench_cost_curve.py sweeps them): --mlp-hidden, --gpt-width (heads = width / 32),
+--gpt-depth, --gpt-context; --config many --param-tensors N: N zero-initialised vectors holding --many-mib MiB in
+all, h = h + p_i for each in turn, cross-entropy over the vector width, batch 8, SGD
+(bench/many_params_model.h).
 """
 import argparse
 import json
@@ -28,16 +32,41 @@ import sys
 import time
 
 
-def build(config, rank, torch, nn, F):
+def build(config, rank, torch, nn, F, args):
     torch.manual_seed(1234)
+    if config == "many":
+        n = args.param_tensors
+        width = int(args.many_mib * 1024 * 1024 / 4) // n
+
+        class Many(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.p = nn.ParameterList([nn.Parameter(torch.zeros(width)) for _ in range(n)])
+
+            def forward(self, h):
+                for p in self.p:
+                    h = h + p
+                return h
+
+        batch = 8
+        x = torch.randn(batch, width, generator=torch.Generator().manual_seed(100 + rank))
+        y = torch.tensor([(i * 7 + rank) % width for i in range(batch)], dtype=torch.long)
+        return Many(), x, y, batch
     if config == "mlp":
-        model = nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10))
+        hid = args.mlp_hidden or 1024
+        model = nn.Sequential(nn.Linear(784, hid), nn.ReLU(), nn.Linear(hid, hid), nn.ReLU(), nn.Linear(hid, 10))
         batch = 64
         x = torch.randn(batch, 784, generator=torch.Generator().manual_seed(100 + rank))
         y = torch.tensor([(i * 7 + rank) % 10 for i in range(batch)], dtype=torch.long)
         return model, x, y, batch
 
     vocab, context, d, heads, layers, batch = 256, 64, 128, 4, 2, 16
+    if args.gpt_width:
+        d, heads = args.gpt_width, args.gpt_width // 32  # head size 32, as bench_e2e --gpt-width
+    heads = args.gpt_heads or heads
+    layers = args.gpt_depth or layers
+    context = args.gpt_context or context
+    batch = args.batch_size or batch
 
     class Attention(nn.Module):
         def __init__(self):
@@ -103,11 +132,12 @@ def run_rank(rank, args, port, out_q):
         os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
         dist.init_process_group("gloo", rank=rank, world_size=args.world)
         group = dist
-    model, x, y, batch = build(args.config, rank, torch, nn, F)
-    optimizer = args.optimizer if args.optimizer != "default" else ("sgd" if args.config == "mlp" else "adamw")
+    model, x, y, batch = build(args.config, rank, torch, nn, F, args)
+    optimizer = args.optimizer if args.optimizer != "default" else ("adamw" if args.config == "gpt" else "sgd")
     params = list(model.parameters())
     if args.world > 1:
-        model = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=args.bucket_cap_mb)
+        model = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=args.bucket_cap_mb,
+                                                    gradient_as_bucket_view=args.gradient_as_bucket_view)
     if args.compile:
         model = torch.compile(model, backend="inductor", mode=args.compile_mode)
     if optimizer == "sgd":
@@ -142,7 +172,10 @@ def run_rank(rank, args, port, out_q):
         group.barrier()
         group.destroy_process_group()
     if rank == 0:
+        ordered = sorted(steps)
         out_q.put({"step_s": statistics.median(steps), "forward_s": statistics.median(fwd),
+                   "step_p10_s": ordered[int(0.1 * (len(ordered) - 1))],
+                   "step_p90_s": ordered[int(round(0.9 * (len(ordered) - 1)))],
                    "backward_s": statistics.median(bwd), "optimizer_s": statistics.median(optim),
                    "optimizer": optimizer, "torch": torch.__version__, "batch_per_rank": batch,
                    "first_step_s": first_step_s,
@@ -159,7 +192,16 @@ class _null:
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--config", choices=["mlp", "gpt"], default="mlp")
+    p.add_argument("--config", choices=["mlp", "gpt", "many"], default="mlp")
+    p.add_argument("--mlp-hidden", type=int, default=0, help="mlp: both hidden widths (0: 1024)")
+    p.add_argument("--gpt-width", type=int, default=0, help="gpt: d_model (0: 128); heads = width / 32")
+    p.add_argument("--gpt-depth", type=int, default=0, help="gpt: blocks (0: 2)")
+    p.add_argument("--gpt-context", type=int, default=0, help="gpt: context (0: 64)")
+    p.add_argument("--gpt-heads", type=int, default=0, help="gpt: heads (0: width / 32, or 4)")
+    p.add_argument("--batch-size", type=int, default=0, help="gpt: sequences per rank (0: 16)")
+    p.add_argument("--param-tensors", type=int, default=256, help="many: parameter tensors")
+    p.add_argument("--many-mib", type=float, default=8.0, help="many: MiB of parameters in all")
+    p.add_argument("--gradient-as-bucket-view", action="store_true", help="DDP(gradient_as_bucket_view=True)")
     p.add_argument("--mode", choices=["ddp", "nosync"], default="ddp")
     p.add_argument("--world", type=int, default=1)
     p.add_argument("--threads", type=int, default=0, help="intra-op threads per rank (0: cores / world)")
@@ -207,6 +249,9 @@ def main():
     variant = "compile" if args.compile else "eager"
     rec = {"kind": "pytorch", "variant": variant, "compile_mode": args.compile_mode if args.compile else "",
            "config": args.config, "mode": args.mode, "world": args.world,
+           "gradient_as_bucket_view": args.gradient_as_bucket_view, "sizes": {
+               k: getattr(args, k) for k in ("mlp_hidden", "gpt_width", "gpt_depth", "gpt_context", "gpt_heads",
+                                             "batch_size", "param_tensors", "many_mib")},
            "threads": args.threads, "steps": args.steps, "warmup": args.warmup, "label": args.label,
            "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "load": os.getloadavg()[0], **r}
     compiled = f", compile {r['compile_s']:.1f} s (mode {args.compile_mode})" if args.compile else ""
