@@ -22,9 +22,9 @@ int Branchy::expert_for(const Tensor& x) {
 }
 
 Tensor Branchy::forward(const Tensor& x) {
-  Tensor h = ops::relu(trunk->forward(x));
-  h = ops::relu((expert_for(x) == 0 ? expert0 : expert1)->forward(h));
-  return head->forward(h);
+  Tensor h = ops::relu((*trunk)(x));
+  h = ops::relu((*(expert_for(x) == 0 ? expert0 : expert1))(h));
+  return (*head)(h);
 }
 
 }  // namespace ddp::models

@@ -24,7 +24,7 @@ CNN::CNN(const CNNConfig& c) : config(c) {
 Tensor CNN::forward(const Tensor& x) {
   Tensor img =
       x.dim() == 4 ? x : ops::reshape(x, {x.size(0), config.in_channels, config.image, config.image});
-  return head_->forward(ops::flatten(features_->forward(img), 1));
+  return (*head_)(ops::flatten((*features_)(img), 1));
 }
 
 }  // namespace ddp::models

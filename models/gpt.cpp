@@ -29,7 +29,7 @@ CausalSelfAttention::CausalSelfAttention(const GPTConfig& c) : n_head(c.n_head) 
   gpt2_init(*proj, 0.02 / std::sqrt(2.0 * c.n_layer));
 }
 Tensor CausalSelfAttention::forward(const Tensor& x) {
-  return proj->forward(ops::causal_self_attention(qkv->forward(x), n_head));
+  return (*proj)(ops::causal_self_attention((*qkv)(x), n_head));
 }
 
 MLPBlock::MLPBlock(const GPTConfig& c) {
@@ -38,7 +38,7 @@ MLPBlock::MLPBlock(const GPTConfig& c) {
   gpt2_init(*fc, 0.02);
   gpt2_init(*proj, 0.02 / std::sqrt(2.0 * c.n_layer));
 }
-Tensor MLPBlock::forward(const Tensor& x) { return proj->forward(ops::gelu(fc->forward(x))); }
+Tensor MLPBlock::forward(const Tensor& x) { return (*proj)(ops::gelu((*fc)(x))); }
 
 Block::Block(const GPTConfig& c) {
   ln1 = register_module("ln1", std::make_shared<nn::LayerNorm>(c.d_model, 1e-5, c.dtype));
@@ -48,11 +48,11 @@ Block::Block(const GPTConfig& c) {
   if (c.dropout > 0) drop = register_module("drop", std::make_shared<nn::Dropout>(c.dropout));
 }
 Tensor Block::forward(const Tensor& x) {
-  Tensor a = attn->forward(ln1->forward(x));
-  if (drop) a = drop->forward(a);
+  Tensor a = (*attn)((*ln1)(x));
+  if (drop) a = (*drop)(a);
   Tensor h = x + a;
-  Tensor m = mlp->forward(ln2->forward(h));
-  if (drop) m = drop->forward(m);
+  Tensor m = (*mlp)((*ln2)(h));
+  if (drop) m = (*drop)(m);
   return h + m;
 }
 
@@ -74,9 +74,9 @@ Tensor GPT::forward(const Tensor& idx) {
   const int64_t T = idx.size(1);
   DDP_CHECK(T <= config.context, "GPT: sequence length ", T, " exceeds the context ", config.context);
   Tensor pos = Tensor::arange(T, DType::I64).to(idx.device());
-  Tensor h = wte_->forward(idx) + wpe_->forward(pos);  // (B, T, C) + (T, C)
-  for (auto& b : *blocks_) h = b->forward(h);
-  return head_->forward(ln_f_->forward(h));
+  Tensor h = (*wte_)(idx) + (*wpe_)(pos);  // (B, T, C) + (T, C)
+  for (auto& b : *blocks_) h = (*b)(h);
+  return (*head_)((*ln_f_)(h));
 }
 
 double GPT::flops_per_token_forward() const {

@@ -18,7 +18,7 @@ MLP::MLP(const MLPConfig& c) : config(c) {
 
 Tensor MLP::forward(const Tensor& x) {
   Tensor flat = x.dim() == 2 ? x : ops::flatten(x, 1);
-  return layers_->forward(flat);
+  return (*layers_)(flat);
 }
 
 }  // namespace ddp::models

@@ -35,6 +35,10 @@ class CommHook {
   // Starts the bucket's communication (it may run on while backward continues); the reducer waits on the
   // returned Work, after which bucket.buffer holds the result. Buckets come in the same order on every rank.
   virtual std::shared_ptr<dist::Work> run(dist::ProcessGroup& pg, GradBucket& bucket) = 0;
+  // True when the result is not left in the bucket but elsewhere (a reduce-scatter into this rank's shard,
+  // runtime/ddp/sharded/): the reducer then allocates each bucket's buffer for one backward only, frees it
+  // once its communication finished, and leaves every .grad none after a synchronized backward.
+  virtual bool result_is_sharded() const { return false; }
   // Bytes this rank handed to all-reduces so far (each collective's buffer counted once).
   int64_t bytes_communicated() const { return bytes_; }
   // Called by the reducer that uses this hook: a hook keeps per-bucket state, so it serves one reducer only

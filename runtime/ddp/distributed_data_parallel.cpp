@@ -171,7 +171,7 @@ void DistributedDataParallel::sync_final_model(bool last_joiner) {
   const int root = who.data<int32_t>()[0];
   DDP_CHECK(root >= 0, "DDP Join: no rank says it joined last; every rank must call Join::join()");
   autograd::NoGradGuard ng;
-  broadcast_from(module_->parameters(), root);
+  if (options_.sync_parameters_after_join) broadcast_from(module_->parameters(), root);
   broadcast_from(module_->buffers(), root);
 }
 

@@ -18,6 +18,10 @@ namespace ddp {
 struct DDPOptions : ReducerOptions {
   // Broadcast buffers (BatchNorm running statistics) from rank 0 before every synchronized forward.
   bool broadcast_buffers = true;
+  // Join's end gives every rank the last joiner's parameters. false: ZeRO-2/3, where every rank stepped its
+  // shard in every iteration (a joined one in its shadow), so the parameters already agree (and ZeRO-3's have
+  // no memory outside a forward). Buffers are synchronized either way.
+  bool sync_parameters_after_join = true;
 };
 
 class DistributedDataParallel {

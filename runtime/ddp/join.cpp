@@ -117,6 +117,7 @@ void Join::join() {
       else if (p.grad().defined())
         p.grad().zero_();
     }
+    for (Joinable* j : options_.joinables) j->join_shadow_before_backward();
     ddp_.shadow_iteration(root);
     for (Joinable* j : options_.joinables) j->join_shadow_iteration();
     ++shadowed_;

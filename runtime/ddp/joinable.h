@@ -18,6 +18,9 @@ class Joinable {
   // On a joined rank, one iteration of the ranks still training: issue exactly the collectives they issue.
   // When it runs, this rank's .grad holds the gradients the others' backward just averaged.
   virtual void join_shadow_iteration() = 0;
+  // Before the shadow of the others' backward: what their forward communicates on a group of its own, which
+  // they must finish before their backward starts (ZeRO-3's parameter gathers). Default: nothing.
+  virtual void join_shadow_before_backward() {}
   // Registered with / detached from a Join (join.cpp): from now on every iteration of this participant is
   // Join-aware (it may exchange what a joined rank needs, e.g. ZeRO's learning rate).
   virtual void set_joined_to(bool attached) = 0;

@@ -38,6 +38,13 @@ Reducer::Reducer(std::vector<nn::NamedTensor> params, std::shared_ptr<dist::Proc
   }
   if (!opt_.comm_hook) opt_.comm_hook = std::make_shared<AllreduceHook>();
   default_hook_ = dynamic_cast<AllreduceHook*>(opt_.comm_hook.get()) != nullptr;
+  sharded_ = opt_.comm_hook->result_is_sharded();
+  DDP_CHECK(!(sharded_ && opt_.gradient_as_bucket_view), "DDP: gradient_as_bucket_view is not supported with ",
+            "the ", opt_.comm_hook->name(), " hook (ZeRO-2/3): a rank keeps only its shard of each averaged "
+            "gradient, there is no whole bucket for .grad to view; turn gradient_as_bucket_view off");
+  DDP_CHECK(opt_.bucket_pad_multiple >= 1, "Reducer: bucket_pad_multiple ", opt_.bucket_pad_multiple, " < 1");
+  // A given layout (ZeRO-3's units) or a sharded state laid out over the buckets: never rebuilt.
+  if (!opt_.layout.empty() || sharded_) opt_.rebuild_buckets = false;
   if (opt_.static_graph && opt_.find_unused_parameters) {
     DDP_LOG(Info, "DDP: static_graph makes find_unused_parameters redundant (unused parameters are known after "
                   "the first synchronized iteration); the per-iteration search is off");
@@ -51,7 +58,25 @@ Reducer::Reducer(std::vector<nn::NamedTensor> params, std::shared_ptr<dist::Proc
   for (size_t i = 0; i < order.size(); ++i) order[i] = order.size() - 1 - i;  // reverse registration order
   // Before the layout broadcast, which carries rank 0's choice to every rank.
   explain_number_ = opt_.explain_iteration > 0 ? opt_.explain_iteration : explain_iteration_from_env();
-  build_buckets(layout_of_rank0(layout_for(order)));  // ranks with different caps still agree
+  Layout mine = layout_for(order);
+  if (!opt_.layout.empty()) {
+    std::vector<uint8_t> seen(params_.size(), 0);
+    size_t count = 0;
+    for (auto& bucket : opt_.layout) {
+      DDP_CHECK(!bucket.empty(), "Reducer: ReducerOptions::layout has an empty bucket");
+      for (size_t i : bucket) {
+        DDP_CHECK(i < params_.size() && !seen[i], "Reducer: ReducerOptions::layout must name each of the ",
+                  params_.size(), " parameters exactly once (", i, " is out of range or repeated)");
+        seen[i] = 1;
+        ++count;
+      }
+    }
+    DDP_CHECK(count == params_.size(), "Reducer: ReducerOptions::layout names ", count, " of ", params_.size(),
+              " parameters");
+    mine = opt_.layout;
+  }
+  build_buckets(layout_of_rank0(mine));  // ranks with different caps still agree
+  used_last_.assign(params_.size(), 1);
   ready_.assign(params_.size(), 0);
   locally_used_.assign(params_.size(), 0);
   for (size_t i = 0; i < params_.size(); ++i) index_of_.emplace(params_[i].tensor.impl(), i);
@@ -151,13 +176,16 @@ void Reducer::build_buckets(const Layout& groups) {
       slots_[i] = {b, total};
       total += params_[i].tensor.numel();
     }
+    const int64_t pad = opt_.bucket_pad_multiple;
+    bk.numel = (total + pad - 1) / pad * pad;
     const Tensor& first = params_[bk.params.front()].tensor;
     // In the memory the backend communicates best from (shm: a shared segment its all-reduce works on in
-    // place); every rank allocates its buckets in the same order (rank 0's layout).
-    bk.buffer = comm_tensor(*pg_, total, first.dtype(), first.device(), &bk.in_comm_memory);
+    // place); every rank allocates its buckets in the same order (rank 0's layout). A sharding hook's
+    // buckets are allocated when used (buffer_of) and freed after their reduce-scatter.
+    if (!sharded_) bk.buffer = comm_tensor(*pg_, bk.numel, first.dtype(), first.device(), &bk.in_comm_memory);
     bk.pending = bk.params.size();
     bk.timing.index = b;
-    bk.timing.bytes = static_cast<int64_t>(bk.buffer.nbytes());
+    bk.timing.bytes = bk.numel * static_cast<int64_t>(dtype_size(first.dtype()));
     bk.timing.num_params = bk.params.size();
     bk.flight_params = params_[bk.params.front()].name;
     if (bk.params.size() > 1) bk.flight_params += " .. " + params_[bk.params.back()].name;
@@ -177,10 +205,34 @@ void Reducer::build_buckets(const Layout& groups) {
   }
 }
 
-Tensor Reducer::slot_view(size_t index) const {
+Tensor Reducer::slot_view(size_t index) {
   const Slot& s = slots_[index];
   const Tensor& p = params_[index].tensor;
-  return buckets_[s.bucket].buffer.slice0(s.offset, s.offset + p.numel()).view(p.shape());
+  return buffer_of(buckets_[s.bucket]).slice0(s.offset, s.offset + p.numel()).view(p.shape());
+}
+
+Tensor& Reducer::buffer_of(Bucket& b) {
+  if (!b.buffer.defined()) [[unlikely]] {
+    const Tensor& first = params_[b.params.front()].tensor;
+    b.buffer = Tensor::zeros({b.numel}, first.dtype(), first.device());
+    bucket_bytes_live_ += static_cast<int64_t>(b.buffer.nbytes());
+    bucket_bytes_peak_ = std::max(bucket_bytes_peak_, bucket_bytes_live_);
+  }
+  return b.buffer;
+}
+
+void Reducer::release_finished_buffers(bool all) {
+  for (size_t k = 0; k < next_to_launch_ && k < buckets_.size(); ++k) {
+    Bucket& b = buckets_[k];
+    if (!b.buffer.defined() || !b.work) continue;
+    if (!all && !b.work->is_completed()) continue;
+    // .grad of its parameters may be the bucket's memory (a destination): the result is the shard, not it.
+    for (size_t i : b.params)
+      if (params_[i].tensor.grad().defined() && params_[i].tensor.grad().storage() == b.buffer.storage())
+        params_[i].tensor.set_grad(Tensor());
+    bucket_bytes_live_ -= static_cast<int64_t>(b.buffer.nbytes());
+    b.buffer = Tensor();
+  }
 }
 
 void Reducer::begin_timing() {
@@ -341,6 +393,7 @@ void Reducer::launch_ready_buckets() {
     launch(buckets_[next_to_launch_]);
     ++next_to_launch_;
   }
+  if (sharded_) release_finished_buffers(/*all=*/false);  // what already went frees memory during backward
   if (next_to_launch_ == buckets_.size() && opt_.find_unused_parameters && !used_map_work_) {
     // The used-map travels right after the last bucket: which parameters any rank used.
     used_map_ = Tensor::from_data<int32_t>(locally_used_, {static_cast<int64_t>(locally_used_.size())});
@@ -357,7 +410,7 @@ void Reducer::launch(Bucket& b) {
   GradBucket gb;
   gb.index = b.timing.index;
   gb.is_last = b.timing.index + 1 == buckets_.size();
-  gb.buffer = b.buffer;
+  gb.buffer = buffer_of(b);
   gb.average = folds_division(b);
   for (size_t k = 0; k < b.params.size(); ++k) {
     const Tensor& p = params_[b.params[k]].tensor;
@@ -394,6 +447,7 @@ void Reducer::finish_communication() {
     }
   }
   if (used_map_work_) used_map_work_->wait();
+  if (sharded_) release_finished_buffers(/*all=*/true);
 }
 
 void Reducer::write_back() {
@@ -404,6 +458,14 @@ void Reducer::write_back() {
   if (used_map_.defined())
     timing_->used_map_sync(std::chrono::duration<double>(Clock::now() - t_used).count());
   const int32_t* used = used_host.defined() ? used_host.data<int32_t>() : nullptr;
+  for (size_t i = 0; i < params_.size(); ++i)
+    used_last_[i] = (used && used[i] == 0) || (opt_.static_graph && static_unused_[i]) ? 0 : 1;
+  if (sharded_) {
+    // The hook reduce-scattered every bucket into this rank's shard; a synchronized backward leaves no
+    // whole gradient behind.
+    for (auto& p : params_) p.tensor.set_grad(Tensor());
+    return;
+  }
   for (size_t i = 0; i < params_.size(); ++i) {
     if (used && used[i] == 0) continue;  // no rank used it: grad stays as it was (none), optimizers skip it
     if (opt_.static_graph && static_unused_[i]) continue;
@@ -518,7 +580,7 @@ void Reducer::shadow_backward() {
             ": DDP Join: shadow_backward called while this rank's own backward is running");
   const int64_t number = first_iteration_number_ + synchronized_iterations_++;  // the others' iteration's
   for (auto& b : buckets_) {
-    b.buffer.zero_();
+    buffer_of(b).zero_();
     b.pending = 0;
   }
   std::fill(ready_.begin(), ready_.end(), 1);
@@ -568,6 +630,12 @@ void Reducer::wait_for_outstanding_work() {
 }
 
 void Reducer::reset_iteration() {
+  if (sharded_)
+    for (auto& b : buckets_)
+      if (b.buffer.defined()) {
+        bucket_bytes_live_ -= static_cast<int64_t>(b.buffer.nbytes());
+        b.buffer = Tensor();
+      }
   backward_started_ = false;
   expect_unused_marking_ = false;
   std::fill(ready_.begin(), ready_.end(), 0);
@@ -672,7 +740,7 @@ std::string Reducer::describe_buckets() const {
   std::ostringstream os;
   for (size_t b = 0; b < buckets_.size(); ++b) {
     os << "  bucket " << b << ": " << buckets_[b].params.size() << " params, "
-       << static_cast<double>(buckets_[b].buffer.nbytes()) / kMiB << " MiB:";
+       << static_cast<double>(buckets_[b].timing.bytes) / kMiB << " MiB:";
     for (size_t i : buckets_[b].params) os << " " << params_[i].name;
     os << "\n";
   }

@@ -65,6 +65,14 @@ struct ReducerOptions {
   // takes part (a clock sync and an all-gather, that iteration only); rank 0's number holds for all (it goes
   // with the bucket layout broadcast). 0: the number in the environment variable DDP_EXPLAIN, or never.
   int64_t explain_iteration = 0;
+
+  // ---- sharding (runtime/ddp/sharded/, docs/sharding.md) ----
+  // The buckets as lists of parameter indices in launch order (each parameter exactly once); empty: the
+  // reducer's own layout by bucket_cap_mb. ZeRO-3 passes one bucket per unit. A given layout is never rebuilt.
+  std::vector<std::vector<size_t>> layout;
+  // Every bucket's buffer is padded with zeros to a multiple of this many elements, so that each rank's
+  // shard of it has the same length (ZeRO-2/3 reduce-scatter the buckets).
+  int64_t bucket_pad_multiple = 1;
 };
 
 class Reducer {
@@ -108,12 +116,26 @@ class Reducer {
   std::string describe_buckets() const;
   bool buckets_rebuilt() const { return rebuilt_; }
   CommHook& comm_hook() { return *opt_.comm_hook; }
+  // Elements of bucket b's buffer, padding included (bucket_pad_multiple).
+  int64_t bucket_numel(size_t b) const { return buckets_[b].numel; }
+  // Element offset of parameter i's slot in its bucket, and the bucket.
+  int64_t slot_offset(size_t i) const { return slots_[i].offset; }
+  size_t bucket_of(size_t i) const { return slots_[i].bucket; }
+  // Per parameter: whether any rank gave it a gradient in the last synchronized iteration (find_unused's
+  // used-map; static_graph's iteration-1 record; otherwise every parameter). A sharding hook's optimizer
+  // skips the others, as optimizers skip a .grad that stayed none.
+  const std::vector<uint8_t>& parameters_used() const { return used_last_; }
+  // A sharding hook (CommHook::result_is_sharded): bucket buffers live for one backward only; their bytes
+  // now and at most so far (the memory account's communication buffers).
+  int64_t bucket_bytes_live() const { return bucket_bytes_live_; }
+  int64_t bucket_bytes_peak() const { return bucket_bytes_peak_; }
 
  private:
   struct Bucket {
     std::vector<size_t> params;
     std::vector<int64_t> offsets;  // element offset of each param's slot in buffer
-    Tensor buffer;                 // flat, all slots back to back
+    Tensor buffer;                 // flat, all slots back to back (then padding); sharded: while in use only
+    int64_t numel = 0;             // of buffer, padding included
     bool in_comm_memory = false;   // buffer from ProcessGroup::allocate_comm_buffer (shm: shared memory)
     size_t pending = 0;
     std::shared_ptr<dist::Work> work;
@@ -163,7 +185,11 @@ class Reducer {
   void static_graph_drop_unannounced(const std::vector<size_t>& changed);
   [[noreturn]] void raise_graph_changed(const std::vector<size_t>& unready,
                                         const std::vector<size_t>& changed, const std::string& comm_error);
-  Tensor slot_view(size_t index) const;
+  Tensor slot_view(size_t index);
+  // The bucket's buffer; with a sharding hook allocated (zeros) on first use in an iteration.
+  Tensor& buffer_of(Bucket& b);
+  // Sharding hook: drops the buffers of buckets whose communication finished (all: wait first).
+  void release_finished_buffers(bool all);
   double since_forward() const;
   // ---- explain (reducer_explain.cpp) ----
   // After iteration `number` (every rank, on the error path too): if it is the one to explain, gathers every
@@ -181,6 +207,9 @@ class Reducer {
   bool sync_ = true;
   bool rebuilt_ = false;
   bool default_hook_ = false;  // opt_.comm_hook is the plain AllreduceHook
+  bool sharded_ = false;       // opt_.comm_hook->result_is_sharded(): buckets are transient, .grad none
+  std::vector<uint8_t> used_last_;
+  int64_t bucket_bytes_live_ = 0, bucket_bytes_peak_ = 0;
 
   // ---- per-iteration state ----
   bool backward_started_ = false;

@@ -101,7 +101,7 @@ void Sequential::replace_child(const std::string& name, std::shared_ptr<Module> 
 }
 Tensor Sequential::forward(const Tensor& x) {
   Tensor h = x;
-  for (auto& l : layers_) h = l->forward(h);
+  for (auto& l : layers_) h = (*l)(h);
   return h;
 }
 

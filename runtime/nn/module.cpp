@@ -16,6 +16,23 @@ Tensor Module::forward(const Tensor&) {
   DDP_FAIL("this module has no single-input forward(); call its own forward method");
 }
 
+void Module::add_forward_hooks(const void* owner, ForwardPreHook pre, ForwardPostHook post) {
+  forward_hooks_.push_back({owner, std::move(pre), std::move(post)});
+}
+
+void Module::remove_forward_hooks(const void* owner) {
+  std::erase_if(forward_hooks_, [owner](const ForwardHooks& h) { return h.owner == owner; });
+}
+
+Tensor Module::forward_with_hooks(const Tensor& x) {
+  for (auto& h : forward_hooks_)
+    if (h.pre) h.pre(*this);
+  Tensor y = forward(x);
+  for (auto& h : forward_hooks_)
+    if (h.post) y = h.post(*this, y);
+  return y;
+}
+
 Tensor& Module::register_parameter(const std::string& name, Tensor t) {
   t.set_requires_grad(true);
   params_.emplace_back(name, std::move(t));

@@ -1,6 +1,7 @@
 // module.h - Module: a named tree of parameters, buffers and submodules. Names are hierarchical
 // ("blocks.0.attn.qkv.weight") and keep registration order, which the DDP reducer buckets in reverse.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -24,7 +25,22 @@ class Module {
 
   // Single-input modules (layers, Sequential) override this; others define their own forward.
   virtual Tensor forward(const Tensor& x);
-  Tensor operator()(const Tensor& x) { return forward(x); }
+  // forward(x) with this module's forward hooks around it. Parents call their children this way (module(x)),
+  // so that a hook set on a child runs: ZeRO-3 gathers a unit's parameters before its forward and reshards
+  // them after it (runtime/ddp/sharded/). A child called as child->forward(x) runs without its hooks.
+  Tensor operator()(const Tensor& x) {
+    if (forward_hooks_.empty()) [[likely]]
+      return forward(x);
+    return forward_with_hooks(x);
+  }
+
+  // ---- forward hooks (like PyTorch's register_forward_pre_hook / register_forward_hook) ----
+  // `pre` runs before forward (may be empty); `post` runs after it and returns the output the caller gets
+  // (the same tensor, or one wrapped in an autograd node); `owner` keys the pair for removal.
+  using ForwardPreHook = std::function<void(Module&)>;
+  using ForwardPostHook = std::function<Tensor(Module&, const Tensor& output)>;
+  void add_forward_hooks(const void* owner, ForwardPreHook pre, ForwardPostHook post);
+  void remove_forward_hooks(const void* owner);
 
   // All parameters / buffers of this module and its children, depth first in registration order.
   std::vector<NamedTensor> named_parameters() const;
@@ -61,6 +77,13 @@ class Module {
 
  private:
   void collect(const std::string& prefix, bool params, std::vector<NamedTensor>& out) const;
+  Tensor forward_with_hooks(const Tensor& x);
+  struct ForwardHooks {
+    const void* owner;
+    ForwardPreHook pre;
+    ForwardPostHook post;
+  };
+  std::vector<ForwardHooks> forward_hooks_;
   std::vector<std::pair<std::string, Tensor>> params_;
   std::vector<std::pair<std::string, Tensor>> buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;

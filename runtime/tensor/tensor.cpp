@@ -150,6 +150,14 @@ double Tensor::item() const {
   return to_double_vector()[0];
 }
 
+void* Tensor::data_of_storageless() const {
+  if (numel() == 0) return nullptr;
+  DDP_FAIL("tensor '", impl_->name.empty() ? std::string("(unnamed)") : impl_->name, "' ", shape_str(shape()),
+           " has no memory: it is a ZeRO-3 parameter used outside its unit's forward and backward (sharded at "
+           "rest). Call its module as module(x) - not module.forward(x) - so the unit's hooks gather it first, "
+           "or gather it explicitly (ShardedDataParallel::gathered_parameters), or train with --zero 2");
+}
+
 std::string Tensor::str(int64_t max_elems) const {
   if (!defined()) return "Tensor[undefined]";
   std::ostringstream os;

@@ -104,8 +104,9 @@ class Tensor {
 
   // ---- data ----
   void* raw_data() const {
-    return static_cast<char*>(impl_->storage ? impl_->storage->data() : nullptr) +
-           impl_->offset * dtype_size(dtype());
+    if (!impl_->storage) [[unlikely]]
+      return data_of_storageless();
+    return static_cast<char*>(impl_->storage->data()) + impl_->offset * dtype_size(dtype());
   }
   template <class T>
   T* data() const {
@@ -144,6 +145,9 @@ class Tensor {
   bool same(const Tensor& o) const { return impl_ == o.impl_; }
 
  private:
+  // nullptr for an empty tensor; otherwise an error naming the tensor: its memory was released (a ZeRO-3
+  // parameter outside its unit's forward and backward, runtime/ddp/sharded/).
+  void* data_of_storageless() const;
   std::shared_ptr<TensorImpl> impl_;
 };
 

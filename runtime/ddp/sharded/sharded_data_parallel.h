@@ -1,0 +1,201 @@
+// sharded_data_parallel.h - ZeRO-2 and ZeRO-3 (fully sharded data parallelism) on DDP's bucketer.
+//
+// The same Reducer as plain DDP fills the same buckets while backward runs; a ReduceScatterHook reduces each
+// bucket by reduce-scatter instead of all-reduce, so a rank ends the backward with only ITS shard of every
+// averaged gradient (shard_layout.h: buckets padded so all shards have one length). A ShardedOptimizer
+// (sharded_optimizer.h) then steps this rank's shard of the parameters with its shard of the optimizer state.
+//
+//   ZeRO-2: parameters stay whole on every rank, laid out as the buckets are (one flat buffer per bucket, each
+//           parameter a view of it). After the step every rank's updated shard is all-gathered back into the
+//           buffers; each module's forward pre-hook waits for the gathers holding its own parameters, so the
+//           gathers overlap the next forward.
+//   ZeRO-3: parameters live sharded at rest: a parameter tensor has no memory outside its unit's forward and
+//           backward. A unit is a module (default: each item of a Sequential or ModuleList that holds
+//           parameters - a GPT block, an MLP layer) and is one bucket of the reducer, so its reduce-scatter
+//           starts as soon as its backward is done. Its parameters are all-gathered before its forward
+//           (pre-hook), freed after it (reshard_after_forward), gathered again when backward reaches its output
+//           (an identity node on that output), and freed once its bucket is handed to the reduce-scatter.
+//           Parameters of no unit form the root unit, gathered for the whole forward and backward.
+//
+// Every rank issues the same all-gathers in the same order whatever its graph does: gathers are issued only
+// as a prefix of an agreed unit order (the registration order in iteration 1, then the forward order rank 0
+// observed in it; backward: the reverse), each unit once per phase; a unit's hook that finds it not yet
+// issued issues everything before it first, and the end of each forward and backward issues (and drops) the
+// units this rank did not run. `prefetch` gathers run ahead of the unit in use. docs/sharding.md walks a step.
+//
+//   ShardedDataParallel sdp(model, pg, {.stage = 3, .gather_group = pg2});
+//   ShardedOptimizer opt(sdp, [](auto p) { return std::make_unique<optim::AdamW>(p, AdamWOptions{}); });
+//   Tensor loss = ops::cross_entropy(sdp.forward(x), y);
+//   autograd::backward(loss);       // buckets reduce-scattered while this runs; .grad stays none
+//   opt.step();                     // this rank's shard; ZeRO-2 then starts the parameter gathers
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/ddp/distributed_data_parallel.h"
+#include "runtime/ddp/joinable.h"
+#include "runtime/ddp/sharded/memory_account.h"
+#include "runtime/ddp/sharded/shard_layout.h"
+
+namespace ddp {
+
+class ReduceScatterHook;
+
+struct ShardOptions {
+  int stage = 2;  // 2: gradients and optimizer state sharded; 3: parameters too
+  // Buckets, find_unused_parameters, static_graph, broadcast_buffers... as for DDP. Refused: a comm_hook
+  // (the buckets' communication IS the reduce-scatter) and gradient_as_bucket_view (no whole gradient).
+  DDPOptions ddp;
+  // The group that carries the parameter all-gathers; null: the main group. A second group keeps the gathers
+  // in their own order, independent of the reduce-scatters: needed (and asked for, at construction) when the
+  // ranks' graphs may differ - ZeRO-3 with find_unused_parameters, or under Join.
+  std::shared_ptr<dist::ProcessGroup> gather_group;
+  // ZeRO-3: how many units' gathers run ahead of the one about to compute (forward and backward); 0: each
+  // unit is gathered when its hook runs (nothing overlaps the gather). ZeRO-2 issues all its gathers at the
+  // step (its parameters are whole anyway; only the waiting is per module).
+  int prefetch = 1;
+  // ZeRO-3: free a unit's gathered parameters after its forward and gather them again for its backward
+  // (memory: one unit plus the prefetched ones at a time); false: keep them from forward to backward.
+  bool reshard_after_forward = true;
+  // ZeRO-2: each module waits for its own parameters' gather (forward pre-hooks); false: the whole forward
+  // waits first. A module called as child->forward(x) skips its hook: keep this false for such models.
+  bool overlap_param_gather = true;
+  // ZeRO-3 units by module name ("blocks.0"); empty: the default above.
+  std::vector<std::string> units;
+};
+
+class ShardedDataParallel : public Joinable {
+ public:
+  ShardedDataParallel(std::shared_ptr<nn::Module> module, std::shared_ptr<dist::ProcessGroup> pg,
+                      ShardOptions options = {});
+  ~ShardedDataParallel() override;
+  ShardedDataParallel(const ShardedDataParallel&) = delete;
+  ShardedDataParallel& operator=(const ShardedDataParallel&) = delete;
+
+  // The module's forward between before_forward() and after_forward({y}).
+  Tensor forward(const Tensor& x);
+  Tensor operator()(const Tensor& x) { return forward(x); }
+  // For custom loops: module(x) between the two; use the outputs after_forward returns (ZeRO-3 hangs the
+  // start of its backward on them).
+  void before_forward();
+  std::vector<Tensor> after_forward(const std::vector<Tensor>& outputs);
+  [[nodiscard]] DistributedDataParallel::NoSyncGuard no_sync() { return ddp_->no_sync(); }
+
+  // ---- for the optimizer (sharded_optimizer.h) ----
+  struct Bucket {
+    std::vector<size_t> params;  // the reducer's bucket, slot order
+    BucketShard shard;           // this rank's part of it
+    Tensor full;                 // the whole bucket of parameters: ZeRO-2 always, ZeRO-3 while gathered
+    Tensor shard_params;         // this rank's shard of the parameters (ZeRO-2: a view of full)
+    Tensor shard_grad;           // this rank's shard of the averaged gradient (after a backward)
+    std::shared_ptr<dist::Work> gather;  // the all-gather in flight into full, if any
+    int unit = -1;               // ZeRO-3: the unit it belongs to
+  };
+  int stage() const { return opt_.stage; }
+  const std::vector<nn::NamedTensor>& parameters() const { return params_; }
+  std::vector<Bucket>& buckets() { return buckets_; }
+  // Whether any rank gave parameter i a gradient in the last synchronized backward (else: skip it).
+  bool parameter_used(size_t i) const;
+  // ZeRO-2: starts the all-gathers of every bucket (after the optimizer updated this rank's shards).
+  void after_step();
+  // The global L2 norm of the averaged gradient (all shards: one all-reduce), clipped to max_norm like
+  // optim::clip_grad_norm_; returns the norm before clipping. Collective.
+  double clip_grad_norm_(double max_norm);
+
+  // ---- whole parameters outside the wrapper's forward ----
+  // ZeRO-3: gathers every parameter for the scope (evaluation, checkpoints, comparing): collective. ZeRO-2:
+  // waits for the gathers a step started.
+  class GatheredScope {
+   public:
+    explicit GatheredScope(ShardedDataParallel& s);
+    ~GatheredScope();
+    GatheredScope(const GatheredScope&) = delete;
+    GatheredScope& operator=(const GatheredScope&) = delete;
+
+   private:
+    ShardedDataParallel& s_;
+  };
+  [[nodiscard]] GatheredScope gathered_parameters() { return GatheredScope(*this); }
+  // Unit names in the agreed forward order (the root unit is "(root)").
+  std::vector<std::string> unit_order() const;
+
+  // Per-rank memory (memory_account.h): what this rank holds now, and the peaks so far.
+  MemoryAccount memory_account(int64_t optimizer_state_bytes, int optimizer_state_bytes_per_param) const;
+
+  // Joinable: a joined rank shadows the others' forward and backward gathers (ZeRO-3); ZeRO-2 has none.
+  void join_shadow_before_backward() override;
+  void join_shadow_iteration() override;
+  void set_joined_to(bool attached) override;
+  std::string joinable_name() const override { return "ShardedDataParallel"; }
+
+  DistributedDataParallel& ddp() { return *ddp_; }
+  Reducer& reducer() { return ddp_->reducer(); }
+  dist::ProcessGroup& process_group() { return *pg_; }
+  dist::ProcessGroup& gather_group() { return *gpg_; }
+  nn::Module& module() { return *module_; }
+  // Statistics: gathers issued, and how long the forward/backward waited for them in total.
+  int64_t gathers_issued() const { return gathers_issued_; }
+  double gather_wait_s() const { return gather_wait_s_; }
+  void reset_gather_stats() {
+    gathers_issued_ = 0;
+    gather_wait_s_ = 0;
+  }
+
+  // Called by the ReduceScatterHook when bucket b's reduce-scatter starts (ZeRO-3: its unit is done).
+  void on_bucket_reduce_scatter(size_t b);
+
+ private:
+  struct Unit {
+    std::string name;                       // module name, "(root)" for the rest
+    nn::Module* module = nullptr;           // null for the root unit
+    size_t bucket = 0;
+  };
+  enum class Phase { Idle, Forward, Backward };
+
+  std::vector<std::vector<size_t>> choose_units();  // ZeRO-3: parameter indices per unit (root last)
+  void build_buckets();
+  void install_zero2_hooks();
+  void install_zero3_hooks();
+  // Issues all-gathers of the agreed order up to position `through` of the phase's order (inclusive).
+  void issue_through(size_t through);
+  void issue_gather(size_t unit);
+  // Waits for the unit's gather and points its parameters at the gathered memory.
+  void wait_and_bind(size_t unit);
+  void reshard(size_t unit);           // drops the gathered memory; parameters have none
+  void unit_needed(size_t unit);       // a unit's hook: gathered (and bound) when this returns
+  void begin_phase(Phase p);
+  void finish_phase();                 // issues and drops what this rank did not use in the phase
+  void end_of_backward();
+  void agree_forward_order();          // after the first forward: rank 0's observed order for everyone
+  void wait_bucket_gather(Bucket& b);  // ZeRO-2
+  void record_gathered_bytes();
+
+  std::shared_ptr<nn::Module> module_;
+  std::shared_ptr<dist::ProcessGroup> pg_, gpg_;
+  ShardOptions opt_;
+  std::shared_ptr<ReduceScatterHook> hook_;
+  std::unique_ptr<DistributedDataParallel> ddp_;
+  std::vector<nn::NamedTensor> params_;
+  std::vector<Bucket> buckets_;
+  bool under_join_ = false;
+
+  // ---- ZeRO-3 ----
+  std::vector<Unit> units_;                   // registration order; the root unit (if any) last
+  std::vector<size_t> forward_order_;         // agreed unit order of a forward (backward: reversed)
+  bool order_agreed_ = false;
+  std::vector<size_t> observed_order_;        // this forward's first calls, in order
+  std::vector<uint8_t> observed_;
+  Phase phase_ = Phase::Idle;
+  std::vector<size_t> phase_order_;           // forward_order_ or its reverse
+  std::vector<size_t> position_;              // unit -> position in phase_order_
+  size_t issued_ = 0;                         // phase_order_[0, issued_) issued in this phase
+  std::vector<uint8_t> gathered_;             // unit's full buffer present (issued or done)
+  std::vector<uint8_t> bound_;                // unit's parameters point at it
+  int64_t gathered_bytes_ = 0, gathered_peak_ = 0;
+  int64_t gathers_issued_ = 0;
+  double gather_wait_s_ = 0;
+  int gathered_scopes_ = 0;
+};
+
+}  // namespace ddp

@@ -1,0 +1,61 @@
+// sharded_optimizer.h - the optimizer of ZeRO-2/3: an ordinary optimizer (SGD, AdamW) over this rank's shard
+// of the parameters. Each shard is cut into segments, one per piece of a parameter (shard_layout.h); the
+// inner optimizer sees every segment as a parameter of its own (a view of the shard, named
+// "fc1.weight[128:256]"), with the matching view of the averaged gradient shard as its .grad - or none when
+// no rank used the parameter, so it is skipped as plain DDP's optimizer skips it. The update rules are
+// elementwise, so stepping the segments is stepping the parameters. After the step ZeRO-2 all-gathers the
+// shards back into the whole parameters (ShardedDataParallel::after_step); ZeRO-3 keeps them sharded.
+//
+// Under Join, register it (like ZeroRedundancyOptimizer): a joined rank steps its shard with the gradients the
+// others averaged and issues the same gathers. set_join_gradient_transform: what the loop does to the
+// gradients between backward and step (ShardedDataParallel::clip_grad_norm_).
+#pragma once
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "runtime/ddp/joinable.h"
+#include "runtime/ddp/sharded/sharded_data_parallel.h"
+#include "runtime/optim/zero_redundancy_optimizer.h"
+
+namespace ddp {
+
+class ShardedOptimizer : public optim::Optimizer, public Joinable {
+ public:
+  ShardedOptimizer(ShardedDataParallel& sdp, optim::OptimizerFactory make_inner);
+  ~ShardedOptimizer() override;
+  ShardedOptimizer(const ShardedOptimizer&) = delete;
+  ShardedOptimizer& operator=(const ShardedOptimizer&) = delete;
+
+  void step() override;
+  // This rank's shard of the state: "<param>[a:b].<state>" (e.g. "fc1.weight[0:96].exp_avg") plus the
+  // inner optimizer's own entries.
+  std::map<std::string, Tensor> state() const override { return inner_->state(); }
+  void load_state(const std::map<std::string, Tensor>& state, int64_t steps) override;
+  // Bytes of this rank's optimizer state, and what it would be per parameter (K of the ZeRO formula).
+  int64_t state_bytes() const;
+  int state_bytes_per_param() const;
+  const optim::Optimizer& inner() const { return *inner_; }
+
+  void join_shadow_iteration() override { step_shard(/*training=*/false); }
+  void set_joined_to(bool attached) override { under_join_ = attached; }
+  std::string joinable_name() const override { return "ShardedOptimizer"; }
+  void set_join_gradient_transform(std::function<void()> transform) { join_transform_ = std::move(transform); }
+
+ private:
+  void step_shard(bool training);
+
+  ShardedDataParallel& sdp_;
+  struct Segment {
+    size_t bucket;
+    ShardSegment piece;
+    Tensor view;  // of the shard of parameters
+  };
+  std::vector<Segment> segments_;
+  std::unique_ptr<optim::Optimizer> inner_;
+  bool under_join_ = false;
+  std::function<void()> join_transform_;
+};
+
+}  // namespace ddp
