@@ -7,6 +7,8 @@
 // bitwise equal to each other's after every run.
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <map>
 #include <mutex>
 
 #include "models/branchy.h"
@@ -104,19 +106,27 @@ constexpr double kClip = 0.05;
 
 int steps_of(const Case& s, int rank) { return s.steps - s.uneven * rank; }
 
+// A consolidated checkpoint: whole parameters and the whole optimizer state by name, and the step count.
+struct Checkpoint {
+  std::map<std::string, Tensor> params, optim;
+  int64_t steps = 0;
+};
+
 // One process: for every step, each rank's slices (loss / world) accumulated, then the plain optimizer.
-std::vector<std::vector<double>> reference(const Case& s) {
+// world_of(step): the world size that ran that step (a resumed run changes it); default s.world.
+std::vector<std::vector<double>> reference(const Case& s, const std::function<int(int)>& world_of = nullptr) {
   auto model = make_model(s.model);
   auto opt = make_optimizer(s.opt, model->named_parameters());
   for (int step = 0; step < s.steps; ++step) {
     model->zero_grad();
     bool any = false;
-    for (int r = 0; r < s.world; ++r) {
+    const int world = world_of ? world_of(step) : s.world;
+    for (int r = 0; r < world; ++r) {
       if (step >= steps_of(s, r)) continue;
       any = true;
       for (int a = 0; a < s.accumulation; ++a) {
         Batch b = batch_of(step * s.accumulation + a, r);
-        Tensor loss = ops::cross_entropy((*model)(b.x), b.y) * (1.0 / (s.world * s.accumulation));
+        Tensor loss = ops::cross_entropy((*model)(b.x), b.y) * (1.0 / (world * s.accumulation));
         autograd::backward(loss);
       }
     }
@@ -127,7 +137,10 @@ std::vector<std::vector<double>> reference(const Case& s) {
   return snapshot_params(*model);
 }
 
-std::vector<std::vector<std::vector<double>>> run_sharded(const Case& s) {
+// Steps [from, steps) of s; from `start` when given; `save` (rank 0's view) gets the consolidated checkpoint.
+std::vector<std::vector<std::vector<double>>> run_sharded(const Case& s, int from = 0,
+                                                          const Checkpoint* start = nullptr,
+                                                          Checkpoint* save = nullptr) {
   std::vector<std::vector<std::vector<double>>> finals(s.world);
   dist::run_threads(
       s.world,
@@ -139,7 +152,7 @@ std::vector<std::vector<std::vector<double>>> run_sharded(const Case& s) {
         o.reshard_after_forward = s.reshard;
         o.units = s.units;
         o.ddp.find_unused_parameters = s.find_unused;
-        if (s.gather_group) {
+        if (s.gather_group || (s.stage == 3 && s.world > 1)) {  // ZeRO-3 requires one
           dist::DistEnv env;
           env.rank = rank;
           env.world_size = s.world;
@@ -156,7 +169,11 @@ std::vector<std::vector<std::vector<double>>> run_sharded(const Case& s) {
           join = std::make_unique<Join>(sdp.ddp(), jo);
           if (s.clip) opt.set_join_gradient_transform([&] { sdp.clip_grad_norm_(kClip); });
         }
-        for (int step = 0; step < steps_of(s, rank); ++step) {
+        if (start) {
+          sdp.load_parameters(start->params);
+          opt.load_consolidated_state(start->optim, start->steps);
+        }
+        for (int step = from; step < steps_of(s, rank); ++step) {
           for (int a = 0; a < s.accumulation; ++a) {
             Batch b = batch_of(step * s.accumulation + a, rank);
             auto one = [&] {
@@ -174,8 +191,14 @@ std::vector<std::vector<std::vector<double>>> run_sharded(const Case& s) {
           opt.step();
         }
         if (join) join->join();
+        auto state = save ? opt.consolidated_state() : std::map<std::string, Tensor>{};
         auto whole = sdp.gathered_parameters();
         finals[rank] = snapshot_params(*model);
+        if (save && rank == 0) {
+          save->optim = state;
+          save->steps = opt.steps() + (start ? start->steps : 0);
+          for (auto& p : model->named_parameters()) save->params[p.name] = p.tensor.clone();
+        }
       },
       dist::ProcessGroupOptions{}, s.backend);
   return finals;
@@ -238,7 +261,7 @@ TEST(ShardedZero3, PrefetchDepthsAndReshardChoicesGiveTheSameResult) {
       s.world = 2;
       s.prefetch = prefetch;
       s.reshard = reshard;
-      s.gather_group = prefetch == 1;
+      s.gather_group = true;
       expect_equivalent(s);
     }
 }
@@ -291,5 +314,98 @@ TEST(ShardedNoSync, GradientAccumulationEqualsTheReference) {
     s.world = 2;
     s.accumulation = 3;
     expect_equivalent(s);
+  }
+}
+
+TEST(ShardedRefusals, WhatAModeCannotDoIsRefusedAtConstructionWithTheReason) {
+  auto expect_refused = [](int stage, const std::function<void(ShardOptions&)>& set, const std::string& words) {
+    dist::run_threads(2, [&](int, dist::ProcessGroup& pg) {
+      ShardOptions o;
+      o.stage = stage;
+      set(o);
+      try {
+        ShardedDataParallel sdp(make_model(Model::MLP), borrow(pg), o);
+        ADD_FAILURE() << "not refused: " << words;
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+      }
+    });
+  };
+  expect_refused(3, [](ShardOptions&) {}, "ZeRO-3 needs ShardOptions::gather_group");
+  expect_refused(2, [](ShardOptions& o) { o.ddp.gradient_as_bucket_view = true; }, "gradient_as_bucket_view");
+  expect_refused(2, [](ShardOptions& o) { o.ddp.comm_hook = std::make_shared<AllreduceHook>(); }, "comm hook");
+  expect_refused(1, [](ShardOptions&) {}, "stage 1 is ZeroRedundancyOptimizer");
+}
+
+TEST(ShardedZero3, AParameterReadOutsideItsUnitIsANamedError) {
+  dist::run_threads(1, [&](int, dist::ProcessGroup& pg) {
+    auto model = make_model(Model::MLP);
+    ShardOptions o;
+    o.stage = 3;
+    ShardedDataParallel sdp(model, borrow(pg), o);
+    try {
+      (void)model->parameters().front().to_double_vector();
+      ADD_FAILURE() << "a sharded parameter was readable at rest";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("has no memory: it is a ZeRO-3 parameter"), std::string::npos) << e.what();
+    }
+    auto whole = sdp.gathered_parameters();
+    EXPECT_EQ(model->parameters().front().to_double_vector().size(), 12u * 16u);
+  });
+}
+
+// A run checkpointed (consolidated: whole parameters and optimizer state) at one world size resumes at
+// another and lands where the uninterrupted run lands: 2 -> 3 and 4 -> 1, both stages, both optimizers.
+TEST(ShardedCheckpoint, ResumeAtAnotherWorldSizeEqualsTheUninterruptedRun) {
+  for (int stage : {2, 3})
+    for (auto [w1, w2] : {std::pair{2, 3}, std::pair{4, 1}})
+      for (Opt opt : {Opt::AdamW, Opt::SGD}) {
+        SCOPED_TRACE("zero" + std::to_string(stage) + " " + std::to_string(w1) + " -> " + std::to_string(w2) +
+                     (opt == Opt::AdamW ? " adamw" : " sgd"));
+        Case first;
+        first.stage = stage;
+        first.world = w1;
+        first.opt = opt;
+        first.steps = 3;
+        first.clip = true;
+        Checkpoint ck;
+        run_sharded(first, 0, nullptr, &ck);
+        ASSERT_FALSE(ck.optim.empty());
+        Case second = first;
+        second.world = w2;
+        second.steps = 5;
+        const auto finals = run_sharded(second, 3, &ck);
+        const auto ref = reference(second, [&](int step) { return step < 3 ? w1 : w2; });
+        for (int r = 1; r < w2; ++r) EXPECT_EQ(finals[r], finals[0]);
+        EXPECT_LT(max_relative_difference(finals[0], ref), 1e-12);
+      }
+}
+
+// The consolidated state has the plain optimizer's names and values: a plain AdamW over the whole model after
+// the same steps holds the same state.
+TEST(ShardedCheckpoint, ConsolidatedStateIsThePlainOptimizersState) {
+  Case s;
+  s.stage = 3;
+  s.world = 3;
+  s.steps = 3;
+  Checkpoint ck;
+  run_sharded(s, 0, nullptr, &ck);
+  auto model = make_model(s.model);
+  auto plain = make_optimizer(s.opt, model->named_parameters());
+  for (int step = 0; step < s.steps; ++step) {
+    model->zero_grad();
+    for (int r = 0; r < s.world; ++r) {
+      Batch b = batch_of(step, r);
+      autograd::backward(ops::cross_entropy((*model)(b.x), b.y) * (1.0 / s.world));
+    }
+    plain->step();
+  }
+  const auto want = plain->state();
+  ASSERT_EQ(ck.optim.size(), want.size());
+  for (auto& [name, t] : want) {
+    ASSERT_TRUE(ck.optim.count(name)) << name;
+    EXPECT_EQ(ck.optim.at(name).shape(), t.shape()) << name;
+    EXPECT_LT(max_relative_difference({ck.optim.at(name).to_double_vector()}, {t.to_double_vector()}), 1e-12)
+        << name;
   }
 }

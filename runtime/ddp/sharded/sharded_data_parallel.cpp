@@ -73,10 +73,11 @@ ShardedDataParallel::ShardedDataParallel(std::shared_ptr<nn::Module> module, std
   DDP_CHECK(gpg_->size() == pg_->size() && gpg_->rank() == pg_->rank(),
             "ShardedDataParallel: the gather group (rank ", gpg_->rank(), " of ", gpg_->size(),
             ") must have the ranks of the main group (rank ", pg_->rank(), " of ", pg_->size(), ")");
-  DDP_CHECK(!(opt_.stage == 3 && opt_.ddp.find_unused_parameters && gpg_ == pg_),
-            "ShardedDataParallel: ZeRO-3 with find_unused_parameters needs ShardOptions::gather_group (a second "
-            "process group over the same ranks): when ranks use different parameters, their gathers and "
-            "reduce-scatters interleave differently, which one group cannot carry");
+  DDP_CHECK(!(opt_.stage == 3 && pg_->size() > 1 && gpg_ == pg_),
+            "ShardedDataParallel: ZeRO-3 needs ShardOptions::gather_group, a second process group over the same "
+            "ranks (e.g. dist::new_process_group(env, store, backend, {.name = \"gather\"})): when ranks' "
+            "graphs differ (an unused parameter, Join, a rank that raised), their parameter gathers and "
+            "reduce-scatters interleave differently, which one group cannot carry in step");
   params_ = module_->named_parameters();
   DDPOptions d = opt_.ddp;
   hook_ = std::make_shared<ReduceScatterHook>();
@@ -455,6 +456,29 @@ void ShardedDataParallel::agree_forward_order() {
     forward_order_.push_back(static_cast<size_t>(u));
   }
   order_agreed_ = true;
+}
+
+void ShardedDataParallel::load_parameters(const std::map<std::string, Tensor>& by_name) {
+  autograd::NoGradGuard no_grad;
+  for (auto& b : buckets_) {
+    wait_bucket_gather(b);
+    for (const ShardSegment& s : b.shard.segments) {
+      const auto& p = params_[s.param];
+      auto it = by_name.find(p.name);
+      DDP_CHECK(it != by_name.end(), "ShardedDataParallel::load_parameters: no value for parameter ", p.name);
+      DDP_CHECK(it->second.numel() == p.tensor.numel(), "ShardedDataParallel::load_parameters: ", p.name, " has ",
+                it->second.numel(), " elements, the model's ", p.tensor.numel());
+      b.shard_params.slice0(s.shard_offset, s.shard_offset + s.numel())
+          .copy_from(it->second.view({-1}).slice0(s.param_begin, s.param_end));
+    }
+    if (opt_.stage == 2)  // the rest of the whole buffer too (this rank's shard is a view of it)
+      for (size_t i : b.params) {
+        auto it = by_name.find(params_[i].name);
+        DDP_CHECK(it != by_name.end(), "ShardedDataParallel::load_parameters: no value for parameter ",
+                  params_[i].name);
+        params_[i].tensor.copy_from(it->second);
+      }
+  }
 }
 
 std::vector<std::string> ShardedDataParallel::unit_order() const {

@@ -29,6 +29,7 @@
 //   autograd::backward(loss);       // buckets reduce-scattered while this runs; .grad stays none
 //   opt.step();                     // this rank's shard; ZeRO-2 then starts the parameter gathers
 #pragma once
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -48,8 +49,8 @@ struct ShardOptions {
   // (the buckets' communication IS the reduce-scatter) and gradient_as_bucket_view (no whole gradient).
   DDPOptions ddp;
   // The group that carries the parameter all-gathers; null: the main group. A second group keeps the gathers
-  // in their own order, independent of the reduce-scatters: needed (and asked for, at construction) when the
-  // ranks' graphs may differ - ZeRO-3 with find_unused_parameters, or under Join.
+  // in their own order, independent of the reduce-scatters, whatever each rank's graph does: ZeRO-3 at
+  // world > 1 requires one (asked for at construction); ZeRO-2 may use one.
   std::shared_ptr<dist::ProcessGroup> gather_group;
   // ZeRO-3: how many units' gathers run ahead of the one about to compute (forward and backward); 0: each
   // unit is gathered when its hook runs (nothing overlaps the gather). ZeRO-2 issues all its gathers at the
@@ -117,6 +118,9 @@ class ShardedDataParallel : public Joinable {
     ShardedDataParallel& s_;
   };
   [[nodiscard]] GatheredScope gathered_parameters() { return GatheredScope(*this); }
+  // Sets every parameter to the given whole values (by name, e.g. from a consolidated checkpoint at any world
+  // size): ZeRO-2 writes the whole buffers, ZeRO-3 this rank's shards. Every rank passes the same values.
+  void load_parameters(const std::map<std::string, Tensor>& by_name);
   // Unit names in the agreed forward order (the root unit is "(root)").
   std::vector<std::string> unit_order() const;
 

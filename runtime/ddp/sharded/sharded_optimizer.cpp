@@ -1,8 +1,10 @@
 // sharded_optimizer.cpp - segments of the shard as the inner optimizer's parameters; the step; Join.
 #include "runtime/ddp/sharded/sharded_optimizer.h"
 
+#include <algorithm>
 #include <limits>
 
+#include "runtime/ddp/comm_buffer_of.h"
 #include "runtime/ddp/host_collectives.h"
 #include "runtime/ddp/join.h"
 #include "runtime/distributed/flight_recorder.h"
@@ -68,6 +70,94 @@ void ShardedOptimizer::step_shard(bool training) {
 
 void ShardedOptimizer::load_state(const std::map<std::string, Tensor>& state, int64_t steps) {
   inner_->load_state(state, steps);
+  steps_ = steps;
+}
+
+void ShardedOptimizer::state_kinds(std::vector<std::string>& tensors, std::string& scalar) const {
+  if (dynamic_cast<const optim::AdamW*>(inner_.get())) {
+    tensors = {"exp_avg", "exp_avg_sq"};
+    scalar = "step";
+  } else if (dynamic_cast<const optim::SGD*>(inner_.get())) {
+    tensors = {"momentum_buffer"};
+    scalar.clear();
+  } else {
+    DDP_FAIL("ShardedOptimizer: consolidating the state of this inner optimizer is not supported (SGD and "
+             "AdamW are)");
+  }
+}
+
+std::map<std::string, Tensor> ShardedOptimizer::consolidated_state() {
+  std::vector<std::string> kinds;
+  std::string scalar;
+  state_kinds(kinds, scalar);
+  const auto mine = inner_->state();
+  auto& pg = sdp_.process_group();
+  const int world = pg.size();
+  auto& buckets = sdp_.buckets();
+  const auto& params = sdp_.parameters();
+  std::map<std::string, Tensor> out;
+  dist::FlightIssuer who("zero consolidate");
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    auto& bk = buckets[b];
+    const auto np = static_cast<int64_t>(bk.params.size());
+    // Per parameter of the bucket: its step count where this rank holds a piece with state, else -1.
+    Tensor flags = Tensor::full({np}, -1.0, DType::F64);
+    for (auto& s : segments_) {
+      if (s.bucket != b) continue;
+      const std::string& seg = s.view.name();
+      if (!mine.count(seg + "." + kinds.front())) continue;
+      const auto k = std::find(bk.params.begin(), bk.params.end(), s.piece.param) - bk.params.begin();
+      flags.data<double>()[k] = scalar.empty() ? 0.0 : mine.at(seg + "." + scalar).item();
+    }
+    Tensor all = Tensor::zeros({np * world}, DType::F64);
+    host_allgather(pg, flags, all);
+    for (const std::string& kind : kinds) {
+      Tensor shard = Tensor::zeros({bk.shard.shard_numel}, bk.shard_params.dtype(), bk.shard_params.device());
+      for (auto& s : segments_) {
+        auto it = mine.find(s.view.name() + "." + kind);
+        if (s.bucket != b || it == mine.end()) continue;
+        shard.slice0(s.piece.shard_offset, s.piece.shard_offset + s.piece.numel()).copy_from(it->second);
+      }
+      Tensor whole = Tensor::empty({bk.shard.bucket_numel}, shard.dtype(), shard.device());
+      pg.allgather(comm_buffer_of(shard), comm_buffer_of(whole))->wait();
+      for (int64_t k = 0; k < np; ++k) {
+        double step = -1;
+        for (int r = 0; r < world; ++r) step = std::max(step, all.data<double>()[r * np + k]);
+        if (step < 0) continue;  // never stepped (no rank used it yet): no state, as the plain optimizer
+        const size_t i = bk.params[static_cast<size_t>(k)];
+        const int64_t off = sdp_.reducer().slot_offset(i);
+        const Tensor& p = params[i].tensor;
+        out[params[i].name + "." + kind] = whole.slice0(off, off + p.numel()).view(p.shape()).clone();
+        if (!scalar.empty())
+          out[params[i].name + "." + scalar] = Tensor::from_data<int64_t>({static_cast<int64_t>(step)}, {});
+      }
+    }
+  }
+  return out;
+}
+
+void ShardedOptimizer::load_consolidated_state(const std::map<std::string, Tensor>& state, int64_t steps) {
+  std::vector<std::string> kinds;
+  std::string scalar;
+  state_kinds(kinds, scalar);
+  const auto& params = sdp_.parameters();
+  std::map<std::string, Tensor> mine;
+  for (auto& s : segments_) {
+    const std::string& pname = params[s.piece.param].name;
+    for (const std::string& kind : kinds) {
+      auto it = state.find(pname + "." + kind);
+      if (it == state.end()) continue;
+      DDP_CHECK(it->second.numel() == params[s.piece.param].tensor.numel(), "ShardedOptimizer: state ", it->first,
+                " has ", it->second.numel(), " elements, the parameter ", params[s.piece.param].tensor.numel());
+      mine[s.view.name() + "." + kind] =
+          it->second.view({-1}).slice0(s.piece.param_begin, s.piece.param_end).clone();
+    }
+    if (!scalar.empty()) {
+      auto it = state.find(pname + "." + scalar);
+      if (it != state.end()) mine[s.view.name() + "." + scalar] = it->second.clone();
+    }
+  }
+  inner_->load_state(mine, steps);
   steps_ = steps;
 }
 

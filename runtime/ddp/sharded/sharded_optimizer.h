@@ -33,6 +33,13 @@ class ShardedOptimizer : public optim::Optimizer, public Joinable {
   // inner optimizer's own entries.
   std::map<std::string, Tensor> state() const override { return inner_->state(); }
   void load_state(const std::map<std::string, Tensor>& state, int64_t steps) override;
+  // Checkpoints at any world size. Collective: every rank gets the whole state by parameter name, exactly as
+  // the inner optimizer over the whole model would return it ("fc1.weight.exp_avg", "fc1.weight.step"), so
+  // plain DDP, tools/ddp_torch.py and another world size load it. SGD and AdamW.
+  std::map<std::string, Tensor> consolidated_state();
+  // Such a whole state (from consolidated_state() at any world size, or from a plain optimizer): this rank
+  // keeps the pieces of its segments. Not collective.
+  void load_consolidated_state(const std::map<std::string, Tensor>& state, int64_t steps);
   // Bytes of this rank's optimizer state, and what it would be per parameter (K of the ZeRO formula).
   int64_t state_bytes() const;
   int state_bytes_per_param() const;
@@ -45,6 +52,8 @@ class ShardedOptimizer : public optim::Optimizer, public Joinable {
 
  private:
   void step_shard(bool training);
+  // The inner optimizer's per-parameter state: tensors shaped like the parameter, and one scalar (or none).
+  void state_kinds(std::vector<std::string>& tensors, std::string& scalar) const;
 
   ShardedDataParallel& sdp_;
   struct Segment {
