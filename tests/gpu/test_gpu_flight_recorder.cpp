@@ -75,3 +75,42 @@ TEST(GpuFlightRecorder, NcclRecordsEveryCollectiveWithItsDeviceDuration) {
   EXPECT_TRUE(doc["entries"][0]["device_duration_ns"].is_number());
   fs::remove_all(dir);
 }
+
+// Reduce-scatter and all-gather (the sharded reducer's collectives) are recorded like the all-reduce: issued,
+// started and completed with their GPU duration, kind, op and count (the whole buffer: world x chunk).
+TEST(GpuFlightRecorder, NcclRecordsReduceScatterAndAllgather) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "skipped: no GPU";
+  run_threads(
+      1,
+      [&](int, ProcessGroup&, Store& store) {
+        auto nccl = ddp::testing::nccl_world_one(store, "nccl-flight-rs-ag");
+        Tensor whole = Tensor::ones({4099}).to(Device::cuda(0));
+        Tensor mine = Tensor::zeros({4099}).to(Device::cuda(0));
+        CommBuffer w{whole.raw_data(), whole.numel(), whole.dtype(), whole.device(), whole.storage()};
+        CommBuffer m{mine.raw_data(), mine.numel(), mine.dtype(), mine.device(), mine.storage()};
+        nccl->reduce_scatter(w, m, ReduceOp::Max)->wait();
+        nccl->allgather(m, w)->wait();
+        const FlightRecorder* fr = nccl->flight_recorder();
+        ASSERT_NE(fr, nullptr);
+        for (int i = 0; i < 200; ++i) {
+          auto es = fr->entries();
+          if (es.size() == 2 && es.back().state == FlightState::Completed) break;
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+        auto es = fr->entries();
+        ASSERT_EQ(es.size(), 2u);
+        for (const FlightEntry& e : es) {
+          EXPECT_EQ(e.state, FlightState::Completed);
+          EXPECT_GT(e.started_ns, 0);
+          EXPECT_GE(e.ended_ns, e.started_ns);
+          EXPECT_GE(e.device_ns, 0);
+          EXPECT_EQ(e.count, 4099);
+          EXPECT_EQ(e.dtype, DType::F32);
+        }
+        EXPECT_EQ(es[0].kind, CollectiveKind::ReduceScatter);
+        EXPECT_EQ(es[0].op, ReduceOp::Max);
+        EXPECT_EQ(es[1].kind, CollectiveKind::Allgather);
+        EXPECT_EQ(whole.to(Device::cpu()).to_double_vector(), std::vector<double>(4099, 1.0));
+      },
+      ProcessGroupOptions{});
+}

@@ -27,6 +27,10 @@ using ddp::cuda::DeviceGuard;
 
 constexpr auto kWatchdogPeriod = std::chrono::milliseconds(50);
 
+// The enqueue of one collective on the (non-blocking) communicator of Impl `s`, checked like DDP_NCCL_CHECK:
+// a failure names the call's text and this file:line.
+#define DDP_NCCL_ENQUEUE(s, call) (s).check_enqueue((call), #call, __FILE__, __LINE__)
+
 ncclDataType_t nccl_dtype(DType t) {
   switch (t) {
     case DType::F32:
@@ -138,8 +142,9 @@ struct NcclProcessGroup::Impl {
   // the communicator is usable again once ncclCommGetAsyncError says so. Waits for that until `deadline`;
   // returns the final state, ncclInProgress when the deadline passed.
   ncclResult_t settle(ncclResult_t r, std::chrono::steady_clock::time_point deadline) const;
-  // Throws a clear error unless the enqueue `call` (its result r) settles as ncclSuccess within the timeout.
-  void check_enqueue(ncclResult_t r, const char* call) const;
+  // Throws a clear error unless the enqueue `call` (its result r) settles as ncclSuccess within the timeout;
+  // the error names the call's text and its file:line (DDP_NCCL_ENQUEUE), as DDP_NCCL_CHECK does.
+  void check_enqueue(ncclResult_t r, const char* call, const char* file, int line) const;
   // Creates the communicator; on a timeout or an error aborts it and throws the collective-timeout style
   // error.
   void create_communicator(const ncclUniqueId& id);
@@ -159,11 +164,11 @@ ncclResult_t NcclProcessGroup::Impl::settle(ncclResult_t r,
   return state;
 }
 
-void NcclProcessGroup::Impl::check_enqueue(ncclResult_t r, const char* call) const {
+void NcclProcessGroup::Impl::check_enqueue(ncclResult_t r, const char* call, const char* file, int line) const {
   r = settle(r, std::chrono::steady_clock::now() + options.timeout);
   if (r == ncclSuccess) return;
   const char* last = ncclGetLastError(comm);
-  DDP_FAIL("nccl: ", call, " failed on rank ", rank, " of ", size, ": ",
+  ::ddp::detail::fail(file, line, "nccl: ", call, " failed on rank ", rank, " of ", size, ": ",
            r == ncclInProgress
                ? "still in progress after timeout " + std::to_string(options.timeout.count()) + " ms"
                : std::string(ncclGetErrorString(r)),
@@ -436,8 +441,7 @@ std::shared_ptr<Work> NcclProcessGroup::allreduce(CommBuffer buf, ReduceOp op) {
   size_t n = static_cast<size_t>(buf.numel);
   CommBuffer same = buf;
   return s.issue(d, std::move(buf), std::move(same), false, [&] {
-    s.check_enqueue(ncclAllReduce(p, p, n, nccl_dtype(d.dtype), nccl_op(op), s.comm, s.stream),
-                    "ncclAllReduce");
+    DDP_NCCL_ENQUEUE(s, ncclAllReduce(p, p, n, nccl_dtype(d.dtype), nccl_op(op), s.comm, s.stream));
   });
 }
 
@@ -450,7 +454,7 @@ std::shared_ptr<Work> NcclProcessGroup::broadcast(CommBuffer buf, int root) {
   size_t n = static_cast<size_t>(buf.numel);
   CommBuffer same = buf;
   return s.issue(d, std::move(buf), std::move(same), false, [&] {
-    s.check_enqueue(ncclBroadcast(p, p, n, nccl_dtype(d.dtype), root, s.comm, s.stream), "ncclBroadcast");
+    DDP_NCCL_ENQUEUE(s, ncclBroadcast(p, p, n, nccl_dtype(d.dtype), root, s.comm, s.stream));
   });
 }
 
@@ -464,7 +468,7 @@ std::shared_ptr<Work> NcclProcessGroup::allgather(CommBuffer in, CommBuffer out)
   void* dst = out.data;
   size_t n = static_cast<size_t>(in.numel);
   return s.issue(d, std::move(in), std::move(out), false, [&] {
-    s.check_enqueue(ncclAllGather(src, dst, n, nccl_dtype(d.dtype), s.comm, s.stream), "ncclAllGather");
+    DDP_NCCL_ENQUEUE(s, ncclAllGather(src, dst, n, nccl_dtype(d.dtype), s.comm, s.stream));
   });
 }
 
@@ -478,8 +482,7 @@ std::shared_ptr<Work> NcclProcessGroup::reduce_scatter(CommBuffer in, CommBuffer
   void* dst = out.data;
   size_t n = static_cast<size_t>(out.numel);
   return s.issue(d, std::move(in), std::move(out), false, [&] {
-    s.check_enqueue(ncclReduceScatter(src, dst, n, nccl_dtype(d.dtype), nccl_op(op), s.comm, s.stream),
-                    "ncclReduceScatter");
+    DDP_NCCL_ENQUEUE(s, ncclReduceScatter(src, dst, n, nccl_dtype(d.dtype), nccl_op(op), s.comm, s.stream));
   });
 }
 
@@ -488,9 +491,9 @@ std::shared_ptr<Work> NcclProcessGroup::barrier() {
   CollectiveDesc d{CollectiveKind::Barrier, 0, 0, DType::F32, ReduceOp::Sum, -1, Device::cuda(s.device)};
   CommBuffer none{nullptr, 0, DType::F32, Device::cuda(s.device), nullptr};
   return s.issue(d, none, none, true, [&] {
-    s.check_enqueue(
-        ncclAllReduce(s.barrier_scratch, s.barrier_scratch, 1, ncclFloat32, ncclSum, s.comm, s.stream),
-        "ncclAllReduce (barrier)");
+    // The barrier is a one-float all-reduce (the error's call text shows the barrier's scratch).
+    DDP_NCCL_ENQUEUE(s, ncclAllReduce(s.barrier_scratch, s.barrier_scratch, 1, ncclFloat32, ncclSum, s.comm,
+                                      s.stream));
   });
 }
 
