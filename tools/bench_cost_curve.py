@@ -293,11 +293,21 @@ def tables(records, size_points, many_points, impls, peak, meta):
         for n in names:
             Ns = sorted({N for (N, i) in per if i == n})
             if Ns:
-                L.append(f"Per tensor, ddp.cpp / {n}: " + ", ".join(
+                L.append(f"- Per tensor, ddp.cpp / {n}: " + ", ".join(
                     f"{N}: {per[(N, 'ddp.cpp')] / per[(N, n)]:.2f}" if per[(N, n)] > 0 else f"{N}: -" for N in Ns))
         ours = [per[(p["tensors"], "ddp.cpp")] for p in many_points if (p["tensors"], "ddp.cpp") in per]
         if ours and min(ours) > 0:
-            L.append(f"ddp.cpp per tensor, largest / smallest over the counts: {max(ours) / min(ours):.2f}x")
+            L.append(f"- ddp.cpp per tensor, largest / smallest over the counts: {max(ours) / min(ours):.2f}x "
+                     f"(at few tensors the 8 MiB all-reduce itself, not hidden, dominates the difference)")
+        # The marginal cost of one more tensor between consecutive counts: the all-reduce's bytes cancel out.
+        Ns = sorted({p["tensors"] for p in many_points})
+        for lo_n, hi_n in zip(Ns, Ns[1:]):
+            parts = []
+            for n in ["ddp.cpp"] + names:
+                if (lo_n, n) in per and (hi_n, n) in per:
+                    parts.append(f"{n} {(per[(hi_n, n)] * hi_n - per[(lo_n, n)] * lo_n) / (hi_n - lo_n) * 1e6:.1f} us")
+            L.append(f"- Marginal cost of a tensor from {lo_n} to {hi_n} tensors ((diff(hi) - diff(lo)) / "
+                     f"{hi_n - lo_n}): " + ", ".join(parts))
         L.append("")
     # (c) overhead
     L.append("#### DDP overhead at world 2: DDP step / compute-only (nosync) step")
@@ -336,62 +346,61 @@ def plots(records, size_points, many_points, impls, peak, out):
     names = ["ddp.cpp"] + [i for i, _ in impls]
     marks = {"ddp.cpp": "o-"}
     files = []
-    fig, axes = plt.subplots(1, 3, figsize=(17, 5.2))
+    # x: the size points in order of their FLOPs per rank step, as categories (several have similar FLOPs).
+    def flops_of(p):
+        o = summarize(records, {"point": p["name"], "impl": "ddp.cpp", "world": 1, "mode": "nosync", "view": False})
+        return o["r0"]["flops"] if o else est_flops(p)
+
+    cats = sorted(size_points, key=flops_of)
+    xt = [f"{p['name']}\n{flops_of(p) / 1e9:.1f} GFLOP" for p in cats]
+    fig, axes = plt.subplots(1, 3, figsize=(19, 6))
+    offsets = {n: (i - (len(names) - 1) / 2) * 0.12 for i, n in enumerate(names)}
     for ax, (world, mode, title) in zip(axes[:2], ((1, "nosync", "world 1, compute-only step, 2 threads"),
                                                   (2, "ddp", "world 2, DDP step, 1 thread per rank"))):
+        pk = peak["best"]["2t" if world == 1 else "1t x2"]
+        ax.plot(range(len(cats)), [flops_of(p) / 1e9 / pk * 1e3 for p in cats], "_", color="gray", ms=18, mew=2,
+                label=f"at the sgemm peak ({pk:.0f} GFLOP/s)")
         for n in names:
-            xs, ys, lo, hi, lab = [], [], [], [], []
-            for p in size_points:
+            xs, ys, lo, hi = [], [], [], []
+            for i, p in enumerate(cats):
                 s = summarize(records, {"point": p["name"], "impl": n, "world": world, "mode": mode, "view": False})
-                o = summarize(records, {"point": p["name"], "impl": "ddp.cpp", "world": world, "mode": mode,
-                                        "view": False})
-                if s and o:
-                    xs.append(o["r0"]["flops"] / 1e9)
+                if s:
+                    xs.append(i + offsets[n])
                     ys.append(s["step"] * 1e3)
                     lo.append(s["step"] * 1e3 - s["lo"] * 1e3)
                     hi.append(s["hi"] * 1e3 - s["step"] * 1e3)
-                    lab.append(p["name"])
             if xs:
-                order = sorted(range(len(xs)), key=lambda i: xs[i])
-                ax.errorbar([xs[i] for i in order], [ys[i] for i in order],
-                            yerr=[[lo[i] for i in order], [hi[i] for i in order]], fmt=marks.get(n, "s--"),
-                            capsize=3, label=n)
-                if n == "ddp.cpp":
-                    for i in order:
-                        ax.annotate(lab[i], (xs[i], ys[i]), fontsize=7, xytext=(4, -10), textcoords="offset points")
-        pk = peak["best"]["2t" if world == 1 else "1t x2"]
-        xx = sorted({o["flops"] / 1e9 for o in (r for r in records if r["impl"] == "ddp.cpp" and "flops" in r)})
-        if xx:
-            ax.plot(xx, [x / pk * 1e3 for x in xx], ":", color="gray", label=f"sgemm peak ({pk:.0f} GFLOP/s)")
-        ax.set_xscale("log")
+                ax.errorbar(xs, ys, yerr=[lo, hi], fmt=marks.get(n, "s").replace("-", ""), capsize=3, label=n)
         ax.set_yscale("log")
-        ax.set_xlabel("GFLOP per rank step (forward + backward)")
-        ax.set_ylabel("step time (ms, median; bars: spread)")
+        ax.set_xticks(range(len(cats)))
+        ax.set_xticklabels(xt, rotation=45, ha="right", fontsize=8)
+        ax.set_xlabel("model (in order of GFLOP per rank step, forward + backward)")
+        ax.set_ylabel("step time (ms, median over passes; bars: spread)")
         ax.set_title(title)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
     ax = axes[2]
-    for world, mode, style in ((1, "nosync", "o-"), (2, "ddp", "s--")):
+    for world, mode, style in ((1, "nosync", "o"), (2, "ddp", "s")):
         for n in names:
+            if not (n == "ddp.cpp" or world == 1):
+                continue
             xs, ys = [], []
-            for p in size_points:
+            for i, p in enumerate(cats):
                 s = summarize(records, {"point": p["name"], "impl": n, "world": world, "mode": mode, "view": False})
-                o = summarize(records, {"point": p["name"], "impl": "ddp.cpp", "world": world, "mode": mode,
-                                        "view": False})
-                if s and o:
+                if s:
                     pk = peak["best"]["2t" if world == 1 else "1t x2"]
-                    xs.append(o["r0"]["flops"] / 1e9)
-                    ys.append(100 * o["r0"]["flops"] / s["step"] / 1e9 / pk)
-            if xs and (n == "ddp.cpp" or world == 1):
-                order = sorted(range(len(xs)), key=lambda i: xs[i])
-                ax.plot([xs[i] for i in order], [ys[i] for i in order], style,
+                    xs.append(i + offsets[n] + (0.2 if world == 2 else 0))
+                    ys.append(100 * flops_of(p) / s["step"] / 1e9 / pk)
+            if xs:
+                ax.plot(xs, ys, style, color=None if world == 1 else "tab:red",
                         label=f"{n}, world {world} {'compute-only' if mode == 'nosync' else 'DDP'}")
     ax.axhline(70, color="gray", ls=":", label="issue 29 target 70%")
-    ax.set_xscale("log")
     ax.set_ylim(0, 100)
-    ax.set_xlabel("GFLOP per rank step")
-    ax.set_ylabel("% of the measured sgemm peak")
-    ax.set_title("fraction of the sgemm peak per rank")
+    ax.set_xticks(range(len(cats)))
+    ax.set_xticklabels(xt, rotation=45, ha="right", fontsize=8)
+    ax.set_xlabel("model (in order of GFLOP per rank step)")
+    ax.set_ylabel("% of the measured sgemm peak (per rank)")
+    ax.set_title("GFLOP/s per rank / sgemm peak at the same threads")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
@@ -462,6 +471,37 @@ def plots(records, size_points, many_points, impls, peak, out):
     return files
 
 
+def report_again(d):
+    with open(os.path.join(d, "records.jsonl")) as f:
+        records = [json.loads(l) for l in f if l.strip()]
+    with open(os.path.join(d, "meta.json")) as f:
+        m = json.load(f)
+    points, seen = [], set()
+    for r in records:
+        if r["point"] not in seen:
+            seen.add(r["point"])
+            kind, rest = r["point"].split(" ", 1)
+            if kind == "many":
+                points.append(many(int(rest)))
+            elif kind == "mlp":
+                points.append(mlp(int(rest[1:])))
+            else:
+                w, dd, c = (int(x[1:]) for x in rest.split())
+                points.append(gpt(w, dd, c))
+    impls = []
+    for r in records:
+        if r["impl"] != "ddp.cpp" and r["impl"] not in [i for i, _ in impls]:
+            impls.append((r["impl"], ""))
+    size_points = [p for p in points if p["kind"] != "many"]
+    many_points = [p for p in points if p["kind"] == "many"]
+    text = tables(records, size_points, many_points, impls, m["peak"], m["meta"])
+    with open(os.path.join(d, "tables.md"), "w") as f:
+        f.write(text + "\n")
+    print(text)
+    files = plots(records, size_points, many_points, impls, m["peak"], d)
+    print("bench_cost_curve: wrote " + ", ".join([os.path.join(d, "tables.md")] + files))
+
+
 # ---- main ----------------------------------------------------------------------------------------------------------
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -476,7 +516,12 @@ def main():
     ap.add_argument("--no-size", action="store_true", help="skip (a), the model-size points")
     ap.add_argument("--no-many", action="store_true", help="skip (b), the parameter-count points")
     ap.add_argument("--nice", type=int, default=None, help="own session with this autogroup nice (root for < 0)")
+    ap.add_argument("--report", default="", metavar="DIR",
+                    help="no runs: the tables and plots again from DIR's records.jsonl and meta.json")
     a = ap.parse_args()
+    if a.report:
+        report_again(a.report)
+        return
 
     if a.nice is not None and not os.environ.get("COST_CURVE_OWN_SESSION"):
         env = dict(os.environ, COST_CURVE_OWN_SESSION="1")
