@@ -60,7 +60,7 @@ struct RunRecord {
 };
 
 // The log line of a logged step, or the progress bar on a terminal.
-void print_progress(const TrainOptions& o, const TrainSetup& s, int64_t step, double mean_loss, double lr,
+void print_progress(const TrainOptions& o, TrainSetup& s, int64_t step, double mean_loss, double lr,
                     double dt, bool log_now, bool tty) {
   if (log_now) {
     const double rows_s = static_cast<double>(o.batch_size * o.grad_accum * s.world) / dt;
@@ -69,7 +69,7 @@ void print_progress(const TrainOptions& o, const TrainSetup& s, int64_t step, do
                 static_cast<long long>(step), static_cast<long long>(s.total_steps), mean_loss, lr,
                 s.data.tokens ? "tokens" : "samples",
                 rows_s * static_cast<double>(s.data.tokens ? o.context : 1), dt * 1e3,
-                100 * s.ddp->reducer().last_stats().exposed_communication_s / dt);
+                100 * s.dp().reducer().last_stats().exposed_communication_s / dt);
     std::fflush(stdout);
   } else if (tty) {
     const int width = 30, filled = static_cast<int>(width * step / s.total_steps);
@@ -80,7 +80,7 @@ void print_progress(const TrainOptions& o, const TrainSetup& s, int64_t step, do
 }
 
 // Throughput, exposed communication, MFU, communicated bytes and optimizer state into `result`.
-void measure(const TrainOptions& o, const TrainSetup& s, RunRecord& run, TrainResult& result) {
+void measure(const TrainOptions& o, TrainSetup& s, RunRecord& run, TrainResult& result) {
   const int64_t rows_per_step = o.batch_size * o.grad_accum * s.world;
   const int64_t tokens_per_row = s.data.tokens ? o.context : 1;
   // Steady-state steps exclude the first two (warm-up); a run too short for that reports all its steps.
@@ -107,10 +107,14 @@ void measure(const TrainOptions& o, const TrainSetup& s, RunRecord& run, TrainRe
     if (run.peak.tflops > 0) result.mfu = result.model_tflops / run.peak.tflops;
   }
   if (run.steps > 0)
-    result.comm_bytes_per_step = static_cast<double>(s.ddp->reducer().comm_hook().bytes_communicated()) /
+    result.comm_bytes_per_step = static_cast<double>(s.dp().reducer().comm_hook().bytes_communicated()) /
                                  static_cast<double>(run.steps);  // one synchronized micro-step each
   if (s.zero) {
     result.optimizer_state_bytes = s.zero->local_state_bytes();
+  } else if (s.sharded) {
+    result.optimizer_state_bytes = s.sharded->state_bytes();
+    result.memory_table =
+        s.sdp->memory_account(s.sharded->state_bytes(), s.sharded->state_bytes_per_param()).table();
   } else {
     for (auto& [k, t] : s.optimizer->state()) result.optimizer_state_bytes += static_cast<int64_t>(t.nbytes());
   }
@@ -157,11 +161,25 @@ void print_summary(const TrainOptions& o, const TrainSetup& s, const RunRecord& 
   if (result.mfu >= 0)
     std::printf("   MFU %.1f%% (%.3g model TFLOP/s per rank; peak %g TFLOP/s: %s)\n", 100 * result.mfu,
                 result.model_tflops, run.peak.tflops, run.peak.source.c_str());
-  std::printf("   gradient communication: %s hook, %.3f MiB per step handed to all-reduces by rank 0\n",
-              o.comm_hook.c_str(), result.comm_bytes_per_step / (1024.0 * 1024.0));
+  if (o.zero >= 2)
+    std::printf("   gradient communication: ZeRO-%d reduce-scatter, %.3f MiB per step handed to it by rank 0\n",
+                static_cast<int>(o.zero), result.comm_bytes_per_step / (1024.0 * 1024.0));
+  else
+    std::printf("   gradient communication: %s hook, %.3f MiB per step handed to all-reduces by rank 0\n",
+                o.comm_hook.c_str(), result.comm_bytes_per_step / (1024.0 * 1024.0));
   std::printf("   optimizer state on rank 0: %.3f MiB%s\n",
               static_cast<double>(result.optimizer_state_bytes) / (1024.0 * 1024.0),
-              s.zero ? " (its ZeRO shard)" : "");
+              o.zero > 0 ? " (its ZeRO shard)" : "");
+  if (!result.memory_table.empty()) {
+    std::printf("   memory of rank 0 (ZeRO-%d):\n", static_cast<int>(o.zero));
+    size_t at = 0;
+    while (at < result.memory_table.size()) {
+      size_t end = result.memory_table.find('\n', at);
+      if (end == std::string::npos) end = result.memory_table.size();
+      std::printf("     %s\n", result.memory_table.substr(at, end - at).c_str());
+      at = end + 1;
+    }
+  }
   if (!result.checkpoint_path.empty()) std::printf("   checkpoint %s\n", result.checkpoint_path.c_str());
   if (!o.trace.empty()) std::printf("   trace %s (open in ui.perfetto.dev or chrome://tracing)\n", o.trace.c_str());
   if (!result.sample_text.empty())
@@ -185,11 +203,14 @@ std::string nothing_to_do(const TrainOptions& o, const TrainSetup& s, const Resu
 }
 }  // namespace
 
-TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg) {
+TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg) { return train(o, pg, nullptr); }
+
+TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg,
+                  std::shared_ptr<dist::ProcessGroup> gather_group) {
   const auto t_start = Clock::now();
   const bool talk = pg->rank() == 0 && !o.quiet;
   ops::Bf16Compute bf16_compute(o.dtype == "bfloat16");  // --dtype bfloat16: bf16 matmul/linear/attention
-  TrainSetup s = set_up_training(o, pg);
+  TrainSetup s = set_up_training(o, pg, std::move(gather_group));
   const ResumePoint resumed = resume_training(o, s, talk);
   int64_t step = resumed.step;
   int64_t epoch = resumed.epoch;
@@ -247,13 +268,17 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg)
   LossGuard loss_guard(*pg, resumed.path);
   RunRecord run;
   const bool tty = talk && isatty(1);
+  // With --zero 2/3 evaluation, checkpoints and the sample see whole parameters inside a gathered scope
+  // (s.whole_parameters(): collective, every rank at the same point; ZeRO-3 parameters have no memory at rest).
   auto save = [&] {
+    auto whole = s.whole_parameters();
     const std::string path = save_checkpoint(o, s, *pg, step, talk);
     if (path.empty()) return;
     result.checkpoint_path = path;
     loss_guard.saved(path);
   };
   auto eval = [&] {
+    auto whole = s.whole_parameters();
     const EvalResult e = evaluate(o, s, *pg, step, talk);
     result.val_loss = e.loss;
     result.val_accuracy = e.accuracy;
@@ -261,7 +286,7 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg)
 
   // One synchronized backward per step: the reducer's errors name the step as the log does, counted from the
   // start of training (so after a resume too).
-  s.ddp->reducer().number_iterations_from(step + 1);
+  s.dp().reducer().number_iterations_from(step + 1);
   while (step < s.my_steps) {
     const auto t0 = Clock::now();
     // One number per step everywhere (docs/trace.md, "Iteration numbers"): the log's "step N" counts from 1;
@@ -270,7 +295,9 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg)
     dist::set_flight_iteration(step + 1);
     const double lr = s.schedule.at(step);
     s.optimizer->set_lr(lr);
-    double loss = train_step(*s.ddp, *s.optimizer, next_batch, step_options).loss;
+    double loss = (s.sdp ? train_step(*s.sdp, *s.optimizer, next_batch, step_options)
+                         : train_step(*s.ddp, *s.optimizer, next_batch, step_options))
+                      .loss;
     if (!o.trace.empty()) tracer.end_iteration(step + 1);
     const double dt = seconds_since(t0);
     if (o.fault_nan_step == step + 1 && s.rank == o.fault_nan_rank) loss = NAN;
@@ -287,7 +314,7 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg)
     run.all_step_times.push_back(dt);
     if (run.steps > 2) {  // the first steps pay for warm-up (allocation, rebuild)
       run.step_times.push_back(dt);
-      run.exposed_shares.push_back(s.ddp->reducer().last_stats().exposed_communication_s / dt);
+      run.exposed_shares.push_back(s.dp().reducer().last_stats().exposed_communication_s / dt);
     }
     const bool log_now = o.log_interval > 0 && (step % o.log_interval == 0 || step == s.total_steps);
     if (talk) print_progress(o, s, step, mean_loss, lr, dt, log_now, tty);
@@ -306,11 +333,14 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg)
   if (finished) eval();
   save();
   measure(o, s, run, result);
-  if (s.data.tokens && finished && o.sample_tokens > 0) {
-    if (auto* gpt = dynamic_cast<GPT*>(s.model.get()))
-      result.sample_text = gpt->generate("The whale", o.sample_tokens, 0.8, o.seed);
+  {
+    auto whole = s.whole_parameters();
+    if (s.data.tokens && finished && o.sample_tokens > 0) {
+      if (auto* gpt = dynamic_cast<GPT*>(s.model.get()))
+        result.sample_text = gpt->generate("The whale", o.sample_tokens, 0.8, o.seed);
+    }
+    for (auto& p : s.model->named_parameters()) result.final_params.push_back(p.tensor.to_double_vector());
   }
-  for (auto& p : s.model->named_parameters()) result.final_params.push_back(p.tensor.to_double_vector());
   if (!o.trace.empty()) write_traces(o, s, *pg);
   result.wall_s = seconds_since(t_start);
   if (talk) print_summary(o, s, run, result, finished);

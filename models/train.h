@@ -35,7 +35,10 @@ struct TrainOptions {
   bool find_unused_parameters = false;
   bool gradient_as_bucket_view = false;
   bool sync_bn = false;  // BatchNorm statistics over all ranks (nn::convert_sync_batchnorm)
-  bool zero = false;     // shard the optimizer state across ranks (ZeroRedundancyOptimizer)
+  // ZeRO stage: 0 off; 1 optimizer state sharded (ZeroRedundancyOptimizer, whole parameters per rank);
+  // 2 gradients + optimizer state sharded, 3 parameters too (ShardedDataParallel + ShardedOptimizer).
+  // Stages 2/3 refuse --comm-hook other than allreduce, --gradient-as-bucket-view, --sync-bn and --resume.
+  int zero = 0;
   bool static_graph = false;  // DDP static_graph (the same graph every iteration)
   std::string comm_hook = "allreduce";  // allreduce | bf16 | powersgd (runtime/ddp/comm_hook.h)
   int64_t powersgd_rank = 1;
@@ -80,6 +83,7 @@ struct TrainResult {
   double model_tflops = 0;        // model FLOPs per rank / median step time (gpt, mlp), in TFLOP/s
   double mfu = -1;                // model_tflops / peak; -1 when no peak is known (CPU without --peak-tflops)
   int64_t optimizer_state_bytes = 0;  // held by this rank (with --zero: its shard)
+  std::string memory_table;           // --zero 2/3: this rank's memory account (MemoryAccount::table())
   double comm_bytes_per_step = 0;     // handed to the gradient all-reduces by this rank, mean over the run
                                       // (includes the uncompressed warm-up iterations of PowerSGD)
   std::string sample_text;        // gpt
@@ -89,5 +93,10 @@ struct TrainResult {
 
 // Runs the loop on this rank of `pg`. Prints from rank 0 unless options.quiet.
 TrainResult train(const TrainOptions& options, std::shared_ptr<dist::ProcessGroup> pg);
+// The same; --zero 3 carries its parameter all-gathers on `gather_group` (a second group over the same ranks,
+// e.g. dist::new_process_group with its own ProcessGroupOptions::name), required by ZeRO-3 at world > 1
+// (the one-group overload refuses --zero 3 there). Ignored by the other stages.
+TrainResult train(const TrainOptions& options, std::shared_ptr<dist::ProcessGroup> pg,
+                  std::shared_ptr<dist::ProcessGroup> gather_group);
 
 }  // namespace ddp::models

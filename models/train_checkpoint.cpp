@@ -49,7 +49,10 @@ std::string save_checkpoint(const TrainOptions& o, TrainSetup& s, dist::ProcessG
       if (talk) std::printf("removed %s (left by an interrupted save)\n", stale.c_str());
     auto pos = s.loader->position();
     checkpoint::TrainingState st{step, pos.epoch, pos.batches_consumed, o.seed, options_json(o), {}, {}};
-    checkpoint::save_training_checkpoint(o.checkpoint_dir + "/" + name, *s.model, s.optimizer.get(), st);
+    // --zero 2/3: the whole model (the caller holds the gathered scope), no optimizer state (each rank holds
+    // only its shard's, not consolidated yet)
+    checkpoint::save_training_checkpoint(o.checkpoint_dir + "/" + name, *s.model,
+                                         s.sharded ? nullptr : s.optimizer.get(), st);
     checkpoint::write_latest(o.checkpoint_dir, name);
     if (talk) std::printf("checkpoint: %s/%s\n", o.checkpoint_dir.c_str(), name.c_str());
     std::fflush(stdout);

@@ -82,6 +82,26 @@ void validate_options(const TrainOptions& o) {
             "--checkpoint-dir DIR, or give --resume the path of a checkpoint file");
 }
 
+void check_zero_options(const TrainOptions& o, int world, bool has_gather_group) {
+  DDP_CHECK(o.zero >= 0 && o.zero <= 3, "--zero must be 0, 1, 2 or 3, got ", o.zero);
+  if (o.zero < 2) return;
+  const std::string z = "--zero " + std::to_string(o.zero);
+  DDP_CHECK(o.comm_hook == "allreduce", z, " does not take --comm-hook ", o.comm_hook,
+            ": its gradients are reduce-scattered into shards, no hook runs; drop --comm-hook, or use --zero 0 "
+            "or 1 with it");
+  DDP_CHECK(!o.gradient_as_bucket_view, z,
+            " does not take --gradient-as-bucket-view: no rank holds a whole gradient to view (only its shard); "
+            "drop the flag, or use --zero 0 or 1 with it");
+  DDP_CHECK(!o.sync_bn, z, " does not take --sync-bn (not supported with sharded parameters yet); drop --sync-bn, "
+            "or use --zero 0 or 1 with it");
+  DDP_CHECK(o.resume.empty(), z, " cannot --resume yet: loading a checkpoint into the shards is not "
+            "supported; resume with --zero 0 or 1 (its checkpoints hold the whole model; --reset-optimizer "
+            "when they were written by --zero 2/3, which save no optimizer state)");
+  DDP_CHECK(!(o.zero == 3 && world > 1 && !has_gather_group),
+            "--zero 3 needs a second process group for the parameter gathers; this caller of train() gave none "
+            "(the train program makes one): pass one to train(options, pg, gather_group), or use --zero 2");
+}
+
 void check_output_paths(const TrainOptions& o, dist::ProcessGroup& pg) {
   std::string problem;
   if (!o.checkpoint_dir.empty() && pg.rank() == 0) {

@@ -15,6 +15,9 @@ namespace ddp::models {
 
 // Throws ddp::Error naming the option (its flag) when a value is out of range or options contradict.
 void validate_options(const TrainOptions& o);
+// --zero: a stage 0-3, and with 2/3 nothing they do not support (each refusal names the flag and the way out).
+// has_gather_group: the caller gave train() a second group for ZeRO-3's gathers (required at world > 1).
+void check_zero_options(const TrainOptions& o, int world, bool has_gather_group);
 
 // Creates --checkpoint-dir (rank 0) and checks that it and the folder of --trace (every rank) are writable,
 // before anything is trained. All ranks take part; when any rank fails, every rank throws (the failing one

@@ -13,7 +13,9 @@ namespace ddp::models {
 
 EvalResult evaluate(const TrainOptions& o, TrainSetup& s, dist::ProcessGroup& pg, int64_t step, bool talk) {
   autograd::NoGradGuard ng;
-  s.ddp->before_forward();  // rank 0's buffers (BatchNorm statistics) for everyone
+  // rank 0's buffers (BatchNorm statistics) for everyone; --zero 2/3: the caller holds the gathered scope, and
+  // the buffers are those of the last training forward (which broadcast them)
+  if (s.ddp) s.ddp->before_forward();
   s.model->eval();
   s.val_loader->start_epoch(0);
   double loss_sum = 0, rows = 0, correct = 0;

@@ -1,6 +1,8 @@
 // train_main.cpp - the `train` program: trains a reference model alone (world size 1) or under ddprun,
 // Slurm or mpirun, unchanged. `train --help` lists the flags.
 #include <cstdio>
+#include <string>
+#include <vector>
 
 #include "models/train.h"
 #include "kernels/cpu/gemm.h"
@@ -51,7 +53,13 @@ int main(int argc, char** argv) {
         "mark parameters without gradient as ready (needed by --model branchy)");
   p.add("gradient-as-bucket-view", &o.gradient_as_bucket_view, "gradients live in the DDP buckets");
   p.add("sync-bn", &o.sync_bn, "cnn: SyncBatchNorm, batch statistics over all ranks");
-  p.add("zero", &o.zero, "ZeroRedundancyOptimizer: optimizer state sharded across ranks");
+  std::string zero = "0";
+  p.add_choice_optional_value(
+      "zero", &zero, {"0", "1", "2", "3"}, "1",
+      "ZeRO stage (--zero N or --zero=N): 1 (a bare --zero) optimizer state sharded (ZeroRedundancyOptimizer); "
+      "2 gradients too, "
+      "3 parameters too (ShardedDataParallel; the summary prints the memory account). 2/3 refuse --comm-hook, "
+      "--gradient-as-bucket-view, --sync-bn and --resume");
   p.add("static-graph", &o.static_graph, "DDP static_graph: the same graph every iteration (no unused search)");
   p.add_choice("comm-hook", &o.comm_hook, {"allreduce", "bf16", "powersgd"},
                "gradient communication per bucket (bf16 needs CUDA)");
@@ -87,15 +95,43 @@ int main(int argc, char** argv) {
         "uneven data on purpose: rank r runs this many steps fewer per rank index (shows Join)", B::at_least(0));
   p.add("join", &o.join, "with uneven steps, ranks that finish early shadow the others (DDP Join)");
   p.add("threads", &threads, "threads per rank, shared by BLAS and the intra-op pool (0: OPENBLAS_NUM_THREADS or the library default)", B::at_least(0));
+  // "--zero N" as well as "--zero=N": the optional-value choice takes its value only after '=' (a bare
+  // "--zero" is stage 1), so a stage given as the next word is joined to it here.
+  std::vector<std::string> joined;
+  for (int i = 0; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--") {
+      for (; i < argc; ++i) joined.emplace_back(argv[i]);
+      break;
+    }
+    if (a == "--zero" && i + 1 < argc && std::string(argv[i + 1]).size() == 1 && argv[i + 1][0] >= '0' &&
+        argv[i + 1][0] <= '9') {
+      joined.push_back(a + "=" + argv[++i]);
+      continue;
+    }
+    joined.push_back(a);
+  }
+  std::vector<const char*> args;
+  for (const std::string& a : joined) args.push_back(a.c_str());
   try {
-    p.parse(argc, argv);
+    p.parse(static_cast<int>(args.size()), args.data());
     o.seed = static_cast<uint64_t>(seed);
+    o.zero = std::stoi(zero);
     dist::DistEnv env = dist::init_from_env();
     log::set_rank(env.world_size > 1 ? env.rank : -1);
     if (threads > 0) kernels::cpu::set_thread_budget(threads);  // OpenBLAS + the intra-op pool
     // "auto": from the device the parameters will live on (not merely whether a GPU is visible).
-    auto ctx = dist::init_distributed(env, dist::resolve_backend(backend, Device::parse(o.device)));
-    models::train(o, ctx.group);
+    const std::string resolved = dist::resolve_backend(backend, Device::parse(o.device));
+    auto ctx = dist::init_distributed(env, resolved);
+    // ZeRO-3: its parameter all-gathers on a second group over the same ranks, in their own order
+    // (ShardedDataParallel requires it at world > 1; destroyed before ctx's store).
+    std::shared_ptr<dist::ProcessGroup> gather_group;
+    if (o.zero == 3 && env.world_size > 1) {
+      dist::ProcessGroupOptions go;
+      go.name = "train-zero3-gather";
+      gather_group = dist::new_process_group(env, ctx.store, resolved, go);
+    }
+    models::train(o, ctx.group, gather_group);
     return 0;
   } catch (const cli::UsageError& e) {
     std::fprintf(stderr, "%s\n", log::for_user(e.what()).c_str());

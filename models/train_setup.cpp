@@ -67,11 +67,13 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const TrainOptions& o, std::vec
 
 }  // namespace
 
-TrainSetup set_up_training(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg) {
+TrainSetup set_up_training(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg,
+                           std::shared_ptr<dist::ProcessGroup> gather_group) {
   TrainSetup s;
   s.rank = pg->rank();
   s.world = pg->size();
   validate_options(o);
+  check_zero_options(o, s.world, gather_group != nullptr);
   DDP_CHECK(o.dtype == "float32" || o.dtype == "float64" || o.dtype == "bfloat16", "--dtype ", o.dtype,
             ": expected float32, float64 or bfloat16");
   // bfloat16: float32 parameters and optimizer, bf16 compute in matmul/linear/attention
@@ -99,22 +101,32 @@ TrainSetup set_up_training(const TrainOptions& o, std::shared_ptr<dist::ProcessG
   dopt.find_unused_parameters = o.find_unused_parameters;
   dopt.gradient_as_bucket_view = o.gradient_as_bucket_view;
   dopt.static_graph = o.static_graph;
-  dopt.comm_hook = make_comm_hook(o.comm_hook, static_cast<int>(o.powersgd_rank), o.powersgd_start_iter);
+  if (o.zero < 2)  // ZeRO-2/3 reduce by reduce-scatter: no hook (check_zero_options refused another one)
+    dopt.comm_hook = make_comm_hook(o.comm_hook, static_cast<int>(o.powersgd_rank), o.powersgd_start_iter);
   // The reducer's errors in train's words: its flags, and its log's "step N" (numbered in train()).
   dopt.advice.enable_find_unused_parameters = "run train with --find-unused-parameters";
   dopt.advice.disable_static_graph = "run train without --static-graph";
   dopt.advice.iteration = "step";
   dopt.explain_iteration = o.explain;  // numbered as the steps, like the errors (train() renumbers after a resume)
-  s.ddp = std::make_unique<DistributedDataParallel>(s.model, pg, dopt);
-
-  if (o.zero) {
-    auto zero = std::make_unique<optim::ZeroRedundancyOptimizer>(
-        s.model->named_parameters(), pg,
-        [&o](std::vector<nn::NamedTensor> params) { return make_optimizer(o, std::move(params)); });
-    s.zero = zero.get();
-    s.optimizer = std::move(zero);
+  auto inner = [&o](std::vector<nn::NamedTensor> params) { return make_optimizer(o, std::move(params)); };
+  if (o.zero >= 2) {  // ZeRO-2/3: the sharded wrapper (it builds the DDP and reducer itself) and optimizer
+    ShardOptions so;
+    so.stage = static_cast<int>(o.zero);
+    so.ddp = dopt;
+    if (o.zero == 3) so.gather_group = gather_group;
+    s.sdp = std::make_unique<ShardedDataParallel>(s.model, pg, so);
+    auto sharded = std::make_unique<ShardedOptimizer>(*s.sdp, inner);
+    s.sharded = sharded.get();
+    s.optimizer = std::move(sharded);
   } else {
-    s.optimizer = make_optimizer(o, s.model->named_parameters());
+    s.ddp = std::make_unique<DistributedDataParallel>(s.model, pg, dopt);
+    if (o.zero == 1) {
+      auto zero = std::make_unique<optim::ZeroRedundancyOptimizer>(s.model->named_parameters(), pg, inner);
+      s.zero = zero.get();
+      s.optimizer = std::move(zero);
+    } else {
+      s.optimizer = make_optimizer(o, s.model->named_parameters());
+    }
   }
 
   data::DataLoaderOptions lo;
@@ -165,7 +177,14 @@ TrainSetup set_up_training(const TrainOptions& o, std::shared_ptr<dist::ProcessG
         s.zero->set_join_gradient_transform(
             [model = s.model, clip = o.clip_grad] { optim::clip_grad_norm_(model->parameters(), clip); });
     }
-    s.join = std::make_unique<Join>(*s.ddp, jo);
+    if (s.sharded) {
+      jo.joinables.push_back(s.sdp.get());  // ZeRO-3: a joined rank shadows the gathers (needs the gather group)
+      jo.joinables.push_back(s.sharded);    // and the step, after the same clipping
+      if (o.clip_grad > 0)
+        s.sharded->set_join_gradient_transform(
+            [sdp = s.sdp.get(), clip = o.clip_grad] { sdp->clip_grad_norm_(clip); });
+    }
+    s.join = std::make_unique<Join>(s.dp(), jo);
   }
   s.schedule = optim::WarmupCosine{o.lr, o.lr * o.min_lr_ratio, std::min(o.warmup_steps, s.total_steps),
                                    s.total_steps, o.schedule != "constant"};

@@ -9,6 +9,8 @@
 #include "runtime/data/data_loader.h"
 #include "runtime/ddp/distributed_data_parallel.h"
 #include "runtime/ddp/join.h"
+#include "runtime/ddp/sharded/sharded_data_parallel.h"
+#include "runtime/ddp/sharded/sharded_optimizer.h"
 #include "runtime/optim/lr_schedule.h"
 #include "runtime/optim/optimizer.h"
 #include "runtime/optim/zero_redundancy_optimizer.h"
@@ -29,9 +31,11 @@ struct TrainSetup {
   Device device = Device::cpu();
   TrainData data;
   std::shared_ptr<nn::Module> model;
-  std::unique_ptr<DistributedDataParallel> ddp;
+  std::unique_ptr<DistributedDataParallel> ddp;  // --zero 0/1 (null for 2/3: sdp holds its own)
+  std::unique_ptr<ShardedDataParallel> sdp;       // --zero 2/3
   std::unique_ptr<optim::Optimizer> optimizer;
-  optim::ZeroRedundancyOptimizer* zero = nullptr;  // `optimizer` when --zero, else null
+  optim::ZeroRedundancyOptimizer* zero = nullptr;  // `optimizer` when --zero 1, else null
+  ShardedOptimizer* sharded = nullptr;             // `optimizer` when --zero 2/3, else null
   std::unique_ptr<data::DataLoader> loader, val_loader;
   int64_t steps_per_epoch = 0;
   int64_t total_steps = 0;   // optimizer steps of the run: the most of any rank
@@ -39,9 +43,19 @@ struct TrainSetup {
   int64_t common_steps = 0;  // run by every rank: side collectives (log, eval, checkpoints) happen only there
   optim::WarmupCosine schedule;
   std::unique_ptr<Join> join;  // with --join when the ranks' step counts differ
+
+  // The DDP underneath: the plain one, or the one ShardedDataParallel drives (reducer statistics, Join).
+  DistributedDataParallel& dp() { return sdp ? sdp->ddp() : *ddp; }
+  // Whole parameters for evaluation, checkpoints and sampling: with --zero 2/3 a gathered scope
+  // (collective: every rank at the same point), else nothing.
+  std::unique_ptr<ShardedDataParallel::GatheredScope> whole_parameters() {
+    return sdp ? std::make_unique<ShardedDataParallel::GatheredScope>(*sdp) : nullptr;
+  }
 };
 
 // Checks the options and builds everything; collective (DDP's model check and broadcast, path checks).
-TrainSetup set_up_training(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg);
+// `gather_group`: see train() (train.h).
+TrainSetup set_up_training(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg,
+                           std::shared_ptr<dist::ProcessGroup> gather_group = nullptr);
 
 }  // namespace ddp::models

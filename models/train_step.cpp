@@ -19,10 +19,16 @@ double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::d
 void wait_for(const Tensor& probe) {
   if (probe.device().is_cuda() && probe.numel() > 0) (void)probe.slice0(0, 1).to(Device::cpu());
 }
-}  // namespace
 
-StepResult train_step(DistributedDataParallel& ddp, optim::Optimizer& optimizer,
-                      const std::function<data::Batch()>& next_batch, const StepOptions& o) {
+// What differs between the wrappers: the forward, the reducer (no_sync) and the clipping.
+struct Wrapper {
+  Reducer& reducer;
+  std::function<Tensor(const Tensor&)> forward;
+  std::function<void(double)> clip;
+};
+
+StepResult step_with(const Wrapper& w, optim::Optimizer& optimizer,
+                     const std::function<data::Batch()>& next_batch, const StepOptions& o) {
   StepResult r;
   double loss_sum = 0;
   Tensor probe;  // a tensor on the model's device, for wait_for_device
@@ -34,12 +40,12 @@ StepResult train_step(DistributedDataParallel& ddp, optim::Optimizer& optimizer,
     }
     probe = b.x;
     std::optional<DistributedDataParallel::NoSyncGuard> no_sync;
-    if (!o.synchronize_gradients || micro + 1 < o.grad_accum) no_sync.emplace(ddp.reducer());
+    if (!o.synchronize_gradients || micro + 1 < o.grad_accum) no_sync.emplace(w.reducer);
     const auto t0 = Clock::now();
     Tensor loss;
     {
       trace::TraceScope ts("forward", "forward");
-      loss = ops::cross_entropy(ddp.forward(b.x), b.y);
+      loss = ops::cross_entropy(w.forward(b.x), b.y);
       loss_sum += loss.item();  // a host read: the forward's device work is done
     }
     const auto t1 = Clock::now();
@@ -56,7 +62,7 @@ StepResult train_step(DistributedDataParallel& ddp, optim::Optimizer& optimizer,
   const auto t0 = Clock::now();
   if (o.clip_grad > 0) {
     trace::TraceScope ts("clip", "clip_grad_norm_");
-    optim::clip_grad_norm_(ddp.module().parameters(), o.clip_grad);
+    w.clip(o.clip_grad);
   }
   {
     trace::TraceScope ts("optimizer", "optimizer");
@@ -70,6 +76,21 @@ StepResult train_step(DistributedDataParallel& ddp, optim::Optimizer& optimizer,
   r.optimizer_s = seconds(t0, Clock::now());
   r.loss = loss_sum / static_cast<double>(o.grad_accum);
   return r;
+}
+}  // namespace
+
+StepResult train_step(DistributedDataParallel& ddp, optim::Optimizer& optimizer,
+                      const std::function<data::Batch()>& next_batch, const StepOptions& o) {
+  Wrapper w{ddp.reducer(), [&ddp](const Tensor& x) { return ddp.forward(x); },
+            [&ddp](double max_norm) { optim::clip_grad_norm_(ddp.module().parameters(), max_norm); }};
+  return step_with(w, optimizer, next_batch, o);
+}
+
+StepResult train_step(ShardedDataParallel& sdp, optim::Optimizer& optimizer,
+                      const std::function<data::Batch()>& next_batch, const StepOptions& o) {
+  Wrapper w{sdp.reducer(), [&sdp](const Tensor& x) { return sdp.forward(x); },
+            [&sdp](double max_norm) { sdp.clip_grad_norm_(max_norm); }};
+  return step_with(w, optimizer, next_batch, o);
 }
 
 }  // namespace ddp::models

@@ -9,6 +9,7 @@
 
 #include "runtime/data/data_loader.h"
 #include "runtime/ddp/distributed_data_parallel.h"
+#include "runtime/ddp/sharded/sharded_data_parallel.h"
 #include "runtime/optim/optimizer.h"
 
 namespace ddp::models {
@@ -32,6 +33,10 @@ struct StepResult {
 
 // `next_batch` gives each micro-batch (x already in the model's dtype and on its device).
 StepResult train_step(DistributedDataParallel& ddp, optim::Optimizer& optimizer,
+                      const std::function<data::Batch()>& next_batch, const StepOptions& options);
+// ZeRO-2/3: the same step through ShardedDataParallel (its forward, its no_sync, clipping by the global norm
+// across the shards: sdp.clip_grad_norm_); `optimizer` is its ShardedOptimizer.
+StepResult train_step(ShardedDataParallel& sdp, optim::Optimizer& optimizer,
                       const std::function<data::Batch()>& next_batch, const StepOptions& options);
 
 }  // namespace ddp::models
