@@ -116,8 +116,8 @@ Workload make_workload(const std::string& config, int64_t batch, int rank, ddp::
     if (z.gpt_heads > 0) c.n_head = z.gpt_heads;
     if (z.gpt_depth > 0) c.n_layer = z.gpt_depth;
     if (z.gpt_context > 0) c.context = z.gpt_context;
-    DDP_CHECK(c.n_head > 0 && c.d_model % c.n_head == 0, "bench_e2e: width ", c.d_model, " does not split into ",
-              c.n_head, " heads");
+    DDP_CHECK(c.n_head > 0 && c.d_model % c.n_head == 0, "bench_e2e: width ", c.d_model,
+              " does not split into ", c.n_head, " heads");
     c.dtype = dtype;
     auto m = std::make_shared<ddp::models::GPT>(c);
     w.model = m;
@@ -220,7 +220,8 @@ int main(int argc, char** argv) {
     p.add("gpt-width", &sizes.gpt_width, "gpt: d_model (0: the configuration's); heads = width / 32");
     p.add("gpt-depth", &sizes.gpt_depth, "gpt: blocks (0: the configuration's)");
     p.add("gpt-context", &sizes.gpt_context, "gpt: context length (0: the configuration's)");
-    p.add("gpt-heads", &sizes.gpt_heads, "gpt: attention heads (0: width / 32 with --gpt-width, else the configuration's)");
+    p.add("gpt-heads", &sizes.gpt_heads,
+          "gpt: attention heads (0: width / 32 with --gpt-width, else the configuration's)");
     p.add("param-tensors", &sizes.param_tensors, "many: number of parameter tensors (default 256)");
     p.add("many-mib", &sizes.many_mib, "many: MiB of float32 parameters in all (default 8)");
     p.add_choice(

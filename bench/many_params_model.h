@@ -2,8 +2,8 @@
 // total number of float32 values whatever N is (N vectors of total / N), applied one after another as
 // h = h + p_i to a (batch, total / N) input whose result is the logits of a (total / N)-class cross-entropy.
 // Its compute is about batch * total additions forward and backward for every N, so the DDP step minus the
-// compute-only step of the same model, divided by N, is the reducer's cost per parameter (issue 29, "parameter
-// count at fixed bytes"). bench/pytorch_twin.py --config many builds the same model in PyTorch.
+// compute-only step of the same model, divided by N, is the reducer's cost per parameter (issue 29,
+// "parameter count at fixed bytes"). bench/pytorch_twin.py --config many builds the same model in PyTorch.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -22,7 +22,8 @@ class ManyParams : public nn::Module {
     DDP_CHECK(n > 0 && total > 0 && total % n == 0, "ManyParams: ", total, " values do not split into ", n,
               " equal parameter tensors");
     params_.reserve(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) params_.push_back(register_parameter("p" + std::to_string(i), Tensor::zeros({width})));
+    for (int64_t i = 0; i < n; ++i)
+      params_.push_back(register_parameter("p" + std::to_string(i), Tensor::zeros({width})));
   }
   Tensor forward(const Tensor& x) override {
     Tensor h = x;

@@ -479,6 +479,17 @@ def plots(records, size_points, many_points, impls, peak, out):
     return files
 
 
+def point_from_name(name):
+    """'gpt w512 d6 c64', 'mlp h4096', 'many 256' -> the point."""
+    kind, rest = name.split(" ", 1)
+    if kind == "many":
+        return many(int(rest))
+    if kind == "mlp":
+        return mlp(int(rest[1:]))
+    w, dd, c = (int(x[1:]) for x in rest.split())
+    return gpt(w, dd, c)
+
+
 def report_again(d):
     with open(os.path.join(d, "records.jsonl")) as f:
         records = [json.loads(l) for l in f if l.strip()]
@@ -488,14 +499,7 @@ def report_again(d):
     for r in records:
         if r["point"] not in seen:
             seen.add(r["point"])
-            kind, rest = r["point"].split(" ", 1)
-            if kind == "many":
-                points.append(many(int(rest)))
-            elif kind == "mlp":
-                points.append(mlp(int(rest[1:])))
-            else:
-                w, dd, c = (int(x[1:]) for x in rest.split())
-                points.append(gpt(w, dd, c))
+            points.append(point_from_name(r["point"]))
     impls = []
     for r in records:
         if r["impl"] != "ddp.cpp" and r["impl"] not in [i for i, _ in impls]:
@@ -521,6 +525,8 @@ def main():
     ap.add_argument("--run-seconds", type=float, default=0, help="measured time aimed at per run (default 1.0)")
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--no-torch2", action="store_true")
+    ap.add_argument("--points", default="", help="these points instead, comma-separated names as in the tables "
+                    "('gpt w512 d6 c64,mlp h4096,many 256')")
     ap.add_argument("--no-size", action="store_true", help="skip (a), the model-size points")
     ap.add_argument("--no-many", action="store_true", help="skip (b), the parameter-count points")
     ap.add_argument("--nice", type=int, default=None, help="own session with this autogroup nice (root for < 0)")
@@ -556,6 +562,10 @@ def main():
         size_points = [mlp(1024), mlp(4096), gpt(128, 2, 64), gpt(256, 2, 64), gpt(512, 2, 64), gpt(128, 6, 64),
                        gpt(256, 6, 64), gpt(128, 2, 256), gpt(256, 2, 256)]
         many_points = [many(16), many(256), many(4096)]
+    if a.points:
+        chosen = [point_from_name(n.strip()) for n in a.points.split(",") if n.strip()]
+        size_points = [p for p in chosen if p["kind"] != "many"]
+        many_points = [p for p in chosen if p["kind"] == "many"]
     if a.no_size:
         size_points = []
     if a.no_many:
