@@ -440,7 +440,8 @@ def plots(records, size_points, many_points, impls, peak, out):
     ax.set_ylabel("(DDP step - compute-only step) / tensors (us)")
     ax.set_title("DDP's cost per parameter tensor, world 2")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+    if many_points:
+        ax.legend(fontsize=8)
     ax = axes[1]
     pts = size_points + many_points
     labels, series = [], {f"{n}": [] for n in names}
