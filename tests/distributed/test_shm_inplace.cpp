@@ -1,8 +1,9 @@
 // test_shm_inplace.cpp - the shm group's registered buffers (allocate_comm_buffer) and the in-place
-// all-reduce over them: bitwise the same result as the slot algorithm for every dtype and op; ranks that pass
-// different buffers or offsets, or unregistered memory, fall back to the slot algorithm (right result, group
-// still in step); a rank killed in the middle fails the others; the buffers' names leave /dev/shm after their
-// first use, when freed, when the group goes, and a crashed process's are removed like its other segments.
+// all-reduce over them (and the in-place reduce-scatter and all-gather): bitwise the same result as the slot
+// algorithm for every dtype and op; ranks that pass different buffers or offsets, or unregistered memory,
+// fall back to the slot algorithm (right result, group still in step); a rank killed in the middle fails the
+// others; the buffers' names leave /dev/shm after their first use, when freed, when the group goes, and a
+// crashed process's are removed like its other segments.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -236,6 +237,78 @@ TEST_F(ShmInPlace, DisagreeingRanksFallBackToTheSlotAlgorithm) {
           pg.barrier()->wait();
         },
         quick(), "shm");
+  }
+}
+
+// Reduce-scatter and all-gather of registered inputs read the peers' buffers in place (worlds 2 and 3,
+// odd chunks, one step and several steps' worth): in place and out of place give the slot algorithm's
+// result, counted as in-place; an all-gather's input may be each rank's own chunk of a registered output (a
+// different offset on every rank). Ranks that disagree (one rank's input in ordinary memory; a reduce-scatter
+// at different offsets) fall back to the slot algorithm with the same result.
+TEST_F(ShmInPlace, ReduceScatterAndAllgatherReadRegisteredInputsInPlace) {
+  for (int world : {2, 3}) {
+    for (int64_t chunk : {int64_t{9001}, int64_t{300007}}) {  // 36 KB per rank; 1.2 MB: several steps
+      SCOPED_TRACE("world " + std::to_string(world) + ", chunk " + std::to_string(chunk));
+      run_threads(
+          world,
+          [&](int rank, ProcessGroup& pg) {
+            ShmProcessGroup& shm = shm_of(pg);
+            const int64_t n = world * chunk;
+            const float sum = world * (world + 1) / 2.0f;
+            auto expect_all = [&](const float* v, int64_t count, float x, const char* what) {
+              for (int64_t i = 0; i < count; ++i)
+                if (v[i] != x) {
+                  ADD_FAILURE() << what << ": rank " << rank << " element " << i << " is " << v[i]
+                                << ", expected " << x;
+                  return;
+                }
+            };
+            auto expect_blocks = [&](const float* v, const char* what) {
+              for (int q = 0; q < world; ++q) expect_all(v + q * chunk, chunk, q + 1.0f, what);
+            };
+            auto set = [&](CommBuffer b, float x) { std::fill_n(static_cast<float*>(b.data), b.numel, x); };
+            CommBuffer whole = registered(pg, n + 5, DType::F32);  // a flat bucket with a little slack
+            CommBuffer shard = registered(pg, chunk + 3, DType::F32);
+            std::vector<float> plain(static_cast<size_t>(chunk));
+            const uint64_t d0 = shm.direct_gather_scatters();
+            // Reduce-scatter, out of place into a registered shard at offset 3.
+            set(range_of(whole, 0, n), rank + 1.0f);
+            pg.reduce_scatter(range_of(whole, 0, n), range_of(shard, 3, chunk))->wait();
+            expect_all(static_cast<float*>(shard.data) + 3, chunk, sum, "reduce-scatter out of place");
+            expect_all(static_cast<float*>(whole.data), n, rank + 1.0f, "reduce-scatter's input afterwards");
+            // In place, at offset 5 of the bucket (the same on every rank), Avg.
+            set(range_of(whole, 5, n), rank + 1.0f);
+            pg.reduce_scatter(range_of(whole, 5, n), range_of(whole, 5 + rank * chunk, chunk), ReduceOp::Avg)
+                ->wait();
+            expect_all(static_cast<float*>(whole.data) + 5 + rank * chunk, chunk, sum / world,
+                       "reduce-scatter in place");
+            // All-gather in place: each rank's input is its chunk of the registered output.
+            set(range_of(whole, 0, n), -1.0f);
+            set(range_of(whole, rank * chunk, chunk), rank + 1.0f);
+            pg.allgather(range_of(whole, rank * chunk, chunk), range_of(whole, 0, n))->wait();
+            expect_blocks(static_cast<float*>(whole.data), "all-gather in place");
+            // Out of place from the registered shard into ordinary memory.
+            std::vector<float> out(static_cast<size_t>(n), -1.0f);
+            set(range_of(shard, 3, chunk), rank + 1.0f);
+            pg.allgather(range_of(shard, 3, chunk), comm_buffer(out.data(), n))->wait();
+            expect_blocks(out.data(), "all-gather out of place");
+            EXPECT_EQ(shm.direct_gather_scatters(), d0 + 4) << "not every one went in place";
+            // Disagreement: rank 0's all-gather input in ordinary memory; reduce-scatter at per-rank offsets.
+            std::fill(plain.begin(), plain.end(), rank + 1.0f);
+            set(range_of(shard, 3, chunk), rank + 1.0f);
+            pg.allgather(rank == 0 ? comm_buffer(plain.data(), chunk) : range_of(shard, 3, chunk),
+                         comm_buffer(out.data(), n))
+                ->wait();
+            expect_blocks(out.data(), "all-gather, rank 0 in ordinary memory");
+            const int64_t off = rank == world - 1 ? 5 : 0;
+            set(range_of(whole, off, n), rank + 1.0f);
+            pg.reduce_scatter(range_of(whole, off, n), comm_buffer(plain.data(), chunk))->wait();
+            expect_all(plain.data(), chunk, sum, "reduce-scatter at different offsets");
+            EXPECT_EQ(shm.direct_gather_scatters(), d0 + 4) << "a disagreeing collective went in place";
+            pg.barrier()->wait();
+          },
+          quick(), "shm");
+    }
   }
 }
 

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <new>
 #include <optional>
 #include <thread>
@@ -178,7 +179,11 @@ void ShmProcessGroup::prepare(Task& t) {
             t.in.device.is_cpu() ? t.out.device.str() : t.in.device.str(),
             " but the shm backend moves CPU memory only; use nccl for CUDA buffers (or gloo, which stages "
             "them through host memory)");
-  if (t.desc.kind == CollectiveKind::Allreduce) t.staging = impl_->find_registered(t.in);
+  // The peers read `in` in place when it lies in a registered buffer (all-reduce: the buffer; reduce-scatter:
+  // the whole input; all-gather: this rank's chunk, often inside the registered output).
+  const CollectiveKind k = t.desc.kind;
+  if (k == CollectiveKind::Allreduce || k == CollectiveKind::ReduceScatter || k == CollectiveKind::Allgather)
+    t.staging = impl_->find_registered(t.in);
 }
 
 std::shared_ptr<Work> ShmProcessGroup::make_work(Task& t) {
@@ -351,9 +356,9 @@ void ShmProcessGroup::Impl::execute(const CollectiveDesc& d, char* in, char* out
     case CollectiveKind::Broadcast:
       return broadcast(d, out);
     case CollectiveKind::Allgather:
-      return allgather(d, in, out);
+      return allgather(d, in, out, direct);
     case CollectiveKind::ReduceScatter:
-      return reduce_scatter(d, in, out);
+      return reduce_scatter(d, in, out, direct);
     case CollectiveKind::Barrier:
       return barrier(d);
   }
@@ -465,47 +470,89 @@ void ShmProcessGroup::Impl::broadcast(const CollectiveDesc& d, char* data) {
   }
 }
 
-void ShmProcessGroup::Impl::allgather(const CollectiveDesc& d, const char* in, char* out) {
+// All-gather and reduce-scatter: with a registered input (prepare() found it) the first step only stamps, as
+// the all-reduce's does; when every rank stamped one (same_offset: the same offset too) the peers read each
+// other's input in place (shm_inplace.cpp), else - marks 1 and 2 - the slot algorithm below runs.
+bool ShmProcessGroup::Impl::first_step_goes_direct(const CollectiveDesc& d, const DirectRef* direct,
+                                                   bool same_offset, const std::function<void()>& fill_slot) {
+  const uint32_t b = base();
+  if (!direct) fill_slot();
+  publish(b + 1);
+  bool any_candidate = direct != nullptr;
+  for (int q = 0; q < size; ++q) {
+    if (q == rank) continue;
+    wait_rank(q, b + 1);
+    check_peer_call(q, d);
+    any_candidate |= cb[q]->call[d.seq % 2].direct_buffer.load(std::memory_order_relaxed) != 0;
+  }
+  if (!any_candidate) return false;
+  if (all_agree_on_direct(d, same_offset)) return true;
+  if (direct) fill_slot();
+  publish(b + 2);
+  wait_all(b + 2);
+  return false;
+}
+
+void ShmProcessGroup::Impl::allgather(const CollectiveDesc& d, const char* in, char* out, const DirectRef* direct) {
   const size_t es = dtype_size(d.dtype);
   const int64_t per_step = static_cast<int64_t>(slot_bytes / es);
   const uint64_t steps = steps_for(d.count, per_step);
+  if (direct) {
+    stamp_direct_buffer = direct->own->index + 1;
+    stamp_direct_offset = direct->offset;
+  }
   for (uint64_t s = 0; s < steps; ++s) {
     const int64_t off = static_cast<int64_t>(s) * per_step;
     const size_t len = static_cast<size_t>(std::max<int64_t>(0, std::min<int64_t>(per_step, d.count - off)));
     begin_step(d, s);
     const uint32_t b = base();
-    std::memcpy(slot(rank, step), in + off * es, len * es);
-    publish(b + 1);
+    auto fill_slot = [&] { std::memcpy(slot(rank, step), in + off * es, len * es); };
+    if (s == 0) {
+      // Each rank's input may sit at its own offset (in place it is chunk `rank` of the output).
+      if (first_step_goes_direct(d, direct, /*same_offset=*/false, fill_slot))
+        return direct_allgather(d, *direct, in, out);
+    } else {
+      fill_slot();
+      publish(b + 1);
+    }
     std::memmove(out + (static_cast<int64_t>(rank) * d.count + off) * es, in + off * es, len * es);
     for (int q = 0; q < size; ++q) {
       if (q == rank) continue;
-      wait_rank(q, b + 1);
-      if (s == 0) check_peer_call(q, d);
+      if (s > 0) wait_rank(q, b + 1);
       std::memcpy(out + (static_cast<int64_t>(q) * d.count + off) * es, slot(q, step), len * es);
     }
     end_step();
   }
 }
 
-void ShmProcessGroup::Impl::reduce_scatter(const CollectiveDesc& d, const char* in, char* out) {
+void ShmProcessGroup::Impl::reduce_scatter(const CollectiveDesc& d, const char* in, char* out,
+                                           const DirectRef* direct) {
   const size_t es = dtype_size(d.dtype);
   const int64_t chunk = d.count / size;  // elements each rank ends with
   const int64_t per_step = std::max<int64_t>(1, static_cast<int64_t>(slot_bytes / es) / size);
   const uint64_t steps = steps_for(chunk, per_step);
   std::vector<const void*> inputs(size);
+  if (direct) {
+    stamp_direct_buffer = direct->own->index + 1;
+    stamp_direct_offset = direct->offset;
+  }
   for (uint64_t s = 0; s < steps; ++s) {
     const int64_t off = static_cast<int64_t>(s) * per_step;
     const size_t len = static_cast<size_t>(std::max<int64_t>(0, std::min<int64_t>(per_step, chunk - off)));
     begin_step(d, s);
     const uint32_t b = base();
     // Our slot holds block q's piece at q * len.
-    for (int q = 0; q < size; ++q)
-      std::memcpy(slot(rank, step) + q * len * es, in + (q * chunk + off) * es, len * es);
-    publish(b + 1);
-    for (int q = 0; q < size; ++q) {
-      if (q == rank) continue;
-      wait_rank(q, b + 1);
-      if (s == 0) check_peer_call(q, d);
+    auto fill_slot = [&] {
+      for (int q = 0; q < size; ++q)
+        std::memcpy(slot(rank, step) + q * len * es, in + (q * chunk + off) * es, len * es);
+    };
+    if (s == 0) {
+      if (first_step_goes_direct(d, direct, /*same_offset=*/true, fill_slot))
+        return direct_reduce_scatter(d, *direct, out);
+    } else {
+      fill_slot();
+      publish(b + 1);
+      wait_all(b + 1);
     }
     for (int q = 0; q < size; ++q) inputs[q] = slot(q, step) + rank * len * es;
     reduce_inputs(out + off * es, inputs.data(), size, len, d.dtype, d.op, size);

@@ -24,8 +24,12 @@
 // part r of every rank's buffer; a second mark tells that all writes are done. No slot copies, no all-gather:
 // per rank one read of the data per rank and one write per rank. Whether all ranks agree is decided from the
 // call stamps of the first phase; when they do not (another offset, another buffer, one rank's memory not
-// registered) the collective runs the slot algorithm instead - same result. A buffer's name is unlinked once
-// its first in-place all-reduce has run (every peer mapped it then), when its memory is freed, or when the
+// registered) the collective runs the slot algorithm instead - same result. All-gather and reduce-scatter
+// whose input lies in a registered buffer (the same index on every rank; reduce-scatter: the same offset too;
+// all-gather: any, so an input that is this rank's chunk of a registered output qualifies) read the peers'
+// inputs in place the same way: rank r reduces chunk r of every rank's input into its output, or copies every
+// peer's input into its output - one read of the data, no slot copies. A buffer's name is unlinked once
+// its first in-place collective has run (every peer mapped it then), when its memory is freed, or when the
 // group is destroyed; ddprun and the next group remove what a killed process left.
 #pragma once
 #include <memory>
@@ -49,6 +53,8 @@ class ShmProcessGroup : public QueuedProcessGroup {
   CommBuffer allocate_comm_buffer(int64_t numel, DType dtype, Device device) override;
   // All-reduces that took the in-place path so far (tests, statistics).
   uint64_t direct_allreduces() const;
+  // All-gathers and reduce-scatters that took the in-place path so far.
+  uint64_t direct_gather_scatters() const;
   // Peers' registered buffers this rank has mapped now (tests: a freed buffer's peers drop theirs).
   size_t peer_buffers_mapped() const;
 

@@ -4,6 +4,7 @@
 #pragma once
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -78,7 +79,8 @@ struct ShmProcessGroup::Impl {
   std::map<const char*, Registered> registry;                // by base address
   std::map<std::pair<int, uint64_t>, Segment> peer_buffers;  // worker thread only: (rank, index) mapped
   std::atomic<size_t> peer_buffers_mapped{0};                // peer_buffers.size() (tests)
-  std::atomic<uint64_t> direct_count{0};
+  std::atomic<uint64_t> direct_count{0};           // in-place all-reduces
+  std::atomic<uint64_t> direct_gather_scatter{0};  // in-place all-gathers and reduce-scatters
   // The in-place candidacy of the collective being stamped (worker thread).
   uint64_t stamp_direct_buffer = 0, stamp_direct_offset = 0;
   std::vector<Segment> segments;   // [rank] is ours
@@ -126,13 +128,20 @@ struct ShmProcessGroup::Impl {
   void check_peer_call(int q, const CollectiveDesc& d);
 
   void allreduce(const CollectiveDesc& d, char* data, const DirectRef* direct);
-  bool all_agree_on_direct(const CollectiveDesc& d) const;
+  // Every rank stamped a registered buffer of the same index (same_offset: at the same offset too).
+  bool all_agree_on_direct(const CollectiveDesc& d, bool same_offset = true) const;
+  // The first step of an all-gather or reduce-scatter (shm_group.cpp): true when every rank takes the
+  // in-place path; else the slot holds this rank's data and every peer's is readable.
+  bool first_step_goes_direct(const CollectiveDesc& d, const DirectRef* direct, bool same_offset,
+                              const std::function<void()>& fill_slot);
+  void direct_allgather(const CollectiveDesc& d, const DirectRef& ref, const char* in, char* out);
+  void direct_reduce_scatter(const CollectiveDesc& d, const DirectRef& ref, char* out);
   void direct_allreduce(const CollectiveDesc& d, const DirectRef& ref);
   char* peer_buffer(int q, uint64_t index, size_t end_bytes);
   void unmap_freed_peer_buffers();
   void broadcast(const CollectiveDesc& d, char* data);
-  void allgather(const CollectiveDesc& d, const char* in, char* out);
-  void reduce_scatter(const CollectiveDesc& d, const char* in, char* out);
+  void allgather(const CollectiveDesc& d, const char* in, char* out, const DirectRef* direct);
+  void reduce_scatter(const CollectiveDesc& d, const char* in, char* out, const DirectRef* direct);
   void barrier(const CollectiveDesc& d);
 };
 

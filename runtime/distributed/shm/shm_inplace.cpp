@@ -77,16 +77,18 @@ CommBuffer ShmProcessGroup::allocate_comm_buffer(int64_t numel, DType dtype, Dev
 }
 
 uint64_t ShmProcessGroup::direct_allreduces() const { return impl_->direct_count.load(); }
+uint64_t ShmProcessGroup::direct_gather_scatters() const { return impl_->direct_gather_scatter.load(); }
 size_t ShmProcessGroup::peer_buffers_mapped() const { return impl_->peer_buffers_mapped.load(); }
 
-// After the first mark: every rank (this one included) stamped the same registered buffer and offset.
-bool ShmProcessGroup::Impl::all_agree_on_direct(const CollectiveDesc& d) const {
+// After the first mark: every rank (this one included) stamped the same registered buffer (and with
+// same_offset the same offset). The same index on every rank keeps unmap_freed_peer_buffers() right.
+bool ShmProcessGroup::Impl::all_agree_on_direct(const CollectiveDesc& d, bool same_offset) const {
   if (stamp_direct_buffer == 0) return false;
   for (int q = 0; q < size; ++q) {
     if (q == rank) continue;
     const CallStamp& st = cb[q]->call[d.seq % 2];
     if (st.direct_buffer.load(std::memory_order_relaxed) != stamp_direct_buffer ||
-        st.direct_offset.load(std::memory_order_relaxed) != stamp_direct_offset)
+        (same_offset && st.direct_offset.load(std::memory_order_relaxed) != stamp_direct_offset))
       return false;
   }
   return true;
@@ -160,6 +162,56 @@ void ShmProcessGroup::Impl::direct_allreduce(const CollectiveDesc& d, const Dire
   // Every peer mapped our buffer before its mark 3: the name can go.
   ref.own->unlink();
   direct_count.fetch_add(1, std::memory_order_relaxed);
+}
+
+// The in-place all-gather: every rank copies each peer's input straight out of the peer's registered buffer
+// (at the offset the peer stamped: in place, each rank's input is its own chunk of the output) into its own
+// output. A rank writes only its own output, outside its own input; the second mark says every peer finished
+// reading this rank's input, so the caller may change it after the Work completes.
+void ShmProcessGroup::Impl::direct_allgather(const CollectiveDesc& d, const DirectRef& ref, const char* in,
+                                             char* out) {
+  const size_t es = dtype_size(d.dtype);
+  const size_t bytes = static_cast<size_t>(d.count) * es;
+  unmap_freed_peer_buffers();
+  for (int q = 0; q < size; ++q) {
+    char* dst = out + static_cast<size_t>(q) * bytes;
+    if (q == rank) {
+      if (dst != in) std::memmove(dst, in, bytes);
+      continue;
+    }
+    const uint64_t offset = cb[q]->call[d.seq % 2].direct_offset.load(std::memory_order_relaxed);
+    std::memcpy(dst, peer_buffer(q, ref.own->index, offset + bytes) + offset, bytes);
+  }
+  const uint32_t b = base();
+  publish(b + 3);
+  wait_all(b + 3);
+  end_step();
+  ref.own->unlink();  // every peer mapped our buffer before its mark 3
+  direct_gather_scatter.fetch_add(1, std::memory_order_relaxed);
+}
+
+// The in-place reduce-scatter: rank r reduces chunk r of every rank's input, in rank order, straight out of
+// the registered buffers (the same offset on every rank), into its output - which may be chunk r of its own
+// input (in place: no peer reads that chunk of ours). The second mark as above.
+void ShmProcessGroup::Impl::direct_reduce_scatter(const CollectiveDesc& d, const DirectRef& ref, char* out) {
+  const size_t es = dtype_size(d.dtype);
+  const size_t chunk = static_cast<size_t>(d.count / size);
+  const size_t end_bytes = ref.offset + static_cast<size_t>(d.count) * es;
+  unmap_freed_peer_buffers();
+  std::vector<const void*> inputs(size);
+  for (int q = 0; q < size; ++q) {
+    const char* base_q =
+        q == rank ? static_cast<const char*>(ref.own->seg.data()) : peer_buffer(q, ref.own->index, end_bytes);
+    inputs[q] = base_q + ref.offset + static_cast<size_t>(rank) * chunk * es;
+  }
+  void* outs[1] = {out};
+  reduce_to_all(outs, 1, inputs.data(), size, chunk, d.dtype, d.op, size);  // out may alias inputs[rank]
+  const uint32_t b = base();
+  publish(b + 3);
+  wait_all(b + 3);
+  end_step();
+  ref.own->unlink();
+  direct_gather_scatter.fetch_add(1, std::memory_order_relaxed);
 }
 
 }  // namespace ddp::dist
