@@ -20,6 +20,7 @@ nlohmann::ordered_json stats_json(const ddp::trace::IterationStats& s) {
       {"iteration", s.iteration},        {"step_us", s.step_us}, {"forward_us", s.forward_us},
       {"backward_us", s.backward_us},    {"comm_us", s.comm_us}, {"exposed_comm_us", s.exposed_comm_us},
       {"overlap_ratio", s.overlap_ratio}};
+  if (s.gather_wait_us > 0) j["gather_wait_us"] = s.gather_wait_us;
   if (!s.slowest_bucket.name.empty())
     j["slowest_bucket"] = {{"name", s.slowest_bucket.name},
                            {"bucket", s.slowest_bucket.bucket},

@@ -438,7 +438,8 @@ void Reducer::finish_communication() {
     if (trace::tracing_enabled()) [[unlikely]] {
       // Labelled: index, bytes, and the parameters it holds (first and last in bucket order).
       auto& tr = trace::global_tracer();
-      tr.complete("allreduce bucket " + std::to_string(b.timing.index), "comm", trace::kCommLane,
+      tr.complete((sharded_ ? "reduce-scatter bucket " : "allreduce bucket ") + std::to_string(b.timing.index),
+                  "comm", trace::kCommLane,
                   tr.to_trace_ns(b.launched_at), tr.to_trace_ns(b.completed_at),
                   {{"bucket", static_cast<int64_t>(b.timing.index)},
                    {"bytes", b.timing.bytes},

@@ -61,7 +61,7 @@ IterationStats stats_for(int64_t rank, const Window& w, const std::vector<const 
   s.rank = rank;
   s.iteration = w.iteration;
   s.step_us = w.end - w.begin;
-  Intervals fwd, bwd, comm;
+  Intervals fwd, bwd, comm, gather_wait;
   double last_backward_end = -1, last_comm_end = -1;
   // The reducer's "finalize" instant marks the end of backward compute: a backward span that contains it also
   // contains the wait for communication (the DDP end-of-backward callback), which is not compute.
@@ -78,6 +78,8 @@ IterationStats stats_for(int64_t rank, const Window& w, const std::vector<const 
       if (finalize_at > e->ts_us && finalize_at < end) end = finalize_at;
       bwd.push_back({e->ts_us, end});
       last_backward_end = std::max(last_backward_end, end);
+    } else if (e->category == "gather wait") {
+      gather_wait.push_back({e->ts_us, end});
     } else if (e->category == "comm") {
       comm.push_back({e->ts_us, end});
       last_comm_end = std::max(last_comm_end, end);
@@ -94,6 +96,7 @@ IterationStats stats_for(int64_t rank, const Window& w, const std::vector<const 
   s.forward_us = union_length(fwd);
   s.backward_us = union_length(bwd);
   s.comm_us = union_length(comm);
+  s.gather_wait_us = union_length(gather_wait);
   if (comm.empty())
     s.exposed_comm_us = 0;
   else if (bwd.empty())
@@ -119,6 +122,7 @@ IterationStats median_stats(int64_t rank, const std::vector<IterationStats>& its
   m.comm_us = med(&IterationStats::comm_us);
   m.exposed_comm_us = med(&IterationStats::exposed_comm_us);
   m.overlap_ratio = med(&IterationStats::overlap_ratio);
+  m.gather_wait_us = med(&IterationStats::gather_wait_us);
   // Most often slowest bucket (lowest index wins a tie), and the median of the slowest durations.
   std::map<int64_t, int> times_slowest;
   std::vector<double> slowest_durs;
@@ -290,6 +294,12 @@ std::string format_summary(const std::vector<RankSummary>& summaries) {
       row(s, s.iteration >= 0 ? std::to_string(s.iteration) : "all");
     row(r.median, "median");
   }
+  for (const RankSummary& r : summaries)
+    if (r.median.gather_wait_us > 0) {
+      std::snprintf(line, sizeof line, "rank %lld: waiting for parameter all-gathers %.3f ms per step (median)\n",
+                    static_cast<long long>(r.rank), r.median.gather_wait_us / 1000);
+      out += line;
+    }
   return out;
 }
 

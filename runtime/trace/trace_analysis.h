@@ -55,6 +55,8 @@ struct IterationStats {
   double comm_us = 0;
   double exposed_comm_us = 0;
   double overlap_ratio = 0;
+  // ZeRO-2/3: forward and backward waiting for parameter all-gathers ("gather wait" spans); 0 otherwise.
+  double gather_wait_us = 0;
   BucketTiming slowest_bucket;
 };
 

@@ -245,3 +245,26 @@ TEST(TraceAnalysis, FinalizeInstantEndsBackwardCompute) {
   EXPECT_DOUBLE_EQ(it.exposed_comm_us, 15);
   EXPECT_DOUBLE_EQ(it.overlap_ratio, 30.0 / 45.0);
 }
+
+// ZeRO-2/3: the forward and backward waiting for parameter all-gathers ("gather wait" spans on the compute
+// lane) is its own figure; the gathers themselves ("gather" on the comm lane) do not count as gradient
+// communication. Iteration [0, 100): waits [10,14) and [12,20) -> union 10 us; [50,55) -> 5; total 15.
+TEST(TraceAnalysis, GatherWaitIsReportedApartFromGradientCommunication) {
+  Tracer t;
+  t.set_rank(0);
+  t.set_enabled(true);
+  iteration(t, 0, 0, 100);
+  fwd(t, 0, 40);
+  bwd(t, 40, 90);
+  t.complete("all-gather bucket 0", "gather", kCommLane, 5 * us, 20 * us, {{"bucket", 0}});
+  t.complete("wait all-gather bucket 0", "gather wait", kComputeLane, 10 * us, 14 * us, {{"bucket", 0}});
+  t.complete("wait all-gather bucket 1", "gather wait", kComputeLane, 12 * us, 20 * us, {{"bucket", 1}});
+  t.complete("wait all-gather bucket 1", "gather wait", kComputeLane, 50 * us, 55 * us, {{"bucket", 1}});
+  comm(t, 0, 64, 60, 95);
+  auto s = analyze_trace(parse_chrome_trace(t.chrome_trace_json(), "rank0"));
+  ASSERT_EQ(s.size(), 1u);
+  EXPECT_DOUBLE_EQ(s[0].iterations[0].gather_wait_us, 15.0);
+  EXPECT_DOUBLE_EQ(s[0].iterations[0].comm_us, 35.0);  // the reduce-scatter only
+  EXPECT_NE(format_summary(s).find("waiting for parameter all-gathers 0.015 ms per step"), std::string::npos)
+      << format_summary(s);
+}

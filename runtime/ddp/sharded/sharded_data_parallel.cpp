@@ -242,8 +242,23 @@ void ShardedDataParallel::wait_bucket_gather(Bucket& b) {
   if (!b.gather) return;
   const auto t0 = Clock::now();
   b.gather->wait();
+  const auto t1 = Clock::now();
+  gather_wait_s_ += std::chrono::duration<double>(t1 - t0).count();
+  if (trace::tracing_enabled()) [[unlikely]] {
+    // The gather on the comm lane (issue to its end) and, on the compute lane, the wait for it: what
+    // trace_summary reports as waiting for parameter all-gathers.
+    const auto index = static_cast<int64_t>(&b - buckets_.data());
+    auto& tr = trace::global_tracer();
+    const auto finished = b.gather->finished_at();
+    const auto end = finished.time_since_epoch().count() != 0 ? finished : t1;
+    tr.complete("all-gather bucket " + std::to_string(index), "gather", trace::kCommLane,
+                tr.to_trace_ns(b.gather_issued), tr.to_trace_ns(end),
+                {{"bucket", index}, {"bytes", static_cast<int64_t>(b.full.nbytes())}});
+    if (t1 - t0 > std::chrono::microseconds(1))
+      tr.complete("wait all-gather bucket " + std::to_string(index), "gather wait", trace::kComputeLane,
+                  tr.to_trace_ns(t0), tr.to_trace_ns(t1), {{"bucket", index}});
+  }
   b.gather.reset();
-  gather_wait_s_ += std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
 void ShardedDataParallel::after_step() {
@@ -257,6 +272,7 @@ void ShardedDataParallel::after_step() {
     dist::FlightIssuer who("zero2 param gather", static_cast<int>(k), static_cast<int64_t>(b.full.nbytes()),
                            names.c_str());
     b.gather = gpg_->allgather(comm_buffer_of(b.full.slice0(lo, hi)), comm_buffer_of(b.full));
+    b.gather_issued = Clock::now();
     ++gathers_issued_;
   }
 }
@@ -356,6 +372,7 @@ void ShardedDataParallel::issue_gather(size_t u) {
                            static_cast<int64_t>(b.full.nbytes()), units_[u].name.c_str());
     b.gather = gpg_->allgather(comm_buffer_of(b.full.slice0(lo, hi)), comm_buffer_of(b.full));
   }
+  b.gather_issued = Clock::now();
   ++gathers_issued_;
   gathered_[u] = 1;
   gathered_bytes_ += static_cast<int64_t>(b.full.nbytes());
@@ -364,13 +381,7 @@ void ShardedDataParallel::issue_gather(size_t u) {
 
 void ShardedDataParallel::wait_and_bind(size_t u) {
   Bucket& b = buckets_[units_[u].bucket];
-  const auto t0 = Clock::now();
   wait_bucket_gather(b);
-  if (trace::tracing_enabled()) [[unlikely]] {
-    auto& tr = trace::global_tracer();
-    tr.complete("wait all-gather " + units_[u].name, "exposed", trace::kComputeLane, tr.to_trace_ns(t0),
-                tr.to_trace_ns(Clock::now()), {{"bucket", static_cast<int64_t>(units_[u].bucket)}});
-  }
   for (size_t i : b.params) bind(params_[i].tensor, b.full, reducer().slot_offset(i));
   bound_[u] = 1;
 }

@@ -91,6 +91,7 @@ class ShardedDataParallel : public Joinable {
     Tensor shard_params;         // this rank's shard of the parameters (ZeRO-2: a view of full)
     Tensor shard_grad;           // this rank's shard of the averaged gradient (after a backward)
     std::shared_ptr<dist::Work> gather;  // the all-gather in flight into full, if any
+    std::chrono::steady_clock::time_point gather_issued;  // for the trace
     int unit = -1;               // ZeRO-3: the unit it belongs to
   };
   int stage() const { return opt_.stage; }
