@@ -2,12 +2,13 @@
 // (shm or Gloo on CPU, NCCL on GPU): per message size (from --min-bytes by --factor, ending at exactly
 // --max-bytes) the median time (nccl-tests prints a mean; the table's header says so) and its spread,
 // algbw = bytes / time and busbw = algbw * 2(n-1)/n (comparable to the link bandwidth whatever the rank
-// count), and a correctness check (#wrong). Several backends in one run (--backend shm,gloo) are timed interleaved, iteration by
-// iteration, beside each rank's single-thread memcpy bandwidth of the same size (the copy column), so ratios
-// come from the same conditions on a shared machine. Ends with the least-squares ring alpha-beta fit that
-// calibrates the bucket simulator (one per backend). --collective adds nccl-tests' reduce_scatter and
-// all_gather tables (out of place, or --in-place): their size is the whole buffer (reduce-scatter's input,
-// all-gather's output, world x the per-rank chunk, as nccl-tests counts it) and busbw = algbw * (n-1)/n.
+// count), and a correctness check (#wrong). Several backends in one run (--backend shm,gloo) are timed
+// interleaved, iteration by iteration, beside each rank's single-thread memcpy bandwidth of the same size
+// (the copy column), so ratios come from the same conditions on a shared machine. Ends with the least-squares
+// ring alpha-beta fit that calibrates the bucket simulator (one per backend). --collective adds nccl-tests'
+// reduce_scatter and all_gather tables (out of place, or --in-place): their size is the whole buffer
+// (reduce-scatter's input, all-gather's output, world x the per-rank chunk, as nccl-tests counts it) and
+// busbw = algbw * (n-1)/n.
 //
 //   bin/ddprun --standalone --nproc-per-node 2 bin/bench_allreduce --backend shm,gloo --max-bytes 64M
 //   bin/ddprun --standalone --nproc-per-node 2 bin/bench_allreduce --backend shm,gloo --collective all
@@ -162,7 +163,8 @@ int main(int argc, char** argv) {
     ddp::cli::Parser p(
         "bench_allreduce",
         "All-reduce (sum, float32) timing table over ddp.cpp's process groups: time, algbw, busbw, "
-        "correctness, the single-thread copy bandwidth beside it, and the ring alpha-beta fit for bucket_sim; "
+        "correctness, the single-thread copy bandwidth beside it, and the ring alpha-beta fit for "
+        "bucket_sim; "
         "with --collective, reduce-scatter and all-gather tables too (nccl-tests' sizes and busbw). "
         "Run under ddprun for world > 1.");
     p.add("min-bytes", &min_s, "smallest message (bytes; K/M/G suffixes)");
@@ -220,12 +222,15 @@ int main(int argc, char** argv) {
         if (ar) {
           std::printf(
               "# bench_allreduce: backend %s, world %d, device %s, float32 sum, %d iters (+%d warmup)%s\n",
-              names.c_str(), world, dev.str().c_str(), iters, warmup, registered ? ", registered buffers" : "");
+              names.c_str(), world, dev.str().c_str(), iters, warmup,
+              registered ? ", registered buffers" : "");
         } else {
-          std::printf("# bench_allreduce %s: backend %s, world %d, device %s, float32%s, %s, %d iters (+%d warmup)%s\n",
-                      coll_name(coll), names.c_str(), world, dev.str().c_str(),
-                      coll == Coll::ReduceScatter ? " sum" : "", in_place ? "in place" : "out of place", iters,
-                      warmup, registered ? ", registered buffers" : "");
+          std::printf(
+              "# bench_allreduce %s: backend %s, world %d, device %s, float32%s, %s, %d iters (+%d "
+              "warmup)%s\n",
+              coll_name(coll), names.c_str(), world, dev.str().c_str(),
+              coll == Coll::ReduceScatter ? " sum" : "", in_place ? "in place" : "out of place", iters,
+              warmup, registered ? ", registered buffers" : "");
           std::printf(
               "# size: the whole buffer (%s), count its float32 elements: world x the per-rank chunk, as "
               "nccl-tests counts it\n",
@@ -245,7 +250,8 @@ int main(int argc, char** argv) {
               "# algbw = size / time; busbw = algbw * (n-1)/n with n = world %d (nccl-tests' %s factor: "
               "comparable to the link bandwidth)\n",
               world, coll_name(coll));
-        std::printf("# copy: one thread's memcpy of the same bytes on each rank, timed between the iterations\n");
+        std::printf(
+            "# copy: one thread's memcpy of the same bytes on each rank, timed between the iterations\n");
         std::printf("# %12s %12s %8s %12s %12s %12s %10s %10s %7s %10s\n", "size(B)", "count", "backend",
                     "time(us)", "p10(us)", "p90(us)", "algbw", "busbw", "#wrong", "copy");
         std::printf("# %12s %12s %8s %12s %12s %12s %10s %10s %7s %10s\n", "", "", "", "median", "", "",
@@ -277,7 +283,8 @@ int main(int argc, char** argv) {
           }
           return g.allgather(rb.part_cb, rb.whole_cb);
         };
-        std::vector<char> copy_src(dev.is_cpu() ? static_cast<size_t>(count) * 4 : 0, 1), copy_dst(copy_src.size());
+        std::vector<char> copy_src(dev.is_cpu() ? static_cast<size_t>(count) * 4 : 0, 1),
+            copy_dst(copy_src.size());
         for (auto& g : groups) {
           g.pg->barrier()->wait();
           for (int i = 0; i < warmup; ++i) issue(*g.pg)->wait();
@@ -330,7 +337,8 @@ int main(int argc, char** argv) {
           }
           // Every rank's medians go to rank 0 through one all-reduce (max): the slowest rank's view.
           auto st = ddp::sim::summarize(times[k]);
-          ddp::Tensor med = ddp::Tensor::from_data<double>({st.median, static_cast<double>(wrong), copy_t}, {3});
+          ddp::Tensor med =
+              ddp::Tensor::from_data<double>({st.median, static_cast<double>(wrong), copy_t}, {3});
           ddp::dist::CommBuffer mb{med.raw_data(), med.numel(), med.dtype(), med.device(), med.storage()};
           pg.allreduce(mb, ddp::dist::ReduceOp::Max)->wait();
           const double t = med.data<double>()[0];
@@ -362,14 +370,15 @@ int main(int argc, char** argv) {
           // Ratios of the first backend to the others at this size (same run, interleaved).
           const auto& r0 = groups[0].rows.back();
           for (size_t k = 1; k < groups.size(); ++k)
-            std::printf("  # %s/%s algbw ratio at %.0f B: %.2fx; %s algbw / copy: %.0f%%\n",
-                        groups[0].name.c_str(), groups[k].name.c_str(), static_cast<double>(r0["bytes"]),
-                        static_cast<double>(r0["algbw_gbps"]) /
-                            static_cast<double>(groups[k].rows.back()["algbw_gbps"]),
-                        groups[0].name.c_str(),
-                        static_cast<double>(r0["copy_gbps"]) > 0
-                            ? 100.0 * static_cast<double>(r0["algbw_gbps"]) / static_cast<double>(r0["copy_gbps"])
-                            : 0.0);
+            std::printf(
+                "  # %s/%s algbw ratio at %.0f B: %.2fx; %s algbw / copy: %.0f%%\n", groups[0].name.c_str(),
+                groups[k].name.c_str(), static_cast<double>(r0["bytes"]),
+                static_cast<double>(r0["algbw_gbps"]) /
+                    static_cast<double>(groups[k].rows.back()["algbw_gbps"]),
+                groups[0].name.c_str(),
+                static_cast<double>(r0["copy_gbps"]) > 0
+                    ? 100.0 * static_cast<double>(r0["algbw_gbps"]) / static_cast<double>(r0["copy_gbps"])
+                    : 0.0);
         }
       }
       if (rank == 0) {

@@ -67,6 +67,49 @@ TEST(BenchAllreduce, RowsEndAtMaxBytesAndTheHeaderSaysMedianAndBusbw) {
   }
   auto zero = bench({"--min-bytes", "0", "--max-bytes", "16"});
   EXPECT_NE(zero.exit_code, 0);
-  EXPECT_EQ(zero.err, "bench_allreduce: size '0' is not a positive number of bytes (examples: 4096, 64K, 32M)\n")
+  EXPECT_EQ(zero.err,
+            "bench_allreduce: size '0' is not a positive number of bytes (examples: 4096, 64K, 32M)\n")
       << "one line, without a source location";
+}
+
+// --collective all: three tables (all-reduce, reduce-scatter, all-gather), each with its own busbw factor in
+// the header and no wrong element; in place too; an unknown collective is refused by name.
+TEST(BenchAllreduce, ReduceScatterAndAllgatherTablesBesideTheAllreduce) {
+  if (!std::filesystem::exists(std::string(DDP_BIN_DIR) + "/bench_allreduce"))
+    GTEST_SKIP() << "bin/bench_allreduce not built (DDP_BUILD_BENCH=OFF)";
+  for (bool in_place : {false, true}) {
+    std::vector<std::string> args = {"--collective", "all", "--min-bytes", "4K", "--max-bytes", "16K",
+                                     "--iters",      "1",   "--warmup",    "0",  "--backend",   "gloo"};
+    if (in_place) args.push_back("--in-place");
+    auto r = bench(args);
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    EXPECT_EQ(row_sizes(r.out), (std::vector<long long>{4096, 16384, 4096, 16384, 4096, 16384})) << r.out;
+    EXPECT_NE(r.out.find("busbw = algbw * 2(n-1)/n with n = world 1 (nccl-tests' all-reduce"),
+              std::string::npos);
+    for (const char* c : {"reduce_scatter", "all_gather"}) {
+      EXPECT_NE(r.out.find(std::string("# bench_allreduce ") + c + ": backend gloo, world 1"),
+                std::string::npos)
+          << r.out;
+      EXPECT_NE(
+          r.out.find(std::string("busbw = algbw * (n-1)/n with n = world 1 (nccl-tests' ") + c + " factor"),
+          std::string::npos)
+          << r.out;
+    }
+    EXPECT_NE(r.out.find(in_place ? ", in place," : ", out of place,"), std::string::npos) << r.out;
+    // #wrong is the second-to-last column of every row.
+    std::istringstream in(r.out);
+    std::string line;
+    const std::regex row(R"(^  +\d+ +\d+ +\S+ +[\d.]+ +[\d.]+ +[\d.]+ +[\d.]+ +[\d.]+ +(\d+) +[\d.]+$)");
+    int rows = 0;
+    while (std::getline(in, line)) {
+      std::smatch m;
+      if (!std::regex_search(line, m, row)) continue;
+      ++rows;
+      EXPECT_EQ(m[1], "0") << line;
+    }
+    EXPECT_EQ(rows, 6) << r.out;
+  }
+  auto bad = bench({"--collective", "broadcast", "--backend", "gloo"});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("unknown collective 'broadcast'"), std::string::npos) << bad.err;
 }
