@@ -164,15 +164,16 @@ ncclResult_t NcclProcessGroup::Impl::settle(ncclResult_t r,
   return state;
 }
 
-void NcclProcessGroup::Impl::check_enqueue(ncclResult_t r, const char* call, const char* file, int line) const {
+void NcclProcessGroup::Impl::check_enqueue(ncclResult_t r, const char* call, const char* file,
+                                           int line) const {
   r = settle(r, std::chrono::steady_clock::now() + options.timeout);
   if (r == ncclSuccess) return;
   const char* last = ncclGetLastError(comm);
   ::ddp::detail::fail(file, line, "nccl: ", call, " failed on rank ", rank, " of ", size, ": ",
-           r == ncclInProgress
-               ? "still in progress after timeout " + std::to_string(options.timeout.count()) + " ms"
-               : std::string(ncclGetErrorString(r)),
-           last && *last ? std::string(" (") + last + ")" : std::string());
+                      r == ncclInProgress ? "still in progress after timeout " +
+                                                std::to_string(options.timeout.count()) + " ms"
+                                          : std::string(ncclGetErrorString(r)),
+                      last && *last ? std::string(" (") + last + ")" : std::string());
 }
 
 void NcclProcessGroup::Impl::create_communicator(const ncclUniqueId& id) {
@@ -492,8 +493,8 @@ std::shared_ptr<Work> NcclProcessGroup::barrier() {
   CommBuffer none{nullptr, 0, DType::F32, Device::cuda(s.device), nullptr};
   return s.issue(d, none, none, true, [&] {
     // The barrier is a one-float all-reduce (the error's call text shows the barrier's scratch).
-    DDP_NCCL_ENQUEUE(s, ncclAllReduce(s.barrier_scratch, s.barrier_scratch, 1, ncclFloat32, ncclSum, s.comm,
-                                      s.stream));
+    DDP_NCCL_ENQUEUE(
+        s, ncclAllReduce(s.barrier_scratch, s.barrier_scratch, 1, ncclFloat32, ncclSum, s.comm, s.stream));
   });
 }
 

@@ -493,7 +493,8 @@ bool ShmProcessGroup::Impl::first_step_goes_direct(const CollectiveDesc& d, cons
   return false;
 }
 
-void ShmProcessGroup::Impl::allgather(const CollectiveDesc& d, const char* in, char* out, const DirectRef* direct) {
+void ShmProcessGroup::Impl::allgather(const CollectiveDesc& d, const char* in, char* out,
+                                      const DirectRef* direct) {
   const size_t es = dtype_size(d.dtype);
   const int64_t per_step = static_cast<int64_t>(slot_bytes / es);
   const uint64_t steps = steps_for(d.count, per_step);
