@@ -1,21 +1,22 @@
 // sharded_kill_worker.cpp - one rank of the "rank killed during a ZeRO-3 parameter gather" test
-// (tests/sharded/test_sharded_asymmetric.cpp), run under ddprun: ZeRO-3 (ShardedDataParallel with a gather group,
-// prefetch 1) over a float32 model of three Linear units (items.0, items.1, items.2), SGD, --steps steps numbered
-// from 1 (the flight recorder's iteration). At step --kill-step, rank --kill-rank SIGKILLs itself in a forward
-// pre-hook of items.0 (--when):
-//   before  the hook runs before the wrapper's own: the rank dies before it issues items.0's gather, which the
+// (tests/sharded/test_sharded_asymmetric.cpp), run under ddprun: ZeRO-3 (ShardedDataParallel with a gather
+// group, prefetch 1) over a float32 model of three Linear units (items.0, items.1, items.2), SGD, --steps
+// steps numbered from 1 (the flight recorder's iteration). At step --kill-step, rank --kill-rank SIGKILLs
+// itself in a forward pre-hook of items.0 (--when):
+//   before  the hook runs before the wrapper's own: the rank dies before it issues items.0's gather, which
+//   the
 //           others have issued and wait in;
 //   after   the hook runs after the wrapper's: the rank dies with items.0 gathered and items.1's gather (the
 //           prefetch) issued - in flight on the others.
 // --ignore-term: SIGTERM is ignored, as by a rank on another node that this node's launcher cannot stop: the
 // others must then end on their own, with the collective's error, not by ddprun's signal.
-// SIGPIPE is ignored (as the Python interpreter does for PyTorch's workers) unless --keep-sigpipe: Gloo writes
-// to its sockets with writev(), and a survivor writing to the killed rank's socket at the wrong moment was
-// killed by SIGPIPE, silently, instead of failing with the collective's error (seen about once in 8 runs of the
-// world of 3; rank 0 then takes the store with it and rank 2 cannot say which rank did not arrive).
+// SIGPIPE is ignored (as the Python interpreter does for PyTorch's workers) unless --keep-sigpipe: Gloo
+// writes to its sockets with writev(), and a survivor writing to the killed rank's socket at the wrong moment
+// was killed by SIGPIPE, silently, instead of failing with the collective's error (seen about once in 8 runs
+// of the world of 3; rank 0 then takes the store with it and rank 2 cannot say which rank did not arrive).
 // Each step prints "rank R step S done". A rank whose collective fails prints "sharded_kill_worker: rank R:
-// <error>" on stderr, waits --linger seconds (rank 0 hosts the store, which the other survivors ask which ranks
-// arrived at the collective) and exits 1. Exits 0 after its last step otherwise.
+// <error>" on stderr, waits --linger seconds (rank 0 hosts the store, which the other survivors ask which
+// ranks arrived at the collective) and exits 1. Exits 0 after its last step otherwise.
 #include <signal.h>
 #include <unistd.h>
 

@@ -3,13 +3,13 @@
 //   - a rank whose backward skips a parameter with find_unused_parameters off: it gets the reducer's
 //     unused-parameter error at the end of backward, catches it, steps like the others, and training goes on;
 //     the ranks stay bitwise equal and equal one process that applies the averaged gradients (that rank's
-//     contribution to the skipped layer is zero), whether it happens in the first step (ZeRO-3 agrees its unit
-//     order on that forward) or a later one;
+//     contribution to the skipped layer is zero), whether it happens in the first step (ZeRO-3 agrees its
+//     unit order on that forward) or a later one;
 //   - a rank that raises between forward and backward and catches it. The semantics (as plain DDP's): a rank
 //     may not skip its backward alone - the others' backward waits in the reduce-scatters (and ZeRO-3's
 //     backward gathers) this rank would issue. A raise between forward and backward must therefore become the
-//     whole world's decision: either every rank raises it (a check on the same data), or the loop agrees on it
-//     before any rank starts its backward (an all-reduce of an "ok" flag). Then every rank abandons the
+//     whole world's decision: either every rank raises it (a check on the same data), or the loop agrees on
+//     it before any rank starts its backward (an all-reduce of an "ok" flag). Then every rank abandons the
 //     iteration - no backward, no step - and the next forward settles it (the reducer has nothing in flight,
 //     ZeRO-3 reshards every unit). The result equals a run without that step, ranks bitwise equal.
 // A rank killed during a ZeRO-3 parameter gather runs as real processes under ddprun at the end of this file
@@ -104,9 +104,10 @@ struct Outcome {
   std::vector<std::string> caught;                       // per rank, everything it caught
 };
 
-// A thread world of `world` ranks, each with ZeRO-`stage` over the Skippable model and SGD with momentum (ZeRO-3:
-// with a gather group, as it requires; `set` changes other options), running `steps` steps of `step_fn`.
-Outcome run_sharded(int stage, int world, int steps, const StepFn& step_fn,
+// A thread world of `world` ranks on `backend` (both groups), each with ZeRO-`stage` over the Skippable model
+// and SGD with momentum (ZeRO-3: with a gather group, as it requires; `set` changes other options), running
+// `steps` steps of `step_fn`.
+Outcome run_sharded(const std::string& backend, int stage, int world, int steps, const StepFn& step_fn,
                     const std::function<void(ShardOptions&)>& set = {}) {
   Outcome out;
   out.finals.resize(world);
@@ -124,7 +125,7 @@ Outcome run_sharded(int stage, int world, int steps, const StepFn& step_fn,
           env.world_size = world;
           dist::ProcessGroupOptions po = short_timeout();
           po.name = "gather";
-          o.gather_group = dist::new_process_group(env, store, "gloo", po);
+          o.gather_group = dist::new_process_group(env, store, backend, po);
         }
         ShardedDataParallel sdp(model, borrow(pg), o);
         ShardedOptimizer opt(sdp, make_sgd);
@@ -132,13 +133,14 @@ Outcome run_sharded(int stage, int world, int steps, const StepFn& step_fn,
         auto whole = sdp.gathered_parameters();
         out.finals[rank] = snapshot_params(*model);
       },
-      short_timeout(), "gloo");
+      short_timeout(), backend);
   return out;
 }
 
 // One process: each step, the ranks' slices (loss / world) accumulated with `uses_middle(step, rank)`, then
 // a plain SGD step; steps for which `abandoned(step)` holds are left out entirely.
-std::vector<std::vector<double>> reference(int world, int steps, const std::function<bool(int, int)>& uses_middle,
+std::vector<std::vector<double>> reference(int world, int steps,
+                                           const std::function<bool(int, int)>& uses_middle,
                                            const std::function<bool(int)>& abandoned) {
   auto model = make_model();
   auto opt = make_sgd(model->named_parameters());
@@ -163,18 +165,18 @@ void expect_ranks_equal_and_match(const Outcome& got, const std::vector<std::vec
   EXPECT_GT(max_relative_difference(ref, snapshot_params(*make_model())), 1e-3);
 }
 
-std::string where(int stage, int world) {
-  return "zero" + std::to_string(stage) + " world " + std::to_string(world);
+std::string where(const std::string& backend, int stage, int world) {
+  return "zero" + std::to_string(stage) + " world " + std::to_string(world) + " " + backend;
 }
 
 }  // namespace
 
 // A rank does not use items.1 in one step (find_unused_parameters off). Its backward ends with the reducer's
-// unused-parameter error naming items.1's parameters; it catches it and steps with the averaged gradients (its
-// own contribution to items.1 zero), as do the others; training goes on. Rank 0 in step 0 (the forward whose
-// order ZeRO-3 agrees on: rank 0 observed only items.0 and items.2) and in step 1; the last rank in step 0.
-// ZeRO-2 with one bucket and with one bucket per parameter; ZeRO-3 with prefetch 1, 0 (and parameters kept
-// from forward to backward) and 2.
+// unused-parameter error naming items.1's parameters; it catches it and steps with the averaged gradients
+// (its own contribution to items.1 zero), as do the others; training goes on. Rank 0 in step 0 (the forward
+// whose order ZeRO-3 agrees on: rank 0 observed only items.0 and items.2) and in step 1; the last rank in
+// step 0. ZeRO-2 with one bucket and with one bucket per parameter; ZeRO-3 with prefetch 1, 0 (and parameters
+// kept from forward to backward) and 2.
 TEST(ShardedAsymmetric, RankWhoseBackwardSkipsAParameterCatchesTheErrorAndTrainingContinues) {
   constexpr int kSteps = 4;
   struct Variant {
@@ -184,7 +186,8 @@ TEST(ShardedAsymmetric, RankWhoseBackwardSkipsAParameterCatchesTheErrorAndTraini
   };
   const std::vector<Variant> variants = {
       {2, "one bucket", [](ShardOptions&) {}},
-      {2, "a bucket per parameter", [](ShardOptions& o) { o.ddp.bucket_cap_mb = o.ddp.first_bucket_mb = 1e-9; }},
+      {2, "a bucket per parameter",
+       [](ShardOptions& o) { o.ddp.bucket_cap_mb = o.ddp.first_bucket_mb = 1e-9; }},
       {3, "prefetch 1", [](ShardOptions&) {}},
       {3, "prefetch 0, no reshard after forward",
        [](ShardOptions& o) {
@@ -193,43 +196,55 @@ TEST(ShardedAsymmetric, RankWhoseBackwardSkipsAParameterCatchesTheErrorAndTraini
        }},
       {3, "prefetch 2", [](ShardOptions& o) { o.prefetch = 2; }},
   };
-  for (const Variant& v : variants)
+  struct Skip {
+    std::string backend;
+    int world, rank, step;
+  };
+  std::vector<std::pair<const Variant*, Skip>> cases;
+  for (const Variant& v : variants) {
     for (int world : {2, 3})
-      for (auto [skip_rank, skip_step] : {std::pair{0, 0}, std::pair{0, 1}, std::pair{world - 1, 0}}) {
-        SCOPED_TRACE(where(v.stage, world) + " (" + v.name + "), rank " + std::to_string(skip_rank) +
-                     " skips items.1 in step " + std::to_string(skip_step));
-        auto uses_middle = [&](int step, int rank) { return !(rank == skip_rank && step == skip_step); };
-        const Outcome got = run_sharded(
-            v.stage, world, kSteps,
-            [&](int rank, int step, Skippable& model, ShardedDataParallel& sdp, ShardedOptimizer& opt,
-                std::string& caught) {
-              model.use_middle = uses_middle(step, rank);
-              Batch b = batch_of(step, rank);
-              try {
-                autograd::backward(ops::cross_entropy(sdp.forward(b.x), b.y));
-              } catch (const Error& e) {
-                caught += "step " + std::to_string(step) + ": " + e.what() + "\n";
-              }
-              opt.step();
-            },
-            v.set);
-        const std::string& m = got.caught[skip_rank];
-        EXPECT_NE(m.find("step " + std::to_string(skip_step) + ": rank " + std::to_string(skip_rank) +
-                         ": DDP finished this backward but 2 parameter(s) received no gradient"),
-                  std::string::npos)
-            << m;
-        EXPECT_NE(m.find("items.1.weight"), std::string::npos) << m;
-        EXPECT_NE(m.find("items.1.bias"), std::string::npos) << m;
-        EXPECT_EQ(m.find("items.0."), std::string::npos) << m;
-        EXPECT_EQ(m.find("step " + std::to_string(1 - skip_step) + ":"), std::string::npos)
-            << "an error in a step where every rank used every parameter: " << m;
-        for (int r = 0; r < world; ++r) {
-          if (r != skip_rank) {
-            EXPECT_EQ(got.caught[r], "") << "rank " << r;
+      for (auto [rank, step] : {std::pair{0, 0}, std::pair{0, 1}, std::pair{world - 1, 0}})
+        cases.push_back({&v, Skip{"shm", world, rank, step}});
+    if (std::string(v.name) == "one bucket" || std::string(v.name) == "prefetch 1")
+      cases.push_back({&v, Skip{"gloo", 3, 2, 1}});
+  }
+  for (const auto& [vp, c] : cases) {
+    const Variant& v = *vp;
+    const int world = c.world, skip_rank = c.rank, skip_step = c.step;
+    SCOPED_TRACE(where(c.backend, v.stage, world) + " (" + v.name + "), rank " + std::to_string(skip_rank) +
+                 " skips items.1 in step " + std::to_string(skip_step));
+    auto uses_middle = [&](int step, int rank) { return !(rank == skip_rank && step == skip_step); };
+    const Outcome got = run_sharded(
+        c.backend, v.stage, world, kSteps,
+        [&](int rank, int step, Skippable& model, ShardedDataParallel& sdp, ShardedOptimizer& opt,
+            std::string& caught) {
+          model.use_middle = uses_middle(step, rank);
+          Batch b = batch_of(step, rank);
+          try {
+            autograd::backward(ops::cross_entropy(sdp.forward(b.x), b.y));
+          } catch (const Error& e) {
+            caught += "step " + std::to_string(step) + ": " + e.what() + "\n";
           }
-        }
-        expect_ranks_equal_and_match(got, reference(world, kSteps, uses_middle, [](int) { return false; }));
+          opt.step();
+        },
+        v.set);
+    const std::string& m = got.caught[skip_rank];
+    EXPECT_NE(m.find("step " + std::to_string(skip_step) + ": rank " + std::to_string(skip_rank) +
+                     ": DDP finished this backward but 2 parameter(s) received no gradient"),
+              std::string::npos)
+        << m;
+    EXPECT_NE(m.find("items.1.weight"), std::string::npos) << m;
+    EXPECT_NE(m.find("items.1.bias"), std::string::npos) << m;
+    EXPECT_EQ(m.find("items.0."), std::string::npos) << m;
+    EXPECT_EQ(m.find("step " + std::to_string(1 - skip_step) + ":"), std::string::npos)
+        << "an error in a step where every rank used every parameter: " << m;
+    for (int r = 0; r < world; ++r) {
+      if (r != skip_rank) {
+        EXPECT_EQ(got.caught[r], "") << "rank " << r;
       }
+    }
+    expect_ranks_equal_and_match(got, reference(world, kSteps, uses_middle, [](int) { return false; }));
+  }
 }
 
 namespace {
@@ -244,27 +259,31 @@ struct UserError : std::runtime_error {
 // step 1.
 TEST(ShardedAsymmetric, ErrorEveryRankRaisesBetweenForwardAndBackwardAbandonsTheIterationEverywhere) {
   constexpr int kSteps = 4, kBad = 1;
-  for (int stage : {2, 3})
-    for (int world : {2, 3}) {
-      SCOPED_TRACE(where(stage, world));
-      const Outcome got = run_sharded(
-          stage, world, kSteps,
-          [&](int rank, int step, Skippable&, ShardedDataParallel& sdp, ShardedOptimizer& opt,
-              std::string& caught) {
-            Batch b = batch_of(step, rank);
-            try {
-              Tensor loss = ops::cross_entropy(sdp.forward(b.x), b.y);
-              if (step == kBad) throw UserError("step " + std::to_string(step) + " rejected by the loop");
-              autograd::backward(loss);
-              opt.step();
-            } catch (const UserError& e) {
-              caught += std::string(e.what()) + "\n";
-            }
-          });
-      for (int r = 0; r < world; ++r) EXPECT_EQ(got.caught[r], "step 1 rejected by the loop\n") << "rank " << r;
-      expect_ranks_equal_and_match(got, reference(world, kSteps, [](int, int) { return true; },
-                                                  [&](int step) { return step == kBad; }));
-    }
+  for (const std::string backend : {"shm", "gloo"})
+    for (int stage : {2, 3})
+      for (int world : {2, 3}) {
+        SCOPED_TRACE(where(backend, stage, world));
+        const Outcome got =
+            run_sharded(backend, stage, world, kSteps,
+                        [&](int rank, int step, Skippable&, ShardedDataParallel& sdp, ShardedOptimizer& opt,
+                            std::string& caught) {
+                          Batch b = batch_of(step, rank);
+                          try {
+                            Tensor loss = ops::cross_entropy(sdp.forward(b.x), b.y);
+                            if (step == kBad)
+                              throw UserError("step " + std::to_string(step) + " rejected by the loop");
+                            autograd::backward(loss);
+                            opt.step();
+                          } catch (const UserError& e) {
+                            caught += std::string(e.what()) + "\n";
+                          }
+                        });
+        for (int r = 0; r < world; ++r)
+          EXPECT_EQ(got.caught[r], "step 1 rejected by the loop\n") << "rank " << r;
+        expect_ranks_equal_and_match(
+            got, reference(
+                     world, kSteps, [](int, int) { return true; }, [&](int step) { return step == kBad; }));
+      }
 }
 
 // Only the last rank raises between forward and backward (in step 1, and in step 2 on a ZeRO-3 forward that
@@ -274,43 +293,45 @@ TEST(ShardedAsymmetric, ErrorEveryRankRaisesBetweenForwardAndBackwardAbandonsThe
 TEST(ShardedAsymmetric, OneRankRaisesBetweenForwardAndBackwardTheLoopAgreesAndEveryRankAbandons) {
   constexpr int kSteps = 5;
   auto bad = [](int step) { return step == 1 || step == 2; };
-  for (int stage : {2, 3})
-    for (int world : {2, 3}) {
-      SCOPED_TRACE(where(stage, world));
-      std::vector<std::string> abandoned(world);
-      const Outcome got = run_sharded(
-          stage, world, kSteps,
-          [&](int rank, int step, Skippable&, ShardedDataParallel& sdp, ShardedOptimizer& opt,
-              std::string& caught) {
-            Batch b = batch_of(step, rank);
-            Tensor loss;
-            bool ok = true;
-            try {
-              loss = ops::cross_entropy(sdp.forward(b.x), b.y);
-              if (rank == world - 1 && bad(step))
-                throw UserError("rank " + std::to_string(rank) + " rejected step " + std::to_string(step));
-            } catch (const UserError& e) {
-              caught += std::string(e.what()) + "\n";
-              ok = false;
-            }
-            Tensor all_ok = Tensor::from_data<int32_t>({ok ? 1 : 0}, {1});
-            host_allreduce(sdp.process_group(), all_ok, dist::ReduceOp::Min);
-            if (all_ok.data<int32_t>()[0] == 0) {
-              abandoned[rank] += std::to_string(step) + " ";
-              return;  // every rank: no backward, no step
-            }
-            autograd::backward(loss);
-            opt.step();
-          });
-      for (int r = 0; r < world; ++r) {
-        EXPECT_EQ(abandoned[r], "1 2 ") << "rank " << r;
-        EXPECT_EQ(got.caught[r], r == world - 1 ? "rank " + std::to_string(r) + " rejected step 1\nrank " +
-                                                      std::to_string(r) + " rejected step 2\n"
-                                                : "")
-            << "rank " << r;
+  for (const std::string backend : {"shm", "gloo"})
+    for (int stage : {2, 3})
+      for (int world : {2, 3}) {
+        SCOPED_TRACE(where(backend, stage, world));
+        std::vector<std::string> abandoned(world);
+        const Outcome got = run_sharded(
+            backend, stage, world, kSteps,
+            [&](int rank, int step, Skippable&, ShardedDataParallel& sdp, ShardedOptimizer& opt,
+                std::string& caught) {
+              Batch b = batch_of(step, rank);
+              Tensor loss;
+              bool ok = true;
+              try {
+                loss = ops::cross_entropy(sdp.forward(b.x), b.y);
+                if (rank == world - 1 && bad(step))
+                  throw UserError("rank " + std::to_string(rank) + " rejected step " + std::to_string(step));
+              } catch (const UserError& e) {
+                caught += std::string(e.what()) + "\n";
+                ok = false;
+              }
+              Tensor all_ok = Tensor::from_data<int32_t>({ok ? 1 : 0}, {1});
+              host_allreduce(sdp.process_group(), all_ok, dist::ReduceOp::Min);
+              if (all_ok.data<int32_t>()[0] == 0) {
+                abandoned[rank] += std::to_string(step) + " ";
+                return;  // every rank: no backward, no step
+              }
+              autograd::backward(loss);
+              opt.step();
+            });
+        for (int r = 0; r < world; ++r) {
+          EXPECT_EQ(abandoned[r], "1 2 ") << "rank " << r;
+          EXPECT_EQ(got.caught[r], r == world - 1 ? "rank " + std::to_string(r) + " rejected step 1\nrank " +
+                                                        std::to_string(r) + " rejected step 2\n"
+                                                  : "")
+              << "rank " << r;
+        }
+        expect_ranks_equal_and_match(got, reference(
+                                              world, kSteps, [](int, int) { return true; }, bad));
       }
-      expect_ranks_equal_and_match(got, reference(world, kSteps, [](int, int) { return true; }, bad));
-    }
 }
 
 // ---- a rank killed during a ZeRO-3 parameter gather: real processes under ddprun ----
@@ -371,8 +392,9 @@ void expect_job_ended_by_the_kill(const KillRun& k, int world) {
   ASSERT_FALSE(k.r.timed_out) << k.all;
   EXPECT_EQ(k.r.exit_code, 128 + 9) << k.all;
   EXPECT_LT(k.wall_s, 15) << k.all;
-  EXPECT_TRUE(has(k.all, R"(ddprun: root cause: rank 1 \(local rank 1, pid \d+\) ended with SIGKILL \(signal 9\); )"
-                         R"(ddprun exits with 137)"))
+  EXPECT_TRUE(has(k.all,
+                  R"(ddprun: root cause: rank 1 \(local rank 1, pid \d+\) ended with SIGKILL \(signal 9\); )"
+                  R"(ddprun exits with 137)"))
       << k.all;
   for (int r = 0; r < world; ++r) {
     EXPECT_NE(k.all.find("[rank " + std::to_string(r) + "] rank " + std::to_string(r) + " step 1 done"),
@@ -389,9 +411,12 @@ void expect_survivor_failed_on_its_own(const KillRun& k, int r, int world, const
   EXPECT_TRUE(has(k.all, "\\[rank " + rs + "\\] sharded_kill_worker: rank " + rs + ": " + backend +
                              R"( allgather #\d+ \(\d+ x float32 on cpu\) failed on rank )" + rs + " of " +
                              std::to_string(world)))
-      << "rank " << r << "\n" << k.all;
-  EXPECT_TRUE(has(k.all, "\n  " + rs + R"(\s+)" + rs + R"(\s+\d+\s+exit code 1 .*\(failed too, after ddprun's SIGTERM\))"))
-      << "rank " << r << "\n" << k.all;
+      << "rank " << r << "\n"
+      << k.all;
+  EXPECT_TRUE(has(k.all, "\n  " + rs + R"(\s+)" + rs +
+                             R"(\s+\d+\s+exit code 1 .*\(failed too, after ddprun's SIGTERM\))"))
+      << "rank " << r << "\n"
+      << k.all;
 }
 
 }  // namespace
@@ -409,16 +434,17 @@ TEST(ShardedKilledDuringGather, TheOthersFailWithTheCollectiveAndTheMissingRankN
     for (int r = 0; r < world; ++r) {
       if (r == 1) continue;
       expect_survivor_failed_on_its_own(k, r, world, backend);
-      EXPECT_TRUE(has(k.all, "\\[rank " + std::to_string(r) + "\\] sharded_kill_worker: rank " +
-                                 std::to_string(r) +
-                                 R"(: .*rank\(s\) 1 \(last reached: #\d+\) did not arrive at this collective)"))
-          << "rank " << r << "\n" << k.all;
+      EXPECT_TRUE(
+          has(k.all, "\\[rank " + std::to_string(r) + "\\] sharded_kill_worker: rank " + std::to_string(r) +
+                         R"(: .*rank\(s\) 1 \(last reached: #\d+\) did not arrive at this collective)"))
+          << "rank " << r << "\n"
+          << k.all;
     }
   }
 }
 
-// Rank 1 dies after its pre-hook gathered items.0 and issued items.1's gather (the prefetch), which is then in
-// flight on every rank: the survivors fail on a gather every rank had arrived at, saying a peer closed its
+// Rank 1 dies after its pre-hook gathered items.0 and issued items.1's gather (the prefetch), which is then
+// in flight on every rank: the survivors fail on a gather every rank had arrived at, saying a peer closed its
 // connection (which rank, ddprun's summary says: gloo names only the peer's address).
 TEST(ShardedKilledDuringGather, KilledWithAGatherInFlightTheOthersFailSayingAPeerClosedItsConnection) {
   const int world = 3;
@@ -426,9 +452,11 @@ TEST(ShardedKilledDuringGather, KilledWithAGatherInFlightTheOthersFailSayingAPee
   expect_job_ended_by_the_kill(k, world);
   for (int r : {0, 2}) {
     expect_survivor_failed_on_its_own(k, r, world, "gloo");
-    EXPECT_TRUE(has(k.all, "\\[rank " + std::to_string(r) + "\\] sharded_kill_worker: rank " + std::to_string(r) +
+    EXPECT_TRUE(has(k.all, "\\[rank " + std::to_string(r) + "\\] sharded_kill_worker: rank " +
+                               std::to_string(r) +
                                ": .*a peer closed its connection - a rank exited or was killed"))
-        << "rank " << r << "\n" << k.all;
+        << "rank " << r << "\n"
+        << k.all;
   }
 }
 
@@ -438,6 +466,8 @@ TEST(ShardedKilledDuringGather, DdprunEndsTheJobAtOnce) {
   const int world = 2;
   const KillRun k = run_kill(world, "gloo", "before", /*ignore_term=*/false);
   expect_job_ended_by_the_kill(k, world);
-  EXPECT_TRUE(has(k.all, R"re(\n  0\s+0\s+\d+\s+(SIGTERM \(signal 15\).*\(stopped by ddprun\)|exit code 1 .*\(failed too))re"))
+  EXPECT_TRUE(has(
+      k.all,
+      R"re(\n  0\s+0\s+\d+\s+(SIGTERM \(signal 15\).*\(stopped by ddprun\)|exit code 1 .*\(failed too))re"))
       << k.all;
 }
