@@ -226,6 +226,7 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg,
     if (talk) std::printf("%s\n", nothing_to_do(o, s, resumed).c_str());
     TrainResult done;
     done.steps_done = step;
+    auto whole = s.whole_parameters();  // --zero 3: collective (every rank is here: they agreed above)
     for (auto& p : s.model->named_parameters()) done.final_params.push_back(p.tensor.to_double_vector());
     return done;
   }

@@ -37,7 +37,9 @@ struct TrainOptions {
   bool sync_bn = false;  // BatchNorm statistics over all ranks (nn::convert_sync_batchnorm)
   // ZeRO stage: 0 off; 1 optimizer state sharded (ZeroRedundancyOptimizer, whole parameters per rank);
   // 2 gradients + optimizer state sharded, 3 parameters too (ShardedDataParallel + ShardedOptimizer).
-  // Stages 2/3 refuse --comm-hook other than allreduce, --gradient-as-bucket-view, --sync-bn and --resume.
+  // Stages 2/3 refuse --comm-hook other than allreduce, --gradient-as-bucket-view and --sync-bn. The
+  // checkpoints of every stage are one format (whole model, whole optimizer state): any stage at any world
+  // size resumes any of them.
   int zero = 0;
   bool static_graph = false;  // DDP static_graph (the same graph every iteration)
   std::string comm_hook = "allreduce";  // allreduce | bf16 | powersgd (runtime/ddp/comm_hook.h)

@@ -3,13 +3,45 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <map>
 
 #include "models/make_model.h"
 #include "models/train_checks.h"
+#include "runtime/autograd/node.h"
 #include "runtime/checkpoint/checkpoint_dir.h"
 #include "runtime/checkpoint/training_checkpoint.h"
 
 namespace ddp::models {
+
+namespace {
+// --zero 2/3: a checkpoint holds the whole model and the whole optimizer state (of any stage and world size),
+// the live model only this rank's shards. The file loads, with every check of load_training_checkpoint, into
+// a whole model and a plain optimizer of this run's kind on the CPU first (for the resume only); then every
+// rank takes its part of the same values: the parameters through ShardedDataParallel::load_parameters (ZeRO-2
+// the whole buffers, ZeRO-3 its shards), the buffers as they are, and the optimizer state through
+// ShardedOptimizer::load_consolidated_state. Not collective.
+checkpoint::TrainingState load_into_shards(const TrainOptions& o, TrainSetup& s, const std::string& path,
+                                           const checkpoint::LoadOptions& load) {
+  auto whole = make_model(o, s.dtype);
+  auto plain = o.reset_optimizer ? nullptr : make_train_optimizer(o, whole->named_parameters());
+  auto st = checkpoint::load_training_checkpoint(path, *whole, plain.get(), load);
+  std::map<std::string, Tensor> params;
+  for (auto& p : whole->named_parameters()) params[p.name] = p.tensor;
+  s.sdp->load_parameters(params);
+  std::map<std::string, Tensor> buffers;
+  for (auto& b : whole->named_buffers()) buffers[b.name] = b.tensor;
+  {
+    autograd::NoGradGuard no_grad;
+    for (auto& b : s.model->named_buffers()) {
+      auto it = buffers.find(b.name);
+      DDP_CHECK(it != buffers.end(), "checkpoint ", path, ": the model's buffer ", b.name, " was not loaded");
+      b.tensor.copy_from(it->second);
+    }
+  }
+  if (plain) s.sharded->load_consolidated_state(plain->state(), plain->steps());
+  return st;
+}
+}  // namespace
 
 ResumePoint resume_training(const TrainOptions& o, TrainSetup& s, bool talk) {
   ResumePoint at;
@@ -22,7 +54,8 @@ ResumePoint resume_training(const TrainOptions& o, TrainSetup& s, bool talk) {
   load.reset_optimizer = o.reset_optimizer;
   load.live_config = options_json(o);
   if (o.reset_optimizer) load.config_keys_may_differ = {"optimizer", "lr"};
-  auto st = checkpoint::load_training_checkpoint(path, *s.model, s.optimizer.get(), load);
+  auto st = s.sdp ? load_into_shards(o, s, path, load)
+                  : checkpoint::load_training_checkpoint(path, *s.model, s.optimizer.get(), load);
   DDP_CHECK(st.seed == o.seed, "checkpoint ", path, " was written with --seed ", st.seed,
             ", this run has --seed ", o.seed, "; resume with the same seed");
   at.path = path;
@@ -42,6 +75,12 @@ std::string save_checkpoint(const TrainOptions& o, TrainSetup& s, dist::ProcessG
                             bool talk) {
   if (o.checkpoint_dir.empty()) return "";
   if (s.zero) s.zero->consolidate_state_dict(0);  // every rank's shard to rank 0, which writes
+  // --zero 2/3: every rank gets the whole optimizer state by parameter name, as the plain optimizer over the
+  // whole model names it (collective: every rank here; rank 0 writes it, the others drop it)
+  checkpoint::OptimizerSnapshot consolidated;
+  if (s.sharded)
+    consolidated = {checkpoint::optimizer_kind(s.sharded->inner()), s.sharded->steps(),
+                    s.sharded->consolidated_state()};
   const std::string name = "ckpt-step" + std::to_string(step) + ".safetensors";
   if (s.rank == 0) {
     std::filesystem::create_directories(o.checkpoint_dir);
@@ -49,10 +88,13 @@ std::string save_checkpoint(const TrainOptions& o, TrainSetup& s, dist::ProcessG
       if (talk) std::printf("removed %s (left by an interrupted save)\n", stale.c_str());
     auto pos = s.loader->position();
     checkpoint::TrainingState st{step, pos.epoch, pos.batches_consumed, o.seed, options_json(o), {}, {}};
-    // --zero 2/3: the whole model (the caller holds the gathered scope), no optimizer state (each rank holds
-    // only its shard's, not consolidated yet)
-    checkpoint::save_training_checkpoint(o.checkpoint_dir + "/" + name, *s.model,
-                                         s.sharded ? nullptr : s.optimizer.get(), st);
+    // The same file at every stage and world size. --zero 2/3: the whole model (the caller holds the gathered
+    // scope) and the consolidated optimizer state.
+    const std::string file = o.checkpoint_dir + "/" + name;
+    if (s.sharded)
+      checkpoint::save_training_checkpoint(file, *s.model, consolidated, st);
+    else
+      checkpoint::save_training_checkpoint(file, *s.model, s.optimizer.get(), st);
     checkpoint::write_latest(o.checkpoint_dir, name);
     if (talk) std::printf("checkpoint: %s/%s\n", o.checkpoint_dir.c_str(), name.c_str());
     std::fflush(stdout);

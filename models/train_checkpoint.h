@@ -15,11 +15,14 @@ struct ResumePoint {
 };
 
 // With --resume: loads the checkpoint into the model and optimizer and moves the loader to where it
-// stopped; else starts the loader's epoch 0. Prints a line when `talk`.
+// stopped; else starts the loader's epoch 0. Prints a line when `talk`. A checkpoint of any --zero stage and
+// world size loads at any other (--zero 2/3: into this rank's shards, through a whole copy on the CPU).
 ResumePoint resume_training(const TrainOptions& o, TrainSetup& s, bool talk);
 
 // Writes the checkpoint of `step` into --checkpoint-dir and returns its path ("" without --checkpoint-dir).
-// Collective: with --zero every rank's optimizer shard goes to rank 0 first; all ranks wait for the write.
+// Collective: with --zero 1 every rank's optimizer shard goes to rank 0 first, with --zero 2/3 every rank
+// consolidates the whole optimizer state (the caller holds the gathered scope of the whole parameters); rank
+// 0 writes, all ranks wait for the write.
 std::string save_checkpoint(const TrainOptions& o, TrainSetup& s, dist::ProcessGroup& pg, int64_t step,
                             bool talk);
 

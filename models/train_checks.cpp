@@ -92,11 +92,9 @@ void check_zero_options(const TrainOptions& o, int world, bool has_gather_group)
   DDP_CHECK(!o.gradient_as_bucket_view, z,
             " does not take --gradient-as-bucket-view: no rank holds a whole gradient to view (only its shard); "
             "drop the flag, or use --zero 0 or 1 with it");
-  DDP_CHECK(!o.sync_bn, z, " does not take --sync-bn (not supported with sharded parameters yet); drop --sync-bn, "
+  DDP_CHECK(!o.sync_bn, z,
+            " does not take --sync-bn (not supported with sharded parameters yet); drop --sync-bn, "
             "or use --zero 0 or 1 with it");
-  DDP_CHECK(o.resume.empty(), z, " cannot --resume yet: loading a checkpoint into the shards is not "
-            "supported; resume with --zero 0 or 1 (its checkpoints hold the whole model; --reset-optimizer "
-            "when they were written by --zero 2/3, which save no optimizer state)");
   DDP_CHECK(!(o.zero == 3 && world > 1 && !has_gather_group),
             "--zero 3 needs a second process group for the parameter gathers; this caller of train() gave none "
             "(the train program makes one): pass one to train(options, pg, gather_group), or use --zero 2");

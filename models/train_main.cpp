@@ -56,10 +56,11 @@ int main(int argc, char** argv) {
   std::string zero = "0";
   p.add_choice_optional_value(
       "zero", &zero, {"0", "1", "2", "3"}, "1",
-      "ZeRO stage (--zero N or --zero=N): 1 (a bare --zero) optimizer state sharded (ZeroRedundancyOptimizer); "
-      "2 gradients too, "
-      "3 parameters too (ShardedDataParallel; the summary prints the memory account). 2/3 refuse --comm-hook, "
-      "--gradient-as-bucket-view, --sync-bn and --resume");
+      "ZeRO stage (--zero N or --zero=N): 1 (a bare --zero) optimizer state sharded "
+      "(ZeroRedundancyOptimizer); 2 gradients too, 3 parameters too (ShardedDataParallel; "
+      "the summary prints the memory account). 2/3 refuse --comm-hook, "
+      "--gradient-as-bucket-view and --sync-bn. Checkpoints are one format: any stage "
+      "at any world size resumes any of them");
   p.add("static-graph", &o.static_graph, "DDP static_graph: the same graph every iteration (no unused search)");
   p.add_choice("comm-hook", &o.comm_hook, {"allreduce", "bf16", "powersgd"},
                "gradient communication per bucket (bf16 needs CUDA)");

@@ -55,7 +55,10 @@ TrainData load_data(const TrainOptions& o) {
   return d;
 }
 
-std::unique_ptr<optim::Optimizer> make_optimizer(const TrainOptions& o, std::vector<nn::NamedTensor> params) {
+}  // namespace
+
+std::unique_ptr<optim::Optimizer> make_train_optimizer(const TrainOptions& o,
+                                                       std::vector<nn::NamedTensor> params) {
   if (o.optimizer == "sgd")
     return std::make_unique<optim::SGD>(
         std::move(params), optim::SGDOptions{.lr = o.lr, .momentum = o.momentum, .weight_decay = o.weight_decay});
@@ -64,8 +67,6 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const TrainOptions& o, std::vec
                                           optim::AdamWOptions{.lr = o.lr, .weight_decay = o.weight_decay});
   DDP_FAIL("--optimizer ", o.optimizer, ": expected sgd or adamw");
 }
-
-}  // namespace
 
 TrainSetup set_up_training(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg,
                            std::shared_ptr<dist::ProcessGroup> gather_group) {
@@ -108,7 +109,9 @@ TrainSetup set_up_training(const TrainOptions& o, std::shared_ptr<dist::ProcessG
   dopt.advice.disable_static_graph = "run train without --static-graph";
   dopt.advice.iteration = "step";
   dopt.explain_iteration = o.explain;  // numbered as the steps, like the errors (train() renumbers after a resume)
-  auto inner = [&o](std::vector<nn::NamedTensor> params) { return make_optimizer(o, std::move(params)); };
+  auto inner = [&o](std::vector<nn::NamedTensor> params) {
+    return make_train_optimizer(o, std::move(params));
+  };
   if (o.zero >= 2) {  // ZeRO-2/3: the sharded wrapper (it builds the DDP and reducer itself) and optimizer
     ShardOptions so;
     so.stage = static_cast<int>(o.zero);
@@ -125,7 +128,7 @@ TrainSetup set_up_training(const TrainOptions& o, std::shared_ptr<dist::ProcessG
       s.zero = zero.get();
       s.optimizer = std::move(zero);
     } else {
-      s.optimizer = make_optimizer(o, s.model->named_parameters());
+      s.optimizer = make_train_optimizer(o, s.model->named_parameters());
     }
   }
 

@@ -53,6 +53,11 @@ struct TrainSetup {
   }
 };
 
+// The optimizer of --optimizer (sgd | adamw) with the run's settings over `params`: the plain one, the inner
+// one of --zero 1/2/3, and the whole-model one a --zero 2/3 resume loads a checkpoint into first.
+std::unique_ptr<optim::Optimizer> make_train_optimizer(const TrainOptions& o,
+                                                       std::vector<nn::NamedTensor> params);
+
 // Checks the options and builds everything; collective (DDP's model check and broadcast, path checks).
 // `gather_group`: see train() (train.h).
 TrainSetup set_up_training(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg,

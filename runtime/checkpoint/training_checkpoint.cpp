@@ -182,8 +182,9 @@ std::string optimizer_kind(const optim::Optimizer& optimizer) {
   return "";
 }
 
-void save_training_checkpoint(const std::string& path, const nn::Module& module,
-                              const optim::Optimizer* optimizer, const TrainingState& state) {
+namespace {
+void save_checkpoint_file(const std::string& path, const nn::Module& module,
+                          const OptimizerSnapshot* optimizer, const TrainingState& state) {
   std::vector<Tensor> keep;  // host copies must outlive the write
   std::vector<TensorView> views;
   std::map<std::string, std::string> meta = state.extra;
@@ -196,17 +197,30 @@ void save_training_checkpoint(const std::string& path, const nn::Module& module,
   for (auto& p : module.named_parameters()) add("model." + p.name, p.tensor);
   for (auto& b : module.named_buffers()) add("model." + b.name, b.tensor);
   if (optimizer)
-    for (auto& [k, t] : optimizer->state()) add("optim." + k, t);
+    for (auto& [k, t] : optimizer->state) add("optim." + k, t);
   meta["format"] = kFormat;
   meta["step"] = std::to_string(state.step);
   meta["epoch"] = std::to_string(state.epoch);
   meta["batches_in_epoch"] = std::to_string(state.batches_in_epoch);
   meta["seed"] = std::to_string(state.seed);
-  meta["optimizer"] = optimizer ? optimizer_kind(*optimizer) : "";
-  meta["optimizer_steps"] = std::to_string(optimizer ? optimizer->steps() : 0);
+  meta["optimizer"] = optimizer ? optimizer->kind : "";
+  meta["optimizer_steps"] = std::to_string(optimizer ? optimizer->steps : 0);
   meta["config"] = state.config_json;
   meta[std::string(kHeaderChecksumKey)] = crc32_text(header_crc32_of(meta, views));
   write_safetensors(path, views, meta);
+}
+}  // namespace
+
+void save_training_checkpoint(const std::string& path, const nn::Module& module,
+                              const optim::Optimizer* optimizer, const TrainingState& state) {
+  if (!optimizer) return save_checkpoint_file(path, module, nullptr, state);
+  const OptimizerSnapshot snapshot{optimizer_kind(*optimizer), optimizer->steps(), optimizer->state()};
+  save_checkpoint_file(path, module, &snapshot, state);
+}
+
+void save_training_checkpoint(const std::string& path, const nn::Module& module,
+                              const OptimizerSnapshot& optimizer, const TrainingState& state) {
+  save_checkpoint_file(path, module, &optimizer, state);
 }
 
 TrainingState load_training_checkpoint(const std::string& path, nn::Module& module,

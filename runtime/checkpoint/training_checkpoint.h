@@ -49,6 +49,20 @@ struct LoadOptions {
 void save_training_checkpoint(const std::string& path, const nn::Module& module,
                               const optim::Optimizer* optimizer, const TrainingState& state);
 
+// An optimizer's whole state held apart from an optimizer object: by parameter name exactly as
+// optim::Optimizer::state() of the plain optimizer over the whole model names it ("fc1.weight.exp_avg"), e.g.
+// ShardedOptimizer::consolidated_state() of ZeRO-2/3; its kind as optimizer_kind() names it ("adamw", "sgd")
+// and its step count (Optimizer::steps()).
+struct OptimizerSnapshot {
+  std::string kind;
+  int64_t steps = 0;
+  std::map<std::string, Tensor> state;
+};
+
+// The same file from such a snapshot: identical to what the plain optimizer with that state writes.
+void save_training_checkpoint(const std::string& path, const nn::Module& module,
+                              const OptimizerSnapshot& optimizer, const TrainingState& state);
+
 // Loads into module (+ optimizer unless options.reset_optimizer) in place and returns the state. Throws
 // ddp::Error naming the file and the first problem; nothing is modified when it throws.
 TrainingState load_training_checkpoint(const std::string& path, nn::Module& module,

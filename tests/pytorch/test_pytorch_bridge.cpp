@@ -6,7 +6,8 @@
 // and one more step on each side agrees again. Also the .pt round trip (to-torch, from-torch) keeps every
 // tensor and metadata entry, across the two PyTorch versions when both are installed. Each runs under both
 // PyTorch installations (tests/support/torch_python.h: Debian's 1.13, PyPI's 2.x venv), skipped with the
-// reason when one is missing.
+// reason when one is missing. A checkpoint of `train --zero 3` at 2 processes (whole model, consolidated
+// optimizer state) gives ddp.cpp and PyTorch the losses of plain DDP's checkpoint (one PyTorch suffices).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -99,15 +100,21 @@ class PyTorchBridge : public ::testing::TestWithParam<std::tuple<const char*, To
 };
 
 // A float64 checkpoint of `model` after 2 steps in `ckpt_dir`, so the optimizer has state (momentum, AdamW
-// moments and steps); its path, or "" with the failure recorded.
-std::string train_checkpoint(const std::string& model, const std::string& ckpt_dir) {
+// moments and steps); its path, or "" with the failure recorded. `zero`: the ZeRO stage, `nproc` processes
+// (through ddprun when more than 1).
+std::string train_checkpoint(const std::string& model, const std::string& ckpt_dir,
+                             const std::string& zero = "0", int nproc = 1) {
   std::string flags =
       "--data synthetic --dtype float64 --steps 2 --batch-size 8 --synthetic-samples 64 --eval-batches 1 "
       "--log-interval 0 --sample-tokens 0 --weight-decay 0.01 --lr 0.01 --threads 1";
   if (model == "mlp") flags += " --hidden 32 --depth 2 --optimizer sgd";
   if (model == "cnn") flags += " --optimizer sgd --momentum 0.8";
   if (model == "gpt") flags += " --context 16 --d-model 32 --n-head 2 --n-layer 2 --optimizer adamw";
-  std::vector<std::string> train = {DDP_BIN_DIR "/train", "--model", model, "--checkpoint-dir", ckpt_dir};
+  std::vector<std::string> train = {
+      DDP_BIN_DIR "/train", "--model", model, "--checkpoint-dir", ckpt_dir, "--zero", zero};
+  if (nproc > 1)
+    train.insert(train.begin(),
+                 {ddp::testing::ddprun_path(), "--standalone", "--nproc-per-node", std::to_string(nproc)});
   std::istringstream words(flags);
   for (std::string w; words >> w;) train.push_back(w);
   ProcessResult r = run(train);
@@ -205,6 +212,46 @@ TEST_P(PyTorchBridge, CheckpointRoundTripThroughPtKeepsEveryTensor) {
   EXPECT_EQ(checkpoint_difference(ckpt, back), "")
       << "written by torch " << torch().version << ", read by " << reader.version;
   fs::remove_all(dir);
+}
+
+// --zero 3 writes the file plain DDP writes (issue 23): its checkpoint at 2 processes gives checkpoint_loss
+// and ddp_torch.py the loss, and the loss after one step from its optimizer state, of --zero 0's at 2
+// processes.
+TEST(PyTorchBridgeZero, Zero3CheckpointGivesPlainDdpsLossesInDdpCppAndPyTorch) {
+  const TorchPython& t1 = ddp::testing::torch_python(TorchKind::Debian113);  // the faster import
+  const TorchPython& torch = t1.available() ? t1 : ddp::testing::torch_python(TorchKind::PyPI2);
+  DDP_REQUIRE_TORCH(torch);
+  for (const std::string model : {"mlp", "cnn", "gpt"}) {  // SGD, SGD with momentum and BatchNorm, AdamW
+    SCOPED_TRACE(model);
+    const fs::path dir =
+        fs::temp_directory_path() / ("ddp_torch_zero3_" + model + "_" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    const std::string batch = (dir / "batch.safetensors").string();
+    write_batch(batch, model);
+    const std::string plain = train_checkpoint(model, (dir / "plain").string(), "0", 2);
+    const std::string zero3 = train_checkpoint(model, (dir / "zero3").string(), "3", 2);
+    ASSERT_FALSE(plain.empty());
+    ASSERT_FALSE(zero3.empty());
+    ProcessResult r =
+        run({DDP_BIN_DIR "/checkpoint_loss", "--checkpoint", plain, "--batch", batch, "--step"});
+    ASSERT_EQ(r.exit_code, 0) << output(r);
+    const Losses want = parse_losses(r.out);
+    r = run({DDP_BIN_DIR "/checkpoint_loss", "--checkpoint", zero3, "--batch", batch, "--step"});
+    ASSERT_EQ(r.exit_code, 0) << output(r);
+    const Losses cpp = parse_losses(r.out);
+    r = run({torch.python, DDP_SOURCE_DIR "/tools/ddp_torch.py", "loss", zero3, batch, "--steps", "1"});
+    ASSERT_EQ(r.exit_code, 0) << output(r);
+    const Losses py = parse_losses(r.out);
+    expect_close(cpp.before, want.before, model + ": --zero 3's checkpoint vs --zero 0's, loss of the batch");
+    expect_close(cpp.after, want.after, model + ": --zero 3's checkpoint vs --zero 0's, after one step");
+    expect_close(cpp.before, py.before, model + ": --zero 3's checkpoint in ddp.cpp vs PyTorch");
+    expect_close(cpp.after, py.after,
+                 model + ": --zero 3's checkpoint in ddp.cpp vs PyTorch, after one step");
+    EXPECT_GT(std::abs(cpp.before - cpp.after), 1e-6)
+        << "the step changed nothing: the comparison proves nothing";
+    fs::remove_all(dir);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(ReferenceModels, PyTorchBridge,
