@@ -50,8 +50,9 @@ std::shared_ptr<dist::ProcessGroup> borrow(dist::ProcessGroup& pg) {
 constexpr int kFeatures = 6, kHidden = 8, kClasses = 3;
 constexpr int64_t kRows = 3;
 
-// items.0 -> (items.1, when use_middle) -> items.2. The items are called through operator() so their forward
-// hooks run (ZeRO-3 units, ZeRO-2's per-module waits); each is a unit of ZeRO-3 by default.
+// items.0 -> (items.1, when use_middle) -> items.2 -> head. The modules are called through operator() so
+// their forward hooks run (ZeRO-3 units, ZeRO-2's per-module waits); each item is a unit of ZeRO-3 by
+// default, head is in the root unit (gathered for the whole forward and backward).
 class Skippable : public nn::Module {
  public:
   Skippable() {
@@ -59,13 +60,15 @@ class Skippable : public nn::Module {
     items->push_back(std::make_shared<nn::Linear>(kFeatures, kHidden, true, DType::F64));
     items->push_back(std::make_shared<nn::Linear>(kHidden, kHidden, true, DType::F64));
     items->push_back(std::make_shared<nn::Linear>(kHidden, kClasses, true, DType::F64));
+    head = register_module("head", std::make_shared<nn::Linear>(kClasses, kClasses, true, DType::F64));
   }
   Tensor forward(const Tensor& x) override {
     Tensor h = ops::relu((*items)[0](x));
     if (use_middle) h = ops::relu((*items)[1](h));
-    return (*items)[2](h);
+    return (*head)((*items)[2](h));
   }
   std::shared_ptr<nn::ModuleList<nn::Linear>> items;
+  std::shared_ptr<nn::Linear> head;
   bool use_middle = true;
 };
 
@@ -248,6 +251,18 @@ TEST(ShardedAsymmetric, RankWhoseBackwardSkipsAParameterCatchesTheErrorAndTraini
 }
 
 namespace {
+// ZeRO-3 also with prefetch 0 and the units kept gathered from forward to backward (what an abandoned
+// iteration leaves gathered then: every unit).
+std::vector<std::pair<std::string, std::function<void(ShardOptions&)>>> settings(int stage) {
+  std::vector<std::pair<std::string, std::function<void(ShardOptions&)>>> out{{"", {}}};
+  if (stage == 3)
+    out.push_back({", prefetch 0, no reshard after forward", [](ShardOptions& o) {
+                     o.prefetch = 0;
+                     o.reshard_after_forward = false;
+                   }});
+  return out;
+}
+
 // The user's check between forward and backward (a loss that must be finite, a batch that must be valid...).
 struct UserError : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -255,35 +270,36 @@ struct UserError : std::runtime_error {
 }  // namespace
 
 // Every rank raises the same error between forward and backward in step 1 (a check on data all ranks see)
-// and catches it: every rank abandons the iteration. The next forward settles it; the run equals one without
-// step 1.
+// and catches it: every rank abandons the iteration. The next forward settles it (ZeRO-3: the root unit, and
+// without reshard_after_forward every unit, were still gathered); the run equals one without step 1.
 TEST(ShardedAsymmetric, ErrorEveryRankRaisesBetweenForwardAndBackwardAbandonsTheIterationEverywhere) {
   constexpr int kSteps = 4, kBad = 1;
   for (const std::string backend : {"shm", "gloo"})
     for (int stage : {2, 3})
-      for (int world : {2, 3}) {
-        SCOPED_TRACE(where(backend, stage, world));
-        const Outcome got =
-            run_sharded(backend, stage, world, kSteps,
-                        [&](int rank, int step, Skippable&, ShardedDataParallel& sdp, ShardedOptimizer& opt,
-                            std::string& caught) {
-                          Batch b = batch_of(step, rank);
-                          try {
-                            Tensor loss = ops::cross_entropy(sdp.forward(b.x), b.y);
-                            if (step == kBad)
-                              throw UserError("step " + std::to_string(step) + " rejected by the loop");
-                            autograd::backward(loss);
-                            opt.step();
-                          } catch (const UserError& e) {
-                            caught += std::string(e.what()) + "\n";
-                          }
-                        });
-        for (int r = 0; r < world; ++r)
-          EXPECT_EQ(got.caught[r], "step 1 rejected by the loop\n") << "rank " << r;
-        expect_ranks_equal_and_match(
-            got, reference(
-                     world, kSteps, [](int, int) { return true; }, [&](int step) { return step == kBad; }));
-      }
+      for (int world : {2, 3})
+        for (const auto& [setting, set] : settings(stage)) {
+          SCOPED_TRACE(where(backend, stage, world) + setting);
+          const Outcome got = run_sharded(
+              backend, stage, world, kSteps,
+              [&](int rank, int step, Skippable&, ShardedDataParallel& sdp, ShardedOptimizer& opt,
+                  std::string& caught) {
+                Batch b = batch_of(step, rank);
+                try {
+                  Tensor loss = ops::cross_entropy(sdp.forward(b.x), b.y);
+                  if (step == kBad) throw UserError("step " + std::to_string(step) + " rejected by the loop");
+                  autograd::backward(loss);
+                  opt.step();
+                } catch (const UserError& e) {
+                  caught += std::string(e.what()) + "\n";
+                }
+              },
+              set);
+          for (int r = 0; r < world; ++r)
+            EXPECT_EQ(got.caught[r], "step 1 rejected by the loop\n") << "rank " << r;
+          expect_ranks_equal_and_match(
+              got, reference(
+                       world, kSteps, [](int, int) { return true; }, [&](int step) { return step == kBad; }));
+        }
 }
 
 // Only the last rank raises between forward and backward (in step 1, and in step 2 on a ZeRO-3 forward that
@@ -295,43 +311,47 @@ TEST(ShardedAsymmetric, OneRankRaisesBetweenForwardAndBackwardTheLoopAgreesAndEv
   auto bad = [](int step) { return step == 1 || step == 2; };
   for (const std::string backend : {"shm", "gloo"})
     for (int stage : {2, 3})
-      for (int world : {2, 3}) {
-        SCOPED_TRACE(where(backend, stage, world));
-        std::vector<std::string> abandoned(world);
-        const Outcome got = run_sharded(
-            backend, stage, world, kSteps,
-            [&](int rank, int step, Skippable&, ShardedDataParallel& sdp, ShardedOptimizer& opt,
-                std::string& caught) {
-              Batch b = batch_of(step, rank);
-              Tensor loss;
-              bool ok = true;
-              try {
-                loss = ops::cross_entropy(sdp.forward(b.x), b.y);
-                if (rank == world - 1 && bad(step))
-                  throw UserError("rank " + std::to_string(rank) + " rejected step " + std::to_string(step));
-              } catch (const UserError& e) {
-                caught += std::string(e.what()) + "\n";
-                ok = false;
-              }
-              Tensor all_ok = Tensor::from_data<int32_t>({ok ? 1 : 0}, {1});
-              host_allreduce(sdp.process_group(), all_ok, dist::ReduceOp::Min);
-              if (all_ok.data<int32_t>()[0] == 0) {
-                abandoned[rank] += std::to_string(step) + " ";
-                return;  // every rank: no backward, no step
-              }
-              autograd::backward(loss);
-              opt.step();
-            });
-        for (int r = 0; r < world; ++r) {
-          EXPECT_EQ(abandoned[r], "1 2 ") << "rank " << r;
-          EXPECT_EQ(got.caught[r], r == world - 1 ? "rank " + std::to_string(r) + " rejected step 1\nrank " +
-                                                        std::to_string(r) + " rejected step 2\n"
-                                                  : "")
-              << "rank " << r;
+      for (int world : {2, 3})
+        for (const auto& [setting, set] : settings(stage)) {
+          SCOPED_TRACE(where(backend, stage, world) + setting);
+          std::vector<std::string> abandoned(world);
+          const Outcome got = run_sharded(
+              backend, stage, world, kSteps,
+              [&](int rank, int step, Skippable&, ShardedDataParallel& sdp, ShardedOptimizer& opt,
+                  std::string& caught) {
+                Batch b = batch_of(step, rank);
+                Tensor loss;
+                bool ok = true;
+                try {
+                  loss = ops::cross_entropy(sdp.forward(b.x), b.y);
+                  if (rank == world - 1 && bad(step))
+                    throw UserError("rank " + std::to_string(rank) + " rejected step " +
+                                    std::to_string(step));
+                } catch (const UserError& e) {
+                  caught += std::string(e.what()) + "\n";
+                  ok = false;
+                }
+                Tensor all_ok = Tensor::from_data<int32_t>({ok ? 1 : 0}, {1});
+                host_allreduce(sdp.process_group(), all_ok, dist::ReduceOp::Min);
+                if (all_ok.data<int32_t>()[0] == 0) {
+                  abandoned[rank] += std::to_string(step) + " ";
+                  return;  // every rank: no backward, no step
+                }
+                autograd::backward(loss);
+                opt.step();
+              },
+              set);
+          for (int r = 0; r < world; ++r) {
+            EXPECT_EQ(abandoned[r], "1 2 ") << "rank " << r;
+            EXPECT_EQ(got.caught[r], r == world - 1
+                                         ? "rank " + std::to_string(r) + " rejected step 1\nrank " +
+                                               std::to_string(r) + " rejected step 2\n"
+                                         : "")
+                << "rank " << r;
+          }
+          expect_ranks_equal_and_match(got, reference(
+                                                world, kSteps, [](int, int) { return true; }, bad));
         }
-        expect_ranks_equal_and_match(got, reference(
-                                              world, kSteps, [](int, int) { return true; }, bad));
-      }
 }
 
 // ---- a rank killed during a ZeRO-3 parameter gather: real processes under ddprun ----
