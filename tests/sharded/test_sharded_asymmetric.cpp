@@ -11,16 +11,20 @@
 //     whole world's decision: either every rank raises it (a check on the same data), or the loop agrees on
 //     it before any rank starts its backward (an all-reduce of an "ok" flag). Then every rank abandons the
 //     iteration - no backward, no step - and the next forward settles it (the reducer has nothing in flight,
-//     ZeRO-3 reshards every unit). The result equals a run without that step, ranks bitwise equal.
+//     ZeRO-3 reshards every unit). The result equals a run without that step, ranks bitwise equal. And why:
+//     a rank that skips its backward alone leaves the others a named error (the collective, the rank that did
+//     not arrive) after the collective timeout - no hang, but no saving the iteration either.
 // A rank killed during a ZeRO-3 parameter gather runs as real processes under ddprun at the end of this file
 // (tests/progs/sharded_kill_worker.cpp).
 #include <gtest/gtest.h>
 
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <regex>
+#include <thread>
 
 #include "runtime/autograd/engine.h"
 #include "runtime/ddp/host_collectives.h"
@@ -352,6 +356,63 @@ TEST(ShardedAsymmetric, OneRankRaisesBetweenForwardAndBackwardTheLoopAgreesAndEv
           expect_ranks_equal_and_match(got, reference(
                                                 world, kSteps, [](int, int) { return true; }, bad));
         }
+}
+
+// Why the loop must agree: a rank that raises between forward and backward and skips its backward ALONE
+// leaves the others waiting in their backward's first collective (ZeRO-2: a bucket's reduce-scatter; ZeRO-3:
+// a unit's backward gather on the gather group). They fail there after the collective timeout (2 s here) with
+// an error naming the collective and the rank that did not arrive - no hang - and the iteration cannot be
+// saved: the ranks have parted (this test stops every rank there).
+TEST(ShardedAsymmetric, RankThatSkipsItsBackwardAloneLeavesTheOthersANamedErrorNotAHang) {
+  for (int stage : {2, 3}) {
+    SCOPED_TRACE("zero" + std::to_string(stage));
+    std::vector<std::string> errors(2);
+    std::atomic<bool> reported{false};
+    const auto t0 = std::chrono::steady_clock::now();
+    dist::ProcessGroupOptions po = short_timeout();
+    po.timeout = 2s;
+    dist::run_threads(
+        2,
+        [&](int rank, dist::ProcessGroup& pg, dist::Store& store) {
+          auto model = make_model();
+          ShardOptions o;
+          o.stage = stage;
+          dist::DistEnv env;
+          env.rank = rank;
+          env.world_size = 2;
+          dist::ProcessGroupOptions go = po;
+          go.name = "gather";
+          o.gather_group = dist::new_process_group(env, store, "shm", go);
+          ShardedDataParallel sdp(model, borrow(pg), o);
+          ShardedOptimizer opt(sdp, make_sgd);
+          for (int step = 0; step < 2; ++step) {
+            Batch b = batch_of(step, rank);
+            try {
+              Tensor loss = ops::cross_entropy(sdp.forward(b.x), b.y);
+              if (rank == 1 && step == 1) throw UserError("rank 1 rejected step 1");
+              autograd::backward(loss);
+              opt.step();
+            } catch (const std::exception& e) {
+              errors[rank] = e.what();
+              break;
+            }
+          }
+          // Rank 1 stays (its groups alive) until rank 0 has its error: rank 0 must fail on the timeout, not
+          // on a peer that left.
+          if (rank == 0) reported = true;
+          while (!reported && std::chrono::steady_clock::now() - t0 < 30s) std::this_thread::sleep_for(10ms);
+        },
+        po, "shm");
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_LT(took, 12) << errors[0];
+    EXPECT_EQ(errors[1], "rank 1 rejected step 1");
+    const std::string collective = stage == 2 ? "reduce_scatter" : "allgather";
+    EXPECT_TRUE(
+        std::regex_search(errors[0], std::regex("shm " + collective +
+                                                R"( #\d+ .* failed on rank 0 of 2 )"
+                                                R"(.*rank\(s\) 1 \(last reached: #\d+\) did not arrive)")))
+        << errors[0];
+  }
 }
 
 // ---- a rank killed during a ZeRO-3 parameter gather: real processes under ddprun ----
