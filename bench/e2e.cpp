@@ -1,8 +1,8 @@
 // e2e.cpp - bench_e2e: end-to-end DDP training throughput of a named configuration on synthetic data.
 // Each step is train's own (models/train_step.h), which times forward (+ loss), backward (the whole autograd
 // call, finalize included) and the optimizer; backward compute, communication and exposed communication come
-// from the reducer (reducer.last_stats()). Rank 0 prints medians with their spread and appends one JSON record
-// to --json.
+// from the reducer (reducer.last_stats()). Rank 0 prints medians with their spread and appends one JSON
+// record to --json.
 //
 //   bin/bench_e2e --config mlp --steps 20                                       # world 1
 //   bin/ddprun --standalone --nproc-per-node 2 bin/bench_e2e --config gpt --mode nooverlap --json runs/b.json
@@ -10,6 +10,10 @@
 // Modes: ddp (overlapped bucket all-reduce), nosync (backward inside ddp.no_sync(): no communication at all,
 // the compute-only reference), nooverlap (DDPOptions.overlap = false: all buckets go after backward), unused
 // (find_unused_parameters = true: graph traversal + used-map all-reduce). See docs/benchmarks.md.
+// --zero {0,1,2,3}: the step through DDP + the optimizer (0), + ZeroRedundancyOptimizer (1), or
+// ShardedDataParallel + ShardedOptimizer (2, 3; bench/e2e_zero.h); the JSON record then holds the memory
+// account (parameter, gradient, optimizer bytes beside the ZeRO formula, bucket/gathered/resident peaks) and
+// the time the forward and backward waited for parameter all-gathers per step.
 // Sizes (tools/bench_cost_curve.py sweeps them): --mlp-hidden, --gpt-width/--gpt-depth/--gpt-context, and
 // --config many --param-tensors N (N tensors holding --many-mib MiB in all: bench/many_params_model.h).
 #include <sys/resource.h>
@@ -26,6 +30,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench/e2e_zero.h"
 #include "bench/many_params_model.h"
 #include "models/gpt.h"
 #include "models/mlp.h"
@@ -58,7 +63,6 @@ struct Workload {
   int64_t tokens_per_sample = 0;   // 0 for non-token models
   double flops_per_rank_step = 0;  // forward + backward
   std::string flops_rule;
-  std::unique_ptr<ddp::optim::Optimizer> optimizer;  // built after DDP wraps the model
   std::string optimizer_name;
 };
 
@@ -201,7 +205,7 @@ int main(int argc, char** argv) {
   try {
     std::string config = "mlp", mode = "ddp", device_s = "auto", backend = "auto", json_path, trace_path,
                 dtype_s = "f32", allreduce_dtype = "f32", optimizer_s = "default", label;
-    int warmup = 3, steps = 20, threads = 0;
+    int warmup = 3, steps = 20, threads = 0, zero = 0, prefetch = 1;
     int64_t batch = 0;
     double cap_mb = 25.0, first_mb = 1.0, peak_tflops = 0, lr = 0;
     bool force = false, grad_as_bucket_view = false, zero_grad_in_place = false;
@@ -228,6 +232,11 @@ int main(int argc, char** argv) {
         "mode", &mode, {"ddp", "nosync", "nooverlap", "unused"},
         "ddp: overlapped all-reduce; nosync: no communication; nooverlap: all-reduce after backward; "
         "unused: find_unused_parameters");
+    p.add("zero", &zero,
+          "ZeRO stage: 0 DDP, 1 ZeroRedundancyOptimizer, 2 ShardedDataParallel (gradients and optimizer "
+          "state sharded), 3 parameters too (a second group for the gathers); the JSON record gets the "
+          "memory account");
+    p.add("prefetch", &prefetch, "--zero 3: units gathered ahead of the one computing (0: none)");
     p.add("bucket-cap-mb", &cap_mb, "DDP bucket cap (MiB)");
     p.add("first-bucket-mb", &first_mb, "cap of the first bucket (MiB)");
     p.add("gradient-as-bucket-view", &grad_as_bucket_view,
@@ -263,6 +272,9 @@ int main(int argc, char** argv) {
     p.add("force", &force, "run gpt2s on CPU anyway");
     p.parse(argc, argv);
     DDP_CHECK(steps >= 1 && warmup >= 0, "bench_e2e: --steps must be >= 1 and --warmup >= 0");
+    DDP_CHECK(zero >= 0 && zero <= 3, "bench_e2e: --zero ", zero, ": expected 0, 1, 2 or 3");
+    DDP_CHECK(zero < 2 || (!grad_as_bucket_view && allreduce_dtype == "f32"), "bench_e2e: --zero ", zero,
+              " reduces by reduce-scatter: drop --gradient-as-bucket-view and --allreduce-dtype bf16");
 
     const ddp::dist::DistEnv env = ddp::dist::init_from_env();
     const bool gpu = device_s == "cuda" || (device_s == "auto" && ddp::cuda_device_count() > 0);
@@ -282,7 +294,8 @@ int main(int argc, char** argv) {
 
     ddp::Device dev = ddp::Device::cpu();
     if (gpu) dev = ddp::Device::cuda(std::max(0, ddp::dist::select_cuda_device(env.local_rank)));
-    auto ctx = ddp::dist::init_distributed(env, backend == "auto" ? (gpu ? "nccl" : "cpu") : backend);
+    const std::string backend_name = backend == "auto" ? (gpu ? "nccl" : "cpu") : backend;
+    auto ctx = ddp::dist::init_distributed(env, backend_name);
     const int rank = ctx.group->rank(), world = ctx.group->size();
 
     if (batch <= 0) batch = config == "mlp" ? 64 : (config == "gpt" ? 16 : 8);
@@ -299,19 +312,27 @@ int main(int argc, char** argv) {
     opts.overlap = mode != "nooverlap";
     opts.find_unused_parameters = mode == "unused";
     if (allreduce_dtype == "bf16") opts.comm_hook = std::make_shared<ddp::BF16CompressHook>();
-    ddp::DistributedDataParallel model(w.model, ctx.group, opts);
     if (optimizer_s == "default") optimizer_s = config == "mlp" || config == "many" ? "sgd" : "adamw";
+    ddp::optim::OptimizerFactory make_optimizer;
+    int optimizer_bytes_per_param = 0;  // K of the ZeRO formula: SGD without momentum 0, AdamW two moments
     if (optimizer_s == "sgd") {
       ddp::optim::SGDOptions o;
       o.lr = lr > 0 ? lr : 0.01;
-      w.optimizer = std::make_unique<ddp::optim::SGD>(w.model->named_parameters(), o);
+      make_optimizer = [o](std::vector<ddp::nn::NamedTensor> ps) {
+        return std::make_unique<ddp::optim::SGD>(std::move(ps), o);
+      };
       w.optimizer_name = "SGD lr " + std::to_string(o.lr);
     } else {
       ddp::optim::AdamWOptions o;
       o.lr = lr > 0 ? lr : 3e-4;
-      w.optimizer = std::make_unique<ddp::optim::AdamW>(w.model->named_parameters(), o);
+      make_optimizer = [o](std::vector<ddp::nn::NamedTensor> ps) {
+        return std::make_unique<ddp::optim::AdamW>(std::move(ps), o);
+      };
       w.optimizer_name = "AdamW lr " + std::to_string(o.lr) + " wd 0.01";
+      optimizer_bytes_per_param = 2 * static_cast<int>(ddp::dtype_size(dtype));
     }
+    ddp::bench::E2eParallel model(zero, w.model, env, ctx, backend_name, opts, prefetch, make_optimizer,
+                                  optimizer_bytes_per_param);
     std::string peak_source = "--peak-tflops";
     if (peak_tflops <= 0 && gpu) {
       const ddp::PeakFlops peak = ddp::datasheet_peak(ddp::cuda_device_name(dev.index), bf16);
@@ -322,7 +343,7 @@ int main(int argc, char** argv) {
     // The step itself is train's (models/train_step.h): one micro-batch, the same synthetic batch every step.
     ddp::models::StepOptions step_options;
     step_options.synchronize_gradients = mode != "nosync";  // nosync: the whole backward under no_sync
-    step_options.wait_for_device = gpu;                      // each phase's GPU work counted in it
+    step_options.wait_for_device = gpu;                     // each phase's GPU work counted in it
     step_options.zero_grad_set_to_none = !zero_grad_in_place;
     auto next_batch = [&w] {
       ddp::data::Batch b;
@@ -331,12 +352,16 @@ int main(int argc, char** argv) {
       return b;
     };
     auto& tracer = ddp::trace::global_tracer();
-    std::vector<double> step_s, fwd_s, bwd_s, bwd_compute_s, comm_s, exposed_s, opt_s, used_map_s;
+    std::vector<double> step_s, fwd_s, bwd_s, bwd_compute_s, comm_s, exposed_s, opt_s, used_map_s, gather_s;
     const double load_before = load_average();
     long faults_before = 0;
     for (int it = 0; it < warmup + steps; ++it) {
       const bool measured = it >= warmup;
-      if (it == warmup) faults_before = minor_faults();
+      if (it == warmup) {
+        faults_before = minor_faults();
+        model.reset_gather_stats();  // the gather waits of the measured steps only
+      }
+      const double gather_before = model.gather_wait_s();
       if (measured && it == warmup && !trace_path.empty()) {
         tracer.set_rank(rank);
         tracer.set_world_size(world);
@@ -347,7 +372,7 @@ int main(int argc, char** argv) {
       if (measured) tracer.begin_iteration(it + 1);
       sync_device(w.x);
       const auto t0 = Clock::now();
-      const ddp::models::StepResult r = ddp::models::train_step(model, *w.optimizer, next_batch, step_options);
+      const ddp::models::StepResult r = model.step(next_batch, step_options);
       const auto t1 = Clock::now();
       if (measured) tracer.end_iteration(it + 1);
       if (!measured) continue;
@@ -355,6 +380,7 @@ int main(int argc, char** argv) {
       fwd_s.push_back(r.forward_s);
       bwd_s.push_back(r.backward_s);
       opt_s.push_back(r.optimizer_s);
+      gather_s.push_back(model.gather_wait_s() - gather_before);
       if (mode == "nosync") {
         bwd_compute_s.push_back(r.backward_s);
         comm_s.push_back(0);
@@ -377,12 +403,21 @@ int main(int argc, char** argv) {
     ddp::host_allreduce(*ctx.group, job_steps, ddp::dist::ReduceOp::Max);
     const double* js = job_steps.data<double>();
     step_s.assign(js, js + job_steps.numel());
+    // The memory account: rank 0's in full, every rank's resident peak and parameter + gradient + optimizer
+    // bytes.
+    const ddp::MemoryAccount account = model.memory_account();
+    const std::vector<double> resident_per_rank =
+        ddp::bench::every_rank(*ctx.group, static_cast<double>(account.resident_peak_bytes));
+    const std::vector<double> measured_per_rank =
+        ddp::bench::every_rank(*ctx.group, static_cast<double>(account.measured_bytes()));
+    const std::vector<double> shmem_per_rank =
+        ddp::bench::every_rank(*ctx.group, static_cast<double>(ddp::bench::resident_now()["RssShmem"]));
 
     if (rank == 0) {
       using ddp::sim::summarize;
       const auto step = summarize(step_s), fwd = summarize(fwd_s), bwd = summarize(bwd_s),
                  bwdc = summarize(bwd_compute_s), comm = summarize(comm_s), exposed = summarize(exposed_s),
-                 opt = summarize(opt_s);
+                 opt = summarize(opt_s), gather = summarize(gather_s);
       const double global_samples = static_cast<double>(w.samples_per_rank) * world;
       std::vector<double> rate, tflops;
       for (double s : step_s) {
@@ -395,9 +430,10 @@ int main(int argc, char** argv) {
       gethostname(host, sizeof host - 1);
       const char* rate_unit = w.tokens_per_sample > 0 ? "tokens/s" : "samples/s";
 
-      std::printf("bench_e2e: %s (%lld parameters), mode %s, world %d, backend %s, device %s, %s\n",
+      std::printf("bench_e2e: %s (%lld parameters), mode %s, ZeRO-%d, world %d, backend %s, device %s, %s\n",
                   w.description.c_str(), static_cast<long long>(w.model->num_parameters()), mode.c_str(),
-                  world, ctx.group->backend_name().c_str(), dev.str().c_str(), dtype_s.c_str());
+                  zero, world, ctx.group->backend_name().c_str(), dev.str().c_str(), dtype_s.c_str());
+      if (zero > 0) std::printf("  %s\n", model.wrapper_name().c_str());
       std::printf("  batch %lld per rank%s, %s, bucket cap %.3g MiB (first %.3g MiB, %zu buckets%s)\n",
                   static_cast<long long>(w.samples_per_rank),
                   w.tokens_per_sample > 0
@@ -427,7 +463,9 @@ int main(int argc, char** argv) {
       row("communication (ms)", comm, 1e3);
       row("exposed communication (ms)", exposed, 1e3);
       row("optimizer + zero_grad (ms)", opt, 1e3);
-      if (mode == "unused") row("used-map sync (ms)", summarize(used_map_s), 1e3);  // host wait for its copy (GPU)
+      if (zero >= 2) row("waiting for gathers (ms)", gather, 1e3);
+      if (mode == "unused")
+        row("used-map sync (ms)", summarize(used_map_s), 1e3);  // host wait for its copy (GPU)
       row((std::string(rate_unit) + " (all ranks)").c_str(), rate_st, 1);
       row("GFLOP/s per rank", tf, 1e3);
       if (peak_tflops > 0) {
@@ -436,12 +474,23 @@ int main(int argc, char** argv) {
         row(("MFU % (peak " + std::to_string(static_cast<int>(peak_tflops)) + " TF/s)").c_str(), mfu, 1);
         std::printf("  (MFU peak: %s)\n", peak_source.c_str());
       }
+      std::printf("  ");
+      for (char c : account.table()) c == '\n' ? std::printf("\n  ") : std::putchar(c);
+      std::printf("\n");
+      std::printf("  per rank: resident peak (MiB)");
+      for (double b : resident_per_rank) std::printf(" %.1f", b / (1024.0 * 1024.0));
+      std::printf("; parameters + gradients + optimizer (MiB)");
+      for (double b : measured_per_rank) std::printf(" %.2f", b / (1024.0 * 1024.0));
+      std::printf("; shared memory in the resident set at the end (MiB)");
+      for (double b : shmem_per_rank) std::printf(" %.1f", b / (1024.0 * 1024.0));
+      std::printf("\n");
 
       if (!json_path.empty()) {
         nlohmann::ordered_json rec = {
             {"kind", "e2e"},
             {"config", config},
             {"mode", mode},
+            {"zero", zero},
             {"world", world},
             {"bucket_cap_mb", cap_mb},
             {"first_bucket_mb", first_mb},
@@ -480,9 +529,13 @@ int main(int argc, char** argv) {
             {"communication_s", stats_json(comm)},
             {"exposed_communication_s", stats_json(exposed)},
             {"optimizer_s", stats_json(opt)},
+            {"gather_wait_s", stats_json(gather)},
+            {"memory",
+             ddp::bench::memory_json(account, resident_per_rank, measured_per_rank, shmem_per_rank)},
             {w.tokens_per_sample > 0 ? "tokens_per_s" : "samples_per_s", stats_json(rate_st)},
             {"tflops_per_rank", stats_json(tf)},
         };
+        if (zero == 3) rec["prefetch"] = prefetch;
         if (peak_tflops > 0) {
           rec["peak_tflops"] = peak_tflops;
           rec["peak_source"] = peak_source;
