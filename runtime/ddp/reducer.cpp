@@ -718,10 +718,15 @@ void Reducer::raise_unready(const std::vector<size_t>& unready, const std::strin
         "the forward did not run (a branch not taken, an expert not chosen): its parameters get no gradient "
         "either way, and only 1 helps.\n";
   if (alone && comm_error.empty())
-    os << "  DDP needs every parameter's gradient at any world size, 1 included. This rank's .grad holds the "
-          "gradients of this backward (zeros for the parameters above).";
+    os << "  DDP needs every parameter's gradient at any world size, 1 included. This rank's "
+       << (sharded_ ? "gradient shard" : ".grad") << " holds the gradients of this backward (zeros for the "
+       << "parameters above).";
   else if (alone)
     os << "  The buckets' communication failed too: " << comm_error;
+  else if (comm_error.empty() && sharded_)
+    os << "  The other ranks were kept in step: the missing gradients were reduce-scattered as zeros, and "
+          "this rank's gradient shard holds the same averages as the others' hold of theirs, so catching this "
+          "error and stepping keeps the ranks consistent.";
   else if (comm_error.empty())
     os << "  The other ranks were kept in step: the missing gradients were all-reduced as zeros, and this "
           "rank's .grad holds the same averaged gradients as theirs, so catching this error and stepping "

@@ -321,12 +321,23 @@ void FlightRecorder::dump(const std::string& path, const char* reason) const {
   write_file(path, to_json(reason));
 }
 
+void FlightRecorder::set_group_name(std::string name) {
+  std::lock_guard<std::mutex> g(registry_mu());
+  group_ = std::move(name);
+  named_file_ = group_.find('/') != std::string::npos;  // an inner group
+  for (const FlightRecorder* r : registry()) {
+    if (r == this) break;  // only groups made before this one
+    if (r->rank_ == rank_ && r->dump_dir_ == dump_dir_ && !r->group_.empty() &&
+        r->group_.find('/') == std::string::npos)
+      named_file_ = true;  // this rank already has a first top-level group
+  }
+}
+
 std::string FlightRecorder::dump_path() const {
   if (dump_dir_.empty() || ring_.empty()) return "";
   std::string name = group_;
   std::replace(name.begin(), name.end(), '/', '_');
-  const bool inner = group_.find('/') != std::string::npos;
-  return dump_dir_ + "/flight.rank" + std::to_string(rank_) + (inner ? "." + name : "") + ".json";
+  return dump_dir_ + "/flight.rank" + std::to_string(rank_) + (named_file_ ? "." + name : "") + ".json";
 }
 
 void FlightRecorder::dump_to_dir(const char* reason, bool log) const {

@@ -84,7 +84,10 @@ class FlightRecorder {
   FlightRecorder& operator=(const FlightRecorder&) = delete;
 
   // Set once, before the first collective (the store prefix is known only after the base is built).
-  void set_group_name(std::string name) { group_ = std::move(name); }
+  // Also decides the dump file's name: the first top-level group of a rank writes flight.rank<R>.json, every
+  // later one (ZeRO-3's gather group, a user's second group) and every inner group flight.rank<R>.<name>.json,
+  // so that no group's record overwrites another's.
+  void set_group_name(std::string name);
   const std::string& group_name() const { return group_; }
   size_t capacity() const { return ring_.size(); }
 
@@ -115,6 +118,7 @@ class FlightRecorder {
 
   std::string backend_;
   std::string group_;
+  bool named_file_ = false;  // set_group_name: this group's dump file carries its name
   std::string dump_dir_;
   int rank_, size_;
   int64_t anchor_steady_ns_, anchor_unix_ns_;  // the same instant on both clocks

@@ -13,6 +13,7 @@
 #include <gloo/transport/tcp/device.h>
 
 #include <atomic>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -110,6 +111,12 @@ GlooProcessGroup::GlooProcessGroup(std::shared_ptr<Store> store, int rank, int s
                                    const ProcessGroupOptions& options, const std::string& master_addr)
     : QueuedProcessGroup(store.get(), rank, size, options, "gloo", OnStop::RunQueued),
       impl_(std::make_unique<Impl>()) {
+  // Gloo writes to its peers' sockets with writev, without MSG_NOSIGNAL: a peer that died makes the write
+  // raise SIGPIPE, whose default action kills this process without a word, before the collective can fail
+  // with an error naming the peer. Ignore it (as Python, and so PyTorch, does) unless the program chose a
+  // handler of its own; then the write fails with EPIPE and the Work reports it.
+  struct sigaction current {};
+  if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) ::signal(SIGPIPE, SIG_IGN);
   Impl& s = *impl_;
   s.rank = rank;
   s.size = size;

@@ -26,6 +26,7 @@
 #include "runtime/distributed/flight_progress.h"
 #include "runtime/distributed/flight_recorder.h"
 #include "runtime/distributed/local_world.h"
+#include "runtime/distributed/process_group_factory.h"
 #include "tests/support/collective_checks.h"
 
 using namespace ddp;
@@ -257,6 +258,41 @@ TEST_P(FlightRecorderBackends, ZeroEntriesRecordsNothing) {
       },
       short_timeout(), GetParam());
   EXPECT_TRUE(std::filesystem::is_empty(dir));
+  std::filesystem::remove_all(dir);
+}
+
+// A second top-level group of the same rank (ZeRO-3's gather group) writes its own file: the first group keeps
+// flight.rank<R>.json, the second flight.rank<R>.<name>.json. Before, both wrote flight.rank<R>.json and the
+// later dump replaced the other's record (the gather group's failure was lost).
+TEST_P(FlightRecorderBackends, ASecondGroupOfTheSameRankWritesItsOwnFile) {
+  const auto dir = fresh_dir("second" + GetParam());
+  ScopedEnv where("DDP_FLIGHT_RECORDER_DIR", dir.string());
+  ScopedEnv entries("DDP_FLIGHT_RECORDER_ENTRIES", std::nullopt);
+  run_threads(
+      2,
+      [&](int rank, ProcessGroup& pg, Store& store) {
+        DistEnv env;
+        env.rank = rank;
+        env.world_size = 2;
+        ProcessGroupOptions o = short_timeout();
+        o.name = "gather";
+        auto second = new_process_group(env, store, GetParam(), o);
+        std::vector<float> buf(4, 1.0f);
+        pg.allreduce(comm_buffer(buf.data(), 4))->wait();
+        second->allgather(comm_buffer(buf.data(), 2), comm_buffer(buf.data(), 4))->wait();
+        second->allgather(comm_buffer(buf.data(), 2), comm_buffer(buf.data(), 4))->wait();
+        pg.barrier()->wait();
+        if (rank == 0) dump_flight_records_to_dirs("demand");
+        pg.barrier()->wait();
+      },
+      short_timeout(), GetParam());
+  for (int r = 0; r < 1; ++r) {
+    auto first = read_json(dir / ("flight.rank" + std::to_string(r) + ".json"));
+    auto gather = read_json(dir / ("flight.rank" + std::to_string(r) + ".gather.json"));
+    EXPECT_EQ(first["entries"][0]["op"], "allreduce") << first.dump();
+    ASSERT_EQ(gather["entries"].size(), 2u) << gather.dump();
+    EXPECT_EQ(gather["entries"][0]["op"], "allgather");
+  }
   std::filesystem::remove_all(dir);
 }
 

@@ -84,6 +84,9 @@ ShardedDataParallel::ShardedDataParallel(std::shared_ptr<nn::Module> module, std
   d.comm_hook = hook_;
   d.bucket_pad_multiple = shard_pad_multiple(pg_->size());
   d.sync_parameters_after_join = false;
+  if (d.advice.enable_find_unused_parameters.empty())
+    d.advice.enable_find_unused_parameters =
+        "construct ShardedDataParallel with ShardOptions::ddp.find_unused_parameters = true";
   std::vector<std::vector<size_t>> unit_params;
   if (opt_.stage == 3) {
     unit_params = choose_units();
