@@ -25,8 +25,13 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 # Drawing order on the compute lane: later categories are drawn over earlier ones (exposed over backward).
 COLORS = {"data": "#937860", "forward": "#4c72b0", "backward": "#55a868", "exposed": "#c44e52",
-          "clip": "#da8bc3", "optimizer": "#8172b2", "zero_grad": "#8c8c8c", "comm": "#dd8452"}
-LABELS = {"exposed": "exposed comm (waiting for buckets)", "clip": "clip_grad_norm_"}
+          "clip": "#da8bc3", "optimizer": "#8172b2", "zero_grad": "#8c8c8c", "gather wait": "#17becf",
+          "comm": "#dd8452", "gather": "#1f9e89"}
+LABELS = {"exposed": "exposed comm (waiting for buckets)", "clip": "clip_grad_norm_",
+          "gather wait": "waiting for a parameter all-gather (ZeRO)", "gather": "parameter all-gather (ZeRO)",
+          "comm": "gradient all-reduce / reduce-scatter"}
+COMM_CATS = ("comm", "gather")  # drawn on the comm lane; everything else in COLORS on the compute lane
+HATCHED = ("exposed", "gather wait")  # waiting, drawn over the compute it interrupts
 
 
 def rows_for(spans):
@@ -172,7 +177,7 @@ def main():
         comm, compute = [], []
         for e in mine:
             cat = e.get("cat")
-            if e["ph"] == "X" and cat == "comm":
+            if e["ph"] == "X" and cat in COMM_CATS:
                 comm.append((e["ts"], e["ts"] + e["dur"], e))
             elif e["ph"] == "X" and cat in COLORS:
                 compute.append(e)
@@ -180,7 +185,7 @@ def main():
                 x = (e["ts"] - o) / 1e3
                 ax.plot([x, x], [compute_y, compute_y + lane_h], color="black", linewidth=0.4)
         for e in sorted(compute, key=lambda e: order[e["cat"]]):
-            exposed = e["cat"] == "exposed"
+            exposed = e["cat"] in HATCHED
             ax.broken_barh([((e["ts"] - o) / 1e3, e["dur"] / 1e3)],
                            (compute_y + (0.15 * lane_h if exposed else 0), lane_h * (0.7 if exposed else 1)),
                            color=COLORS[e["cat"]], hatch="////" if exposed else None, edgecolor="white",
@@ -196,7 +201,7 @@ def main():
             for row, e in placed:
                 y = base + lane_h - (row + 1) * h
                 x, w = (e["ts"] - o) / 1e3, e["dur"] / 1e3
-                ax.broken_barh([(x, w)], (y + 0.05 * h, 0.9 * h), color=COLORS["comm"], edgecolor="white",
+                ax.broken_barh([(x, w)], (y + 0.05 * h, 0.9 * h), color=COLORS[e["cat"]], edgecolor="white",
                                linewidth=0.5)
                 label = bucket_label(e, w, span_ms, fig_w)
                 if label:
@@ -212,8 +217,8 @@ def main():
                   else "ms since each rank began its step")
     ax.set_xlim(-0.01 * span_ms, 1.01 * span_ms)
     present = {e.get("cat") for e in events if e.get("ph") == "X"}
-    shown = [c for c in COLORS if c in present and (show_comm or c != "comm")]
-    handles = [plt.Rectangle((0, 0), 1, 1, color=COLORS[c], hatch="////" if c == "exposed" else None)
+    shown = [c for c in COLORS if c in present and (show_comm or c not in COMM_CATS)]
+    handles = [plt.Rectangle((0, 0), 1, 1, color=COLORS[c], hatch="////" if c in HATCHED else None)
                for c in shown]
     handles.append(plt.Line2D([0], [0], color="black", linewidth=0.8))
     names = [LABELS.get(c, c) for c in shown] + ["gradient ready"]

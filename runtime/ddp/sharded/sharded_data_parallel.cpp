@@ -253,7 +253,7 @@ void ShardedDataParallel::wait_bucket_gather(Bucket& b) {
     const auto index = static_cast<int64_t>(&b - buckets_.data());
     auto& tr = trace::global_tracer();
     const auto finished = b.gather->finished_at();
-    const auto end = finished.time_since_epoch().count() != 0 ? finished : t1;
+    const auto end = std::max(b.gather_issued, finished.time_since_epoch().count() != 0 ? finished : t1);
     tr.complete("all-gather bucket " + std::to_string(index), "gather", trace::kCommLane,
                 tr.to_trace_ns(b.gather_issued), tr.to_trace_ns(end),
                 {{"bucket", index}, {"bytes", static_cast<int64_t>(b.full.nbytes())}});
@@ -274,8 +274,8 @@ void ShardedDataParallel::after_step() {
     const std::string names = params_[b.params.front()].name + " .. " + params_[b.params.back()].name;
     dist::FlightIssuer who("zero2 param gather", static_cast<int>(k), static_cast<int64_t>(b.full.nbytes()),
                            names.c_str());
-    b.gather = gpg_->allgather(comm_buffer_of(b.full.slice0(lo, hi)), comm_buffer_of(b.full));
     b.gather_issued = Clock::now();
+    b.gather = gpg_->allgather(comm_buffer_of(b.full.slice0(lo, hi)), comm_buffer_of(b.full));
     ++gathers_issued_;
   }
 }
@@ -373,9 +373,9 @@ void ShardedDataParallel::issue_gather(size_t u) {
   {
     dist::FlightIssuer who("zero3 param gather", static_cast<int>(units_[u].bucket),
                            static_cast<int64_t>(b.full.nbytes()), units_[u].name.c_str());
+    b.gather_issued = Clock::now();
     b.gather = gpg_->allgather(comm_buffer_of(b.full.slice0(lo, hi)), comm_buffer_of(b.full));
   }
-  b.gather_issued = Clock::now();
   ++gathers_issued_;
   gathered_[u] = 1;
   gathered_bytes_ += static_cast<int64_t>(b.full.nbytes());
