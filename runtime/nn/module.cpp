@@ -2,6 +2,7 @@
 #include "runtime/nn/module.h"
 
 #include <random>
+#include <unordered_set>
 
 namespace ddp::nn {
 
@@ -52,6 +53,11 @@ void Module::collect(const std::string& prefix, bool params, std::vector<NamedTe
 std::vector<NamedTensor> Module::named_parameters() const {
   std::vector<NamedTensor> out;
   collect("", true, out);
+  // A tensor registered in two places (tied weights) is one parameter, under its first name (as PyTorch's
+  // named_parameters): one gradient, one optimizer state, one bucket slot.
+  std::unordered_set<const TensorImpl*> seen;
+  seen.reserve(out.size());
+  std::erase_if(out, [&seen](const NamedTensor& nt) { return !seen.insert(nt.tensor.impl()).second; });
   for (auto& nt : out)
     if (nt.tensor.name().empty()) nt.tensor.set_name(nt.name);
   return out;

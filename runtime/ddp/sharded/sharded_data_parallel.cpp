@@ -69,6 +69,9 @@ ShardedDataParallel::ShardedDataParallel(std::shared_ptr<nn::Module> module, std
   DDP_CHECK(!opt_.ddp.gradient_as_bucket_view, "ShardedDataParallel: gradient_as_bucket_view is not supported ",
             "with ZeRO-", opt_.stage, ": a rank keeps only its shard of each gradient; turn it off");
   DDP_CHECK(opt_.prefetch >= 0, "ShardedDataParallel: prefetch ", opt_.prefetch, " < 0");
+  DDP_CHECK(!(opt_.gather_bf16 && opt_.stage != 3), "ShardedDataParallel: gather_bf16 is for ZeRO-3 only: ",
+            "ZeRO-2's parameters stay whole, so a rank's own shard would stay exact while the others' arrived "
+            "rounded to bfloat16 and the ranks would compute with different weights");
   gpg_ = opt_.gather_group ? opt_.gather_group : pg_;
   DDP_CHECK(gpg_->size() == pg_->size() && gpg_->rank() == pg_->rank(),
             "ShardedDataParallel: the gather group (rank ", gpg_->rank(), " of ", gpg_->size(),
@@ -365,16 +368,19 @@ void ShardedDataParallel::issue_through(size_t through) {
   }
 }
 
-void ShardedDataParallel::issue_gather(size_t u) {
+void ShardedDataParallel::issue_gather(size_t u, bool exact) {
   Bucket& b = buckets_[units_[u].bucket];
   const int64_t lo = b.shard.shard_begin, hi = lo + b.shard.shard_numel;
   b.full = Tensor::empty({b.shard.bucket_numel}, b.shard_params.dtype(), b.shard_params.device());
-  b.full.slice0(lo, hi).copy_from(b.shard_params);
+  // What travels: the parameters' dtype, or bfloat16 widened into full when waited for (wait_and_bind).
+  Tensor& wire = opt_.gather_bf16 && !exact ? b.low : b.full;
+  if (&wire == &b.low) wire = Tensor::empty({b.shard.bucket_numel}, DType::BF16, b.shard_params.device());
+  wire.slice0(lo, hi).copy_from(b.shard_params);
   {
     dist::FlightIssuer who("zero3 param gather", static_cast<int>(units_[u].bucket),
-                           static_cast<int64_t>(b.full.nbytes()), units_[u].name.c_str());
+                           static_cast<int64_t>(wire.nbytes()), units_[u].name.c_str());
     b.gather_issued = Clock::now();
-    b.gather = gpg_->allgather(comm_buffer_of(b.full.slice0(lo, hi)), comm_buffer_of(b.full));
+    b.gather = gpg_->allgather(comm_buffer_of(wire.slice0(lo, hi)), comm_buffer_of(wire));
   }
   ++gathers_issued_;
   gathered_[u] = 1;
@@ -385,6 +391,10 @@ void ShardedDataParallel::issue_gather(size_t u) {
 void ShardedDataParallel::wait_and_bind(size_t u) {
   Bucket& b = buckets_[units_[u].bucket];
   wait_bucket_gather(b);
+  if (b.low.defined()) {
+    b.full.copy_from(b.low);  // bfloat16 -> the parameters' dtype
+    b.low = Tensor();
+  }
   for (size_t i : b.params) bind(params_[i].tensor, b.full, reducer().slot_offset(i));
   bound_[u] = 1;
 }
@@ -396,6 +406,7 @@ void ShardedDataParallel::reshard(size_t u) {
   for (size_t i : b.params) unbind(params_[i].tensor);
   gathered_bytes_ -= static_cast<int64_t>(b.full.nbytes());
   b.full = Tensor();
+  b.low = Tensor();
   gathered_[u] = 0;
   bound_[u] = 0;
 }
@@ -555,7 +566,7 @@ ShardedDataParallel::GatheredScope::GatheredScope(ShardedDataParallel& s) : s_(s
     for (auto& b : s_.buckets_) s_.wait_bucket_gather(b);
   if (s_.opt_.stage != 3 || s_.gathered_scopes_++ > 0) return;
   for (size_t u : s_.forward_order_)
-    if (!s_.gathered_[u]) s_.issue_gather(u);
+    if (!s_.gathered_[u]) s_.issue_gather(u, /*exact=*/true);
   for (size_t u : s_.forward_order_)
     if (!s_.bound_[u]) s_.wait_and_bind(u);
 }

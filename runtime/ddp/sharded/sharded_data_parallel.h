@@ -62,6 +62,13 @@ struct ShardOptions {
   // ZeRO-2: each module waits for its own parameters' gather (forward pre-hooks); false: the whole forward
   // waits first. A module called as child->forward(x) skips its hook: keep this false for such models.
   bool overlap_param_gather = true;
+  // ZeRO-3: all-gather the parameters in bfloat16 (half the bytes) and widen them to the parameters' dtype
+  // on arrival; the shards (the master weights), the optimizer and the gradient reduce-scatter stay in the
+  // parameters' dtype (float32). Every rank then computes with the same bf16-rounded parameters - what a bf16
+  // mixed-precision forward (train --dtype bfloat16) rounds the linear weights to anyway. gathered_parameters()
+  // always gathers exactly. Refused for ZeRO-2 (its parameters stay whole: a rank's own shard would stay
+  // exact while the others' arrived rounded).
+  bool gather_bf16 = false;
   // ZeRO-3 units by module name ("blocks.0"); empty: the default above.
   std::vector<std::string> units;
 };
@@ -88,6 +95,7 @@ class ShardedDataParallel : public Joinable {
     std::vector<size_t> params;  // the reducer's bucket, slot order
     BucketShard shard;           // this rank's part of it
     Tensor full;                 // the whole bucket of parameters: ZeRO-2 always, ZeRO-3 while gathered
+    Tensor low;                  // ZeRO-3 with gather_bf16: the bfloat16 gather in flight, widened into full
     Tensor shard_params;         // this rank's shard of the parameters (ZeRO-2: a view of full)
     Tensor shard_grad;           // this rank's shard of the averaged gradient (after a backward)
     std::shared_ptr<dist::Work> gather;  // the all-gather in flight into full, if any
@@ -164,7 +172,8 @@ class ShardedDataParallel : public Joinable {
   void install_zero3_hooks();
   // Issues all-gathers of the agreed order up to position `through` of the phase's order (inclusive).
   void issue_through(size_t through);
-  void issue_gather(size_t unit);
+  // exact: in the parameters' dtype even with gather_bf16 (gathered_parameters()).
+  void issue_gather(size_t unit, bool exact = false);
   // Waits for the unit's gather and points its parameters at the gathered memory.
   void wait_and_bind(size_t unit);
   void reshard(size_t unit);           // drops the gathered memory; parameters have none
