@@ -132,6 +132,12 @@ GlooProcessGroup::GlooProcessGroup(std::shared_ptr<Store> store, int rank, int s
       s.context->setTimeout(options.timeout);
       GlooStore gloo_store(s.store, s.prefix + "/gloo/", options.timeout);
       s.context->connectFullMesh(gloo_store, s.device);
+      // connectFullMesh can return on one rank while a peer is still reading its side of the handshake; a
+      // rank that then destroyed its group at once (a failing program, a short test) closed the sockets under
+      // that peer ("Connection closed by peer"). After a barrier every pair is whole on every rank.
+      gloo::BarrierOptions opts(s.context);
+      opts.setTimeout(options.timeout);
+      gloo::barrier(opts);
     } catch (const std::exception& e) {
       DDP_FAIL("gloo: rank ", rank, " of ", size, " could not connect group '", s.prefix, "' (listening on ",
                attr.iface.empty() ? attr.hostname : "interface " + attr.iface, "): ", e.what(),
