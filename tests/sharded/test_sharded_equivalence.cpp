@@ -251,6 +251,19 @@ void expect_equivalent(const Case& s) {
   EXPECT_GT(max_relative_difference(ref, start), 1e-3);
 }
 
+// expect_equivalent for ZeRO-2 and ZeRO-3 at worlds 2 and 3, each case set up by `set`.
+void expect_equivalent_at_stages_2_3_worlds_2_3(const std::function<void(Case&)>& set) {
+  for (int stage : {2, 3})
+    for (int world : {2, 3}) {
+      SCOPED_TRACE("zero" + std::to_string(stage) + " world " + std::to_string(world));
+      Case s;
+      s.stage = stage;
+      s.world = world;
+      set(s);
+      expect_equivalent(s);
+    }
+}
+
 std::string name_of(const Case& s) {
   return "zero" + std::to_string(s.stage) + "_world" + std::to_string(s.world) +
          (s.opt == Opt::AdamW ? "_adamw" : "_sgd") + (s.clip ? "_clip" : "") + "_" + s.backend;
@@ -316,32 +329,20 @@ TEST(ShardedZero3, UnitsRunInAnotherOrderThanRegistered) {
 
 TEST(ShardedUnused, AParameterOneRankDoesNotUseAndOneNoRankUses) {
   // Branchy: each rank picks an expert from its data, so ranks differ in what they use.
-  for (int stage : {2, 3})
-    for (int world : {2, 3}) {
-      SCOPED_TRACE("zero" + std::to_string(stage) + " world " + std::to_string(world));
-      Case s;
-      s.stage = stage;
-      s.world = world;
-      s.model = Model::Branchy;
-      s.find_unused = true;
-      s.gather_group = true;
-      s.units = {"trunk", "expert0", "expert1"};
-      expect_equivalent(s);
-    }
+  expect_equivalent_at_stages_2_3_worlds_2_3([](Case& s) {
+    s.model = Model::Branchy;
+    s.find_unused = true;
+    s.gather_group = true;
+    s.units = {"trunk", "expert0", "expert1"};
+  });
 }
 
 TEST(ShardedJoin, UnevenInputsEqualTheReference) {
-  for (int stage : {2, 3})
-    for (int world : {2, 3}) {
-      SCOPED_TRACE("zero" + std::to_string(stage) + " world " + std::to_string(world));
-      Case s;
-      s.stage = stage;
-      s.world = world;
-      s.uneven = 1;
-      s.clip = true;
-      s.gather_group = true;
-      expect_equivalent(s);
-    }
+  expect_equivalent_at_stages_2_3_worlds_2_3([](Case& s) {
+    s.uneven = 1;
+    s.clip = true;
+    s.gather_group = true;
+  });
 }
 
 TEST(ShardedNoSync, GradientAccumulationEqualsTheReference) {
@@ -520,14 +521,5 @@ TEST(ShardedGatherBf16, RanksAgreeAndTheRunStaysCloseToTheExactOne) {
 // unit: the root) equal the reference, which steps the tied weight once with the sum of both uses' gradients.
 TEST(ShardedTied, TiedWeightsAreOneParameter) {
   EXPECT_EQ(make_model(Model::Tied)->named_parameters().size(), 7u);  // in 2, mid 2, again 1 (bias), head 2
-  for (int stage : {2, 3})
-    for (int world : {2, 3}) {
-      SCOPED_TRACE("zero" + std::to_string(stage) + " world " + std::to_string(world));
-      Case s;
-      s.stage = stage;
-      s.world = world;
-      s.model = Model::Tied;
-      s.opt = Opt::AdamW;
-      expect_equivalent(s);
-    }
+  expect_equivalent_at_stages_2_3_worlds_2_3([](Case& s) { s.model = Model::Tied; });
 }
