@@ -17,6 +17,11 @@
 // until the rebuild happened), with rank 0's whole bucket layout broadcast; a backward that died midway is
 // waited for before its buffers are reused; and a rank that ran out of data shadows the others' iterations
 // with zeros (shadow_backward, for Join).
+//
+// ZeRO-2/3 (runtime/ddp/sharded/, docs/sharding.md) use this same reducer with a sharding comm hook
+// (CommHook::result_is_sharded): the buckets are padded so they split into equal shards (bucket_pad_multiple),
+// may be given as units (ReducerOptions::layout), live for one backward only, and are reduce-scattered into
+// each rank's gradient shard instead of all-reduced; .grad is left none.
 #pragma once
 #include <chrono>
 #include <functional>
