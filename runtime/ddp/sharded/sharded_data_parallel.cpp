@@ -96,10 +96,8 @@ ShardedDataParallel::ShardedDataParallel(std::shared_ptr<nn::Module> module, std
     // Launch order: the units in reverse registration order (backward reaches the last one first), the
     // root unit last (its first parameters - embeddings - get their gradients last).
     for (size_t k = units_.size(); k-- > 0;)
-      if (!units_[k].module) continue;
-      else
-        d.layout.push_back(unit_params[k]);
-    if (!units_.empty() && !units_.back().module) d.layout.push_back(unit_params.back());
+      if (units_[k].module) d.layout.push_back(unit_params[k]);
+    if (has_root_unit()) d.layout.push_back(unit_params.back());
   }
   // Verifies the model across ranks and broadcasts rank 0's parameters, then builds the (padded) buckets.
   ddp_ = std::make_unique<DistributedDataParallel>(module_, pg_, d);
@@ -166,7 +164,7 @@ std::vector<std::vector<size_t>> ShardedDataParallel::choose_units() {
     out.push_back(std::move(root));
   }
   // The first forward gathers in registration order; the root (embeddings) first.
-  if (!units_.empty() && !units_.back().module) forward_order_.push_back(units_.size() - 1);
+  if (has_root_unit()) forward_order_.push_back(units_.size() - 1);
   for (size_t u = 0; u < units_.size(); ++u)
     if (units_[u].module) forward_order_.push_back(u);
   return out;
@@ -207,7 +205,7 @@ void ShardedDataParallel::build_buckets() {
   }
   if (opt_.stage == 3) {
     // The reducer keeps the given layout: bucket k holds unit (units - 1 - k) or, last, the root unit.
-    const size_t m = units_.size() - ((!units_.empty() && !units_.back().module) ? 1 : 0);
+    const size_t m = units_.size() - (has_root_unit() ? 1 : 0);
     for (size_t u = 0; u < m; ++u) units_[u].bucket = m - 1 - u;
     if (m < units_.size()) units_.back().bucket = m;
     for (size_t u = 0; u < units_.size(); ++u) buckets_[units_[u].bucket].unit = static_cast<int>(u);
@@ -305,7 +303,7 @@ void ShardedDataParallel::before_forward() {
   if (phase_ != Phase::Idle) finish_phase();
   for (size_t u = 0; u < units_.size(); ++u) reshard(u);
   begin_phase(Phase::Forward);
-  if (!units_.empty() && !units_.back().module) unit_needed(units_.size() - 1);  // the root unit
+  if (has_root_unit()) unit_needed(units_.size() - 1);
 }
 
 std::vector<Tensor> ShardedDataParallel::after_forward(const std::vector<Tensor>& outputs) {
@@ -416,18 +414,15 @@ void ShardedDataParallel::unit_needed(size_t u) {
     observed_[u] = 1;
     observed_order_.push_back(u);
   }
+  const size_t pos = phase_ == Phase::Idle ? SIZE_MAX : position_[u];
   if (!gathered_[u]) {
-    const size_t pos = phase_ == Phase::Idle ? SIZE_MAX : position_[u];
-    if (pos != SIZE_MAX && pos >= issued_) {
-      issue_through(pos + static_cast<size_t>(opt_.prefetch));
-    } else {
-      // Outside a phase (evaluation through the module itself), or a unit run a second time in this phase:
-      // gathered on the spot (every rank must do the same).
-      issue_gather(u);
-    }
+    if (pos != SIZE_MAX && pos >= issued_)
+      issue_through(pos);  // in its place of the agreed order, after everything before it
+    else
+      issue_gather(u);  // outside a phase (evaluation through the module itself) or run a second time in
+                        // this phase: gathered on the spot (every rank must do the same)
   }
-  if (phase_ != Phase::Idle && opt_.prefetch > 0 && position_[u] != SIZE_MAX)
-    issue_through(position_[u] + static_cast<size_t>(opt_.prefetch));
+  if (pos != SIZE_MAX && opt_.prefetch > 0) issue_through(pos + static_cast<size_t>(opt_.prefetch));
   if (!bound_[u]) wait_and_bind(u);
 }
 
@@ -454,7 +449,7 @@ void ShardedDataParallel::agree_forward_order() {
   // Rank 0's observed forward order (units it did not run follow in the current order) for every rank.
   std::vector<int64_t> order;
   std::vector<uint8_t> in(units_.size(), 0);
-  if (!units_.empty() && !units_.back().module) {
+  if (has_root_unit()) {
     order.push_back(static_cast<int64_t>(units_.size() - 1));
     in[units_.size() - 1] = 1;
   }

@@ -167,6 +167,8 @@ class ShardedDataParallel : public Joinable {
   enum class Phase { Idle, Forward, Backward };
 
   std::vector<std::vector<size_t>> choose_units();  // ZeRO-3: parameter indices per unit (root last)
+  // ZeRO-3: some parameters belong to no module unit; they form the root unit, the last of units_.
+  bool has_root_unit() const { return !units_.empty() && !units_.back().module; }
   void build_buckets();
   void install_zero2_hooks();
   void install_zero3_hooks();
