@@ -135,7 +135,7 @@ std::vector<Bad> corpus_of(const Map& good, const std::function<bool(const std::
     out.push_back({"resized " + k + " to " + shape_str(m[k].shape()), m, {k}});
     m = good;
     m[k] = t.to(t.dtype() == DType::I64 ? DType::F64 : DType::F32);
-    out.push_back({"dtype of " + k + " " + dtype_name(m[k].dtype()), m, {k}});
+    out.push_back({"dtype of " + k + " " + std::string(dtype_name(m[k].dtype())), m, {k}});
   }
   const std::string first = good.begin()->first;
   Map m = good;
@@ -286,7 +286,9 @@ std::shared_ptr<dist::ProcessGroup> gather_group(int rank, int world, dist::Stor
   dist::DistEnv env;
   env.rank = rank;
   env.world_size = world;
-  return dist::new_process_group(env, store, "gloo", {.name = name});
+  dist::ProcessGroupOptions po;
+  po.name = name;
+  return dist::new_process_group(env, store, "gloo", po);
 }
 
 struct Tally {

@@ -24,6 +24,12 @@ std::shared_ptr<dist::ProcessGroup> borrow(dist::ProcessGroup& pg) {
   return std::shared_ptr<dist::ProcessGroup>(std::shared_ptr<dist::ProcessGroup>{}, &pg);
 }
 
+std::shared_ptr<dist::ProcessGroup> gather_group(const dist::DistEnv& env, dist::Store& store) {
+  dist::ProcessGroupOptions po;
+  po.name = "gather";
+  return dist::new_process_group(env, store, "gloo", po);
+}
+
 std::shared_ptr<nn::Module> mlp() {
   nn::manual_seed(5);
   return std::make_shared<models::MLP>(models::MLPConfig{12, {16, 8}, 5, DType::F64});
@@ -44,7 +50,7 @@ std::vector<std::string> on_two_ranks(int stage, const std::function<std::shared
           dist::DistEnv env;
           env.rank = rank;
           env.world_size = 2;
-          o.gather_group = dist::new_process_group(env, store, "gloo", {.name = "gather"});
+          o.gather_group = gather_group(env, store);
         }
         ShardedDataParallel sdp(make(), borrow(pg), o);
         ShardedOptimizer opt(sdp, [](std::vector<nn::NamedTensor> ps) {
@@ -146,7 +152,7 @@ TEST(ShardedLoadChecks, AUnitInsideAnotherUnitIsNamedAsSuch) {
     dist::DistEnv env;
     env.rank = rank;
     env.world_size = 2;
-    o.gather_group = dist::new_process_group(env, store, "gloo", {.name = "gather"});
+    o.gather_group = gather_group(env, store);
     try {
       ShardedDataParallel sdp(nested(), borrow(pg), o);
       out[rank] = "ok";
