@@ -138,11 +138,12 @@ std::vector<Bad> corpus_of(const Map& good, const std::function<bool(const std::
     out.push_back({"dtype of " + k + " " + std::string(dtype_name(m[k].dtype())), m, {k}});
   }
   const std::string first = good.begin()->first;
+  // Copies: a module lists a tensor registered twice once (tied weights), so a checkpoint would drop it.
   Map m = good;
-  m[first + "_extra"] = good.begin()->second;
+  m[first + "_extra"] = good.begin()->second.clone();
   out.push_back({"extra " + first + "_extra", m, {first + "_extra"}});
   m = good;
-  m["nosuch." + first.substr(first.find('.') + 1)] = good.begin()->second;
+  m["nosuch." + first.substr(first.find('.') + 1)] = good.begin()->second.clone();
   out.push_back({"extra nosuch.*", m, {"nosuch"}});
   return out;
 }
@@ -181,6 +182,7 @@ struct CheckpointCase {
   std::string path;
 };
 std::vector<CheckpointCase> checkpoint_corpus(Opt o, const std::string& dir) {
+  std::filesystem::create_directories(dir);
   std::vector<CheckpointCase> out;
   auto write = [&](const Bad& bad, const Map& model, const Map& state) {
     const std::string path = dir + "/" + std::to_string(out.size()) + ".safetensors";
