@@ -81,6 +81,10 @@ void check_optimizer_state(const std::string& path, int64_t optimizer_steps,
     if (state == "step")
       DDP_CHECK(t->dtype == DType::I64, where, "optimizer state '", t->name, "' must be an I64 step count, got ",
                 dtype_name(t->dtype));
+    else  // checked here, with the model: the optimizer's own check comes after the model was loaded
+      DDP_CHECK(t->dtype == p->second->tensor.dtype(), where, "optimizer state '", t->name, "' has dtype ",
+                dtype_name(t->dtype), " but the parameter has ", dtype_name(p->second->tensor.dtype()),
+                " (use the same --dtype); ", kResetHint);
     found[param].push_back(state);
   }
   for (const auto& [param, states] : found) {

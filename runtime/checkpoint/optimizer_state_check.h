@@ -1,7 +1,8 @@
 // optimizer_state_check.h - checks the "optim.*" tensors of a training checkpoint against the live optimizer
 // before anything is loaded: same optimizer kind, every tensor the state of a known parameter, every
-// parameter's state complete or absent, shapes matching. An optimizer's loader fills a missing state with
-// zeros, so without this a renamed or deleted tensor would silently restart that parameter's moments.
+// parameter's state complete or absent, shapes and dtypes matching. An optimizer's loader fills a missing
+// state with zeros, so without this a renamed or deleted tensor would silently restart that parameter's
+// moments.
 #pragma once
 #include <string>
 #include <vector>

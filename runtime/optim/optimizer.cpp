@@ -6,6 +6,7 @@
 
 #include "kernels/cpu/optim.h"
 #include "runtime/autograd/node.h"
+#include "runtime/optim/state_check.h"
 #include "runtime/tensor/tensor_math.h"
 
 #ifdef DDP_WITH_CUDA
@@ -66,16 +67,11 @@ std::map<std::string, Tensor> SGD::state() const {
 }
 
 void SGD::load_state(const std::map<std::string, Tensor>& state, int64_t steps) {
+  check_whole_state("SGD::load_state", params_, state_kinds_of(*this), state, steps);  // all before any
   steps_ = steps;
   for (size_t i = 0; i < params_.size(); ++i) {
     auto it = state.find(params_[i].name + ".momentum_buffer");
-    if (it == state.end()) {
-      momentum_[i] = Tensor();
-      continue;
-    }
-    DDP_CHECK(it->second.shape() == params_[i].tensor.shape(), "optimizer state ", it->first, " has shape ",
-              shape_str(it->second.shape()), " but the parameter has ", shape_str(params_[i].tensor.shape()));
-    momentum_[i] = it->second.to(params_[i].tensor.dtype()).to(params_[i].tensor.device()).clone();
+    momentum_[i] = it == state.end() ? Tensor() : it->second.to(params_[i].tensor.device()).clone();
   }
 }
 
@@ -132,21 +128,20 @@ std::map<std::string, Tensor> AdamW::state() const {
 }
 
 void AdamW::load_state(const std::map<std::string, Tensor>& state, int64_t steps) {
+  // All checked before any is taken: each parameter's three entries come together or not at all.
+  check_whole_state("AdamW::load_state", params_, state_kinds_of(*this), state, steps);
   steps_ = steps;
   for (size_t i = 0; i < params_.size(); ++i) {
     const std::string& n = params_[i].name;
     auto im = state.find(n + ".exp_avg"), iv = state.find(n + ".exp_avg_sq"), is = state.find(n + ".step");
-    if (im == state.end() || iv == state.end() || is == state.end()) {
+    if (im == state.end()) {
       m_[i] = v_[i] = Tensor();
       param_steps_[i] = 0;
       continue;
     }
     const Tensor& p = params_[i].tensor;
-    for (auto* it : {&im, &iv})
-      DDP_CHECK((*it)->second.shape() == p.shape(), "optimizer state ", (*it)->first, " has shape ",
-                shape_str((*it)->second.shape()), " but the parameter has ", shape_str(p.shape()));
-    m_[i] = im->second.to(p.dtype()).to(p.device()).clone();
-    v_[i] = iv->second.to(p.dtype()).to(p.device()).clone();
+    m_[i] = im->second.to(p.device()).clone();
+    v_[i] = iv->second.to(p.device()).clone();
     param_steps_[i] = static_cast<int64_t>(is->second.item());
   }
 }

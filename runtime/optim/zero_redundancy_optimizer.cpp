@@ -10,6 +10,7 @@
 #include "runtime/autograd/node.h"
 #include "runtime/ddp/host_collectives.h"
 #include "runtime/ddp/join.h"
+#include "runtime/optim/state_check.h"
 #include "runtime/optim/state_serialization.h"
 #include "runtime/distributed/flight_recorder.h"
 
@@ -131,9 +132,20 @@ std::map<std::string, Tensor> ZeroRedundancyOptimizer::state() const {
 }
 
 void ZeroRedundancyOptimizer::load_state(const std::map<std::string, Tensor>& state, int64_t steps) {
+  // The whole state against every parameter - not only this rank's - so that every rank gives the same
+  // verdict; then the inner optimizer gets the entries of the parameters this rank owns.
+  const StateKinds kinds = state_kinds_of(*inner_);
+  if (!kinds.tensors.empty()) check_whole_state("ZeroRedundancyOptimizer::load_state", params_, kinds, state, steps);
+  std::map<std::string, Tensor> mine;
+  for (size_t i : owned_[pg_->rank()])
+    for (auto it = state.lower_bound(params_[i].name + "."); it != state.end(); ++it) {
+      const std::string& k = it->first;
+      if (k.compare(0, params_[i].name.size() + 1, params_[i].name + ".") != 0) break;
+      if (k.find('.', params_[i].name.size() + 1) == std::string::npos) mine.emplace(k, it->second);
+    }
+  inner_->load_state(kinds.tensors.empty() ? state : mine, steps);
   steps_ = steps;
   consolidated_.reset();
-  inner_->load_state(state, steps);  // the inner optimizer looks up only its own parameters' entries
 }
 
 void ZeroRedundancyOptimizer::consolidate_state_dict(int to) {

@@ -2,6 +2,7 @@
 #include "runtime/tensor/tensor.h"
 
 #include "kernels/cpu/convert.h"
+#include "runtime/tensor/storageless.h"
 
 #include <algorithm>
 #include <cmath>
@@ -152,6 +153,9 @@ double Tensor::item() const {
 
 void* Tensor::data_of_storageless() const {
   if (numel() == 0) return nullptr;
+  const std::string why = storageless_reason(impl_.get());
+  DDP_CHECK(why.empty(), "tensor '", impl_->name.empty() ? std::string("(unnamed)") : impl_->name, "' ",
+            shape_str(shape()), " has no memory: ", why);
   DDP_FAIL("tensor '", impl_->name.empty() ? std::string("(unnamed)") : impl_->name, "' ", shape_str(shape()),
            " has no memory: it is a ZeRO-3 parameter used outside its unit's forward and backward (sharded at "
            "rest). Call its module as module(x) - not module.forward(x) - so the unit's hooks gather it first, "

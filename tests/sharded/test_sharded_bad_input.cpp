@@ -482,7 +482,7 @@ TEST(BadInputCorpus, EveryConstructorGivesTheSameOutcomeOnEveryRank) {
           ps.push_back({"f32", Tensor::zeros({4}, DType::F32)});
           return ps;
         },
-        "parameter f32 is F32");
+        "parameter f32 is float32");
 
   const auto t0 = Clock::now();
   int runs = 0;

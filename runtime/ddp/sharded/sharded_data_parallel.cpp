@@ -15,6 +15,7 @@
 #include "runtime/ddp/host_collectives.h"
 #include "runtime/ddp/sharded/reduce_scatter_hook.h"
 #include "runtime/distributed/flight_recorder.h"
+#include "runtime/tensor/storageless.h"
 #include "runtime/tensor/tensor_math.h"
 #include "runtime/trace/trace.h"
 
@@ -69,6 +70,9 @@ ShardedDataParallel::ShardedDataParallel(std::shared_ptr<nn::Module> module, std
   DDP_CHECK(!opt_.ddp.gradient_as_bucket_view, "ShardedDataParallel: gradient_as_bucket_view is not supported ",
             "with ZeRO-", opt_.stage, ": a rank keeps only its shard of each gradient; turn it off");
   DDP_CHECK(opt_.prefetch >= 0, "ShardedDataParallel: prefetch ", opt_.prefetch, " < 0");
+  DDP_CHECK(opt_.units.empty() || opt_.stage == 3, "ShardedDataParallel: ShardOptions::units is for ZeRO-3 (it ",
+            "names the modules whose parameters are gathered together); ZeRO-", opt_.stage, " keeps whole ",
+            "parameters: leave units empty, or use stage 3");
   DDP_CHECK(!(opt_.gather_bf16 && opt_.stage != 3), "ShardedDataParallel: gather_bf16 is for ZeRO-3 only: ",
             "ZeRO-2's parameters stay whole, so a rank's own shard would stay exact while the others' arrived "
             "rounded to bfloat16 and the ranks would compute with different weights");
@@ -123,6 +127,14 @@ ShardedDataParallel::~ShardedDataParallel() {
         b.gather->wait();
       } catch (...) {
       }
+  // ZeRO-3: the shards go with the wrapper; a parameter left without memory has none for good.
+  for (auto& p : params_)
+    if (!p.tensor.storage())
+      set_storageless_reason(p.tensor.impl_ptr(),
+                             "it was a ZeRO-3 parameter and its ShardedDataParallel was destroyed, taking the "
+                             "shards (the values) with it. Keep the wrapper alive as long as the model is used, or "
+                             "copy the whole parameters out before it goes: inside sdp.gathered_parameters(), "
+                             "clone them, load them into another model or save a checkpoint");
 }
 
 std::vector<std::vector<size_t>> ShardedDataParallel::choose_units() {
@@ -145,7 +157,10 @@ std::vector<std::vector<size_t>> ShardedDataParallel::choose_units() {
             ps.push_back(it->second);
           }
           std::erase(wanted, name);
-          if (ps.empty()) return;
+          DDP_CHECK(!ps.empty() || opt_.units.empty(), "ShardedDataParallel: ShardOptions::units names \"", name,
+                    "\", which holds no parameters (none of its own, or only ones an earlier unit took): drop it ",
+                    "from the list");
+          if (ps.empty()) return;  // default units: all its parameters are tied to an earlier unit's
           std::sort(ps.begin(), ps.end());
           units_.push_back({name, &m, 0});
           out.push_back(std::move(ps));
@@ -154,8 +169,7 @@ std::vector<std::vector<size_t>> ShardedDataParallel::choose_units() {
         for (auto& [n, c] : m.named_children()) walk(*c, name.empty() ? n : name + "." + n, n);
       };
   walk(*module_, "", "");
-  DDP_CHECK(wanted.empty(), "ShardedDataParallel: ShardOptions::units names ", wanted.front(),
-            ", which is no module of the model holding parameters (names look like \"blocks.0\")");
+  if (!wanted.empty()) refuse_unit(wanted.front());
   std::vector<size_t> root;
   for (size_t i = 0; i < params_.size(); ++i)
     if (!taken[i]) root.push_back(i);
@@ -168,6 +182,27 @@ std::vector<std::vector<size_t>> ShardedDataParallel::choose_units() {
   for (size_t u = 0; u < units_.size(); ++u)
     if (units_[u].module) forward_order_.push_back(u);
   return out;
+}
+
+void ShardedDataParallel::refuse_unit(const std::string& name) const {
+  // A name the walk never reached: inside a unit chosen before it, or no module at all.
+  for (const Unit& u : units_)
+    DDP_CHECK(name.rfind(u.name + ".", 0) != 0, "ShardedDataParallel: ShardOptions::units names \"", name,
+              "\", which is inside unit \"", u.name, "\": a unit holds every parameter of its module, ",
+              "submodules included, so units do not nest; list either \"", u.name, "\" or modules inside it");
+  std::string modules;
+  int listed = 0;
+  std::function<void(const nn::Module&, const std::string&)> walk = [&](const nn::Module& m,
+                                                                         const std::string& prefix) {
+    for (auto& [n, c] : m.named_children()) {
+      const std::string full = prefix.empty() ? n : prefix + "." + n;
+      if (c->num_parameters() > 0 && listed++ < 12) modules += (modules.empty() ? "" : ", ") + full;
+      walk(*c, full);
+    }
+  };
+  walk(*module_, "");
+  DDP_FAIL("ShardedDataParallel: ShardOptions::units names \"", name, "\", which is no module of the model (",
+           "modules holding parameters: ", modules, listed > 12 ? ", ..." : "", ")");
 }
 
 void ShardedDataParallel::build_buckets() {
@@ -198,7 +233,10 @@ void ShardedDataParallel::build_buckets() {
       bk.shard_params = full.slice0(lo, hi);
     } else {
       bk.shard_params = full.slice0(lo, hi).clone();
-      for (size_t i : bk.params) unbind(params_[i].tensor);
+      for (size_t i : bk.params) {
+        unbind(params_[i].tensor);
+        set_storageless_reason(params_[i].tensor.impl_ptr(), "");  // this wrapper's: its unit gathers it
+      }
     }
     bk.shard_grad = Tensor::zeros({bk.shard.shard_numel}, first.dtype(), first.device());
     shard_grads.push_back(bk.shard_grad);
@@ -479,26 +517,38 @@ void ShardedDataParallel::agree_forward_order() {
 }
 
 void ShardedDataParallel::load_parameters(const std::map<std::string, Tensor>& by_name) {
+  check_whole_parameters(by_name);  // every rank the same verdict; nothing written unless all fit
   autograd::NoGradGuard no_grad;
   for (auto& b : buckets_) {
     wait_bucket_gather(b);
-    for (const ShardSegment& s : b.shard.segments) {
-      const auto& p = params_[s.param];
-      auto it = by_name.find(p.name);
-      DDP_CHECK(it != by_name.end(), "ShardedDataParallel::load_parameters: no value for parameter ", p.name);
-      DDP_CHECK(it->second.numel() == p.tensor.numel(), "ShardedDataParallel::load_parameters: ", p.name, " has ",
-                it->second.numel(), " elements, the model's ", p.tensor.numel());
+    for (const ShardSegment& s : b.shard.segments)
       b.shard_params.slice0(s.shard_offset, s.shard_offset + s.numel())
-          .copy_from(it->second.view({-1}).slice0(s.param_begin, s.param_end));
-    }
+          .copy_from(by_name.at(params_[s.param].name).view({-1}).slice0(s.param_begin, s.param_end));
     if (opt_.stage == 2)  // the rest of the whole buffer too (this rank's shard is a view of it)
-      for (size_t i : b.params) {
-        auto it = by_name.find(params_[i].name);
-        DDP_CHECK(it != by_name.end(), "ShardedDataParallel::load_parameters: no value for parameter ",
-                  params_[i].name);
-        params_[i].tensor.copy_from(it->second);
-      }
+      for (size_t i : b.params) params_[i].tensor.copy_from(by_name.at(params_[i].name));
   }
+}
+
+void ShardedDataParallel::check_whole_parameters(const std::map<std::string, Tensor>& by_name) const {
+  constexpr const char* who = "ShardedDataParallel::load_parameters";
+  constexpr const char* fix = "pass every parameter of this model by its name, with its shape and dtype (as "
+                              "named_parameters() of the same model inside gathered_parameters() gives them)";
+  std::map<std::string, const Tensor*> live;
+  for (const auto& p : params_) live.emplace(p.name, &p.tensor);
+  for (const auto& [name, t] : by_name) {
+    auto it = live.find(name);
+    DDP_CHECK(it != live.end(), who, ": '", name, "' names no parameter of this model (misspelled, or a value ",
+              "of another model?); ", fix);
+    DDP_CHECK(t.defined(), who, ": the value of '", name, "' is an undefined tensor; ", fix);
+    DDP_CHECK(t.shape() == it->second->shape(), who, ": the value of '", name, "' has shape ", shape_str(t.shape()),
+              " but the parameter has ", shape_str(it->second->shape()), "; ", fix);
+    DDP_CHECK(t.dtype() == it->second->dtype(), who, ": the value of '", name, "' has dtype ",
+              dtype_name(t.dtype()), " but the parameter has ", dtype_name(it->second->dtype()),
+              "; convert it with .to(", dtype_name(it->second->dtype()), ") first, or ", fix);
+  }
+  for (const auto& p : params_)
+    DDP_CHECK(by_name.count(p.name), who, ": no value for parameter '", p.name, "' ",
+              shape_str(p.tensor.shape()), "; ", fix);
 }
 
 std::vector<std::string> ShardedDataParallel::unit_order() const {

@@ -128,7 +128,9 @@ class ShardedDataParallel : public Joinable {
   };
   [[nodiscard]] GatheredScope gathered_parameters() { return GatheredScope(*this); }
   // Sets every parameter to the given whole values (by name, e.g. from a consolidated checkpoint at any world
-  // size): ZeRO-2 writes the whole buffers, ZeRO-3 this rank's shards. Every rank passes the same values.
+  // size): ZeRO-2 writes the whole buffers, ZeRO-3 this rank's shards. Every rank passes the same values. The
+  // whole input is checked first (every parameter present, none unknown, each with its shape and dtype), so
+  // every rank refuses the same input with the same message and a refused load writes nothing.
   void load_parameters(const std::map<std::string, Tensor>& by_name);
   // Unit names in the agreed forward order (the root unit is "(root)").
   std::vector<std::string> unit_order() const;
@@ -167,9 +169,11 @@ class ShardedDataParallel : public Joinable {
   enum class Phase { Idle, Forward, Backward };
 
   std::vector<std::vector<size_t>> choose_units();  // ZeRO-3: parameter indices per unit (root last)
+  [[noreturn]] void refuse_unit(const std::string& name) const;  // a units name no module unit took
   // ZeRO-3: some parameters belong to no module unit; they form the root unit, the last of units_.
   bool has_root_unit() const { return !units_.empty() && !units_.back().module; }
   void build_buckets();
+  void check_whole_parameters(const std::map<std::string, Tensor>& by_name) const;  // load_parameters
   void install_zero2_hooks();
   void install_zero3_hooks();
   // Issues all-gathers of the agreed order up to position `through` of the phase's order (inclusive).

@@ -8,6 +8,7 @@
 #include "runtime/ddp/host_collectives.h"
 #include "runtime/ddp/join.h"
 #include "runtime/distributed/flight_recorder.h"
+#include "runtime/optim/state_check.h"
 
 namespace ddp {
 
@@ -141,14 +142,15 @@ void ShardedOptimizer::load_consolidated_state(const std::map<std::string, Tenso
   std::string scalar;
   state_kinds(kinds, scalar);
   const auto& params = sdp_.parameters();
+  // The whole state against every parameter of the model, not only this rank's segments: every rank gives
+  // the same verdict (and message), and a refused state changes nothing.
+  optim::check_whole_state("ShardedOptimizer::load_consolidated_state", params, {kinds, scalar}, state, steps);
   std::map<std::string, Tensor> mine;
   for (auto& s : segments_) {
     const std::string& pname = params[s.piece.param].name;
     for (const std::string& kind : kinds) {
       auto it = state.find(pname + "." + kind);
       if (it == state.end()) continue;
-      DDP_CHECK(it->second.numel() == params[s.piece.param].tensor.numel(), "ShardedOptimizer: state ", it->first,
-                " has ", it->second.numel(), " elements, the parameter ", params[s.piece.param].tensor.numel());
       mine[s.view.name() + "." + kind] =
           it->second.view({-1}).slice0(s.piece.param_begin, s.piece.param_end).clone();
     }
