@@ -70,9 +70,6 @@ ShardedDataParallel::ShardedDataParallel(std::shared_ptr<nn::Module> module, std
   DDP_CHECK(!opt_.ddp.gradient_as_bucket_view, "ShardedDataParallel: gradient_as_bucket_view is not supported ",
             "with ZeRO-", opt_.stage, ": a rank keeps only its shard of each gradient; turn it off");
   DDP_CHECK(opt_.prefetch >= 0, "ShardedDataParallel: prefetch ", opt_.prefetch, " < 0");
-  DDP_CHECK(opt_.units.empty() || opt_.stage == 3, "ShardedDataParallel: ShardOptions::units is for ZeRO-3 (it ",
-            "names the modules whose parameters are gathered together); ZeRO-", opt_.stage, " keeps whole ",
-            "parameters: leave units empty, or use stage 3");
   DDP_CHECK(!(opt_.gather_bf16 && opt_.stage != 3), "ShardedDataParallel: gather_bf16 is for ZeRO-3 only: ",
             "ZeRO-2's parameters stay whole, so a rank's own shard would stay exact while the others' arrived "
             "rounded to bfloat16 and the ranks would compute with different weights");

@@ -69,7 +69,9 @@ struct ShardOptions {
   // always gathers exactly. Refused for ZeRO-2 (its parameters stay whole: a rank's own shard would stay
   // exact while the others' arrived rounded).
   bool gather_bf16 = false;
-  // ZeRO-3 units by module name ("blocks.0"); empty: the default above.
+  // ZeRO-3 units by module name ("blocks.0"); empty: the default above. Refused: a name that is no module,
+  // a module without parameters of its own, one inside another listed unit (units do not nest). ZeRO-2
+  // ignores it (as prefetch).
   std::vector<std::string> units;
 };
 
