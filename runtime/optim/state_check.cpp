@@ -25,8 +25,8 @@ StateKinds state_kinds_of(const Optimizer& optimizer) {
   return {};
 }
 
-void check_whole_state(const std::string& who, const std::vector<nn::NamedTensor>& params, const StateKinds& kinds,
-                       const std::map<std::string, Tensor>& state, int64_t steps) {
+void check_whole_state(const std::string& who, const std::vector<nn::NamedTensor>& params,
+                       const StateKinds& kinds, const std::map<std::string, Tensor>& state, int64_t steps) {
   DDP_CHECK(steps >= 0, who, ": step count ", steps, " < 0");
   std::vector<std::string> all = kinds.tensors;
   if (!kinds.scalar.empty()) all.push_back(kinds.scalar);
@@ -40,8 +40,8 @@ void check_whole_state(const std::string& who, const std::vector<nn::NamedTensor
     auto p = by_name.find(param);
     DDP_CHECK(p != by_name.end(), who, ": state '", name, "' names no parameter '", param,
               "' of this model (misspelled, or the state of another model?); ", kFix);
-    DDP_CHECK(std::find(all.begin(), all.end(), kind) != all.end(), who, ": state '", name, "' is not a state of ",
-              "this optimizer (its state per parameter is ", join(all), "); ", kFix);
+    DDP_CHECK(std::find(all.begin(), all.end(), kind) != all.end(), who, ": state '", name,
+              "' is not a state of ", "this optimizer (its state per parameter is ", join(all), "); ", kFix);
     DDP_CHECK(t.defined(), who, ": state '", name, "' is an undefined tensor; ", kFix);
     const Tensor& live = p->second->tensor;
     if (kind == kinds.scalar) {
@@ -60,9 +60,11 @@ void check_whole_state(const std::string& who, const std::vector<nn::NamedTensor
   for (const auto& [param, n] : found) {
     if (n == all.size()) continue;
     for (const std::string& kind : all)
-      DDP_CHECK(state.count(param + "." + kind), who, ": the state of parameter '", param, "' is incomplete: '",
-                param, ".", kind, "' is missing (renamed or deleted?), so it would silently restart from zero; "
-                "give all of ", join(all), " or none (a parameter that never stepped)");
+      DDP_CHECK(state.count(param + "." + kind), who, ": the state of parameter '", param,
+                "' is incomplete: '", param, ".", kind,
+                "' is missing (renamed or deleted?), so it would silently restart from zero; "
+                "give all of ",
+                join(all), " or none (a parameter that never stepped)");
   }
 }
 

@@ -26,7 +26,7 @@ struct StateKinds {
 StateKinds state_kinds_of(const Optimizer& optimizer);
 
 // Throws ddp::Error "<who>: ..." naming the first entry at fault (in name order) and the fix.
-void check_whole_state(const std::string& who, const std::vector<nn::NamedTensor>& params, const StateKinds& kinds,
-                       const std::map<std::string, Tensor>& state, int64_t steps);
+void check_whole_state(const std::string& who, const std::vector<nn::NamedTensor>& params,
+                       const StateKinds& kinds, const std::map<std::string, Tensor>& state, int64_t steps);
 
 }  // namespace ddp::optim

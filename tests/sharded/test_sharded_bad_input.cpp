@@ -11,8 +11,8 @@
 // expected one (only an SGD parameter without momentum state is a valid gap), a refusal names the tensor at
 // fault, and a refused load left this rank's parameters, optimizer state and step count exactly as they were.
 // A second corpus does the same for the constructors (ShardOptions::units and the other options,
-// ZeroRedundancyOptimizer). Nothing here runs a collective between the cases, so a rank-dependent outcome shows
-// as a failed comparison, not a hang.
+// ZeroRedundancyOptimizer). Nothing here runs a collective between the cases, so a rank-dependent outcome
+// shows as a failed comparison, not a hang.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -86,7 +86,7 @@ Map whole_state(Opt o, uint64_t seed) {
 // ---- the corpus ----
 
 struct Bad {
-  std::string what;                // "missing layers.0.bias"
+  std::string what;  // "missing layers.0.bias"
   Map input;
   std::vector<std::string> names;  // a refusal's message names one of these
   bool valid = false;              // a load that must succeed
@@ -204,9 +204,9 @@ struct Rank {
   int stage = 0;
   Opt opt = Opt::AdamW;
   std::shared_ptr<nn::Module> model;
-  std::unique_ptr<DistributedDataParallel> ddp;          // stages 0, 1
-  std::unique_ptr<optim::Optimizer> optimizer;           // stage 0: plain; stage 1: ZeroRedundancyOptimizer
-  std::unique_ptr<ShardedDataParallel> sdp;              // stages 2, 3
+  std::unique_ptr<DistributedDataParallel> ddp;  // stages 0, 1
+  std::unique_ptr<optim::Optimizer> optimizer;   // stage 0: plain; stage 1: ZeroRedundancyOptimizer
+  std::unique_ptr<ShardedDataParallel> sdp;      // stages 2, 3
   std::unique_ptr<ShardedOptimizer> sharded;
 
   Fingerprint fingerprint() {
@@ -222,7 +222,8 @@ struct Rank {
     }
     for (auto& p : model->named_parameters()) f["param " + p.name] = p.tensor.to_double_vector();
     auto* zero = dynamic_cast<optim::ZeroRedundancyOptimizer*>(optimizer.get());
-    for (auto& [k, t] : zero ? zero->local_state() : optimizer->state()) f["state " + k] = t.to_double_vector();
+    for (auto& [k, t] : zero ? zero->local_state() : optimizer->state())
+      f["state " + k] = t.to_double_vector();
     f["steps"] = {static_cast<double>(optimizer->steps())};
     return f;
   }
@@ -294,7 +295,7 @@ std::shared_ptr<dist::ProcessGroup> gather_group(int rank, int world, dist::Stor
 }
 
 struct Tally {
-  int cases = 0;        // (case, loader, stage, world, optimizer) combinations, each run on every rank
+  int cases = 0;  // (case, loader, stage, world, optimizer) combinations, each run on every rank
   int refused = 0;
 };
 
@@ -331,7 +332,8 @@ void run_corpus(int stage, int world, Opt o, const std::vector<CheckpointCase>& 
           so.stage = stage;
           if (stage == 3) so.gather_group = gather_group(rank, world, store);
           r.sdp = std::make_unique<ShardedDataParallel>(r.model, borrow(pg), so);
-          r.sharded = std::make_unique<ShardedOptimizer>(*r.sdp, [o](auto ps) { return make_optimizer(o, ps); });
+          r.sharded =
+              std::make_unique<ShardedOptimizer>(*r.sdp, [o](auto ps) { return make_optimizer(o, ps); });
         } else {
           r.ddp = std::make_unique<DistributedDataParallel>(r.model, borrow(pg));
           if (stage == 0) {
@@ -364,7 +366,8 @@ void run_corpus(int stage, int world, Opt o, const std::vector<CheckpointCase>& 
       for (const auto& n : b.names) named = named || s.outcome.find(n) != std::string::npos;
       EXPECT_TRUE(named) << "rank " << rank << ": the message does not name '" << b.names.front()
                          << "': " << s.outcome;
-      EXPECT_TRUE(s.unchanged) << "rank " << rank << ": a refused load changed the state (" << s.outcome << ")";
+      EXPECT_TRUE(s.unchanged) << "rank " << rank << ": a refused load changed the state (" << s.outcome
+                               << ")";
     }
     if (!b.valid) ++tally.refused;
   }
@@ -384,8 +387,8 @@ TEST(BadInputCorpus, EveryLoaderGivesTheSameOutcomeOnEveryRankAndARefusalChanges
   }
   std::filesystem::remove_all(dir);
   const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-  std::printf("bad-input corpus: %d cases (%d refused, %d valid), each on every rank, in %.1f s\n", tally.cases,
-              tally.refused, tally.cases - tally.refused, s);
+  std::printf("bad-input corpus: %d cases (%d refused, %d valid), each on every rank, in %.1f s\n",
+              tally.cases, tally.refused, tally.cases - tally.refused, s);
 }
 
 // ---- constructors ----
@@ -406,12 +409,14 @@ TEST(BadInputCorpus, EveryConstructorGivesTheSameOutcomeOnEveryRank) {
     std::string refusal;  // words of the message; "" = must succeed
   };
   std::vector<Ctor> cases;
-  auto sharded = [&](const std::string& what, ShardOptions base, bool with_gather_group, std::string refusal) {
+  auto sharded = [&](const std::string& what, ShardOptions base, bool with_gather_group,
+                     std::string refusal) {
     cases.push_back({what,
-                     [base, with_gather_group](int rank, int world, dist::ProcessGroup& pg, dist::Store& store,
-                                               const std::string& tag) {
+                     [base, with_gather_group](int rank, int world, dist::ProcessGroup& pg,
+                                               dist::Store& store, const std::string& tag) {
                        ShardOptions o = base;
-                       if (with_gather_group) o.gather_group = gather_group(rank, world, store, "gather" + tag);
+                       if (with_gather_group)
+                         o.gather_group = gather_group(rank, world, store, "gather" + tag);
                        ShardedDataParallel sdp(nested(), borrow(pg), o);
                      },
                      std::move(refusal)});
@@ -436,9 +441,12 @@ TEST(BadInputCorpus, EveryConstructorGivesTheSameOutcomeOnEveryRank) {
       o.stage = 3;
       o.units = {a, b};
       std::string refusal;
-      if (inside(b, a)) refusal = "\"" + b + "\", which is inside unit \"" + a + "\"";
-      else if (!holds_params(a)) refusal = "\"" + a + "\", which holds no parameters";
-      else if (!holds_params(b)) refusal = "\"" + b + "\", which holds no parameters";
+      if (inside(b, a))
+        refusal = "\"" + b + "\", which is inside unit \"" + a + "\"";
+      else if (!holds_params(a))
+        refusal = "\"" + a + "\", which holds no parameters";
+      else if (!holds_params(b))
+        refusal = "\"" + b + "\", which holds no parameters";
       sharded("units {" + a + ", " + b + "}", o, true, refusal);
     }
   }
@@ -468,21 +476,23 @@ TEST(BadInputCorpus, EveryConstructorGivesTheSameOutcomeOnEveryRank) {
                    std::string refusal) {
     cases.push_back({what,
                      [params](int, int, dist::ProcessGroup& pg, dist::Store&, const std::string&) {
-                       optim::ZeroRedundancyOptimizer z(params(), borrow(pg), [](auto ps) {
-                         return make_optimizer(Opt::AdamW, ps);
-                       });
+                       optim::ZeroRedundancyOptimizer z(
+                           params(), borrow(pg), [](auto ps) { return make_optimizer(Opt::AdamW, ps); });
                      },
                      std::move(refusal)});
   };
-  zero1("zero1 over the model", [] { return mlp()->named_parameters(); }, "");
-  zero1("zero1 over no parameters", [] { return std::vector<nn::NamedTensor>{}; }, "no parameters");
-  zero1("zero1 over mixed dtypes",
-        [] {
-          auto ps = mlp()->named_parameters();
-          ps.push_back({"f32", Tensor::zeros({4}, DType::F32)});
-          return ps;
-        },
-        "parameter f32 is float32");
+  zero1(
+      "zero1 over the model", [] { return mlp()->named_parameters(); }, "");
+  zero1(
+      "zero1 over no parameters", [] { return std::vector<nn::NamedTensor>{}; }, "no parameters");
+  zero1(
+      "zero1 over mixed dtypes",
+      [] {
+        auto ps = mlp()->named_parameters();
+        ps.push_back({"f32", Tensor::zeros({4}, DType::F32)});
+        return ps;
+      },
+      "parameter f32 is float32");
 
   const auto t0 = Clock::now();
   int runs = 0;
@@ -509,8 +519,8 @@ TEST(BadInputCorpus, EveryConstructorGivesTheSameOutcomeOnEveryRank) {
         if (cases[i].refusal.empty())
           EXPECT_EQ(seen[rank][i], "ok") << "rank " << rank;
         else
-          EXPECT_NE(seen[rank][i].find(cases[i].refusal), std::string::npos) << "rank " << rank << ": "
-                                                                              << seen[rank][i];
+          EXPECT_NE(seen[rank][i].find(cases[i].refusal), std::string::npos)
+              << "rank " << rank << ": " << seen[rank][i];
       }
     }
   }

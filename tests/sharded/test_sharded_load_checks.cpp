@@ -98,7 +98,8 @@ TEST(ShardedLoadChecks, LoadParametersWithoutOneNameIsRefusedOnEveryRank) {
       auto values = whole_params();
       values.erase(name);
       expect_refused_everywhere(
-          on_two_ranks(stage, mlp, [&](ShardedDataParallel& sdp, ShardedOptimizer&) { sdp.load_parameters(values); }),
+          on_two_ranks(stage, mlp,
+                       [&](ShardedDataParallel& sdp, ShardedOptimizer&) { sdp.load_parameters(values); }),
           "'" + name + "'");
     }
 }
@@ -123,7 +124,8 @@ TEST(ShardedLoadChecks, ATransposedValueIsRefusedNotReadInTheWrongOrder) {
     auto values = whole_params();
     values["layers.2.weight"] = Tensor::zeros({16, 8}, DType::F64);  // the model's is (8, 16)
     expect_refused_everywhere(
-        on_two_ranks(stage, mlp, [&](ShardedDataParallel& sdp, ShardedOptimizer&) { sdp.load_parameters(values); }),
+        on_two_ranks(stage, mlp,
+                     [&](ShardedDataParallel& sdp, ShardedOptimizer&) { sdp.load_parameters(values); }),
         "'layers.2.weight' has shape (16, 8)");
     auto state = whole_adamw_state();
     state["layers.2.weight.exp_avg"] = Tensor::zeros({16, 8}, DType::F64);
@@ -145,21 +147,24 @@ TEST(ShardedLoadChecks, AUnitInsideAnotherUnitIsNamedAsSuch) {
         inner, std::make_shared<nn::Linear>(8, 5, true, DType::F64)});
   };
   std::vector<std::string> out(2);
-  dist::run_threads(2, [&](int rank, dist::ProcessGroup& pg, dist::Store& store) {
-    ShardOptions o;
-    o.stage = 3;
-    o.units = {"0", "0.0"};
-    dist::DistEnv env;
-    env.rank = rank;
-    env.world_size = 2;
-    o.gather_group = gather_group(env, store);
-    try {
-      ShardedDataParallel sdp(nested(), borrow(pg), o);
-      out[rank] = "ok";
-    } catch (const Error& e) {
-      out[rank] = e.what();
-    }
-  }, dist::ProcessGroupOptions{}, "gloo");
+  dist::run_threads(
+      2,
+      [&](int rank, dist::ProcessGroup& pg, dist::Store& store) {
+        ShardOptions o;
+        o.stage = 3;
+        o.units = {"0", "0.0"};
+        dist::DistEnv env;
+        env.rank = rank;
+        env.world_size = 2;
+        o.gather_group = gather_group(env, store);
+        try {
+          ShardedDataParallel sdp(nested(), borrow(pg), o);
+          out[rank] = "ok";
+        } catch (const Error& e) {
+          out[rank] = e.what();
+        }
+      },
+      dist::ProcessGroupOptions{}, "gloo");
   expect_refused_everywhere(out, "\"0.0\", which is inside unit \"0\"");
   EXPECT_EQ(out[0].find("no module"), std::string::npos) << out[0];
 }
