@@ -135,7 +135,8 @@ void ZeroRedundancyOptimizer::load_state(const std::map<std::string, Tensor>& st
   // The whole state against every parameter - not only this rank's - so that every rank gives the same
   // verdict; then the inner optimizer gets the entries of the parameters this rank owns.
   const StateKinds kinds = state_kinds_of(*inner_);
-  if (!kinds.tensors.empty()) check_whole_state("ZeroRedundancyOptimizer::load_state", params_, kinds, state, steps);
+  if (!kinds.tensors.empty())
+    check_whole_state("ZeroRedundancyOptimizer::load_state", params_, kinds, state, steps);
   std::map<std::string, Tensor> mine;
   for (size_t i : owned_[pg_->rank()])
     for (auto it = state.lower_bound(params_[i].name + "."); it != state.end(); ++it) {

@@ -127,11 +127,12 @@ ShardedDataParallel::~ShardedDataParallel() {
   // ZeRO-3: the shards go with the wrapper; a parameter left without memory has none for good.
   for (auto& p : params_)
     if (!p.tensor.storage())
-      set_storageless_reason(p.tensor.impl_ptr(),
-                             "it was a ZeRO-3 parameter and its ShardedDataParallel was destroyed, taking the "
-                             "shards (the values) with it. Keep the wrapper alive as long as the model is used, or "
-                             "copy the whole parameters out before it goes: inside sdp.gathered_parameters(), "
-                             "clone them, load them into another model or save a checkpoint");
+      set_storageless_reason(
+          p.tensor.impl_ptr(),
+          "it was a ZeRO-3 parameter and its ShardedDataParallel was destroyed, taking the "
+          "shards (the values) with it. Keep the wrapper alive as long as the model is used, or "
+          "copy the whole parameters out before it goes: inside sdp.gathered_parameters(), "
+          "clone them, load them into another model or save a checkpoint");
 }
 
 std::vector<std::vector<size_t>> ShardedDataParallel::choose_units() {
@@ -154,9 +155,10 @@ std::vector<std::vector<size_t>> ShardedDataParallel::choose_units() {
             ps.push_back(it->second);
           }
           std::erase(wanted, name);
-          DDP_CHECK(!ps.empty() || opt_.units.empty(), "ShardedDataParallel: ShardOptions::units names \"", name,
-                    "\", which holds no parameters (none of its own, or only ones an earlier unit took): drop it ",
-                    "from the list");
+          DDP_CHECK(
+              !ps.empty() || opt_.units.empty(), "ShardedDataParallel: ShardOptions::units names \"", name,
+              "\", which holds no parameters (none of its own, or only ones an earlier unit took): drop it ",
+              "from the list");
           if (ps.empty()) return;  // default units: all its parameters are tied to an earlier unit's
           std::sort(ps.begin(), ps.end());
           units_.push_back({name, &m, 0});
@@ -190,7 +192,7 @@ void ShardedDataParallel::refuse_unit(const std::string& name) const {
   std::string modules;
   int listed = 0;
   std::function<void(const nn::Module&, const std::string&)> walk = [&](const nn::Module& m,
-                                                                         const std::string& prefix) {
+                                                                        const std::string& prefix) {
     for (auto& [n, c] : m.named_children()) {
       const std::string full = prefix.empty() ? n : prefix + "." + n;
       if (c->num_parameters() > 0 && listed++ < 12) modules += (modules.empty() ? "" : ", ") + full;
@@ -528,17 +530,18 @@ void ShardedDataParallel::load_parameters(const std::map<std::string, Tensor>& b
 
 void ShardedDataParallel::check_whole_parameters(const std::map<std::string, Tensor>& by_name) const {
   constexpr const char* who = "ShardedDataParallel::load_parameters";
-  constexpr const char* fix = "pass every parameter of this model by its name, with its shape and dtype (as "
-                              "named_parameters() of the same model inside gathered_parameters() gives them)";
+  constexpr const char* fix =
+      "pass every parameter of this model by its name, with its shape and dtype (as "
+      "named_parameters() of the same model inside gathered_parameters() gives them)";
   std::map<std::string, const Tensor*> live;
   for (const auto& p : params_) live.emplace(p.name, &p.tensor);
   for (const auto& [name, t] : by_name) {
     auto it = live.find(name);
-    DDP_CHECK(it != live.end(), who, ": '", name, "' names no parameter of this model (misspelled, or a value ",
-              "of another model?); ", fix);
+    DDP_CHECK(it != live.end(), who, ": '", name,
+              "' names no parameter of this model (misspelled, or a value ", "of another model?); ", fix);
     DDP_CHECK(t.defined(), who, ": the value of '", name, "' is an undefined tensor; ", fix);
-    DDP_CHECK(t.shape() == it->second->shape(), who, ": the value of '", name, "' has shape ", shape_str(t.shape()),
-              " but the parameter has ", shape_str(it->second->shape()), "; ", fix);
+    DDP_CHECK(t.shape() == it->second->shape(), who, ": the value of '", name, "' has shape ",
+              shape_str(t.shape()), " but the parameter has ", shape_str(it->second->shape()), "; ", fix);
     DDP_CHECK(t.dtype() == it->second->dtype(), who, ": the value of '", name, "' has dtype ",
               dtype_name(t.dtype()), " but the parameter has ", dtype_name(it->second->dtype()),
               "; convert it with .to(", dtype_name(it->second->dtype()), ") first, or ", fix);

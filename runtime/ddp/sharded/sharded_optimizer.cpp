@@ -144,7 +144,8 @@ void ShardedOptimizer::load_consolidated_state(const std::map<std::string, Tenso
   const auto& params = sdp_.parameters();
   // The whole state against every parameter of the model, not only this rank's segments: every rank gives
   // the same verdict (and message), and a refused state changes nothing.
-  optim::check_whole_state("ShardedOptimizer::load_consolidated_state", params, {kinds, scalar}, state, steps);
+  optim::check_whole_state("ShardedOptimizer::load_consolidated_state", params, {kinds, scalar}, state,
+                           steps);
   std::map<std::string, Tensor> mine;
   for (auto& s : segments_) {
     const std::string& pname = params[s.piece.param].name;
