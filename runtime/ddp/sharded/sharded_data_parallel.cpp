@@ -157,8 +157,8 @@ std::vector<std::vector<size_t>> ShardedDataParallel::choose_units() {
           std::erase(wanted, name);
           DDP_CHECK(
               !ps.empty() || opt_.units.empty(), "ShardedDataParallel: ShardOptions::units names \"", name,
-              "\", which holds no parameters (none of its own, or only ones an earlier unit took): drop it ",
-              "from the list");
+              "\", which holds no parameters (none at all, or only ones an earlier unit took): drop it from ",
+              "the list");
           if (ps.empty()) return;  // default units: all its parameters are tied to an earlier unit's
           std::sort(ps.begin(), ps.end());
           units_.push_back({name, &m, 0});
@@ -538,7 +538,7 @@ void ShardedDataParallel::check_whole_parameters(const std::map<std::string, Ten
   for (const auto& [name, t] : by_name) {
     auto it = live.find(name);
     DDP_CHECK(it != live.end(), who, ": '", name,
-              "' names no parameter of this model (misspelled, or a value ", "of another model?); ", fix);
+              "' names no parameter of this model (misspelled, or a value of another model?); ", fix);
     DDP_CHECK(t.defined(), who, ": the value of '", name, "' is an undefined tensor; ", fix);
     DDP_CHECK(t.shape() == it->second->shape(), who, ": the value of '", name, "' has shape ",
               shape_str(t.shape()), " but the parameter has ", shape_str(it->second->shape()), "; ", fix);

@@ -70,8 +70,8 @@ struct ShardOptions {
   // exact while the others' arrived rounded).
   bool gather_bf16 = false;
   // ZeRO-3 units by module name ("blocks.0"); empty: the default above. Refused: a name that is no module,
-  // a module without parameters of its own, one inside another listed unit (units do not nest). ZeRO-2
-  // ignores it (as prefetch).
+  // a module without parameters (or only ones an earlier unit took), one inside another listed unit (units
+  // do not nest). ZeRO-2 ignores it (as prefetch).
   std::vector<std::string> units;
 };
 
