@@ -75,16 +75,11 @@ void ShardedOptimizer::load_state(const std::map<std::string, Tensor>& state, in
 }
 
 void ShardedOptimizer::state_kinds(std::vector<std::string>& tensors, std::string& scalar) const {
-  if (dynamic_cast<const optim::AdamW*>(inner_.get())) {
-    tensors = {"exp_avg", "exp_avg_sq"};
-    scalar = "step";
-  } else if (dynamic_cast<const optim::SGD*>(inner_.get())) {
-    tensors = {"momentum_buffer"};
-    scalar.clear();
-  } else {
-    DDP_FAIL("ShardedOptimizer: consolidating the state of this inner optimizer is not supported (SGD and "
-             "AdamW are)");
-  }
+  optim::StateKinds k = optim::state_kinds_of(*inner_);
+  DDP_CHECK(!k.tensors.empty(), "ShardedOptimizer: consolidating the state of this inner optimizer is not ",
+            "supported (SGD and AdamW are)");
+  tensors = std::move(k.tensors);
+  scalar = std::move(k.scalar);
 }
 
 std::map<std::string, Tensor> ShardedOptimizer::consolidated_state() {
