@@ -1,30 +1,39 @@
 #!/usr/bin/env bash
-# tools/gpu_check.sh - the one-command check for a machine with an NVIDIA GPU (docs/gpu.md): GPU tests (op parity
-# CPU vs CUDA incl. bf16, NCCL world 1, two ranks on one GPU through Gloo staging, GPU-vs-CPU training, the CUDA
-# optimizers, deterministic embedding backward and bitwise resume on the GPU, statistics from CUDA events), then
-# short benchmarks (GEMM TFLOP/s f32 and bf16; tiny gpt and GPT-2-small step time, tokens/s, MFU, exposed
-# communication in f32 and bf16; the used-map's host sync; two ranks through Gloo staging; `train`'s MFU line).
-# Prints a markdown table for docs/benchmarks.md and keeps it in WORK/table.md.
+# tools/gpu_check.sh - the one-command check for a machine with an NVIDIA GPU, made to give a verdict in one call
+# of under 10 minutes (docs/gpu.md says what each row will show):
+#   1. the GPU tests, one process per gtest suite (a crash or hang costs that suite's row only); a failing suite's
+#      failing tests are rerun once with CUDA_LAUNCH_BLOCKING=1, so the row names the op that failed;
+#   2. two processes on the one GPU forming a real NCCL world (each its own NCCL_HOSTID, P2P and SHM off: the only
+#      way NCCL accepts two ranks on one device) that train with the reducer and ZeRO-2/3 and compare with a
+#      single-process reference (testprog_gpu_world);
+#   3. compute-sanitizer memcheck, racecheck and synccheck over the shared-memory kernels' parity tests;
+#   4. training rows (bench_e2e): step time, tokens/s, MFU, the loss (finite and falling) and the device's peak
+#      memory beside the memory account; each beside PyTorch 2.x eager and torch.compile on the same GPU and
+#      model (bench/pytorch_twin.py), as ratios; GPT-2 small (124M, tied head) bf16 MFU at world 1;
+#   5. GEMM TFLOP/s, two ranks through Gloo staging, `train`'s MFU line, the used-map sync, bf16 all-reduce.
+# Every step runs under `timeout -k` (a process ignoring SIGTERM is killed), the time left is printed on every log
+# line, and table.md, check.log, bench.json and logs.tar.gz are copied to --collect after every step.
 #
 #   tools/gpu_check.sh [options] [WORK]
 #     --prebuilt DIR  run the binaries of a bundle made on the CPU machine by tools/gpu_bundle.sh (DIR/bundle.tar.gz)
-#                     instead of building here (the fast path: no build on the device)
-#     --collect DIR   also copy table.md, check.log, gpu.txt, bench.json and logs.tar.gz into DIR, after every
-#                     step (the device tool's $OUT: at most 8 files come back)
+#     --collect DIR   copy table.md, check.log, gpu.txt, bench.json and logs.tar.gz into DIR after every step
 #     --dry-run       every step with the same binaries and flags, on the CPU at tiny sizes (cuda -> cpu,
-#                     nccl -> gloo, gpt2s -> gpt, 2 steps); no GPU needed. Also GPU_CHECK_DEVICE=cpu. Uses the build
-#                     in DDP_BUILD_DIR (default build) unless --prebuilt. ctest runs it (GpuCheck.DryRun).
+#                     nccl -> gloo, GPT-2 shapes -> the tiny gpt, 2 steps; no compute-sanitizer); also
+#                     GPU_CHECK_DEVICE=cpu. Uses DDP_BUILD_DIR (default build) unless --prebuilt. ctest: GpuCheck.DryRun
 #     WORK            logs and table (default runs/gpu-check-<date>)
-# Time: DDP_GPU_CHECK_DEADLINE_S (default 240) bounds the whole run after the build: each step's timeout is cut to
-# what is left, and steps that would start with under 10 s left are skipped, so the script ends by then. Building
-# on the device (no --prebuilt) adds at most DDP_GPU_BUILD_TIMEOUT_S (default 240) before that.
-# NCCL, cuDNN and cuBLAS come from the CUDA toolkit or from Python's nvidia-* packages (found either way).
+# Time: DDP_GPU_CHECK_DEADLINE_S (default 540) bounds the run after the build; each step's limit is cut to what is
+# left. GPU_CHECK_SUITE_TIMEOUT_S (90) bounds one suite, GPU_CHECK_PROBE_TIMEOUT_S (30) nvidia-smi, the start-up
+# probes and test listings; GC_KILL_S (5) is the grace between SIGTERM and SIGKILL.
+# Libraries: cudart, cuBLAS, NCCL, cuDNN from GPU_CHECK_LIB_DIRS (searched first), the toolkit or Python's nvidia-*
+# packages, each only if built for CUDA 13 (NCCL and cuDNN say so themselves; the others by soname).
+# PyTorch: GPU_CHECK_TORCH_PYTHON, else tools/setup_torch2.sh --path, else python3 if it has torch 2.x.
 set -uo pipefail
-# What the steps below run (tools/gpu_bundle.sh packs these; the load check starts each once).
-GPU_CHECK_PROGRAMS=(train ddprun bench_e2e bench_gpu_gemm)
+GPU_CHECK_PROGRAMS=(train ddprun bench_e2e bench_gpu_gemm testprog_gpu_world)
 GPU_CHECK_TESTS=(test_gpu test_ops_core test_ops_nn test_ops_conv test_train test_data_loader)
 [ "${1:-}" = --print-binaries ] && { echo "${GPU_CHECK_PROGRAMS[*]}"; echo "${GPU_CHECK_TESTS[*]}"; exit 0; }
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=tools/gpu_check_lib.sh
+. "$ROOT/tools/gpu_check_lib.sh"
 DRY=0
 [ "${GPU_CHECK_DEVICE:-cuda}" = cpu ] && DRY=1
 PREBUILT="" COLLECT="" WORK=""
@@ -44,106 +53,98 @@ done
 WORK="${WORK:-$ROOT/runs/gpu-check-$(date +%Y%m%d-%H%M%S)}"
 mkdir -p "$WORK" || exit 2
 WORK="$(cd "$WORK" && pwd)"
-[ -n "$COLLECT" ] && { mkdir -p "$COLLECT" || exit 2; }
-DEADLINE="${DDP_GPU_CHECK_DEADLINE_S:-240}"
+[ -n "$COLLECT" ] && { mkdir -p "$COLLECT" && COLLECT="$(cd "$COLLECT" && pwd)" || exit 2; }
+DEADLINE="${DDP_GPU_CHECK_DEADLINE_S:-540}"
 BUILD_LIMIT="${DDP_GPU_BUILD_TIMEOUT_S:-240}"
+PROBE_S="${GPU_CHECK_PROBE_TIMEOUT_S:-30}"
+SUITE_S="${GPU_CHECK_SUITE_TIMEOUT_S:-90}"
+CUDA_MAJOR=13  # what the build links (libcudart.so.13)
 : >"$WORK/check.log"
 T0=$SECONDS
-log() { printf '[gpu_check %3ds] %s\n' $((SECONDS - T0)) "$*" | tee -a "$WORK/check.log" >&2; }
+DEADLINE_T0=$SECONDS  # reset after a build here
+left() { echo $((DEADLINE - (SECONDS - DEADLINE_T0))); }
+limit_for() { gc_limit "$1" $(($(left) - ${GC_KILL_S:-5})); }  # wanted seconds -> allowed now (0: skip)
+log() { printf '[gpu_check %3ds, %3ds left] %s\n' $((SECONDS - T0)) "$(left)" "$*" | tee -a "$WORK/check.log" >&2; }
 declare -a ROWS=()
+declare -A BAD=()  # binary -> why it cannot run
 FAILS=0
 
-# ---- the table: one markdown row per step, written (and collected) after every step -----------------------
+# ---- the table, copied out with the logs after every row ------------------------------------------------------
 HEADER=""
-write_table() {
-  {
-    echo "$HEADER"
-    echo
-    echo "| check | result |"
-    echo "|---|---|"
-    for r in "${ROWS[@]}"; do echo "$r"; done
-  } >"$WORK/table.md"
-  collect
-}
 row() {  # name, result
-  ROWS+=("| $1 | $(printf '%s' "$2" | tr '|' '/') |")
+  ROWS+=("| $1 | $(printf '%s' "$2" | tr '|\n' '/ ') |")
   case "$2" in FAIL*) FAILS=$((FAILS + 1)) ;; esac
-  write_table
+  { echo "$HEADER"; echo; echo "| check | result |"; echo "|---|---|"; printf '%s\n' "${ROWS[@]}"; } >"$WORK/table.md"
+  collect
 }
 collect() {
   [ -n "$COLLECT" ] || return 0
-  cp -f "$WORK/table.md" "$WORK/check.log" "$COLLECT/" 2>/dev/null
-  for f in gpu.txt bench.json; do [ -f "$WORK/$f" ] && cp -f "$WORK/$f" "$COLLECT/"; done
-  return 0
+  local f
+  for f in table.md check.log gpu.txt bench.json; do [ -f "$WORK/$f" ] && cp -f "$WORK/$f" "$COLLECT/"; done
+  (cd "$WORK" && tar -czf "$COLLECT/.logs.tar.gz" --exclude=./bundle --exclude=./table.md . 2>/dev/null)
+  mv -f "$COLLECT/.logs.tar.gz" "$COLLECT/logs.tar.gz"  # whole or not at all, should the call end now
 }
-pack_logs() {
-  [ -n "$COLLECT" ] || return 0
-  (cd "$WORK" && tar -czf "$COLLECT/logs.tar.gz" --exclude=bundle --exclude=table.md . 2>/dev/null)
-  collect
-}
-finish() {  # on every exit: the table on stdout, the logs packed for --collect
+finish() {
   local rc=$?
   [ -f "$WORK/table.md" ] && { echo; cat "$WORK/table.md"; }
-  pack_logs
+  collect
   exit "$rc"
 }
 trap finish EXIT
 
-# ---- time: every step's timeout is cut to the deadline -------------------------------------------------------
-DEADLINE_T0=$SECONDS  # reset after the build
-left() { echo $((DEADLINE - (SECONDS - DEADLINE_T0))); }
-limit_for() {  # wanted seconds -> seconds allowed now (0: skip)
-  local l; l=$(left)
-  if [ "$l" -lt 10 ]; then echo 0; elif [ "$1" -lt $((l - 5)) ]; then echo "$1"; else echo $((l - 5)); fi
-}
-
-# ---- where CUDA's libraries are: toolkit or Python's nvidia-* wheels ------------------------------------------
-LIB_CANDS=(/usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib /usr/lib/x86_64-linux-gnu)
-for py in $(python3 -c "import site; print(' '.join(site.getsitepackages()))" 2>/dev/null) /opt/torch/.venv/lib/python3*/site-packages; do
+# ---- CUDA's libraries, each built for this CUDA ----------------------------------------------------------------------
+IFS=: read -r -a LIB_CANDS <<<"${GPU_CHECK_LIB_DIRS:-}"
+LIB_CANDS+=(/usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib /usr/lib/x86_64-linux-gnu)
+for py in $(gc_bounded "$PROBE_S" python3 -c "import site; print(' '.join(site.getsitepackages()))" 2>/dev/null) \
+          /opt/torch/.venv/lib/python3*/site-packages; do
   [ -d "$py/nvidia" ] && LIB_CANDS+=("$py/nvidia")
 done
-lib_dirs_for() {  # soname -> directories holding it
+lib_dirs_for() {  # soname -> every folder under the candidates holding it, in order
   local d
   for d in "${LIB_CANDS[@]}"; do
-    [ -d "$d" ] || continue
-    find "$d" -maxdepth 4 -name "$1" -printf '%h\n' 2>/dev/null | head -1
+    [ -n "$d" ] && [ -d "$d" ] && find "$d" -maxdepth 4 -name "$1" -printf '%h\n' 2>/dev/null | sort
   done | awk '!seen[$0]++'
 }
 CUDA_LIBS=(libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libnccl.so.2 libcudnn.so.9)
 for so in "${CUDA_LIBS[@]}"; do
-  d="$(lib_dirs_for "$so" | head -1)"
+  mapfile -t dirs < <(lib_dirs_for "$so")
+  d="$(gc_pick_lib "$so" "$CUDA_MAJOR" "${dirs[@]}" 2>"$WORK/pick.err")"
+  while read -r l; do log "$l"; done <"$WORK/pick.err"
   if [ -n "$d" ]; then
-    case ":${LD_LIBRARY_PATH:-}:" in *":$d:"*) ;; *) export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d" ;; esac
-    case "$so" in libnccl*) export NCCL_ROOT="$(dirname "$d")" ;; libcudnn*) export CUDNN_ROOT="$(dirname "$d")" ;; esac
-    log "$so in $d ($(basename "$(readlink -f "$d/$so")"))"
+    case ":${LD_LIBRARY_PATH:-}:" in *":$d:"*) ;; *) export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" ;; esac
+    log "$so in $d ($(basename "$(readlink -f "$d/$so")"), CUDA $(gc_lib_cuda_major "$d/$so"))"
   else
-    log "$so not found (toolkit or Python nvidia-* packages)"
+    log "$so: none built for CUDA $CUDA_MAJOR found (GPU_CHECK_LIB_DIRS, toolkit, Python nvidia-* packages)"
   fi
 done
+rm -f "$WORK/pick.err"
 export PATH="/usr/local/cuda/bin:$PATH"
-# Every NCCL group here is world 1 on one machine: bootstrap on loopback (a VM may have no other usable
-# interface), and NCCL's warnings in the logs.
+# NCCL bootstraps on loopback (a VM may have no other usable interface) and logs its warnings; a stuck collective or
+# communicator creation fails with its error inside a step's limit.
 export NCCL_SOCKET_IFNAME="${NCCL_SOCKET_IFNAME:-lo}" NCCL_DEBUG="${NCCL_DEBUG:-WARN}"
-# A stuck collective or communicator creation fails with its clear error inside a step's time limit, not at
-# the default 10 minutes.
 export DDP_COLLECTIVE_TIMEOUT_S="${DDP_COLLECTIVE_TIMEOUT_S:-60}"
 
-# ---- the GPU ---------------------------------------------------------------------------------------------------
+# ---- the GPU ------------------------------------------------------------------------------------------------------------
 if [ "$DRY" = 1 ]; then
   echo "dry run on the CPU ($(nproc) cores): no GPU used" >"$WORK/gpu.txt"
-elif ! nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >"$WORK/gpu.txt" 2>&1; then
-  log "no usable GPU (nvidia-smi: $(head -1 "$WORK/gpu.txt")); --dry-run checks the script on the CPU"
-  exit 1
+else
+  gc_bounded "$PROBE_S" nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >"$WORK/gpu.txt" 2>&1
+  rc=$?
+  if [ "$rc" -ne 0 ]; then
+    row "GPU (nvidia-smi)" "FAIL: nvidia-smi $(gc_rc_text "$rc" "$PROBE_S"): $(head -1 "$WORK/gpu.txt")"
+    log "no usable GPU; --dry-run checks the script on the CPU"
+    exit 1
+  fi
 fi
 GPU="$(head -1 "$WORK/gpu.txt")"
 log "GPU: $GPU"
 
-# ---- the binaries: a carried bundle, or a build here (dry run: the existing build) ---------------------------
+# ---- the binaries: a carried bundle, or a build here (dry run: the existing build) ------------------------------------
 BUILD_INFO=""
 if [ -n "$PREBUILT" ]; then
-  [ -f "$PREBUILT/bundle.tar.gz" ] || { log "no $PREBUILT/bundle.tar.gz: make it with tools/gpu_bundle.sh"; exit 1; }
+  [ -f "$PREBUILT/bundle.tar.gz" ] || { row "bundle" "FAIL: no $PREBUILT/bundle.tar.gz (tools/gpu_bundle.sh)"; exit 1; }
   U="$WORK/bundle"
-  rm -rf "$U" && mkdir -p "$U" && tar -C "$U" -xzf "$PREBUILT/bundle.tar.gz" || { log "cannot unpack $PREBUILT/bundle.tar.gz"; exit 1; }
+  rm -rf "$U" && mkdir -p "$U" && tar -C "$U" -xzf "$PREBUILT/bundle.tar.gz" || { row "bundle" "FAIL: cannot unpack"; exit 1; }
   BIN="$U/bin" TESTS="$U/tests"
   export LD_LIBRARY_PATH="$U/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   BUILD_INFO="bundle $(grep -E '^(commit|date)=' "$U/info.txt" | cut -d= -f2 | tr '\n' ' ')"
@@ -155,63 +156,60 @@ if [ -n "$PREBUILT" ]; then
 elif [ "$DRY" = 1 ]; then
   B="${DDP_BUILD_DIR:-$ROOT/build}"
   case "$B" in /*) ;; *) B="$ROOT/$B" ;; esac
-  BIN="$B/bin" TESTS="$B/tests"
-  BUILD_INFO="build $B"
+  BIN="$B/bin" TESTS="$B/tests" BUILD_INFO="build $B"
 else
   B="${DDP_GPU_BUILD_DIR:-$ROOT/build-gpu}"
   log "configure + build (CUDA on) in $B (at most ${BUILD_LIMIT} s)"
-  if ! cmake -S "$ROOT" -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDDP_CUDA=ON -DDDP_BUILD_BENCH=ON \
+  if ! gc_bounded 120 cmake -S "$ROOT" -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDDP_CUDA=ON -DDDP_BUILD_BENCH=ON \
        -DDDP_CUDA_ARCHITECTURES=90 >"$WORK/configure.log" 2>&1; then
-    log "configure FAILED (see configure.log; a missing package here means: build a bundle on the CPU machine, --prebuilt)"
-    tail -20 "$WORK/configure.log" >&2; row "build on this machine" "FAIL: configure (configure.log)"; exit 1
+    row "build on this machine" "FAIL: configure (configure.log; build a bundle on the CPU machine: --prebuilt)"; exit 1
   fi
-  if ! timeout "$BUILD_LIMIT" cmake --build "$B" -j "$(nproc)" --target "${GPU_CHECK_PROGRAMS[@]}" \
+  if ! gc_bounded "$BUILD_LIMIT" cmake --build "$B" -j "$(nproc)" --target "${GPU_CHECK_PROGRAMS[@]}" \
        "${GPU_CHECK_TESTS[@]}" >"$WORK/build.log" 2>&1; then
-    log "build FAILED (see build.log)"; grep -E 'error' "$WORK/build.log" | head -20 >&2
     row "build on this machine" "FAIL (build.log)"; exit 1
   fi
-  BIN="$B/bin" TESTS="$B/tests"
-  BUILD_INFO="built here in $((SECONDS - T0)) s"
+  BIN="$B/bin" TESTS="$B/tests" BUILD_INFO="built here in $((SECONDS - T0)) s"
   DEADLINE_T0=$SECONDS
 fi
 HEADER="**ddp.cpp GPU check** $(date -u +%Y-%m-%d), ${GPU}; ${BUILD_INFO}$([ "$DRY" = 1 ] && echo '; DRY RUN on the CPU (tiny sizes, not GPU figures)')"
 
-# Every binary must load: a missing shared library is named here, not as 12 identical failures below.
-missing=""
+# Every binary must load and answer a probe in time; one that does not is named and its steps are skipped.
 for f in "${GPU_CHECK_PROGRAMS[@]/#/$BIN/}" "${GPU_CHECK_TESTS[@]/#/$TESTS/}"; do
-  if [ ! -x "$f" ]; then missing+=" $(basename "$f") (absent)"; continue; fi
+  name="$(basename "$f")"
+  if [ ! -x "$f" ]; then BAD[$name]="absent"; continue; fi
   nf="$(ldd "$f" 2>/dev/null | awk '/not found/ {print $1}' | tr '\n' ' ')"
-  if [ -n "$nf" ]; then missing+=" $(basename "$f") needs: $nf"; continue; fi
-  # Starting it catches the rest (symbol versions: the bundle needs glibc >= 2.34 and GLIBCXX_3.4.30).
-  case "$f" in */tests/*) probe=(--gtest_list_tests) ;; *) probe=(--help) ;; esac
-  if ! out="$("$f" "${probe[@]}" 2>&1 >/dev/null)"; then missing+=" $(basename "$f") does not start: $(echo "$out" | head -2 | tr '\n' ' ')"; fi
+  if [ -n "$nf" ]; then BAD[$name]="needs $nf"; continue; fi
+  case "$f" in */tests/*) probe=(--gtest_list_tests) ;; */testprog_*) continue ;; *) probe=(--help) ;; esac
+  gc_bounded "$PROBE_S" "$f" "${probe[@]}" >/dev/null 2>"$WORK/probe.err"
+  rc=$?
+  [ "$rc" -ne 0 ] && BAD[$name]="did not answer ${probe[*]}: $(gc_rc_text "$rc" "$PROBE_S") $(head -2 "$WORK/probe.err" | tr '\n' ' ')"
 done
-if [ -n "$missing" ]; then
-  log "binaries cannot run:$missing"
-  row "binaries load" "FAIL:$missing"
-  exit 1
+rm -f "$WORK/probe.err"
+if [ "${#BAD[@]}" -gt 0 ]; then
+  for name in "${!BAD[@]}"; do log "$name cannot run: ${BAD[$name]}"; done
+  row "binaries load" "FAIL: $(for n in "${!BAD[@]}"; do printf '%s: %s; ' "$n" "${BAD[$n]}"; done)"
+else
+  row "binaries load" "ok ($(basename "$BIN")/, $(basename "$TESTS")/)"
 fi
-# On the GPU machine our CUDA runtime must see the GPU too (else every GPU test would skip): one tiny GEMM.
-if [ "$DRY" = 0 ]; then
-  probe="$(timeout 60 "$BIN/bench_gpu_gemm" --n 256 --reps 1 2>&1)"
+# Our CUDA runtime must see the GPU too (else every GPU test would skip): one tiny GEMM.
+if [ "$DRY" = 0 ] && [ -z "${BAD[bench_gpu_gemm]:-}" ]; then
+  probe="$(gc_bounded 60 "$BIN/bench_gpu_gemm" --n 256 --reps 1 2>&1)"
   case "$probe" in
-    *"skipped: no GPU"*|"") row "CUDA sees the GPU" "FAIL: $probe"; exit 1 ;;
     *TFLOP/s*) log "CUDA sees the GPU: $probe" ;;
     *) row "CUDA sees the GPU" "FAIL: $probe"; exit 1 ;;
   esac
 fi
-row "binaries load" "ok ($(basename "$BIN")/, $(basename "$TESTS")/; LD_LIBRARY_PATH has ${#CUDA_LIBS[@]} CUDA libraries' folders)"
 
-# ---- dry run: the GPU flags of each step, mapped to the CPU at tiny sizes -------------------------------------
+# ---- dry run: the GPU flags of each step, mapped to the CPU at tiny sizes ---------------------------------------------
 dev_args() {  # args... -> the same args (GPU run) or their CPU twin (dry run), one per line
   if [ "$DRY" = 0 ]; then printf '%s\n' "$@"; return; fi
-  local prev=""
+  local prev="" a
   for a in "$@"; do
     case "$prev:$a" in
       --device:cuda) a=cpu ;;
       --backend:nccl) a=gloo ;;
-      --config:gpt2s) a=gpt ;;
-      --steps:*) a=2 ;;
+      --config:gpt2s|--config:gpt2-small) a=gpt ;;
+      --steps:*) a=3 ;;
       --warmup:*) a=1 ;;
       --batch-size:*) a=2 ;;
     esac
@@ -219,122 +217,248 @@ dev_args() {  # args... -> the same args (GPU run) or their CPU twin (dry run), 
     prev="$a"
   done
 }
-
-# "name median; ..." for bench_e2e's table rows matching $1: each row is a name, then median p10 p90 min max.
-# Under ddprun every line starts with "[rank 0] "; that prefix is dropped first.
+# "name median; ..." for bench_e2e's table rows matching $1 (name, then median p10 p90 min max); "[rank N] " dropped.
 medians() {
   sed -E 's/^\[rank [0-9]+\] ?//' | grep -E "^ +($1)" |
     awk '{ if (NF < 6) next; n = $1; for (j = 2; j <= NF - 5; j++) n = n " " $j;
            printf "%s%s %s", (k++ ? "; " : ""), n, $(NF - 4) }'
 }
-bench_row() {  # label, log: the parsed medians, or FAIL when the table is missing
-  local m; m="$(medians 'step \(|tokens/s|exposed|MFU|used-map' <"$WORK/$2")"
-  if [ -z "$m" ]; then row "$1" "FAIL: no bench_e2e table in $2 (parser?)"; else row "$1" "$m"; fi
+usable() {  # binary, row name: 0 when the binary can run, else a SKIPPED row
+  [ -z "${BAD[$1]:-}" ] && return 0
+  row "$2" "SKIPPED ($1: ${BAD[$1]})"; return 1
 }
 
-# ---- steps -----------------------------------------------------------------------------------------------------
-run_test() {  # name, binary, gtest filter, seconds
-  local name="$1" bin="$2" filter="$3" want="$4"
-  local file; file="test-$(echo "$bin-$filter" | tr -c 'A-Za-z0-9_\n' '-').log"
-  local n; n="$("$TESTS/$bin" --gtest_list_tests --gtest_filter="$filter" 2>/dev/null | grep -c '^  ')"
-  if [ "$n" -eq 0 ]; then row "$name" "FAIL: filter '$filter' matches no test in $bin"; return; fi
-  local lim; lim=$(limit_for "$want")
-  if [ "$lim" -eq 0 ]; then row "$name" "SKIPPED (deadline)"; return; fi
-  log "test: $name ($bin '$filter', $n tests, at most $lim s)"
-  local t=$SECONDS
-  if timeout "$lim" "$TESTS/$bin" --gtest_filter="$filter" >"$WORK/$file" 2>&1; then
-    local ok sk
-    # one line per test that ran: "[       OK ] Suite.Name (12 ms)" (the summary lists them again, without time)
-    ok=$(grep -cE '^\[       OK \] .* \([0-9]+ ms\)$' "$WORK/$file")
-    sk=$(grep -cE '^\[  SKIPPED \] .* \([0-9]+ ms\)$' "$WORK/$file")
-    if [ "$DRY" = 0 ] && [ "$sk" -gt 0 ]; then  # on the GPU machine nothing here may skip
-      row "$name" "FAIL: $sk of $n skipped on a GPU machine ($file)"
-    else
-      row "$name" "PASS $ok/$n$([ "$sk" -gt 0 ] && echo ", $sk skipped (no GPU)"), $((SECONDS - t)) s"
+# ---- 1. tests, one process per suite ------------------------------------------------------------------------------------
+run_suite() {  # binary, suite, its tests (Suite.Name, colon-separated), row label
+  local bin="$1" suite="$2" names="$3" label="$4" lim rc t=$SECONDS ok sk fail n
+  local file="test-$bin-$suite.log"
+  lim=$(limit_for "$SUITE_S")
+  [ "$lim" -eq 0 ] && { row "$label" "SKIPPED (deadline)"; return; }
+  n=$(tr ':' '\n' <<<"$names" | grep -c .)
+  log "test: $label ($n tests, at most $lim s)"
+  gc_bounded "$lim" "$TESTS/$bin" --gtest_filter="$names" >"$WORK/$file" 2>&1
+  rc=$?
+  read -r ok sk fail < <(gc_gtest_counts "$WORK/$file")
+  if [ "$rc" -eq 0 ]; then
+    if [ "$DRY" = 0 ] && [ "$sk" -gt 0 ]; then row "$label" "FAIL: $sk of $n skipped on a GPU machine ($file)"
+    else row "$label" "PASS $ok/$n$([ "$sk" -gt 0 ] && echo ", $sk skipped (no GPU)"), $((SECONDS - t)) s"; fi
+    return
+  fi
+  local what; what="$(gc_rc_text "$rc" "$lim")"
+  local started; started="$(grep -E '^\[ RUN      \]' "$WORK/$file" | awk '{print $4}')"
+  local failed; failed="$(grep -E '^\[  FAILED  \] .* \([0-9]+ ms\)$' "$WORK/$file" | awk '{print $4}')"
+  local culprit="$failed"
+  [ "$rc" -ne 1 ] && culprit="$(tail -1 <<<"$started")"  # crashed or hung: the test that was running
+  local detail="$what, $ok passed ($file): $(gc_failing_op "$WORK/$file")"
+  # Rerun the failing tests once with launches blocking, so an asynchronous CUDA error names its op (not for a
+  # hang, which would only hang again).
+  if [ "$rc" -ne 124 ] && [ "$rc" -ne 137 ] && [ -n "$culprit" ]; then
+    lim=$(limit_for "$SUITE_S")
+    if [ "$lim" -gt 0 ]; then
+      log "rerun with CUDA_LAUNCH_BLOCKING=1: $(tr '\n' ' ' <<<"$culprit")"
+      CUDA_LAUNCH_BLOCKING=1 gc_bounded "$lim" "$TESTS/$bin" --gtest_filter="$(paste -sd: <<<"$culprit")" \
+        >"$WORK/${file%.log}.blocking.log" 2>&1
+      detail+="; rerun with CUDA_LAUNCH_BLOCKING=1: $(gc_rc_text $? "$lim"), $(gc_failing_op "$WORK/${file%.log}.blocking.log")"
     fi
+  fi
+  row "$label" "FAIL: $detail"
+  grep -E 'Failure|FAILED|rror' -A3 "$WORK/$file" | head -12 >>"$WORK/check.log"
+  # The tests the crash or hang kept from running get their own process.
+  if [ "$rc" -ne 1 ]; then
+    local rest; rest="$(tr ':' '\n' <<<"$names" | grep -vxF -f <(printf '%s\n' "$started") | paste -sd:)"
+    [ -n "$rest" ] && run_suite "$bin" "$suite" "$rest" "$label (the tests after it)"
+  fi
+}
+test_binary() {  # binary, gtest filter: lists the matching tests (bounded) and runs each suite in its own process
+  local bin="$1" filter="$2" names rc suite
+  usable "$bin" "$bin '$filter'" || return
+  names="$(gc_bounded "$PROBE_S" "$TESTS/$bin" --gtest_list_tests --gtest_filter="$filter" 2>/dev/null | gc_gtest_names)"
+  rc=${PIPESTATUS[0]}
+  [ "$rc" -ne 0 ] && { row "$bin '$filter'" "FAIL: --gtest_list_tests $(gc_rc_text "$rc" "$PROBE_S")"; return; }
+  [ -z "$names" ] && { row "$bin '$filter'" "FAIL: the filter matches no test"; return; }
+  for suite in $(gc_suites <<<"$names"); do
+    run_suite "$bin" "$suite" "$(grep "^$suite\." <<<"$names" | paste -sd:)" "$bin $suite"
+  done
+}
+
+# ---- 2. two processes, one GPU, a real NCCL world -------------------------------------------------------------------------
+# NCCL refuses two ranks on one GPU ("Duplicate GPU detected") when they share a host hash; NCCL_HOSTID per process
+# makes them two "hosts", which then talk through NCCL's socket transport (P2P and SHM off, as between hosts).
+two_process_world() {
+  local label="reducer + ZeRO-2/3, 2 processes on 1 GPU (NCCL, own NCCL_HOSTID each) vs 1-process reference"
+  usable testprog_gpu_world "$label" && usable ddprun "$label" || return
+  local lim rc args; lim=$(limit_for 120)
+  [ "$lim" -eq 0 ] && { row "$label" "SKIPPED (deadline)"; return; }
+  mapfile -t args < <(dev_args --device cuda --backend nccl --steps 5)
+  log "two processes: ddprun --nproc-per-node 2 testprog_gpu_world ${args[*]}"
+  NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 gc_bounded "$lim" "$BIN/ddprun" --nproc-per-node 2 --standalone \
+    /bin/bash -c 'export NCCL_HOSTID="gpu-check-rank-$LOCAL_RANK"; exec "$0" "$@"' "$BIN/testprog_gpu_world" "${args[@]}" \
+    >"$WORK/two-processes.log" 2>&1
+  rc=$?
+  local verdict; verdict="$(grep -E 'gpu_world: rank 0 ' "$WORK/two-processes.log" | tail -1 | sed -E 's/.*gpu_world: //')"
+  if [ "$rc" -eq 0 ] && [ "$(grep -c 'gpu_world: rank .*: PASS' "$WORK/two-processes.log")" -eq 2 ]; then
+    row "$label" "PASS: $verdict"
+  elif grep -qE 'Duplicate GPU|communicator creation' "$WORK/two-processes.log"; then
+    row "$label" "REFUSED by NCCL ($(gc_rc_text "$rc" "$lim")): $(grep -m1 -E 'Duplicate GPU|communicator creation' "$WORK/two-processes.log" | cut -c1-200) - two ranks on one GPU then rest on the Gloo-staged tests"
   else
-    local rc=$?
-    row "$name" "FAIL rc=$rc$([ $rc -eq 124 ] && echo " (timeout $lim s)") ($file)"
-    grep -E 'Failure|FAILED|error' -A3 "$WORK/$file" | head -20 | tee -a "$WORK/check.log" >&2
+    row "$label" "FAIL: $(gc_rc_text "$rc" "$lim") (two-processes.log): ${verdict:-$(grep -v '^ ' "$WORK/two-processes.log" | tail -1)}"
   fi
 }
 
-gemm() {  # dtype, n
-  local lim; lim=$(limit_for 40)
-  if [ "$lim" -eq 0 ]; then row "GEMM $1" "SKIPPED (deadline)"; return; fi
-  local n="$2"; [ "$DRY" = 1 ] && n=64
-  log "bench: GEMM $1 n=$n"
-  if timeout "$lim" "$BIN/bench_gpu_gemm" --dtype "$1" --n "$n" >"$WORK/gemm-$1.log" 2>&1; then
-    row "GEMM $1 (ops::matmul)" "$(tail -1 "$WORK/gemm-$1.log")"
-  else
-    row "GEMM $1 (ops::matmul)" "FAIL rc=$? (gemm-$1.log): $(tail -1 "$WORK/gemm-$1.log")"
+# ---- 3. compute-sanitizer ------------------------------------------------------------------------------------------------
+SANITIZER="${GPU_CHECK_SANITIZER:-$(command -v compute-sanitizer)}"
+SAN_BIN=test_ops_nn
+SAN_FILTER='LayerNorm.Cuda*:Softmax.Cuda*:CrossEntropy.Cuda*:Attention.Cuda*:Embedding.Cuda*'
+sanitize() {  # tool
+  local label="compute-sanitizer $1 ($SAN_BIN: LayerNorm, Softmax, CrossEntropy, Attention, Embedding)"
+  usable "$SAN_BIN" "$label" || return
+  local lim rc n t=$SECONDS; lim=$(limit_for 75)
+  [ "$lim" -eq 0 ] && { row "$label" "SKIPPED (deadline)"; return; }
+  local cmd=("$TESTS/$SAN_BIN" --gtest_filter="$SAN_FILTER")
+  if [ "$DRY" = 1 ] || [ -z "$SANITIZER" ]; then
+    gc_bounded "$lim" "${cmd[@]}" >"$WORK/sanitize-$1.log" 2>&1
+    rc=$?
+    if [ "$DRY" = 1 ]; then row "$label" "dry run: the suite ran without compute-sanitizer: $(gc_rc_text "$rc" "$lim")"
+    else row "$label" "FAIL: compute-sanitizer not found (PATH, /usr/local/cuda/bin)"; fi
+    return
+  fi
+  log "compute-sanitizer --tool $1 over $SAN_BIN '$SAN_FILTER' (at most $lim s)"
+  gc_bounded "$lim" "$SANITIZER" --tool "$1" --error-exitcode 99 "${cmd[@]}" >"$WORK/sanitize-$1.log" 2>&1
+  rc=$?
+  n="$(gc_sanitizer_errors "$WORK/sanitize-$1.log")"
+  if [ "$rc" -eq 0 ]; then row "$label" "PASS: ${n:-0} errors, $((SECONDS - t)) s"
+  else row "$label" "FAIL: $(gc_rc_text "$rc" "$lim"), ${n:-?} errors (sanitize-$1.log): $(grep -m1 -E '^========= [A-Z]' "$WORK/sanitize-$1.log" | cut -c1-160)"
   fi
 }
 
+# ---- 4. training rows and PyTorch beside them ------------------------------------------------------------------------------
+declare -A STEP_MS=()  # label -> ddp.cpp's median step (ms)
 bench() {  # label, seconds, bench_e2e args...
   local label="$1" want="$2"; shift 2
-  local lim; lim=$(limit_for "$want")
-  if [ "$lim" -eq 0 ]; then row "$label" "SKIPPED (deadline)"; return; fi
-  local args; mapfile -t args < <(dev_args --device cuda --backend nccl "$@")
+  usable bench_e2e "$label" || return
+  local lim args rc; lim=$(limit_for "$want")
+  [ "$lim" -eq 0 ] && { row "$label" "SKIPPED (deadline)"; return; }
+  mapfile -t args < <(dev_args --device cuda --backend nccl "$@")
   [ "$DRY" = 1 ] && args+=(--peak-tflops 1)  # the CPU has no datasheet peak: exercise the MFU row anyway
   log "bench: $label: bench_e2e ${args[*]}"
-  if timeout "$lim" "$BIN/bench_e2e" "${args[@]}" --json "$WORK/bench.json" --label "$label" >"$WORK/bench-$label.log" 2>&1; then
-    bench_row "$label" "bench-$label.log"
+  local log="bench-$label.log"
+  gc_bounded "$lim" "$BIN/bench_e2e" "${args[@]}" --json "$WORK/bench.json" --label "$label" >"$WORK/$log" 2>&1
+  rc=$?
+  if [ "$rc" -ne 0 ]; then
+    row "$label" "FAIL: $(gc_rc_text "$rc" "$lim") ($log): $(grep -v '^ ' "$WORK/$log" | tail -1)"; return
+  fi
+  local m loss mem
+  m="$(medians 'step \(|tokens/s|exposed|MFU|used-map' <"$WORK/$log")"
+  loss="$(gc_loss_verdict "$WORK/$log")"
+  mem="$(gc_device_memory "$WORK/$log")"
+  STEP_MS[$label]="$(medians 'step \(' <"$WORK/$log" | awk '{print $NF}')"
+  if [ -z "$m" ]; then row "$label" "FAIL: no bench_e2e table in $log"
+  elif [ "${loss%%:*}" = FAIL ]; then row "$label" "$loss; $m; device: $mem"
+  else row "$label" "$m; loss $loss; device: $mem"; fi
+}
+TORCH_PY="" TORCH_V=""
+find_torch() {  # sets TORCH_PY and TORCH_V to a python with PyTorch 2.x, if any
+  local py v
+  for py in "${GPU_CHECK_TORCH_PYTHON:-}" "$("$ROOT/tools/setup_torch2.sh" --path 2>/dev/null)" "$(command -v python3)"; do
+    [ -n "$py" ] && [ -x "$py" ] || continue
+    v="$(gc_bounded "$PROBE_S" "$py" -c 'import torch; print(torch.__version__)' 2>/dev/null | tail -1)"
+    case "$v" in 2.*) TORCH_PY="$py" TORCH_V="$v"; return 0 ;; esac
+  done
+  return 1
+}
+torch_row() {  # ddp.cpp row label, eager|compile, seconds, pytorch_twin args...
+  local of="$1" variant="$2" want="$3"; shift 3
+  local label="PyTorch ${TORCH_V:-2.x} $([ "$variant" = compile ] && echo torch.compile || echo eager), same model as $of"
+  local args lim rc; mapfile -t args < <(dev_args --device cuda "$@")
+  [ "$variant" = compile ] && args+=(--compile) && [ "$DRY" = 1 ] && args+=(--compile-backend eager)
+  if [ -z "$TORCH_PY" ]; then  # no PyTorch 2.x here: at least the flags are checked
+    python3 "$ROOT/bench/pytorch_twin.py" "${args[@]}" --parse-only >"$WORK/torch-$variant-$of.log" 2>&1
+    row "$label" "SKIPPED (no PyTorch 2.x here); flags $([ $? -eq 0 ] && echo accepted || echo REJECTED) by pytorch_twin.py --parse-only"
+    return
+  fi
+  lim=$(limit_for "$want")
+  [ "$lim" -eq 0 ] && { row "$label" "SKIPPED (deadline)"; return; }
+  log "torch: $label: pytorch_twin.py ${args[*]}"
+  gc_bounded "$lim" "$TORCH_PY" "$ROOT/bench/pytorch_twin.py" "${args[@]}" >"$WORK/torch-$variant-$of.log" 2>&1
+  rc=$?
+  local ms; ms="$(grep -oE 'step [0-9.]+ ms' "$WORK/torch-$variant-$of.log" | tail -1 | awk '{print $2}')"
+  if [ "$rc" -ne 0 ] || [ -z "$ms" ]; then
+    row "$label" "FAIL: $(gc_rc_text "$rc" "$lim") (torch-$variant-$of.log): $(tail -1 "$WORK/torch-$variant-$of.log" | cut -c1-160)"
   else
-    row "$label" "FAIL rc=$? (bench-$label.log): $(grep -v '^ ' "$WORK/bench-$label.log" | tail -1)"
+    row "$label" "step $ms ms; ratio ddp.cpp / PyTorch step time $(gc_ratio "${STEP_MS[$of]:-}" "$ms") (ddp.cpp ${STEP_MS[$of]:-?} ms)$(grep -oE 'compile [0-9.]+ s' "$WORK/torch-$variant-$of.log" | sed 's/^/; /')"
   fi
 }
 
-two_ranks() {
+# ---- 5. the rest ------------------------------------------------------------------------------------------------------------
+gemm() {  # dtype, n
+  usable bench_gpu_gemm "GEMM $1 (ops::matmul)" || return
+  local lim rc n="$2"; lim=$(limit_for 40)
+  [ "$lim" -eq 0 ] && { row "GEMM $1 (ops::matmul)" "SKIPPED (deadline)"; return; }
+  [ "$DRY" = 1 ] && n=64
+  log "bench: GEMM $1 n=$n"
+  gc_bounded "$lim" "$BIN/bench_gpu_gemm" --dtype "$1" --n "$n" >"$WORK/gemm-$1.log" 2>&1
+  rc=$?
+  if [ "$rc" -eq 0 ]; then row "GEMM $1 (ops::matmul)" "$(tail -1 "$WORK/gemm-$1.log")"
+  else row "GEMM $1 (ops::matmul)" "FAIL: $(gc_rc_text "$rc" "$lim") (gemm-$1.log): $(tail -1 "$WORK/gemm-$1.log")"; fi
+}
+two_ranks_gloo() {
   local label="gpt tiny, 2 ranks on 1 GPU (Gloo staged)"
-  local lim; lim=$(limit_for 60)
-  if [ "$lim" -eq 0 ]; then row "$label" "SKIPPED (deadline)"; return; fi
-  local args; mapfile -t args < <(dev_args --config gpt --device cuda --backend gloo --warmup 3 --steps 15)
+  usable ddprun "$label" && usable bench_e2e "$label" || return
+  local lim rc args; lim=$(limit_for 60)
+  [ "$lim" -eq 0 ] && { row "$label" "SKIPPED (deadline)"; return; }
+  mapfile -t args < <(dev_args --config gpt --device cuda --backend gloo --warmup 3 --steps 15)
   log "bench: $label"
-  if timeout "$lim" "$BIN/ddprun" --nproc-per-node 2 --standalone "$BIN/bench_e2e" "${args[@]}" \
-       --json "$WORK/bench.json" --label gpt-tiny-2ranks-gloo-staged >"$WORK/bench-2ranks.log" 2>&1; then
-    bench_row "$label" bench-2ranks.log
-  else
-    row "$label" "FAIL rc=$? (bench-2ranks.log): $(grep -v '^ ' "$WORK/bench-2ranks.log" | tail -1)"
-  fi
+  gc_bounded "$lim" "$BIN/ddprun" --nproc-per-node 2 --standalone "$BIN/bench_e2e" "${args[@]}" \
+    --json "$WORK/bench.json" --label gpt-tiny-2ranks-gloo-staged >"$WORK/bench-2ranks.log" 2>&1
+  rc=$?
+  if [ "$rc" -eq 0 ]; then row "$label" "$(medians 'step \(|tokens/s|exposed' <"$WORK/bench-2ranks.log")"
+  else row "$label" "FAIL: $(gc_rc_text "$rc" "$lim") (bench-2ranks.log): $(grep -v '^ ' "$WORK/bench-2ranks.log" | tail -1)"; fi
 }
-
 train_mfu() {
   local label="train gpt bf16, synthetic (throughput, MFU)"
-  local lim; lim=$(limit_for 60)
-  if [ "$lim" -eq 0 ]; then row "$label" "SKIPPED (deadline)"; return; fi
-  local args; mapfile -t args < <(dev_args --model gpt --data synthetic --device cuda --dtype bfloat16 --steps 40 \
-                                    --eval-interval 0 --sample-tokens 0)
+  usable train "$label" || return
+  local lim rc args; lim=$(limit_for 60)
+  [ "$lim" -eq 0 ] && { row "$label" "SKIPPED (deadline)"; return; }
+  mapfile -t args < <(dev_args --model gpt --data synthetic --device cuda --dtype bfloat16 --steps 40 \
+                                --eval-interval 0 --sample-tokens 0)
   [ "$DRY" = 1 ] && args+=(--peak-tflops 1)
   log "train: ${args[*]}"
-  if timeout "$lim" "$BIN/train" "${args[@]}" >"$WORK/train-bf16.log" 2>&1; then
-    local t; t="$(grep -E 'throughput|MFU' "$WORK/train-bf16.log" | sed 's/^\[rank 0\] *//' | tr -s ' ' | tr '\n' ';')"
-    case "$t" in *MFU*) row "$label" "$t" ;; *) row "$label" "FAIL: no MFU line (train-bf16.log): $t" ;; esac
-  else
-    row "$label" "FAIL rc=$? (train-bf16.log): $(tail -1 "$WORK/train-bf16.log")"
-  fi
+  gc_bounded "$lim" "$BIN/train" "${args[@]}" >"$WORK/train-bf16.log" 2>&1
+  rc=$?
+  local t; t="$(grep -E 'throughput|MFU' "$WORK/train-bf16.log" | sed 's/^\[rank 0\] *//' | tr -s ' ' | tr '\n' ';')"
+  if [ "$rc" -ne 0 ]; then row "$label" "FAIL: $(gc_rc_text "$rc" "$lim") (train-bf16.log): $(tail -1 "$WORK/train-bf16.log")"
+  else case "$t" in *MFU*) row "$label" "$t" ;; *) row "$label" "FAIL: no MFU line (train-bf16.log): $t" ;; esac; fi
 }
 
-# Most important first: a deadline cuts the tail.
-log "GPU tests"
-run_test "op parity: core ops (CPU vs CUDA)" test_ops_core '*Cuda*' 60
-run_test "op parity: nn ops incl. bf16 (CPU vs CUDA)" test_ops_nn '*Cuda*' 60
-run_test "op parity: conv/pool/bn (CPU vs CUDA)" test_ops_conv '*Cuda*:*Gpu*' 60
-run_test "NCCL world 1, Gloo staging, determinism, resume, stats, optimizers" test_gpu '*' 150
-run_test "train: bitwise resume (device auto = GPU)" test_train 'Resume.*' 90
-run_test "data loader: GPU batches (pinned, copy stream)" test_data_loader 'DataLoader.Gpu*' 30
-log "benchmarks"
-gemm f32 4096
-gemm bf16 8192
+# ---- the order: most decisive first, so the deadline cuts the tail ---------------------------------------------------------
+log "1. GPU tests, one process per suite"
+test_binary test_ops_core '*Cuda*'
+test_binary test_ops_nn '*Cuda*'
+test_binary test_ops_conv '*Cuda*:*Gpu*'
+test_binary test_gpu '*'
+test_binary test_train 'Resume.*'
+test_binary test_data_loader 'DataLoader.Gpu*'
+log "2. two processes on one GPU (NCCL)"
+two_process_world
+log "3. compute-sanitizer"
+for tool in memcheck racecheck synccheck; do sanitize "$tool"; done
+log "4. training rows beside PyTorch"
+find_torch && log "PyTorch $TORCH_V: $TORCH_PY" || log "no PyTorch 2.x found: its rows only check pytorch_twin.py's flags"
 bench gpt-tiny-f32 45 --config gpt --warmup 5 --steps 30
+torch_row gpt-tiny-f32 eager 60 --config gpt --warmup 5 --steps 30
+torch_row gpt-tiny-f32 compile 120 --config gpt --warmup 5 --steps 30
 bench gpt-tiny-bf16 45 --config gpt --dtype bf16 --warmup 5 --steps 30
-bench gpt2s-f32 75 --config gpt2s --warmup 2 --steps 8 --batch-size 4
-bench gpt2s-bf16 75 --config gpt2s --dtype bf16 --warmup 2 --steps 8 --batch-size 4
-two_ranks
+bench gpt2-small-bf16 90 --config gpt2-small --dtype bf16 --warmup 2 --steps 10 --batch-size 8
+torch_row gpt2-small-bf16 eager 90 --config gpt2-small --dtype bf16 --warmup 2 --steps 10 --batch-size 8
+torch_row gpt2-small-bf16 compile 180 --config gpt2-small --dtype bf16 --warmup 2 --steps 10 --batch-size 8
+log "5. GEMMs, Gloo-staged ranks, train, unused parameters, bf16 all-reduce"
+gemm bf16 8192
+gemm f32 4096
+two_ranks_gloo
 train_mfu
 bench gpt-tiny-f32-unused-params 45 --config gpt --mode unused --warmup 5 --steps 30
-bench gpt2s-bf16-bf16-allreduce 75 --config gpt2s --dtype bf16 --allreduce-dtype bf16 --warmup 2 --steps 8 --batch-size 4
+bench gpt2-small-bf16-bf16-allreduce 75 --config gpt2-small --dtype bf16 --allreduce-dtype bf16 --warmup 2 --steps 8 --batch-size 8
 
 log "done in $((SECONDS - T0)) s, $FAILS failed; logs in $WORK"
-write_table
+row "verdict" "$FAILS rows failed, $((SECONDS - T0)) s"
 [ "$FAILS" -eq 0 ]
