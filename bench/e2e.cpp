@@ -36,6 +36,7 @@
 #include "models/mlp.h"
 #include "models/train_step.h"
 #include "runtime/core/cli.h"
+#include "runtime/core/device_memory.h"
 #include "runtime/core/peak_flops.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_backend.h"
@@ -109,8 +110,9 @@ Workload make_workload(const std::string& config, int64_t batch, int rank, ddp::
     w.description = "MLP 784-" + std::to_string(c.hidden[0]) + "-" + std::to_string(c.hidden[1]) + "-10";
   } else {
     ddp::models::GPTConfig c;
-    if (config == "gpt2s") {
-      c.vocab = 50257;  // GPT-2 small's shape (untied head), on synthetic tokens
+    if (config == "gpt2s" || config == "gpt2-small") {
+      c.vocab = 50257;  // GPT-2 small's shape, on synthetic tokens; gpt2-small ties the head to wte (124M)
+      c.tie_head = config == "gpt2-small";
       c.context = 1024;
       c.d_model = 768;
       c.n_head = 12;
@@ -139,10 +141,10 @@ Workload make_workload(const std::string& config, int64_t batch, int rank, ddp::
     w.flops_per_rank_step = m->flops_per_token_forward() * 3 * static_cast<double>(batch * c.context);
     w.flops_rule = "GPT::flops_per_token_forward() * 3 * tokens";
     char d[160];
-    std::snprintf(d, sizeof d, "GPT vocab %lld, context %lld, d %lld, %lld heads, %lld blocks",
+    std::snprintf(d, sizeof d, "GPT vocab %lld, context %lld, d %lld, %lld heads, %lld blocks%s",
                   static_cast<long long>(c.vocab), static_cast<long long>(c.context),
                   static_cast<long long>(c.d_model), static_cast<long long>(c.n_head),
-                  static_cast<long long>(c.n_layer));
+                  static_cast<long long>(c.n_layer), c.tie_head ? ", tied head" : "");
     w.description = d;
   }
   return w;
@@ -216,10 +218,11 @@ int main(int argc, char** argv) {
         "communication, exposed communication and optimizer time (median and spread). Run alone "
         "for world 1 or under ddprun. See docs/benchmarks.md.");
     p.add_choice(
-        "config", &config, {"mlp", "gpt", "gpt2s", "many"},
+        "config", &config, {"mlp", "gpt", "gpt2s", "gpt2-small", "many"},
         "mlp: 784-1024-1024-10, batch 64/rank, SGD; gpt: d 128, 4 heads, 2 blocks, context 64, batch "
-        "16/rank, AdamW; gpt2s: GPT-2 small shape, context 1024 (GPU only); many: --param-tensors tensors "
-        "holding --many-mib MiB, batch 8/rank, SGD");
+        "16/rank, AdamW; gpt2s: GPT-2 small shape, context 1024, untied head (163M; GPU only); gpt2-small: the "
+        "same with the head tied to the token embedding (124M, GPT-2's; GPU only); many: --param-tensors "
+        "tensors holding --many-mib MiB, batch 8/rank, SGD");
     p.add("mlp-hidden", &sizes.mlp_hidden, "mlp: width of both hidden layers (0: 1024)");
     p.add("gpt-width", &sizes.gpt_width, "gpt: d_model (0: the configuration's); heads = width / 32");
     p.add("gpt-depth", &sizes.gpt_depth, "gpt: blocks (0: the configuration's)");
@@ -269,7 +272,7 @@ int main(int argc, char** argv) {
     p.add("json", &json_path, "append one JSON record of this run to FILE (rank 0)");
     p.add("trace", &trace_path, "write a Chrome trace of the measured steps to FILE with .rankN inserted");
     p.add("label", &label, "free text stored in the JSON record");
-    p.add("force", &force, "run gpt2s on CPU anyway");
+    p.add("force", &force, "run gpt2s or gpt2-small on CPU anyway");
     p.parse(argc, argv);
     DDP_CHECK(steps >= 1 && warmup >= 0, "bench_e2e: --steps must be >= 1 and --warmup >= 0");
     DDP_CHECK(zero >= 0 && zero <= 3, "bench_e2e: --zero ", zero, ": expected 0, 1, 2 or 3");
@@ -281,10 +284,10 @@ int main(int argc, char** argv) {
     if (device_s == "cuda")
       DDP_CHECK(ddp::cuda_device_count() > 0,
                 "bench_e2e: --device cuda but no GPU is usable: ", ddp::cuda_unavailable_reason());
-    if (config == "gpt2s" && !gpu && !force)
-      DDP_FAIL(
-          "bench_e2e: --config gpt2s (GPT-2 small, ~163M parameters, context 1024) is meant for a GPU; on "
-          "this CPU one step takes minutes. Use --config gpt here, or pass --force to run it anyway.");
+    if ((config == "gpt2s" || config == "gpt2-small") && !gpu && !force)
+      DDP_FAIL("bench_e2e: --config ", config,
+               " (GPT-2 small, 124M-163M parameters, context 1024) is meant for a GPU; on "
+               "this CPU one step takes minutes. Use --config gpt here, or pass --force to run it anyway.");
     const bool bf16 = dtype_s == "bf16";
     const ddp::DType dtype = ddp::DType::F32;  // parameters (master weights) stay float32 in both modes
     ddp::ops::Bf16Compute bf16_compute(bf16);
@@ -353,6 +356,7 @@ int main(int argc, char** argv) {
     };
     auto& tracer = ddp::trace::global_tracer();
     std::vector<double> step_s, fwd_s, bwd_s, bwd_compute_s, comm_s, exposed_s, opt_s, used_map_s, gather_s;
+    std::vector<double> losses;  // rank 0's loss at every step, warm-up included (the batch never changes)
     const double load_before = load_average();
     long faults_before = 0;
     for (int it = 0; it < warmup + steps; ++it) {
@@ -375,6 +379,7 @@ int main(int argc, char** argv) {
       const ddp::models::StepResult r = model.step(next_batch, step_options);
       const auto t1 = Clock::now();
       if (measured) tracer.end_iteration(it + 1);
+      losses.push_back(r.loss);
       if (!measured) continue;
       step_s.push_back(seconds(t0, t1));
       fwd_s.push_back(r.forward_s);
@@ -412,6 +417,11 @@ int main(int argc, char** argv) {
         ddp::bench::every_rank(*ctx.group, static_cast<double>(account.measured_bytes()));
     const std::vector<double> shmem_per_rank =
         ddp::bench::every_rank(*ctx.group, static_cast<double>(ddp::bench::resident_now()["RssShmem"]));
+    // What the GPU really held (the pool's high-water mark) beside what the account explains: parameters,
+    // gradients, optimizer state and the bucket and gathered-parameter peaks (activations are not in it).
+    const ddp::DeviceMemory device_memory = gpu ? ddp::device_memory(dev.index) : ddp::DeviceMemory{};
+    const double account_bytes = static_cast<double>(account.measured_bytes() + account.bucket_peak_bytes +
+                                                     account.gathered_peak_bytes);
 
     if (rank == 0) {
       using ddp::sim::summarize;
@@ -474,6 +484,17 @@ int main(int argc, char** argv) {
         row(("MFU % (peak " + std::to_string(static_cast<int>(peak_tflops)) + " TF/s)").c_str(), mfu, 1);
         std::printf("  (MFU peak: %s)\n", peak_source.c_str());
       }
+      std::printf("  loss (rank 0): first %.4f last %.4f over %zu steps\n", losses.front(), losses.back(),
+                  losses.size());
+      constexpr double MiB = 1024.0 * 1024.0;
+      if (device_memory.valid)
+        std::printf("  device memory (rank 0): peak in use %.1f MiB (CUDA pool high-water; reserved %.1f MiB; "
+                    "%.1f of %.1f MiB in use on the device at the end), memory account %.1f MiB\n",
+                    device_memory.pool_used_peak / MiB, device_memory.pool_reserved_peak / MiB,
+                    device_memory.device_used / MiB, device_memory.device_total / MiB, account_bytes / MiB);
+      else
+        std::printf("  device memory (rank 0): none (%s), memory account %.1f MiB\n", dev.str().c_str(),
+                    account_bytes / MiB);
       std::printf("  ");
       for (char c : account.table()) c == '\n' ? std::printf("\n  ") : std::putchar(c);
       std::printf("\n");
@@ -536,6 +557,14 @@ int main(int argc, char** argv) {
             {"tflops_per_rank", stats_json(tf)},
         };
         if (zero == 3) rec["prefetch"] = prefetch;
+        rec["loss_first"] = losses.front();
+        rec["loss_last"] = losses.back();
+        rec["memory_account_bytes"] = account_bytes;
+        if (device_memory.valid)
+          rec["device_memory"] = {{"pool_used_peak_bytes", device_memory.pool_used_peak},
+                                  {"pool_reserved_peak_bytes", device_memory.pool_reserved_peak},
+                                  {"device_used_bytes", device_memory.device_used},
+                                  {"device_total_bytes", device_memory.device_total}};
         if (peak_tflops > 0) {
           rec["peak_tflops"] = peak_tflops;
           rec["peak_source"] = peak_source;

@@ -10,9 +10,17 @@ PyTorch 2.x from PyPI (tools/setup_torch2.sh), the latter eager and with --compi
   ~/.cache/ddp.cpp/torch2/bin/python bench/pytorch_twin.py --config gpt --world 2 --compile
 
 --compile (PyTorch 2.x): torch.compile on the model (world > 1: on the DDP-wrapped model, so DDP's optimizer
-splits the graph at bucket boundaries), backend inductor (C++ kernels on the CPU), mode --compile-mode
+splits the graph at bucket boundaries), backend --compile-backend (default inductor: C++ kernels on the CPU,
+Triton on a GPU; "eager" only traces, which tools/gpu_check.sh's dry run uses to stay fast), mode --compile-mode
 (default: "default"). The first step compiles forward and backward: its time minus the median step is reported
 as compile_s and is not in the step time (the measured steps start after --warmup, at least 2 with --compile).
+
+--device cuda (world 1): the model and batch on GPU 0, each phase timed after torch.cuda.synchronize(), as
+bench_e2e waits for the device; --dtype bf16 runs forward and loss under torch.autocast(bfloat16) with float32
+weights and optimizer (bench_e2e's mixed precision). --config gpt2s / gpt2-small: GPT-2 small's shape (vocab
+50257, context 1024, d 768, 12 heads, 12 blocks, batch 8), the head untied / tied to the token embedding, as
+bench_e2e's configurations of those names. --parse-only checks the flags and prints them, without importing torch.
+The loss of the first and last step is printed and kept (loss_first, loss_last).
 
 Configurations (bench/e2e.cpp): mlp 784-1024-1024-10 ReLU, batch 64/rank, SGD lr 0.01; gpt vocab 256, context
 64, d 128, 4 heads, 2 blocks, GELU (tanh form), batch 16/rank, AdamW lr 3e-4 wd 0.01. Attention is the explicit
@@ -34,6 +42,7 @@ import time
 
 def build(config, rank, torch, nn, F, args):
     torch.manual_seed(1234)
+    device = args.device
     if config == "many":
         n = args.param_tensors
         width = int(args.many_mib * 1024 * 1024 / 4) // n
@@ -61,6 +70,8 @@ def build(config, rank, torch, nn, F, args):
         return model, x, y, batch
 
     vocab, context, d, heads, layers, batch = 256, 64, 128, 4, 2, 16
+    if config in ("gpt2s", "gpt2-small"):
+        vocab, context, d, heads, layers, batch = 50257, 1024, 768, 12, 12, 8
     if args.gpt_width:
         d, heads = args.gpt_width, args.gpt_width // 32  # head size 32, as bench_e2e --gpt-width
     heads = args.gpt_heads or heads
@@ -74,7 +85,7 @@ def build(config, rank, torch, nn, F, args):
             self.qkv = nn.Linear(d, 3 * d)
             self.proj = nn.Linear(d, d)
             # a plain attribute, not a buffer: DDP would broadcast buffers, and gloo has no bool type
-            self.mask = torch.tril(torch.ones(context, context, dtype=torch.bool))
+            self.mask = torch.tril(torch.ones(context, context, dtype=torch.bool, device=device))
 
         def forward(self, x):
             B, T, C = x.shape
@@ -102,10 +113,12 @@ def build(config, rank, torch, nn, F, args):
             self.blocks = nn.ModuleList([Block() for _ in range(layers)])
             self.ln_f = nn.LayerNorm(d)
             self.head = nn.Linear(d, vocab, bias=False)
+            if config == "gpt2-small":
+                self.head.weight = self.wte.weight  # tied, as GPT-2 (and bench_e2e --config gpt2-small)
 
         def forward(self, idx):
             T = idx.shape[1]
-            h = self.wte(idx) + self.wpe(torch.arange(T))
+            h = self.wte(idx) + self.wpe(torch.arange(T, device=idx.device))
             for b in self.blocks:
                 h = b(h)
             return self.head(self.ln_f(h))
@@ -133,31 +146,46 @@ def run_rank(rank, args, port, out_q):
         dist.init_process_group("gloo", rank=rank, world_size=args.world)
         group = dist
     model, x, y, batch = build(args.config, rank, torch, nn, F, args)
-    optimizer = args.optimizer if args.optimizer != "default" else ("adamw" if args.config == "gpt" else "sgd")
+    cuda = args.device == "cuda"
+    if cuda:
+        model, x, y = model.cuda(), x.cuda(), y.cuda()
+
+    def sync():  # each phase's GPU work counted in it, as bench_e2e waits for the device
+        if cuda:
+            torch.cuda.synchronize()
+    autocast = (lambda: torch.autocast(args.device, dtype=torch.bfloat16)) if args.dtype == "bf16" else _null
+    optimizer = args.optimizer if args.optimizer != "default" else ("sgd" if args.config in ("mlp", "many") else "adamw")
     params = list(model.parameters())
     if args.world > 1:
         model = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=args.bucket_cap_mb,
                                                     gradient_as_bucket_view=args.gradient_as_bucket_view)
     if args.compile:
-        model = torch.compile(model, backend="inductor", mode=args.compile_mode)
+        model = torch.compile(model, backend=args.compile_backend,
+                              mode=None if args.compile_backend != "inductor" else args.compile_mode)
     if optimizer == "sgd":
         opt = torch.optim.SGD(params, lr=args.lr or 0.01)
     else:
         opt = torch.optim.AdamW(params, lr=args.lr or 3e-4, weight_decay=0.01)
-    steps, fwd, bwd, optim = [], [], [], []
+    steps, fwd, bwd, optim, losses = [], [], [], [], []
     first_step_s = None
     for it in range(args.warmup + args.steps):
+        sync()
         t0 = time.perf_counter()
         ctx = model.no_sync() if (args.world > 1 and args.mode == "nosync") else _null()
         with ctx:
-            logits = model(x)
-            loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), y.view(-1))
+            with autocast():
+                logits = model(x)
+                loss = F.cross_entropy(logits.view(-1, logits.shape[-1]).float(), y.view(-1))
+            sync()
             t1 = time.perf_counter()
             loss.backward()
+            sync()
         t2 = time.perf_counter()
         opt.step()
         opt.zero_grad(set_to_none=True)
+        sync()
         t3 = time.perf_counter()
+        losses.append(loss.item())
         if it == 0:
             first_step_s = t3 - t0
         if it >= args.warmup:
@@ -178,7 +206,8 @@ def run_rank(rank, args, port, out_q):
                    "step_p90_s": ordered[int(round(0.9 * (len(ordered) - 1)))],
                    "backward_s": statistics.median(bwd), "optimizer_s": statistics.median(optim),
                    "optimizer": optimizer, "torch": torch.__version__, "batch_per_rank": batch,
-                   "first_step_s": first_step_s,
+                   "first_step_s": first_step_s, "loss_first": losses[0], "loss_last": losses[-1],
+                   "device": torch.cuda.get_device_name(0) if cuda else "cpu",
                    "compile_s": max(0.0, first_step_s - statistics.median(steps)) if args.compile else 0.0})
 
 
@@ -192,7 +221,7 @@ class _null:
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--config", choices=["mlp", "gpt", "many"], default="mlp")
+    p.add_argument("--config", choices=["mlp", "gpt", "gpt2s", "gpt2-small", "many"], default="mlp")
     p.add_argument("--mlp-hidden", type=int, default=0, help="mlp: both hidden widths (0: 1024)")
     p.add_argument("--gpt-width", type=int, default=0, help="gpt: d_model (0: 128); heads = width / 32")
     p.add_argument("--gpt-depth", type=int, default=0, help="gpt: blocks (0: 2)")
@@ -215,7 +244,17 @@ def main():
     p.add_argument("--compile", action="store_true", help="torch.compile the model (PyTorch 2.x, inductor)")
     p.add_argument("--compile-mode", default="default",
                    choices=["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"])
+    p.add_argument("--compile-backend", default="inductor", choices=["inductor", "eager", "aot_eager"],
+                   help="torch.compile backend (eager: tracing only, fast; for dry runs)")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="cuda: world 1 on GPU 0")
+    p.add_argument("--dtype", choices=["f32", "bf16"], default="f32", help="bf16: autocast, float32 weights")
+    p.add_argument("--parse-only", action="store_true", help="check the flags, print them, exit (no torch)")
     args = p.parse_args()
+    if args.device == "cuda" and args.world != 1:
+        p.error("--device cuda runs world 1 (one GPU)")
+    if args.parse_only:
+        print("pytorch_twin: flags ok: " + json.dumps(vars(args), sort_keys=True))
+        return
     if args.compile:
         import torch
         if not hasattr(torch, "compile"):
@@ -248,17 +287,20 @@ def main():
     r = q.get()
     variant = "compile" if args.compile else "eager"
     rec = {"kind": "pytorch", "variant": variant, "compile_mode": args.compile_mode if args.compile else "",
+           "compile_backend": args.compile_backend if args.compile else "", "device_kind": args.device,
+           "dtype": args.dtype,
            "config": args.config, "mode": args.mode, "world": args.world,
            "gradient_as_bucket_view": args.gradient_as_bucket_view, "sizes": {
                k: getattr(args, k) for k in ("mlp_hidden", "gpt_width", "gpt_depth", "gpt_context", "gpt_heads",
                                              "batch_size", "param_tensors", "many_mib")},
            "threads": args.threads, "steps": args.steps, "warmup": args.warmup, "label": args.label,
            "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "load": os.getloadavg()[0], **r}
-    compiled = f", compile {r['compile_s']:.1f} s (mode {args.compile_mode})" if args.compile else ""
-    print(f"pytorch_twin: {args.config} {args.mode} world {args.world} threads {args.threads} "
-          f"({r['optimizer']}, torch {r['torch']} {variant}): step {r['step_s'] * 1e3:.3f} ms, forward "
-          f"{r['forward_s'] * 1e3:.3f}, backward {r['backward_s'] * 1e3:.3f}, optimizer {r['optimizer_s'] * 1e3:.3f}"
-          f"{compiled}")
+    compiled = (f", compile {r['compile_s']:.1f} s (backend {args.compile_backend}, mode {args.compile_mode})"
+                if args.compile else "")
+    print(f"pytorch_twin: {args.config} {args.mode} world {args.world} threads {args.threads} on {r['device']} "
+          f"{args.dtype} ({r['optimizer']}, torch {r['torch']} {variant}): step {r['step_s'] * 1e3:.3f} ms, forward "
+          f"{r['forward_s'] * 1e3:.3f}, backward {r['backward_s'] * 1e3:.3f}, optimizer {r['optimizer_s'] * 1e3:.3f}, "
+          f"loss {r['loss_first']:.4f} -> {r['loss_last']:.4f}{compiled}")
     if args.json:
         with open(args.json, "a") as f:
             f.write(json.dumps(rec) + "\n")

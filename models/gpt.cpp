@@ -9,6 +9,7 @@
 #include "runtime/ops/activation.h"
 #include "runtime/ops/attention.h"
 #include "runtime/ops/elementwise.h"
+#include "runtime/ops/linalg.h"
 #include "runtime/ops/shape.h"
 #include "runtime/ops/softmax.h"
 
@@ -64,8 +65,10 @@ GPT::GPT(const GPTConfig& c) : config(c) {
   blocks_ = register_module("blocks", std::make_shared<nn::ModuleList<Block>>());
   for (int64_t i = 0; i < c.n_layer; ++i) blocks_->push_back(std::make_shared<Block>(c));
   ln_f_ = register_module("ln_f", std::make_shared<nn::LayerNorm>(c.d_model, 1e-5, c.dtype));
-  head_ = register_module("head", std::make_shared<nn::Linear>(c.d_model, c.vocab, false, c.dtype));
-  gpt2_init(*head_, 0.02);
+  if (!c.tie_head) {
+    head_ = register_module("head", std::make_shared<nn::Linear>(c.d_model, c.vocab, false, c.dtype));
+    gpt2_init(*head_, 0.02);
+  }
 }
 
 Tensor GPT::forward(const Tensor& idx) {
@@ -76,7 +79,8 @@ Tensor GPT::forward(const Tensor& idx) {
   Tensor pos = Tensor::arange(T, DType::I64).to(idx.device());
   Tensor h = (*wte_)(idx) + (*wpe_)(pos);  // (B, T, C) + (T, C)
   for (auto& b : *blocks_) h = (*b)(h);
-  return (*head_)((*ln_f_)(h));
+  h = (*ln_f_)(h);
+  return head_ ? (*head_)(h) : ops::linear(h, wte_->weight, Tensor());  // tied: wte's (vocab, C) as the weight
 }
 
 double GPT::flops_per_token_forward() const {

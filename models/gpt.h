@@ -1,6 +1,7 @@
 // gpt.h - a decoder-only transformer shaped as GPT-2: token + learned position embeddings, pre-LayerNorm
-// blocks of causal multi-head self-attention and a 4x GELU MLP with residuals, a final LayerNorm and an
-// untied linear head. Byte-level vocabulary (256) by default.
+// blocks of causal multi-head self-attention and a 4x GELU MLP with residuals, a final LayerNorm and a linear
+// head, untied by default; tie_head makes the head use the token embedding's weight, as GPT-2 does (GPT-2 small:
+// 124M parameters tied, 163M untied). Byte-level vocabulary (256) by default.
 #pragma once
 #include <string>
 
@@ -16,6 +17,7 @@ struct GPTConfig {
   int64_t n_layer = 2;
   double dropout = 0.0;
   DType dtype = DType::F32;
+  bool tie_head = false;  // logits = ln_f(h) wte^T: one (vocab, d_model) parameter for both
 };
 
 class CausalSelfAttention : public nn::Module {
@@ -59,7 +61,7 @@ class GPT : public nn::Module {
   std::shared_ptr<nn::Embedding> wte_, wpe_;
   std::shared_ptr<nn::ModuleList<Block>> blocks_;
   std::shared_ptr<nn::LayerNorm> ln_f_;
-  std::shared_ptr<nn::Linear> head_;
+  std::shared_ptr<nn::Linear> head_;  // null when tied
 };
 
 }  // namespace ddp::models

@@ -1,0 +1,42 @@
+// device_memory.cpp - see device_memory.h. Errors here give an invalid reading, never an exception: the figure
+// is a report, not a control.
+#include "runtime/core/device_memory.h"
+
+#include "runtime/core/device.h"
+
+#ifdef DDP_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace ddp {
+
+DeviceMemory device_memory(int device) {
+  DeviceMemory m;
+#ifdef DDP_WITH_CUDA
+  if (device < 0 || device >= cuda_device_count()) return m;
+  int previous = 0;
+  if (cudaGetDevice(&previous) != cudaSuccess) return m;
+  cudaMemPool_t pool;
+  uint64_t used = 0, reserved = 0;
+  size_t free_b = 0, total_b = 0;
+  const bool ok = cudaDeviceGetDefaultMemPool(&pool, device) == cudaSuccess &&
+                  cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &used) == cudaSuccess &&
+                  cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemHigh, &reserved) == cudaSuccess &&
+                  cudaSetDevice(device) == cudaSuccess && cudaMemGetInfo(&free_b, &total_b) == cudaSuccess;
+  cudaSetDevice(previous);
+  if (!ok) {
+    cudaGetLastError();  // not sticky: leave no error for the next checked call
+    return m;
+  }
+  m.valid = true;
+  m.pool_used_peak = static_cast<int64_t>(used);
+  m.pool_reserved_peak = static_cast<int64_t>(reserved);
+  m.device_used = static_cast<int64_t>(total_b - free_b);
+  m.device_total = static_cast<int64_t>(total_b);
+#else
+  (void)device;
+#endif
+  return m;
+}
+
+}  // namespace ddp
