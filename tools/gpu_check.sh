@@ -81,7 +81,9 @@ collect() {
   [ -n "$COLLECT" ] || return 0
   local f
   for f in table.md check.log gpu.txt bench.json; do [ -f "$WORK/$f" ] && cp -f "$WORK/$f" "$COLLECT/"; done
-  (cd "$WORK" && tar -czf "$COLLECT/.logs.tar.gz" --exclude=./bundle --exclude=./table.md . 2>/dev/null)
+  local inside="${COLLECT#"$WORK"/}"  # a collect folder inside WORK stays out of its own archive
+  (cd "$WORK" && tar -czf "$COLLECT/.logs.tar.gz" --exclude=./bundle --exclude=./table.md --exclude="./$inside" . \
+     2>/dev/null)
   mv -f "$COLLECT/.logs.tar.gz" "$COLLECT/logs.tar.gz"  # whole or not at all, should the call end now
 }
 finish() {
@@ -93,6 +95,7 @@ finish() {
 trap finish EXIT
 
 # ---- CUDA's libraries, each built for this CUDA ----------------------------------------------------------------------
+ORIG_LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}"  # PyTorch's python runs with this (its own CUDA libraries, not ours)
 IFS=: read -r -a LIB_CANDS <<<"${GPU_CHECK_LIB_DIRS:-}"
 LIB_CANDS+=(/usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib /usr/lib/x86_64-linux-gnu)
 for py in $(gc_bounded "$PROBE_S" python3 -c "import site; print(' '.join(site.getsitepackages()))" 2>/dev/null) \
@@ -290,6 +293,10 @@ two_process_world() {
   local lim rc args; lim=$(limit_for 120)
   [ "$lim" -eq 0 ] && { row "$label" "SKIPPED (deadline)"; return; }
   mapfile -t args < <(dev_args --device cuda --backend nccl --steps 5)
+  log "two processes on one GPU: NCCL refuses two ranks with one host hash ('Duplicate GPU detected',"\
+" ncclInvalidUsage), so each gets NCCL_HOSTID=gpu-check-rank-<local rank>, NCCL_P2P_DISABLE=1, NCCL_SHM_DISABLE=1:"\
+" two 'hosts' joined by NCCL's socket transport on lo. If NCCL refuses anyway the row says REFUSED with its message"\
+" and two ranks on one GPU rest on the Gloo-staged tests (test_gpu)."
   log "two processes: ddprun --nproc-per-node 2 testprog_gpu_world ${args[*]}"
   NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 gc_bounded "$lim" "$BIN/ddprun" --nproc-per-node 2 --standalone \
     /bin/bash -c 'export NCCL_HOSTID="gpu-check-rank-$LOCAL_RANK"; exec "$0" "$@"' "$BIN/testprog_gpu_world" "${args[@]}" \
@@ -361,7 +368,8 @@ find_torch() {  # sets TORCH_PY and TORCH_V to a python with PyTorch 2.x, if any
   local py v
   for py in "${GPU_CHECK_TORCH_PYTHON:-}" "$("$ROOT/tools/setup_torch2.sh" --path 2>/dev/null)" "$(command -v python3)"; do
     [ -n "$py" ] && [ -x "$py" ] || continue
-    v="$(gc_bounded "$PROBE_S" "$py" -c 'import torch; print(torch.__version__)' 2>/dev/null | tail -1)"
+    v="$(LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" gc_bounded "$PROBE_S" "$py" -c 'import torch; print(torch.__version__)' \
+         2>/dev/null | tail -1)"
     case "$v" in 2.*) TORCH_PY="$py" TORCH_V="$v"; return 0 ;; esac
   done
   return 1
@@ -379,7 +387,8 @@ torch_row() {  # ddp.cpp row label, eager|compile, seconds, pytorch_twin args...
   lim=$(limit_for "$want")
   [ "$lim" -eq 0 ] && { row "$label" "SKIPPED (deadline)"; return; }
   log "torch: $label: pytorch_twin.py ${args[*]}"
-  gc_bounded "$lim" "$TORCH_PY" "$ROOT/bench/pytorch_twin.py" "${args[@]}" >"$WORK/torch-$variant-$of.log" 2>&1
+  LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" gc_bounded "$lim" "$TORCH_PY" "$ROOT/bench/pytorch_twin.py" "${args[@]}" \
+    >"$WORK/torch-$variant-$of.log" 2>&1
   rc=$?
   local ms; ms="$(grep -oE 'step [0-9.]+ ms' "$WORK/torch-$variant-$of.log" | tail -1 | awk '{print $2}')"
   if [ "$rc" -ne 0 ] || [ -z "$ms" ]; then
