@@ -360,6 +360,7 @@ bench() {  # label, seconds, bench_e2e args...
   mem="$(gc_device_memory "$WORK/$log")"
   STEP_MS[$label]="$(medians 'step \(' <"$WORK/$log" | awk '{print $NF}')"
   if [ -z "$m" ]; then row "$label" "FAIL: no bench_e2e table in $log"
+  elif [ -z "$mem" ]; then row "$label" "FAIL: no device memory line in $log; $m; loss $loss"
   elif [ "${loss%%:*}" = FAIL ]; then row "$label" "$loss; $m; device: $mem"
   else row "$label" "$m; loss $loss; device: $mem"; fi
 }
