@@ -196,10 +196,10 @@ else
 fi
 # Our CUDA runtime must see the GPU too (else every GPU test would skip): one tiny GEMM.
 if [ "$DRY" = 0 ] && [ -z "${BAD[bench_gpu_gemm]:-}" ]; then
-  probe="$(gc_bounded 60 "$BIN/bench_gpu_gemm" --n 256 --reps 1 2>&1)"
-  case "$probe" in
-    *TFLOP/s*) log "CUDA sees the GPU: $probe" ;;
-    *) row "CUDA sees the GPU" "FAIL: $probe"; exit 1 ;;
+  gemm_probe="$(gc_bounded 60 "$BIN/bench_gpu_gemm" --n 256 --reps 1 2>&1)"
+  case "$gemm_probe" in
+    *TFLOP/s*) log "CUDA sees the GPU: $gemm_probe" ;;
+    *) row "CUDA sees the GPU" "FAIL: $gemm_probe"; exit 1 ;;
   esac
 fi
 
@@ -293,10 +293,11 @@ two_process_world() {
   local lim rc args; lim=$(limit_for 120)
   [ "$lim" -eq 0 ] && { row "$label" "SKIPPED (deadline)"; return; }
   mapfile -t args < <(dev_args --device cuda --backend nccl --steps 5)
-  log "two processes on one GPU: NCCL refuses two ranks with one host hash ('Duplicate GPU detected',"\
-" ncclInvalidUsage), so each gets NCCL_HOSTID=gpu-check-rank-<local rank>, NCCL_P2P_DISABLE=1, NCCL_SHM_DISABLE=1:"\
-" two 'hosts' joined by NCCL's socket transport on lo. If NCCL refuses anyway the row says REFUSED with its message"\
-" and two ranks on one GPU rest on the Gloo-staged tests (test_gpu)."
+  local why="two processes on one GPU: NCCL refuses two ranks with one host hash ('Duplicate GPU detected',"
+  why+=" ncclInvalidUsage), so each gets NCCL_HOSTID=gpu-check-rank-<local rank>, NCCL_P2P_DISABLE=1,"
+  why+=" NCCL_SHM_DISABLE=1: two 'hosts' joined by NCCL's socket transport on lo. If NCCL refuses anyway the row"
+  why+=" says REFUSED with its message and two ranks on one GPU rest on the Gloo-staged tests (test_gpu)."
+  log "$why"
   log "two processes: ddprun --nproc-per-node 2 testprog_gpu_world ${args[*]}"
   NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 gc_bounded "$lim" "$BIN/ddprun" --nproc-per-node 2 --standalone \
     /bin/bash -c 'export NCCL_HOSTID="gpu-check-rank-$LOCAL_RANK"; exec "$0" "$@"' "$BIN/testprog_gpu_world" "${args[@]}" \

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # gpu_check_lib.sh - the decisions of tools/gpu_check.sh as small functions, sourced by it and by its CPU test
 # (tests/tools/gpu_check_fakes_test.sh): bounded commands, which CUDA library to take, gtest listings and logs,
 # compute-sanitizer summaries, the loss and budget arithmetic. No function here starts a GPU program itself;
