@@ -180,7 +180,7 @@ HEADER="**ddp.cpp GPU check** $(date -u +%Y-%m-%d), ${GPU}; ${BUILD_INFO}$([ "$D
 for f in "${GPU_CHECK_PROGRAMS[@]/#/$BIN/}" "${GPU_CHECK_TESTS[@]/#/$TESTS/}"; do
   name="$(basename "$f")"
   if [ ! -x "$f" ]; then BAD[$name]="absent"; continue; fi
-  nf="$(ldd "$f" 2>/dev/null | awk '/not found/ {print $1}' | tr '\n' ' ')"
+  nf="$(gc_bounded "$PROBE_S" ldd "$f" 2>/dev/null | awk '/not found/ {print $1}' | tr '\n' ' ')"
   if [ -n "$nf" ]; then BAD[$name]="needs $nf"; continue; fi
   case "$f" in */tests/*) probe=(--gtest_list_tests) ;; */testprog_*) continue ;; *) probe=(--help) ;; esac
   gc_bounded "$PROBE_S" "$f" "${probe[@]}" >/dev/null 2>"$WORK/probe.err"
@@ -368,7 +368,8 @@ bench() {  # label, seconds, bench_e2e args...
 TORCH_PY="" TORCH_V=""
 find_torch() {  # sets TORCH_PY and TORCH_V to a python with PyTorch 2.x, if any
   local py v
-  for py in "${GPU_CHECK_TORCH_PYTHON:-}" "$("$ROOT/tools/setup_torch2.sh" --path 2>/dev/null)" "$(command -v python3)"; do
+  for py in "${GPU_CHECK_TORCH_PYTHON:-}" "$(gc_bounded "$PROBE_S" "$ROOT/tools/setup_torch2.sh" --path 2>/dev/null)" \
+            "$(command -v python3)"; do
     [ -n "$py" ] && [ -x "$py" ] || continue
     v="$(LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" gc_bounded "$PROBE_S" "$py" -c 'import torch; print(torch.__version__)' \
          2>/dev/null | tail -1)"

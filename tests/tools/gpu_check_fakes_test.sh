@@ -229,5 +229,16 @@ check "training: device peak memory beside the account" has "$R" 'gpt-tiny-f32.*
 check "pytorch: eager and compiled rows with ratios" has "$R" 'torch.compile.*ratio'
 check "pytorch: ... eager" has "$R" 'eager.*ratio'
 check "gpt2-small 124M bf16 MFU row" has "$R" 'gpt2-small.*bf16.*MFU'
+# ---- the decisions alone (tools/gpu_check_lib.sh) ------------------------------------------------------------------
+. "$ROOT/tools/gpu_check_lib.sh"
+loss_of() { printf '  loss (rank 0): first %s last %s over 4 steps\n' "$1" "$2" >"$T/loss.log"; gc_loss_verdict "$T/loss.log"; }
+check "lib: a loss of -nan is not finite" bash -c "[[ '$(loss_of 5.5 -nan)' == 'FAIL: loss not finite'* ]]"
+check "lib: a loss of inf is not finite" bash -c "[[ '$(loss_of inf 3.0)' == 'FAIL: loss not finite'* ]]"
+check "lib: a loss that stays is a failure" bash -c "[[ '$(loss_of 5.5 5.5)' == 'FAIL: loss did not fall'* ]]"
+check "lib: a loss that falls is ok" bash -c "[[ '$(loss_of 5.5 1e-3)' == 'ok (5.5 -> 1e-3)' ]]"
+check "lib: a step gets what is left minus 5 s" test "$(gc_limit 90 50)" = 45
+check "lib: under 10 s left, no step starts" test "$(gc_limit 90 9)" = 0
+check "lib: exit 137 reads as killed after ignoring SIGTERM" bash -c "[[ '$(gc_rc_text 137 3)' == *'ignored SIGTERM'* ]]"
+check "lib: exit 139 reads as SIGSEGV" bash -c "[[ '$(gc_rc_text 139 3)' == *SEGV* ]]"
 echo "gpu_check_fakes_test: $FAILS failed ($SCRIPT)"
 [ "$FAILS" -eq 0 ]
