@@ -78,9 +78,9 @@ while read -r t what; do
     fail) echo "x.cpp:1: Failure"; echo "[  FAILED  ] \$t (1 ms)"; rc=1 ;;
     hang) $HANG ;;
     crash) if [ "\${CUDA_LAUNCH_BLOCKING:-}" = 1 ]; then
-             echo "ddp: CUDA error: an illegal memory access was encountered at kernels/cuda/gather.cu:42 (launch)"
+             echo "unknown file: Failure: C++ exception: /src/kernels/cuda/gather.cu:42: cudaGetLastError() failed: cudaErrorIllegalAddress"
            else
-             echo "ddp: CUDA error: an illegal memory access was encountered at runtime/core/cuda/stream.cpp:7 (sync)"
+             echo "unknown file: Failure: C++ exception: /src/runtime/core/cuda/stream.cpp:7: cudaStreamSynchronize(s) failed: cudaErrorIllegalAddress"
            fi
            kill -SEGV \$\$ ;;
   esac
