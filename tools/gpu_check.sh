@@ -266,8 +266,9 @@ run_suite() {  # binary, suite, its tests (Suite.Name, colon-separated), row lab
   fi
   row "$label" "FAIL: $detail"
   grep -E 'Failure|FAILED|rror' -A3 "$WORK/$file" | head -12 >>"$WORK/check.log"
-  # The tests the crash or hang kept from running get their own process.
-  if [ "$rc" -ne 1 ]; then
+  # The tests the crash or hang kept from running get their own process (when one ran at all: no loop on a binary
+  # that dies before its first test).
+  if [ "$rc" -ne 1 ] && [ -n "$started" ]; then
     local rest; rest="$(tr ':' '\n' <<<"$names" | grep -vxF -f <(printf '%s\n' "$started") | paste -sd:)"
     [ -n "$rest" ] && run_suite "$bin" "$suite" "$rest" "$label (the tests after it)"
   fi
@@ -275,8 +276,9 @@ run_suite() {  # binary, suite, its tests (Suite.Name, colon-separated), row lab
 test_binary() {  # binary, gtest filter: lists the matching tests (bounded) and runs each suite in its own process
   local bin="$1" filter="$2" names rc suite
   usable "$bin" "$bin '$filter'" || return
-  names="$(gc_bounded "$PROBE_S" "$TESTS/$bin" --gtest_list_tests --gtest_filter="$filter" 2>/dev/null | gc_gtest_names)"
-  rc=${PIPESTATUS[0]}
+  gc_bounded "$PROBE_S" "$TESTS/$bin" --gtest_list_tests --gtest_filter="$filter" >"$WORK/list-$bin.txt" 2>/dev/null
+  rc=$?
+  names="$(gc_gtest_names <"$WORK/list-$bin.txt")"
   [ "$rc" -ne 0 ] && { row "$bin '$filter'" "FAIL: --gtest_list_tests $(gc_rc_text "$rc" "$PROBE_S")"; return; }
   [ -z "$names" ] && { row "$bin '$filter'" "FAIL: the filter matches no test"; return; }
   for suite in $(gc_suites <<<"$names"); do

@@ -53,8 +53,10 @@ echo "pytorch_twin: gpt ddp world 1 threads 16 (adamw, torch 2.11.0+cu130 x): st
 EOF
 
 # A gtest binary: its tests and what each does in "$0.tests" ("Suite.Name pass|skip|fail|crash|hang");
-# "$0.listhang" makes --gtest_list_tests hang. A crash names a different place under CUDA_LAUNCH_BLOCKING=1 (as
-# an asynchronous CUDA error does: reported at a later call, unless launches block).
+# "$0.listhang" makes --gtest_list_tests hang, "$0.listhang-filtered" only when a filter is given;
+# "$0.crash-at-start" crashes every run before its first test. A crash names
+# a different place under CUDA_LAUNCH_BLOCKING=1 (as an asynchronous CUDA error does: reported at a later call,
+# unless launches block).
 cat >"$T/fake_gtest" <<EOF
 #!/usr/bin/env bash
 set -f
@@ -62,6 +64,8 @@ list=0 filter='*'
 for a in "\$@"; do case "\$a" in --gtest_list_tests) list=1 ;; --gtest_filter=*) filter="\${a#*=}" ;; esac; done
 echo "\$(basename "\$0") \$([ \$list = 1 ] && echo list) \$filter CLB=\${CUDA_LAUNCH_BLOCKING:-}" >>"\$FAKE_LOG"
 [ \$list = 1 ] && [ -e "\$0.listhang" ] && { $HANG; }
+[ \$list = 1 ] && [ "\$filter" != '*' ] && [ -e "\$0.listhang-filtered" ] && { $HANG; }
+[ \$list = 0 ] && [ -e "\$0.crash-at-start" ] && kill -SEGV \$\$
 pos="\${filter%%-*}" neg=""; [ "\$pos" != "\$filter" ] && neg="\${filter#*-}"
 matches() { local IFS=: p hit=0; for p in \${pos:-*}; do [[ "\$1" == \$p ]] && hit=1; done
             for p in \$neg; do [[ "\$1" == \$p ]] && hit=0; done; [ \$hit = 1 ]; }
@@ -95,13 +99,14 @@ done
 # test_gpu: the collectives suite crashes first (defect 2); two suites after it pass.
 printf '%s\n' "GpuCollectiveSpace.GlooStaged crash" "GpuTensor.RoundTrip pass" "GpuOptim.AdamW pass" \
   >"$T/stage/tests/test_gpu.tests"
-printf '%s\n' "CudaParity.Matmul pass" "Matmul.Cpu pass" >"$T/stage/tests/test_ops_core.tests"
+printf '%s\n' "CudaParity.Matmul pass" "CudaParity.Conv pass" "Matmul.Cpu pass" >"$T/stage/tests/test_ops_core.tests"
+touch "$T/stage/tests/test_ops_core.crash-at-start"  # dies before its first test, every time
 printf '%s\n' "DataLoader.GpuBatches hang" "DataLoader.GpuPinned pass" >"$T/stage/tests/test_data_loader.tests"
 printf '%s\n' "Resume.Bitwise pass" >"$T/stage/tests/test_train.tests"
-touch "$T/stage/tests/test_train.listhang"
+touch "$T/stage/tests/test_train.listhang" "$T/stage/tests/test_ops_conv.listhang-filtered"
 # FAKES_NO_HANG=1: no hanging suite or listing in run C (to see the crash of defect 2 alone with an old script).
 if [ "${FAKES_NO_HANG:-0}" = 1 ]; then
-  rm "$T/stage/tests/test_train.listhang"; sed -i 's/ hang$/ pass/' "$T/stage/tests/test_data_loader.tests"
+  rm "$T/stage/tests/test_train.listhang" "$T/stage/tests/test_ops_conv.listhang-filtered"; sed -i 's/ hang$/ pass/' "$T/stage/tests/test_data_loader.tests"
 fi
 
 # The programs. bench_e2e prints the rows gpu_check parses; the label gpt-tiny-bf16 gets a loss of nan.
@@ -212,9 +217,12 @@ check "2: ... and its row names the failing op from that rerun" has "$R" 'GpuCol
 check "6: the CUDA 12 libnccl was passed over" has "$L" "passed over $T/libs/cu12/libnccl.so.2: built for CUDA 12"
 check "6: the CUDA 12 libcudnn was passed over" has "$L" "passed over $T/libs/cu12/libcudnn.so.9: built for CUDA 12"
 check "6: the CUDA 13 libnccl was taken" has "$L" "libnccl.so.2 in $T/libs/cu13"
+check "2: a binary that dies before its first test gets one row, not a loop" \
+  test "$(grep -c '^| test_ops_core' "$R")" = 1
 check "7: a suite that ignores SIGTERM is killed and the run goes on" has "$R" 'DataLoader.*killed'
 check "7: ... the suite beside it in its binary still ran" has "$FAKE_LOG" 'test_data_loader  ?DataLoader.GpuPinned'
 check "7: a binary that hangs listing its tests gets a row, not a hang" has "$R" 'test_train.*(timed out|killed)'
+check "7: ... also when it hangs only listing a filter's tests" has "$R" "test_ops_conv.*list_tests.*(timed out|killed)"
 check "7: the run ended by itself (rc $rc, $took s)" test "$rc" -ne 124 -a "$rc" -ne 137
 check "budget: the log shows the time left" has "$L" 's left'
 check "sanitizer: memcheck ran" has "$R" 'memcheck.*(PASS|0 errors)'
