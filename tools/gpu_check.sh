@@ -97,7 +97,8 @@ trap finish EXIT
 # ---- CUDA's libraries, each built for this CUDA ----------------------------------------------------------------------
 ORIG_LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}"  # PyTorch's python runs with this (its own CUDA libraries, not ours)
 IFS=: read -r -a LIB_CANDS <<<"${GPU_CHECK_LIB_DIRS:-}"
-LIB_CANDS+=(/usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib /usr/lib/x86_64-linux-gnu)
+LIB_CANDS+=(/usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib
+           /usr/lib/x86_64-linux-gnu)
 for py in $(gc_bounded "$PROBE_S" python3 -c "import site; print(' '.join(site.getsitepackages()))" 2>/dev/null) \
           /opt/torch/.venv/lib/python3*/site-packages; do
   [ -d "$py/nvidia" ] && LIB_CANDS+=("$py/nvidia")
