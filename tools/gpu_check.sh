@@ -3,9 +3,9 @@
 # of under 10 minutes (docs/gpu.md says what each row will show):
 #   1. the GPU tests, one process per gtest suite (a crash or hang costs that suite's row only); a failing suite's
 #      failing tests are rerun once with CUDA_LAUNCH_BLOCKING=1, so the row names the op that failed;
-#   2. two processes on the one GPU forming a real NCCL world (each its own NCCL_HOSTID, P2P and SHM off: the only
-#      way NCCL accepts two ranks on one device) that train with the reducer and ZeRO-2/3 and compare with a
-#      single-process reference (testprog_gpu_world);
+#   2. two processes on the one GPU forming a real NCCL world (each its own NCCL_HOSTID, P2P and SHM off, so NCCL
+#      sees two hosts: it refuses two ranks on one device otherwise) that train with the reducer and ZeRO-2/3 and
+#      compare with a single-process reference (testprog_gpu_world);
 #   3. compute-sanitizer memcheck, racecheck and synccheck over the shared-memory kernels' parity tests;
 #   4. training rows (bench_e2e): step time, tokens/s, MFU, the loss (finite and falling) and the device's peak
 #      memory beside the memory account; each beside PyTorch 2.x eager and torch.compile on the same GPU and
@@ -18,7 +18,7 @@
 #     --prebuilt DIR  run the binaries of a bundle made on the CPU machine by tools/gpu_bundle.sh (DIR/bundle.tar.gz)
 #     --collect DIR   copy table.md, check.log, gpu.txt, bench.json and logs.tar.gz into DIR after every step
 #     --dry-run       every step with the same binaries and flags, on the CPU at tiny sizes (cuda -> cpu,
-#                     nccl -> gloo, GPT-2 shapes -> the tiny gpt, 2 steps; no compute-sanitizer); also
+#                     nccl -> gloo, GPT-2 shapes -> the tiny gpt, 3 steps; no compute-sanitizer); also
 #                     GPU_CHECK_DEVICE=cpu. Uses DDP_BUILD_DIR (default build) unless --prebuilt. ctest: GpuCheck.DryRun
 #     WORK            logs and table (default runs/gpu-check-<date>)
 # Time: DDP_GPU_CHECK_DEADLINE_S (default 540) bounds the run after the build; each step's limit is cut to what is
