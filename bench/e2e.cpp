@@ -220,9 +220,9 @@ int main(int argc, char** argv) {
     p.add_choice(
         "config", &config, {"mlp", "gpt", "gpt2s", "gpt2-small", "many"},
         "mlp: 784-1024-1024-10, batch 64/rank, SGD; gpt: d 128, 4 heads, 2 blocks, context 64, batch "
-        "16/rank, AdamW; gpt2s: GPT-2 small shape, context 1024, untied head (163M; GPU only); gpt2-small: the "
-        "same with the head tied to the token embedding (124M, GPT-2's; GPU only); many: --param-tensors "
-        "tensors holding --many-mib MiB, batch 8/rank, SGD");
+        "16/rank, AdamW; gpt2s: GPT-2 small shape, context 1024, untied head (163M; GPU only); "
+        "gpt2-small: the same with the head tied to the token embedding (124M, GPT-2's; GPU only); many: "
+        "--param-tensors tensors holding --many-mib MiB, batch 8/rank, SGD");
     p.add("mlp-hidden", &sizes.mlp_hidden, "mlp: width of both hidden layers (0: 1024)");
     p.add("gpt-width", &sizes.gpt_width, "gpt: d_model (0: the configuration's); heads = width / 32");
     p.add("gpt-depth", &sizes.gpt_depth, "gpt: blocks (0: the configuration's)");
@@ -488,10 +488,11 @@ int main(int argc, char** argv) {
                   losses.size());
       constexpr double MiB = 1024.0 * 1024.0;
       if (device_memory.valid)
-        std::printf("  device memory (rank 0): peak in use %.1f MiB (CUDA pool high-water; reserved %.1f MiB; "
-                    "%.1f of %.1f MiB in use on the device at the end), memory account %.1f MiB\n",
-                    device_memory.pool_used_peak / MiB, device_memory.pool_reserved_peak / MiB,
-                    device_memory.device_used / MiB, device_memory.device_total / MiB, account_bytes / MiB);
+        std::printf(
+            "  device memory (rank 0): peak in use %.1f MiB (CUDA pool high-water; reserved %.1f MiB; "
+            "%.1f of %.1f MiB in use on the device at the end), memory account %.1f MiB\n",
+            device_memory.pool_used_peak / MiB, device_memory.pool_reserved_peak / MiB,
+            device_memory.device_used / MiB, device_memory.device_total / MiB, account_bytes / MiB);
       else
         std::printf("  device memory (rank 0): none (%s), memory account %.1f MiB\n", dev.str().c_str(),
                     account_bytes / MiB);

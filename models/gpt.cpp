@@ -80,7 +80,8 @@ Tensor GPT::forward(const Tensor& idx) {
   Tensor h = (*wte_)(idx) + (*wpe_)(pos);  // (B, T, C) + (T, C)
   for (auto& b : *blocks_) h = (*b)(h);
   h = (*ln_f_)(h);
-  return head_ ? (*head_)(h) : ops::linear(h, wte_->weight, Tensor());  // tied: wte's (vocab, C) as the weight
+  // Tied: wte's (vocab, C) weight is the head's.
+  return head_ ? (*head_)(h) : ops::linear(h, wte_->weight, Tensor());
 }
 
 double GPT::flops_per_token_forward() const {

@@ -1,7 +1,7 @@
 // gpt.h - a decoder-only transformer shaped as GPT-2: token + learned position embeddings, pre-LayerNorm
 // blocks of causal multi-head self-attention and a 4x GELU MLP with residuals, a final LayerNorm and a linear
-// head, untied by default; tie_head makes the head use the token embedding's weight, as GPT-2 does (GPT-2 small:
-// 124M parameters tied, 163M untied). Byte-level vocabulary (256) by default.
+// head, untied by default; tie_head makes the head use the token embedding's weight, as GPT-2 does (GPT-2
+// small: 124M parameters tied, 163M untied). Byte-level vocabulary (256) by default.
 #pragma once
 #include <string>
 

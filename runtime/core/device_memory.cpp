@@ -1,5 +1,5 @@
-// device_memory.cpp - see device_memory.h. Errors here give an invalid reading, never an exception: the figure
-// is a report, not a control.
+// device_memory.cpp - see device_memory.h. Errors here give an invalid reading, never an exception: the
+// figure is a report, not a control.
 #include "runtime/core/device_memory.h"
 
 #include "runtime/core/device.h"

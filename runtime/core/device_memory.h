@@ -1,5 +1,5 @@
-// device_memory.h - how much memory a GPU really held, for the benchmarks to print beside their memory account:
-// the high-water marks of the device's default memory pool (every tensor comes from it:
+// device_memory.h - how much memory a GPU really held, for the benchmarks to print beside their memory
+// account: the high-water marks of the device's default memory pool (every tensor comes from it:
 // runtime/tensor/cuda/allocator.cpp) and what the whole device has in use now (all processes, CUDA contexts,
 // NCCL's own buffers). Never changes the caller's current device.
 #pragma once

@@ -1,6 +1,6 @@
-// test_gpt_tied_head.cpp - GPTConfig::tie_head (GPT-2's tying, bench_e2e --config gpt2-small): the head uses the
-// token embedding's weight, so the model has one (vocab, d) parameter fewer and that parameter's gradient holds
-// both uses - rows of tokens that never occur in the input get a gradient through the head only.
+// test_gpt_tied_head.cpp - GPTConfig::tie_head (GPT-2's tying, bench_e2e --config gpt2-small): the head uses
+// the token embedding's weight, so the model has one (vocab, d) parameter fewer and that parameter's gradient
+// holds both uses - rows of tokens that never occur in the input get a gradient through the head only.
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -1,6 +1,6 @@
-// test_gpu_memory.cpp - device_memory() (runtime/core/device_memory.h), the figure bench_e2e prints beside its
-// memory account: on a GPU the pool's peak covers a 64 MiB tensor and the caller's device is left as it was;
-// without one the reading is marked invalid. Never skips (the first GPU run counts skips as failures).
+// test_gpu_memory.cpp - device_memory() (runtime/core/device_memory.h), the figure bench_e2e prints beside
+// its memory account: on a GPU the pool's peak covers a 64 MiB tensor and the caller's device is left as it
+// was; without one the reading is marked invalid. Never skips (the first GPU run counts skips as failures).
 #include <gtest/gtest.h>
 
 #include "runtime/core/device.h"

@@ -1,11 +1,12 @@
-// gpu_world.cpp - testprog_gpu_world: one rank of a real multi-process world (under ddprun) that trains a small
-// MLP with the reducer (DDP), with ZeRO-2 and with ZeRO-3, and compares each with a single-process reference
-// trained in this same process on every rank's batch at once, without any group. tools/gpu_check.sh runs two of
-// these on one GPU under NCCL: two processes, two CUDA contexts, two communicators, so a missing wait between the
-// compute and communication streams changes the numbers here (at world 1 an in-place collective does nothing and
-// hides it). The dry run runs it on the CPU under Gloo.
+// gpu_world.cpp - testprog_gpu_world: one rank of a real multi-process world (under ddprun) that trains a
+// small MLP with the reducer (DDP), with ZeRO-2 and with ZeRO-3, and compares each with a single-process
+// reference trained in this same process on every rank's batch at once, without any group. tools/gpu_check.sh
+// runs two of these on one GPU under NCCL: two processes, two CUDA contexts, two communicators, so a missing
+// wait between the compute and communication streams changes the numbers here (at world 1 an in-place
+// collective does nothing and hides it). The dry run runs it on the CPU under Gloo.
 //
-//   ddprun --nproc-per-node 2 --standalone bin/testprog_gpu_world [--device cuda] [--backend nccl] [--steps 5]
+//   ddprun --nproc-per-node 2 --standalone bin/testprog_gpu_world [--device cuda] [--backend nccl]
+//          [--steps 5]
 //
 // Prints, per rank, "gpu_world: rank R of W (...): ddp D, zero2 Z2, zero3 Z3 (max |parameter - reference|,
 // bound B): PASS|FAIL" and exits 0 on PASS, 1 on FAIL or error.
@@ -68,7 +69,8 @@ std::shared_ptr<models::MLP> make_model(Device dev) {
 std::unique_ptr<optim::Optimizer> sgd(std::vector<nn::NamedTensor> ps) {
   return std::make_unique<optim::SGD>(std::move(ps), optim::SGDOptions{.lr = 0.05, .momentum = 0.9});
 }
-double max_abs_difference(const std::vector<std::vector<double>>& a, const std::vector<std::vector<double>>& b) {
+double max_abs_difference(const std::vector<std::vector<double>>& a,
+                          const std::vector<std::vector<double>>& b) {
   if (a.size() != b.size()) return INFINITY;
   double worst = 0;
   for (size_t i = 0; i < a.size(); ++i) {
@@ -92,9 +94,10 @@ int main(int argc, char** argv) {
 
     const dist::DistEnv env = dist::init_from_env();
     const bool gpu = device_s == "cuda" || (device_s == "auto" && cuda_device_count() > 0);
-    DDP_CHECK(!gpu || cuda_device_count() > 0, "testprog_gpu_world: --device cuda but no GPU: ",
-              cuda_unavailable_reason());
-    const Device dev = gpu ? Device::cuda(std::max(0, dist::select_cuda_device(env.local_rank))) : Device::cpu();
+    DDP_CHECK(!gpu || cuda_device_count() > 0,
+              "testprog_gpu_world: --device cuda but no GPU: ", cuda_unavailable_reason());
+    const Device dev =
+        gpu ? Device::cuda(std::max(0, dist::select_cuda_device(env.local_rank))) : Device::cpu();
     auto ctx = dist::init_distributed(env, backend);
     const int rank = ctx.group->rank(), world = ctx.group->size();
     DDPOptions opts;
@@ -115,7 +118,7 @@ int main(int argc, char** argv) {
     device_synchronize();
     const auto reference = ddp::testing::snapshot_params(*reference_model);
 
-    // stage 0: the reducer; 2, 3: ShardedDataParallel (ZeRO-3's all-gathers on a second group, as train makes it).
+    // stage 0: the reducer; 2, 3: ShardedDataParallel (ZeRO-3 gathers on a second group, as train does).
     auto run = [&](int stage) {
       auto model = make_model(dev);
       if (stage == 0) {
@@ -155,10 +158,11 @@ int main(int argc, char** argv) {
     const double d3 = max_abs_difference(run(3), reference);
     const bool ok = d0 < kBound && d2 < kBound && d3 < kBound;
     ctx.group->barrier()->wait();
-    std::printf("gpu_world: rank %d of %d (backend %s, %s, %d steps): ddp %.2g, zero2 %.2g, zero3 %.2g "
-                "(max |parameter - reference|, bound %.0e): %s\n",
-                rank, world, ctx.group->backend_name().c_str(), dev.str().c_str(), steps, d0, d2, d3, kBound,
-                ok ? "PASS" : "FAIL");
+    std::printf(
+        "gpu_world: rank %d of %d (backend %s, %s, %d steps): ddp %.2g, zero2 %.2g, zero3 %.2g "
+        "(max |parameter - reference|, bound %.0e): %s\n",
+        rank, world, ctx.group->backend_name().c_str(), dev.str().c_str(), steps, d0, d2, d3, kBound,
+        ok ? "PASS" : "FAIL");
     std::fflush(stdout);
     return ok ? 0 : 1;
   } catch (const cli::UsageError& e) {
