@@ -2,7 +2,8 @@
 // from rank 0, with every rank's buckets; its in-flight times are the trace's bucket events of the same step
 // (one source of truth: both come from the reducer's bucket records); parameters without a gradient are named
 // (branchy); a rank that ran out of data shadows the step (Join) and nothing hangs; DDP_EXPLAIN does the same
-// for another program (bench_e2e) and a bad value is refused by name.
+// for another program (bench_e2e) and a bad value is refused by name; under ZeRO-2/3 the what-if models
+// reduce-scatters, and at ZeRO-3 (one bucket per unit, the cap does not apply) it offers no other cap.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -93,6 +94,42 @@ TEST(ExplainTrain, TheAccountOfAStepMatchesTheTraceOfThatStep) {
   for (const auto& [key, ms] : traced)
     EXPECT_NEAR(explained[key], ms, 0.0015) << "rank " << key.first << " bucket " << key.second;
   fs::remove_all(dir);
+}
+
+// The header's bucket count ("explain step 2: 2 ranks, N buckets"), -1 when absent.
+int explained_buckets(const std::string& out) {
+  std::smatch m;
+  if (!std::regex_search(out, m, std::regex(R"(explain step 2: 2 ranks, (\d+) buckets?)"))) return -1;
+  return std::stoi(m[1]);
+}
+
+TEST(ExplainTrain, UnderZeroTheWhatIfModelsReduceScattersAndZero3OffersNoCap) {
+  // ZeRO-3: the buckets are the units (mlp: its 3 linear layers); --bucket-cap-mb does not shape them, so no
+  // "cap X MiB" row may be offered, least of all one with another bucket count marked as this run.
+  const auto z3 = two_ranks("train", std::string(kMlp) + " --steps 3 --explain 2 --zero 3");
+  ASSERT_EQ(z3.exit_code, 0) << z3.out << z3.err;
+  const int units = explained_buckets(z3.out);
+  EXPECT_EQ(units, 3) << z3.out;
+  EXPECT_NE(z3.out.find("the buckets are the given layout (ZeRO-3: one per unit)"), std::string::npos) << z3.out;
+  EXPECT_EQ(z3.out.find(" MiB: "), std::string::npos) << "no cap what-if at ZeRO-3\n" << z3.out;
+  EXPECT_EQ(z3.out.find("<- best"), std::string::npos) << z3.out;
+  EXPECT_NE(z3.out.find("  this run: " + std::to_string(units) + " buckets, exposed "), std::string::npos)
+      << z3.out;
+  EXPECT_NE(z3.out.find("this step's reduce-scatters"), std::string::npos) << z3.out;
+  EXPECT_EQ(z3.out.find("all-reduce"), std::string::npos) << "ZeRO-3 runs no gradient all-reduce\n" << z3.out;
+
+  // ZeRO-2: the cap does shape the buckets; the what-if's row of this run has this run's bucket count, and
+  // the collective it fits and simulates is the reduce-scatter.
+  const auto z2 = two_ranks("train", std::string(kMlp) + " --steps 3 --explain 2 --zero 2");
+  ASSERT_EQ(z2.exit_code, 0) << z2.out << z2.err;
+  const int buckets = explained_buckets(z2.out);
+  ASSERT_GT(buckets, 0) << z2.out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(z2.out, m, std::regex(R"(MiB: +(\d+) buckets?, [^\n]*\(this run\))")))
+      << z2.out;
+  EXPECT_EQ(std::stoi(m[1]), buckets) << z2.out;
+  EXPECT_NE(z2.out.find("this step's reduce-scatters"), std::string::npos) << z2.out;
+  EXPECT_EQ(z2.out.find("all-reduce"), std::string::npos) << z2.out;
 }
 
 TEST(ExplainTrain, NamesTheParametersWithoutAGradientAndSurvivesAJoinShadow) {
