@@ -2,7 +2,9 @@
 // every rank puts its records on rank 0's clock (trace/clock_sync.h) and all-gathers them: per bucket when
 // it was full, issued and done (the BucketTiming the trace's bucket events come from), backward compute,
 // exposed communication, which parameters got no gradient and when each got one. Rank 0 fits the network to
-// the step's own all-reduces for the simulator's what-if and prints the account on stdout.
+// the step's own collectives (all-reduces; ZeRO-2/3: reduce-scatters, fitted and simulated as such) for the
+// simulator's what-if and prints the account on stdout. A given layout (ZeRO-3's units) is simulated as it
+// is: the cap does not shape it, so no other cap is offered.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -30,14 +32,19 @@ int64_t explain_iteration_from_env() {
 
 namespace {
 
-// The what-if: the simulator at other caps, from rank 0's ready times and a network fitted to this step's
-// all-reduces (each bucket's time on the channel: from when it could start - every rank issued it - or the
-// previous bucket finished, to its end on rank 0).
+// The what-if: the simulator at other caps (or, for a given layout, at this run's buckets only), from rank
+// 0's ready times and a network fitted to this step's collectives (each bucket's time on the channel: from
+// when it could start - every rank issued it - or the previous bucket finished, to its end on rank 0).
 ExplainWhatIf what_if(const std::vector<nn::NamedTensor>& params, const std::vector<double>& ready_s,
                       const std::vector<ExplainRank>& ranks, const std::vector<ExplainBucket>& layout,
-                      const ReducerOptions& opt, int world) {
+                      const std::vector<std::vector<size_t>>& buckets, const ReducerOptions& opt,
+                      bool sharded, int world) {
   ExplainWhatIf w;
   w.current_cap_mb = opt.bucket_cap_mb;
+  const sim::Collective collective = sharded ? sim::Collective::ReduceScatter : sim::Collective::Allreduce;
+  w.collective = sim::collective_name(collective);
+  w.layout_given = !opt.layout.empty();
+  const std::string plural = w.collective + "s";
   if (world < 2 || layout.empty()) return w;
   const ExplainRank& r0 = ranks[0];
   if (r0.shadow) return w;
@@ -56,9 +63,10 @@ ExplainWhatIf what_if(const std::vector<nn::NamedTensor>& params, const std::vec
   so.world = world;
   so.first_bucket_mb = opt.first_bucket_mb;
   so.overlap = opt.overlap;
-  std::string fitted = "network fitted to this step's all-reduces";
+  so.collective = collective;
+  std::string fitted = "network fitted to this step's " + plural;
   try {
-    so.network = sim::fit_network_model(points, world, sim::AllreduceAlgorithm::Ring);
+    so.network = sim::fit_network_model(points, world, sim::AllreduceAlgorithm::Ring, collective);
   } catch (const Error&) {
     // Too few buckets, or one step's noise, to separate latency from bandwidth: bandwidth only.
     double bytes = 0, seconds = 0;
@@ -67,12 +75,15 @@ ExplainWhatIf what_if(const std::vector<nn::NamedTensor>& params, const std::vec
       seconds += p.seconds;
     }
     if (seconds <= 0 || bytes <= 0) {
-      w.basis = "no what-if: this step's all-reduces took no measurable time on the channel";
+      w.basis = "no what-if: this step's " + plural + " took no measurable time on the channel";
       return w;
     }
     so.network.alpha_s = 0;
-    so.network.bandwidth_bytes_per_s = 2.0 * (world - 1) / world * bytes / seconds;
-    fitted = "bandwidth of this step's all-reduces (too few or too noisy to fit a latency)";
+    // t = volume * bytes / B, so B = volume * bytes / t; with alpha 0 and B 1, one byte costs `volume`.
+    so.network.bandwidth_bytes_per_s = 1;
+    const double volume = so.network.seconds(collective, 1.0, world);
+    so.network.bandwidth_bytes_per_s = volume * bytes / seconds;
+    fitted = "bandwidth of this step's " + plural + " (too few or too noisy to fit a latency)";
   }
   std::vector<sim::SimParam> sp;
   std::vector<double> ready;
@@ -83,10 +94,15 @@ ExplainWhatIf what_if(const std::vector<nn::NamedTensor>& params, const std::vec
   }
   sim::ComputeTimes compute;
   compute.backward_s = r0.backward_compute_s;
-  const double c = opt.bucket_cap_mb;
-  for (const double cap : {c / 4, c / 2, c, 2 * c, 4 * c}) {
-    const sim::SimResult r = sim::simulate_step(sp, ready, cap, compute, so);
-    w.rows.push_back({cap, r.buckets.size(), r.exposed_s, r.backward_end_s + r.exposed_s});
+  if (w.layout_given) {  // the cap does not shape these buckets: simulate them as they are, nothing else
+    const sim::SimResult r = sim::simulate_layout(sp, ready, buckets, compute, so);
+    w.rows.push_back({0, r.buckets.size(), r.exposed_s, r.backward_end_s + r.exposed_s});
+  } else {
+    const double c = opt.bucket_cap_mb;
+    for (const double cap : {c / 4, c / 2, c, 2 * c, 4 * c}) {
+      const sim::SimResult r = sim::simulate_step(sp, ready, cap, compute, so);
+      w.rows.push_back({cap, r.buckets.size(), r.exposed_s, r.backward_end_s + r.exposed_s});
+    }
   }
   w.basis = "rank 0's gradient-ready times, " + fitted + ": " + so.network.describe();
   return w;
@@ -160,7 +176,7 @@ void Reducer::maybe_explain(int64_t number, bool shadow, double backward_compute
   }
   std::vector<double> ready0(np, -1);
   for (size_t i = 0; i < np; ++i) ready0[i] = v[6 + 3 * nb + 2 * i];
-  const ExplainWhatIf w = what_if(params_, ready0, ranks, layout, opt_, world);
+  const ExplainWhatIf w = what_if(params_, ready0, ranks, layout, bucket_layout(), opt_, sharded_, world);
   const std::string text = explain_iteration(opt_.advice.iteration, number, layout, ranks, &w);
   std::fputs(text.c_str(), stdout);
   std::fflush(stdout);

@@ -55,17 +55,26 @@ std::string explain_iteration(const std::string& word, int64_t number,
     return r.forward_end_s + since_forward_s - origin;
   };
 
+  // The collective, as a noun ("all-reduce") and a participle ("all-reduced").
+  const std::string collective = what_if ? what_if->collective : "all-reduce";
+  const std::string done_as = collective == "all-reduce" ? "all-reduced" : collective + "ed";
+
   std::ostringstream os;
   os << "explain " << word << " " << number << ": " << ranks.size()
      << (ranks.size() == 1 ? " rank, " : " ranks, ") << layout.size()
-     << (layout.size() == 1 ? " bucket" : " buckets") << ". Times in ms from the first forward end (rank "
-     << (ref ? ref->rank : 0) << "), all ranks on rank 0's clock";
+     << (layout.size() == 1 ? " bucket" : " buckets");
+  if (collective != "all-reduce") os << " (" << done_as << ")";
+  if (what_if && what_if->layout_given)
+    os << "; the buckets are the given layout (ZeRO-3: one per unit), the bucket cap does not shape them";
+  os << ". Times in ms from the first forward end (rank " << (ref ? ref->rank : 0)
+     << "), all ranks on rank 0's clock";
   if (ranks.size() > 1) os << " (offsets within +-" << ms(worst_clock) << " ms)";
   os << ".\n";
 
   for (const ExplainRank& r : ranks) {
     if (r.shadow) {
-      os << "rank " << r.rank << ": had no batch (Join): it shadowed the others' all-reduces with zeros.\n";
+      os << "rank " << r.rank << ": had no batch (Join): it shadowed the others' " << collective
+         << "s with zeros.\n";
       continue;
     }
     os << "rank " << r.rank << ": forward ended at " << ms(at(r, 0)) << ", backward computed until "
@@ -89,7 +98,7 @@ std::string explain_iteration(const std::string& word, int64_t number,
       os << ")\n";
     }
     if (!r.no_gradient.empty()) {
-      os << "  no gradient on this rank (all-reduced as zeros):";
+      os << "  no gradient on this rank (" << done_as << " as zeros):";
       for (const std::string& n : r.no_gradient) os << " " << n;
       os << "\n";
     }
@@ -156,6 +165,13 @@ std::string explain_iteration(const std::string& word, int64_t number,
       if (row.step_s < best->step_s) best = &row;
     for (const auto& row : what_if->rows) {
       char line[200];
+      if (what_if->layout_given) {  // this run's buckets only: no other cap applies
+        std::snprintf(line, sizeof line, "  this run: %zu %s, exposed %s ms, backward + exposed %s ms\n",
+                      row.buckets, row.buckets == 1 ? "bucket" : "buckets", ms(row.exposed_s).c_str(),
+                      ms(row.step_s).c_str());
+        os << line;
+        continue;
+      }
       std::snprintf(line, sizeof line,
                     "  cap %8.3f MiB: %3zu %s, exposed %s ms, backward + exposed %s ms%s%s\n", row.cap_mb,
                     row.buckets, row.buckets == 1 ? "bucket" : "buckets", ms(row.exposed_s).c_str(),

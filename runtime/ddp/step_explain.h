@@ -35,6 +35,8 @@ struct ExplainRank {
 };
 
 // What the bucket simulator predicts for other caps (rows from sim::sweep_caps), and on what it is based.
+// With a given layout (ZeRO-3's units: the cap does not shape the buckets) there is one row, this run's
+// buckets (cap_mb 0), and no other cap is offered.
 struct ExplainWhatIf {
   struct Row {
     double cap_mb = 0;
@@ -45,6 +47,10 @@ struct ExplainWhatIf {
   std::vector<Row> rows;
   double current_cap_mb = 0;
   std::string basis;  // e.g. "rank 0's ready times, network fitted to this step's buckets: ring, alpha ..."
+  // What a bucket's communication is ("all-reduce"; ZeRO-2/3: "reduce-scatter"), and whether the buckets
+  // were given (ReducerOptions::layout) rather than built by the cap.
+  std::string collective = "all-reduce";
+  bool layout_given = false;
 };
 
 // The account, several lines ending in '\n'. `word` names an iteration ("step" in train). Throws

@@ -58,14 +58,13 @@ std::vector<double> estimate_ready_times(const std::vector<SimParam>& params, do
   return ready;
 }
 
-SimResult simulate_step(const std::vector<SimParam>& params, const std::vector<double>& ready_s,
-                        double cap_mb, const ComputeTimes& compute, const SimOptions& options) {
+namespace {
+
+void check_inputs(const std::vector<SimParam>& params, const std::vector<double>& ready_s,
+                  const SimOptions& options) {
   DDP_CHECK(!params.empty(), "bucket simulator: the parameter list is empty");
   DDP_CHECK(ready_s.size() == params.size(), "bucket simulator: ", ready_s.size(), " ready times for ",
             params.size(), " parameters");
-  DDP_CHECK(cap_mb > 0, "bucket simulator: bucket cap ", cap_mb, " MB must be > 0");
-  DDP_CHECK(options.first_bucket_mb > 0, "bucket simulator: first bucket cap ", options.first_bucket_mb,
-            " MB must be > 0");
   DDP_CHECK(options.world >= 1, "bucket simulator: world size ", options.world, " must be >= 1");
   DDP_CHECK(options.copy_bytes_per_s >= 0, "bucket simulator: copy bandwidth must be >= 0");
   DDP_CHECK(options.comm_cpu_share >= 0 && options.comm_cpu_share <= 1, "bucket simulator: comm_cpu_share ",
@@ -73,11 +72,21 @@ SimResult simulate_step(const std::vector<SimParam>& params, const std::vector<d
   for (size_t i = 0; i < params.size(); ++i)
     DDP_CHECK(params[i].bytes >= 0 && ready_s[i] >= 0, "bucket simulator: parameter ", params[i].name,
               " has negative bytes or ready time");
+}
 
-  // Ready order: by ready time, ties in reverse registration order.
-  std::vector<size_t> order(params.size());
+// Ready order: by ready time, ties in reverse registration order.
+std::vector<size_t> ready_order(const std::vector<double>& ready_s) {
+  std::vector<size_t> order(ready_s.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = order.size() - 1 - i;
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return ready_s[a] < ready_s[b]; });
+  return order;
+}
+
+// The timeline of `groups` (buckets in launch order), as the header describes it.
+SimResult timeline(const std::vector<SimParam>& params, const std::vector<double>& ready_s,
+                   const std::vector<std::vector<size_t>>& groups, double cap_mb, const ComputeTimes& compute,
+                   const SimOptions& options) {
+  const std::vector<size_t> order = ready_order(ready_s);
 
   // Each gradient's copy into its bucket runs on the backward thread: it delays everything after it.
   auto copy_s = [&](int64_t bytes) {
@@ -90,11 +99,6 @@ SimResult simulate_step(const std::vector<SimParam>& params, const std::vector<d
     copied[i] = ready_s[i] + copies_so_far;
     total_bytes += static_cast<double>(params[i].bytes);
   }
-
-  std::vector<BucketParamInfo> infos;
-  for (auto& p : params) infos.push_back({static_cast<size_t>(p.bytes), p.dtype, Device::cpu()});
-  auto groups = assign_buckets(infos, order, static_cast<size_t>(options.first_bucket_mb * kMiB),
-                               static_cast<size_t>(cap_mb * kMiB));
 
   SimResult r;
   r.cap_mb = cap_mb;
@@ -118,7 +122,8 @@ SimResult simulate_step(const std::vector<SimParam>& params, const std::vector<d
     else
       sb.launch_s = std::max(sb.ready_s, prev_launch);
     sb.start_s = std::max(sb.launch_s, channel_free);
-    sb.end_s = sb.start_s + options.network.allreduce_seconds(static_cast<double>(sb.bytes), options.world);
+    sb.end_s = sb.start_s +
+               options.network.seconds(options.collective, static_cast<double>(sb.bytes), options.world);
     prev_launch = sb.launch_s;
     channel_free = sb.end_s;
     busy.push_back({sb.start_s, sb.end_s});
@@ -130,6 +135,41 @@ SimResult simulate_step(const std::vector<SimParam>& params, const std::vector<d
   r.exposed_s = std::max(0.0, r.comm_end_s - r.backward_end_s) + copy_s(static_cast<int64_t>(total_bytes));
   r.step_s = compute.forward_s + r.backward_end_s + r.exposed_s + compute.optimizer_s + compute.other_s;
   return r;
+}
+
+}  // namespace
+
+SimResult simulate_step(const std::vector<SimParam>& params, const std::vector<double>& ready_s,
+                        double cap_mb, const ComputeTimes& compute, const SimOptions& options) {
+  check_inputs(params, ready_s, options);
+  DDP_CHECK(cap_mb > 0, "bucket simulator: bucket cap ", cap_mb, " MB must be > 0");
+  DDP_CHECK(options.first_bucket_mb > 0, "bucket simulator: first bucket cap ", options.first_bucket_mb,
+            " MB must be > 0");
+  std::vector<BucketParamInfo> infos;
+  for (auto& p : params) infos.push_back({static_cast<size_t>(p.bytes), p.dtype, Device::cpu()});
+  const auto groups = assign_buckets(infos, ready_order(ready_s),
+                                     static_cast<size_t>(options.first_bucket_mb * kMiB),
+                                     static_cast<size_t>(cap_mb * kMiB));
+  return timeline(params, ready_s, groups, cap_mb, compute, options);
+}
+
+SimResult simulate_layout(const std::vector<SimParam>& params, const std::vector<double>& ready_s,
+                          const std::vector<std::vector<size_t>>& buckets, const ComputeTimes& compute,
+                          const SimOptions& options) {
+  check_inputs(params, ready_s, options);
+  std::vector<int> seen(params.size(), 0);
+  for (const auto& b : buckets) {
+    DDP_CHECK(!b.empty(), "bucket simulator: a given bucket is empty");
+    for (size_t i : b) {
+      DDP_CHECK(i < params.size(), "bucket simulator: a given bucket names parameter ", i, " of ",
+                params.size());
+      ++seen[i];
+    }
+  }
+  for (size_t i = 0; i < params.size(); ++i)
+    DDP_CHECK(seen[i] == 1, "bucket simulator: parameter ", params[i].name, " is in ", seen[i],
+              " of the given buckets; each must be in exactly one");
+  return timeline(params, ready_s, buckets, 0, compute, options);
 }
 
 std::vector<SimResult> sweep_caps(const std::vector<SimParam>& params, const std::vector<double>& ready_s,

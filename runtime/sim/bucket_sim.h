@@ -1,7 +1,9 @@
 // bucket_sim.h - predicts a DDP step's time for any bucket cap without running it: buckets are assigned
 // exactly like the reducer (ddp/bucket_assignment.h, first bucket capped at first_bucket_mb), each bucket is
 // launched in index order once it and every earlier bucket are full, and a single communication channel runs
-// the all-reduces one after another, each costing NetworkModel::allreduce_seconds.
+// the all-reduces one after another, each costing NetworkModel::allreduce_seconds (reduce_scatter_seconds
+// for ZeRO-2/3's buckets: SimOptions::collective). simulate_layout takes the buckets as given instead (ZeRO-3:
+// one per unit, whatever the cap).
 //
 //   step = forward + backward_end + exposed + optimizer + other
 //   backward_end = backward compute + gradient copies into the buckets (all bytes / copy bandwidth)
@@ -43,6 +45,8 @@ struct SimOptions {
   NetworkModel network;
   double first_bucket_mb = 1.0;
   bool overlap = true;  // false: every all-reduce waits for the end of backward (DDPOptions.overlap=false)
+  // What each bucket's communication is: an all-reduce (DDP) or a reduce-scatter (ZeRO-2/3).
+  Collective collective = Collective::Allreduce;
   // Bytes per second of the reducer's gradient copies (into the bucket, back to .grad); 0: copies are free.
   double copy_bytes_per_s = 0;
   // Fraction of a core an all-reduce takes from the backward thread while both run (0..1). 0 on GPUs (NCCL
@@ -81,6 +85,12 @@ std::vector<double> estimate_ready_times(const std::vector<SimParam>& params, do
 // reducer rebuilds its buckets from after the first iteration), ties in reverse registration order.
 SimResult simulate_step(const std::vector<SimParam>& params, const std::vector<double>& ready_s,
                         double cap_mb, const ComputeTimes& compute, const SimOptions& options);
+
+// The same step with the buckets given (parameter indices per bucket, in launch order; each parameter once),
+// as ReducerOptions::layout gives them (ZeRO-3's units): no cap, so the result's cap_mb is 0.
+SimResult simulate_layout(const std::vector<SimParam>& params, const std::vector<double>& ready_s,
+                          const std::vector<std::vector<size_t>>& buckets, const ComputeTimes& compute,
+                          const SimOptions& options);
 
 std::vector<SimResult> sweep_caps(const std::vector<SimParam>& params, const std::vector<double>& ready_s,
                                   const std::vector<double>& caps_mb, const ComputeTimes& compute,

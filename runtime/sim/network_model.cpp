@@ -1,4 +1,5 @@
-// network_model.cpp - the ring and tree all-reduce formulas and their least-squares fit.
+// network_model.cpp - the ring and tree all-reduce formulas, the ring reduce-scatter, and their least-squares
+// fit.
 #include "runtime/sim/network_model.h"
 
 #include <cmath>
@@ -16,11 +17,18 @@ AllreduceAlgorithm parse_algorithm(const std::string& s) {
   DDP_FAIL("all-reduce algorithm '", s, "' is unknown; use 'ring' or 'tree'");
 }
 
+const char* collective_name(Collective c) {
+  return c == Collective::Allreduce ? "all-reduce" : "reduce-scatter";
+}
+
 namespace {
-// t = steps * alpha + volume * bytes / B: the (steps, volume) multipliers of each algorithm.
-void multipliers(AllreduceAlgorithm a, int world, double* steps, double* volume) {
+// t = steps * alpha + volume * bytes / B: the (steps, volume) multipliers of each algorithm and collective.
+void multipliers(AllreduceAlgorithm a, Collective c, int world, double* steps, double* volume) {
   const double n = world;
-  if (a == AllreduceAlgorithm::Ring) {
+  if (c == Collective::ReduceScatter) {  // the ring's first half, whatever the all-reduce algorithm
+    *steps = n - 1;
+    *volume = (n - 1) / n;
+  } else if (a == AllreduceAlgorithm::Ring) {
     *steps = 2 * (n - 1);
     *volume = 2 * (n - 1) / n;
   } else {
@@ -30,15 +38,23 @@ void multipliers(AllreduceAlgorithm a, int world, double* steps, double* volume)
 }
 }  // namespace
 
-double NetworkModel::allreduce_seconds(double bytes, int world) const {
-  DDP_CHECK(world >= 1, "allreduce_seconds: world size ", world, " must be >= 1");
-  DDP_CHECK(bytes >= 0, "allreduce_seconds: bytes ", bytes, " must be >= 0");
+double NetworkModel::seconds(Collective c, double bytes, int world) const {
+  DDP_CHECK(world >= 1, collective_name(c), " time: world size ", world, " must be >= 1");
+  DDP_CHECK(bytes >= 0, collective_name(c), " time: bytes ", bytes, " must be >= 0");
   DDP_CHECK(bandwidth_bytes_per_s > 0, "network model: bandwidth ", bandwidth_bytes_per_s,
             " bytes/s must be > 0");
   if (world == 1) return 0;
   double steps = 0, volume = 0;
-  multipliers(algorithm, world, &steps, &volume);
+  multipliers(algorithm, c, world, &steps, &volume);
   return steps * alpha_s + volume * bytes / bandwidth_bytes_per_s;
+}
+
+double NetworkModel::allreduce_seconds(double bytes, int world) const {
+  return seconds(Collective::Allreduce, bytes, world);
+}
+
+double NetworkModel::reduce_scatter_seconds(double bytes, int world) const {
+  return seconds(Collective::ReduceScatter, bytes, world);
 }
 
 std::string NetworkModel::describe() const {
@@ -50,12 +66,12 @@ std::string NetworkModel::describe() const {
 }
 
 NetworkModel fit_network_model(const std::vector<MeasuredAllreduce>& points, int world,
-                               AllreduceAlgorithm algorithm) {
+                               AllreduceAlgorithm algorithm, Collective collective) {
   DDP_CHECK(world >= 2, "fit_network_model: world size ", world, " must be >= 2 (one rank moves nothing)");
   DDP_CHECK(points.size() >= 2, "fit_network_model: ", points.size(),
             " measured point(s); need at least two message sizes");
   double steps = 0, volume = 0;
-  multipliers(algorithm, world, &steps, &volume);
+  multipliers(algorithm, collective, world, &steps, &volume);
   // Linear regression seconds = a * count + b * bytes (a = steps * alpha, b = volume / B), weighted by
   // 1 / seconds^2: it minimizes the relative error, so the small messages (which fix alpha) count as much as
   // the large ones. With count 1 everywhere it is the usual line with intercept a.

@@ -1,5 +1,6 @@
 // test_bucket_sim.cpp - the bucket timeline on a toy model with answers worked out by hand, the ready-time
-// estimate, the recommendation, the parameter cost rule and sample statistics.
+// estimate, the recommendation, the parameter cost rule and sample statistics; ZeRO's reduce-scatter buckets
+// and a given layout (ZeRO-3's units).
 #include <gtest/gtest.h>
 
 #include "runtime/core/error.h"
@@ -53,6 +54,29 @@ TEST(BucketSim, ToyTimelineSmallBucketsOverlapMore) {
   EXPECT_DOUBLE_EQ(r.buckets[2].end_s, 4);
   EXPECT_DOUBLE_EQ(r.exposed_s, 1);
   EXPECT_DOUBLE_EQ(r.step_s, 4.75);
+}
+
+TEST(BucketSim, ReduceScatterBucketsTakeHalfTheRingAndAGivenLayoutIgnoresTheCap) {
+  Toy t;
+  // Reduce-scatter over 2 ranks: (n-1)/n * bytes / B = half a second per MiB. Buckets {C}, {B, A} as in the
+  // overlap case: C's runs 1..1.5, {B, A}'s 3..4, exposed 1 s.
+  t.opt.collective = Collective::ReduceScatter;
+  auto r = simulate_step(t.params, t.ready, 2.0, t.compute, t.opt);
+  ASSERT_EQ(r.buckets.size(), 2u);
+  EXPECT_DOUBLE_EQ(r.buckets[0].end_s, 1.5);
+  EXPECT_DOUBLE_EQ(r.buckets[1].end_s, 4);
+  EXPECT_DOUBLE_EQ(r.exposed_s, 1);
+  // The given layout {C, B}, {A} at any cap: {C, B} is full at 2 s and runs 2..3, {A} 3..3.5.
+  auto given = simulate_layout(t.params, t.ready, {{2, 1}, {0}}, t.compute, t.opt);
+  ASSERT_EQ(given.buckets.size(), 2u);
+  EXPECT_EQ(given.cap_mb, 0.0);
+  EXPECT_DOUBLE_EQ(given.buckets[0].end_s, 3);
+  EXPECT_DOUBLE_EQ(given.buckets[1].end_s, 3.5);
+  EXPECT_DOUBLE_EQ(given.exposed_s, 0.5);
+  // Every parameter exactly once.
+  EXPECT_THROW(simulate_layout(t.params, t.ready, {{2, 1}}, t.compute, t.opt), Error);
+  EXPECT_THROW(simulate_layout(t.params, t.ready, {{2, 1}, {0, 1}}, t.compute, t.opt), Error);
+  EXPECT_THROW(simulate_layout(t.params, t.ready, {{2, 1, 0}, {}}, t.compute, t.opt), Error);
 }
 
 TEST(BucketSim, ToyTimelineWithoutOverlapSerializesAfterBackward) {

@@ -1,5 +1,5 @@
-// test_network_model.cpp - the ring and tree all-reduce formulas on hand-computed
-// cases, and the alpha-beta fit.
+// test_network_model.cpp - the ring and tree all-reduce formulas and the reduce-scatter on hand-computed
+// cases, and the alpha-beta fit of either collective.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -37,6 +37,28 @@ TEST(NetworkModel, TreeHandComputed) {
   EXPECT_NEAR(m.allreduce_seconds(8e6, 2), 0.018, 1e-12);
   // n = 4096: 2 * 12 * (1 ms + 1 ms).
   EXPECT_NEAR(m.allreduce_seconds(1e6, 4096), 0.048, 1e-12);
+}
+
+TEST(NetworkModel, ReduceScatterIsTheRingsFirstHalf) {
+  // n = 4: (n-1)/n = 0.75 times 8e6 B / 1e9 B/s = 6 ms, plus n-1 = 3 latencies of 1 ms -> 9 ms; the same
+  // with the tree all-reduce (reduce-scatter runs as a ring).
+  for (auto a : {AllreduceAlgorithm::Ring, AllreduceAlgorithm::Tree}) {
+    auto m = model(a, 1e-3, 1e9);
+    EXPECT_NEAR(m.reduce_scatter_seconds(8e6, 4), 0.009, 1e-12);
+    EXPECT_NEAR(m.seconds(Collective::ReduceScatter, 8e6, 2), 0.005, 1e-12);
+    EXPECT_EQ(m.reduce_scatter_seconds(8e6, 1), 0.0);
+  }
+  EXPECT_STREQ(collective_name(Collective::ReduceScatter), "reduce-scatter");
+  // Points of reduce-scatters fitted as such give the network back; fitted as all-reduces they would give
+  // twice the bandwidth and latency per step.
+  auto truth = model(AllreduceAlgorithm::Ring, 250e-6, 0.8e9);
+  std::vector<MeasuredAllreduce> pts;
+  for (double b = 4096; b <= 64e6; b *= 4) pts.push_back({b, truth.reduce_scatter_seconds(b, 4)});
+  auto fit = fit_network_model(pts, 4, AllreduceAlgorithm::Ring, Collective::ReduceScatter);
+  EXPECT_NEAR(fit.alpha_s, truth.alpha_s, 1e-9);
+  EXPECT_NEAR(fit.bandwidth_bytes_per_s / truth.bandwidth_bytes_per_s, 1.0, 1e-9);
+  auto as_allreduce = fit_network_model(pts, 4, AllreduceAlgorithm::Ring);
+  EXPECT_NEAR(as_allreduce.bandwidth_bytes_per_s / truth.bandwidth_bytes_per_s, 2.0, 1e-9);
 }
 
 TEST(NetworkModel, OneRankCostsNothingAndBadInputsAreErrors) {
