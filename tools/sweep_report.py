@@ -197,6 +197,22 @@ def report(recs, calibration, load_text, rounds, notes=()):
     return points, sims, "\n".join(lines) + "\n", summaries
 
 
+def cut_texts(fig):
+    """The texts of a drawn figure (titles, legend, labels, ticks) that run past the canvas edge, by name."""
+    import matplotlib.text
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    w, h = fig.bbox.width, fig.bbox.height
+    cut = []
+    for t in fig.findobj(matplotlib.text.Text):
+        if not t.get_visible() or not t.get_text().strip():
+            continue
+        b = t.get_window_extent(renderer)
+        if b.x0 < -0.5 or b.y0 < -0.5 or b.x1 > w + 0.5 or b.y1 > h + 0.5:
+            cut.append(t.get_text().split("\n")[0][:60])
+    return cut
+
+
 def plot(points, sims, out_dir, calibration_text):
     try:
         import matplotlib
@@ -280,6 +296,9 @@ def plot(points, sims, out_dir, calibration_text):
         fig.legend([handles[l] for l in labels], labels, loc="lower center", ncol=3, fontsize=8, frameon=False)
         fig.tight_layout(rect=(0, 0.09, 1, 0.95))
         path = os.path.join(out_dir, f"sweep-{config}.png")
+        cut = cut_texts(fig)
+        if cut:  # a picture whose title or legend runs off the canvas is an error, not a picture
+            sys.exit(f"sweep_report: {path}: text cut at the canvas edge: " + "; ".join(repr(c) for c in cut))
         fig.savefig(path, dpi=110)
         plt.close(fig)
         written.append(path)
