@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import sys
+import textwrap
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import plot_bench  # noqa: E402  (tools/plot_bench.py: the JSON-lines reader and median, shared)
@@ -286,15 +287,25 @@ def plot(points, sims, out_dir, calibration_text):
             ax.set_ylabel("step time (ms)")
             ax.set_title(title, fontsize=10)
             ax.grid(True, axis="y", alpha=0.3)
+        # The title's calibration line wrapped to the canvas (about 0.6 em per character at 9 pt), the legend
+        # in as many columns as fit its width, and the panels in what is left between them.
+        chars = int(width * 72 / (9 * 0.6))
         fig.suptitle(f"{config}: measured step breakdown (stacked medians) and the simulator's prediction\n"
-                     f"{calibration_text}", fontsize=9)
+                     + "\n".join(textwrap.wrap(calibration_text, chars)), fontsize=9, y=0.995, va="top")
         order = [l for _, l, _ in PHASES] + ["rest of the step (loop, waiting for the slower rank)",
                                              "measured step: median, p10-p90",
                                              "simulator: predicted step (bench_allreduce calibration)",
                                              "simulator: predicted step (in-training calibration)"]
         labels = [l for l in order if l in handles]
-        fig.legend([handles[l] for l in labels], labels, loc="lower center", ncol=3, fontsize=8, frameon=False)
-        fig.tight_layout(rect=(0, 0.09, 1, 0.95))
+        for ncol in (3, 2, 1):
+            legend = fig.legend([handles[l] for l in labels], labels, loc="lower center", ncol=ncol, fontsize=8,
+                                frameon=False, bbox_to_anchor=(0.5, 0.005))
+            fig.canvas.draw()
+            if legend.get_window_extent().width <= 0.98 * fig.bbox.width or ncol == 1:
+                break
+            legend.remove()
+        legend_top = legend.get_window_extent(fig.canvas.get_renderer()).y1 / fig.bbox.height
+        fig.tight_layout(rect=(0, legend_top + 0.01, 1, 1))  # tight_layout keeps clear of the suptitle itself
         path = os.path.join(out_dir, f"sweep-{config}.png")
         cut = cut_texts(fig)
         if cut:  # a picture whose title or legend runs off the canvas is an error, not a picture

@@ -2,7 +2,8 @@
 // steps: seconds): it calibrates the simulator from a bench_allreduce run of the backend in use, caches the
 // calibration under the cache folder and reuses it on the next run, and writes a well-formed table per
 // configuration (every point a row with numbers in every measured cell, the best caps stated) and one PNG per
-// configuration. Shapes and files only: no timing value is checked. Bad settings are refused by name.
+// configuration, with no text past its canvas (tools/sweep_report.py checks every title, legend and label and
+// fails otherwise). Shapes and files only: no timing value is checked. Bad settings are refused by name.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
