@@ -25,7 +25,7 @@
 #include "runtime/core/cli.h"
 #include "runtime/core/log.h"
 #include "runtime/core/terminal_text.h"
-#include "runtime/ddp/comm_buffer_of.h"
+#include "runtime/distributed/comm_buffer_of.h"
 #include "runtime/distributed/init.h"
 #include "runtime/distributed/process_group_factory.h"
 #include "runtime/sim/network_model.h"

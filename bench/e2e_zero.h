@@ -22,14 +22,14 @@
 
 #include "models/train_step.h"
 #include "runtime/ddp/distributed_data_parallel.h"
-#include "runtime/ddp/host_collectives.h"
 #include "runtime/ddp/sharded/memory_account.h"
 #include "runtime/ddp/sharded/sharded_data_parallel.h"
 #include "runtime/ddp/sharded/sharded_optimizer.h"
+#include "runtime/ddp/zero_redundancy_optimizer.h"
+#include "runtime/distributed/host_collectives.h"
 #include "runtime/distributed/init.h"
 #include "runtime/distributed/process_group_factory.h"
 #include "runtime/optim/optimizer.h"
-#include "runtime/optim/zero_redundancy_optimizer.h"
 
 namespace ddp::bench {
 

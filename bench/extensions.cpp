@@ -19,8 +19,8 @@
 #include "runtime/core/cli.h"
 #include "runtime/ddp/distributed_data_parallel.h"
 #include "runtime/ddp/powersgd_hook.h"
+#include "runtime/ddp/zero_redundancy_optimizer.h"
 #include "runtime/distributed/local_world.h"
-#include "runtime/optim/zero_redundancy_optimizer.h"
 
 namespace {
 using namespace ddp;

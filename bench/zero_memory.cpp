@@ -38,12 +38,12 @@
 #include "runtime/ddp/sharded/memory_account.h"
 #include "runtime/ddp/sharded/sharded_data_parallel.h"
 #include "runtime/ddp/sharded/sharded_optimizer.h"
+#include "runtime/ddp/zero_redundancy_optimizer.h"
 #include "runtime/distributed/env.h"
 #include "runtime/distributed/local_world.h"
 #include "runtime/distributed/process_group_factory.h"
 #include "runtime/ops/loss.h"
 #include "runtime/optim/optimizer.h"
-#include "runtime/optim/zero_redundancy_optimizer.h"
 
 using namespace ddp;
 using Clock = std::chrono::steady_clock;

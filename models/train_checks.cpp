@@ -13,7 +13,7 @@
 
 #include "runtime/checkpoint/checkpoint_dir.h"
 #include "runtime/core/error.h"
-#include "runtime/ddp/host_collectives.h"
+#include "runtime/distributed/host_collectives.h"
 
 namespace ddp::models {
 namespace {

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "runtime/autograd/engine.h"
-#include "runtime/ddp/host_collectives.h"
+#include "runtime/distributed/host_collectives.h"
 #include "runtime/ops/loss.h"
 
 namespace ddp::models {

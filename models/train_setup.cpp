@@ -10,7 +10,7 @@
 #include "runtime/data/fashion_mnist.h"
 #include "runtime/data/synthetic.h"
 #include "runtime/data/text_dataset.h"
-#include "runtime/ddp/host_collectives.h"
+#include "runtime/distributed/host_collectives.h"
 #include "runtime/nn/sync_batchnorm.h"
 
 namespace ddp::models {

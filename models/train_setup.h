@@ -11,9 +11,9 @@
 #include "runtime/ddp/join.h"
 #include "runtime/ddp/sharded/sharded_data_parallel.h"
 #include "runtime/ddp/sharded/sharded_optimizer.h"
+#include "runtime/ddp/zero_redundancy_optimizer.h"
 #include "runtime/optim/lr_schedule.h"
 #include "runtime/optim/optimizer.h"
-#include "runtime/optim/zero_redundancy_optimizer.h"
 
 namespace ddp::models {
 

@@ -10,10 +10,10 @@
 #include "runtime/checkpoint/checksum.h"
 #include "runtime/checkpoint/config_match.h"
 #include "runtime/checkpoint/optimizer_state_check.h"
-#include "runtime/optim/zero_redundancy_optimizer.h"
 #include "runtime/checkpoint/safetensors.h"
 #include "runtime/checkpoint/safetensors_header.h"
 #include "runtime/core/log.h"
+#include "runtime/ddp/zero_redundancy_optimizer.h"
 
 namespace ddp::checkpoint {
 

@@ -1,8 +1,8 @@
 // comm_hook.cpp - the built-in hooks (all-reduce, bf16) and the chained Work the multi-step hooks use.
 #include "runtime/ddp/comm_hook.h"
 
-#include "runtime/ddp/comm_buffer_of.h"
 #include "runtime/ddp/powersgd_hook.h"
+#include "runtime/distributed/comm_buffer_of.h"
 
 namespace ddp {
 

@@ -5,8 +5,8 @@
 #include <sstream>
 
 #include "runtime/autograd/node.h"
-#include "runtime/ddp/host_collectives.h"
 #include "runtime/distributed/flight_recorder.h"
+#include "runtime/distributed/host_collectives.h"
 
 namespace ddp {
 

@@ -7,7 +7,7 @@
 #include <cmath>
 
 #include "runtime/autograd/node.h"
-#include "runtime/ddp/comm_buffer_of.h"
+#include "runtime/distributed/comm_buffer_of.h"
 #include "runtime/ops/linalg.h"
 #include "runtime/ops/shape.h"
 #include "runtime/tensor/tensor_math.h"

@@ -8,11 +8,11 @@
 
 #include "runtime/autograd/engine.h"
 #include "runtime/core/log.h"
-#include "runtime/ddp/bucket_assignment.h"
-#include "runtime/ddp/comm_buffer_of.h"
-#include "runtime/ddp/host_collectives.h"
 #include "runtime/ddp/step_explain.h"
+#include "runtime/distributed/comm_buffer_of.h"
 #include "runtime/distributed/flight_recorder.h"
+#include "runtime/distributed/host_collectives.h"
+#include "runtime/sim/bucket_assignment.h"
 #include "runtime/tensor/tensor_math.h"
 #include "runtime/trace/trace.h"
 

@@ -10,10 +10,10 @@
 #include <string>
 
 #include "runtime/core/error.h"
-#include "runtime/ddp/host_collectives.h"
 #include "runtime/ddp/reducer.h"
 #include "runtime/ddp/step_explain.h"
 #include "runtime/distributed/flight_recorder.h"
+#include "runtime/distributed/host_collectives.h"
 #include "runtime/sim/bucket_sim.h"
 #include "runtime/trace/clock_sync.h"
 

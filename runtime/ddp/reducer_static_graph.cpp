@@ -9,9 +9,9 @@
 #include <sstream>
 
 #include "runtime/autograd/engine.h"
-#include "runtime/ddp/host_collectives.h"
 #include "runtime/ddp/reducer.h"
 #include "runtime/distributed/flight_recorder.h"
+#include "runtime/distributed/host_collectives.h"
 
 namespace ddp {
 

@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "runtime/core/error.h"
-#include "runtime/ddp/bucket_assignment.h"
+#include "runtime/sim/bucket_assignment.h"
 
 namespace ddp::sim {
 

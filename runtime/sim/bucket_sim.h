@@ -1,5 +1,5 @@
 // bucket_sim.h - predicts a DDP step's time for any bucket cap without running it: buckets are assigned
-// exactly like the reducer (ddp/bucket_assignment.h, first bucket capped at first_bucket_mb), each bucket is
+// exactly like the reducer (sim/bucket_assignment.h, first bucket capped at first_bucket_mb), each bucket is
 // launched in index order once it and every earlier bucket are full, and a single communication channel runs
 // the all-reduces one after another, each costing NetworkModel::allreduce_seconds (reduce_scatter_seconds
 // for ZeRO-2/3's buckets: SimOptions::collective). simulate_layout takes the buckets as given instead (ZeRO-3:

@@ -18,12 +18,12 @@
 #include "models/mlp.h"
 #include "runtime/autograd/engine.h"
 #include "runtime/ddp/join.h"
+#include "runtime/ddp/zero_redundancy_optimizer.h"
 #include "runtime/distributed/local_world.h"
 #include "runtime/nn/sync_batchnorm.h"
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/loss.h"
 #include "runtime/optim/optimizer.h"
-#include "runtime/optim/zero_redundancy_optimizer.h"
 #include "tests/support/ddp_test_util.h"
 
 using namespace ddp;

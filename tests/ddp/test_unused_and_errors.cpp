@@ -9,12 +9,12 @@
 #include "models/cnn.h"
 #include "models/mlp.h"
 #include "runtime/autograd/engine.h"
-#include "runtime/ddp/bucket_assignment.h"
 #include "runtime/distributed/local_world.h"
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/loss.h"
 #include "runtime/ops/reduce.h"
 #include "runtime/optim/optimizer.h"
+#include "runtime/sim/bucket_assignment.h"
 #include "tests/support/ddp_test_util.h"
 
 using namespace ddp;

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "runtime/core/error.h"
-#include "runtime/ddp/host_collectives.h"
 #include "runtime/distributed/collective.h"
+#include "runtime/distributed/host_collectives.h"
 #include "runtime/distributed/local_world.h"
 #include "runtime/distributed/store.h"
 #include "runtime/distributed/store_server.h"

@@ -10,9 +10,9 @@
 #include "models/mlp.h"
 #include "runtime/autograd/engine.h"
 #include "runtime/ddp/distributed_data_parallel.h"
+#include "runtime/ddp/zero_redundancy_optimizer.h"
 #include "runtime/distributed/local_world.h"
 #include "runtime/ops/loss.h"
-#include "runtime/optim/zero_redundancy_optimizer.h"
 #include "tests/support/ddp_test_util.h"
 
 using namespace ddp;

@@ -7,11 +7,11 @@
 #include "runtime/autograd/engine.h"
 #include "runtime/ddp/distributed_data_parallel.h"
 #include "runtime/ddp/powersgd_hook.h"
+#include "runtime/ddp/zero_redundancy_optimizer.h"
 #include "runtime/distributed/init.h"
 #include "runtime/distributed/local_world.h"
 #include "runtime/ops/loss.h"
 #include "runtime/ops/sync_batchnorm.h"
-#include "runtime/optim/zero_redundancy_optimizer.h"
 #include "tests/support/ddp_test_util.h"
 
 using namespace ddp;

@@ -4,7 +4,7 @@
 // ranks on one GPU. Skips without a GPU.
 #include <gtest/gtest.h>
 
-#include "runtime/ddp/comm_buffer_of.h"
+#include "runtime/distributed/comm_buffer_of.h"
 #include "runtime/distributed/cuda/host_staging.h"
 #include "runtime/distributed/local_world.h"
 

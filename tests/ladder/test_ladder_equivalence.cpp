@@ -11,10 +11,10 @@
 
 #include "examples/ladder/ladder.h"
 #include "models/mlp.h"
-#include "runtime/ddp/bucket_assignment.h"
 #include "runtime/ddp/distributed_data_parallel.h"
 #include "runtime/distributed/local_world.h"
 #include "runtime/ops/elementwise.h"
+#include "runtime/sim/bucket_assignment.h"
 #include "tests/support/ddp_test_util.h"
 
 using namespace ddp;

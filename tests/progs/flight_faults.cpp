@@ -20,6 +20,7 @@
 #include "runtime/autograd/engine.h"
 #include "runtime/core/cli.h"
 #include "runtime/ddp/distributed_data_parallel.h"
+#include "runtime/ddp/zero_redundancy_optimizer.h"
 #include "runtime/distributed/flight_recorder.h"
 #include "runtime/distributed/init.h"
 #include "runtime/distributed/tensor_comm_buffer.h"
@@ -27,7 +28,6 @@
 #include "runtime/ops/activation.h"
 #include "runtime/ops/loss.h"
 #include "runtime/optim/optimizer.h"
-#include "runtime/optim/zero_redundancy_optimizer.h"
 
 namespace {
 using namespace ddp;

@@ -27,10 +27,10 @@
 #include <thread>
 
 #include "runtime/autograd/engine.h"
-#include "runtime/ddp/host_collectives.h"
 #include "runtime/ddp/sharded/sharded_data_parallel.h"
 #include "runtime/ddp/sharded/sharded_optimizer.h"
 #include "runtime/distributed/env.h"
+#include "runtime/distributed/host_collectives.h"
 #include "runtime/distributed/local_world.h"
 #include "runtime/distributed/process_group_factory.h"
 #include "runtime/nn/layers.h"

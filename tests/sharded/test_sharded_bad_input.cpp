@@ -31,11 +31,11 @@
 #include "runtime/ddp/distributed_data_parallel.h"
 #include "runtime/ddp/sharded/sharded_data_parallel.h"
 #include "runtime/ddp/sharded/sharded_optimizer.h"
+#include "runtime/ddp/zero_redundancy_optimizer.h"
 #include "runtime/distributed/env.h"
 #include "runtime/distributed/local_world.h"
 #include "runtime/distributed/process_group_factory.h"
 #include "runtime/nn/layers.h"
-#include "runtime/optim/zero_redundancy_optimizer.h"
 
 using namespace ddp;
 

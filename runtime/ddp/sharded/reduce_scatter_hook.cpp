@@ -1,8 +1,8 @@
 // reduce_scatter_hook.cpp - one reduce-scatter per bucket into this rank's gradient shard.
 #include "runtime/ddp/sharded/reduce_scatter_hook.h"
 
-#include "runtime/ddp/comm_buffer_of.h"
 #include "runtime/ddp/sharded/sharded_data_parallel.h"
+#include "runtime/distributed/comm_buffer_of.h"
 
 namespace ddp {
 

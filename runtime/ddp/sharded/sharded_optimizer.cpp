@@ -4,10 +4,10 @@
 #include <algorithm>
 #include <limits>
 
-#include "runtime/ddp/comm_buffer_of.h"
-#include "runtime/ddp/host_collectives.h"
 #include "runtime/ddp/join.h"
+#include "runtime/distributed/comm_buffer_of.h"
 #include "runtime/distributed/flight_recorder.h"
+#include "runtime/distributed/host_collectives.h"
 #include "runtime/optim/state_check.h"
 
 namespace ddp {

@@ -17,7 +17,7 @@
 
 #include "runtime/ddp/joinable.h"
 #include "runtime/ddp/sharded/sharded_data_parallel.h"
-#include "runtime/optim/zero_redundancy_optimizer.h"
+#include "runtime/ddp/zero_redundancy_optimizer.h"
 
 namespace ddp {
 

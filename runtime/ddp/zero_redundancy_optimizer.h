@@ -14,7 +14,8 @@
 // over the same group without it is refused). Under Join every step first agrees on the learning rate (one
 // all-reduce: a joined rank's own is stale), and a joined rank runs one step per iteration of the others: its
 // shard stepped with the gradients their backward averaged, then the same broadcasts (PyTorch's
-// _ZeROJoinHook), so the result equals the unsharded optimizer's.
+// _ZeROJoinHook), so the result equals the unsharded optimizer's. That is why it lives in runtime/ddp (beside
+// Join), above the plain optimizers of runtime/optim it wraps (the layers: tools/check_layers.py).
 #pragma once
 #include <functional>
 #include <map>

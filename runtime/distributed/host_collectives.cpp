@@ -1,5 +1,5 @@
 // host_collectives.cpp - host collectives, staged through the GPU for device-memory-only groups (NCCL).
-#include "runtime/ddp/host_collectives.h"
+#include "runtime/distributed/host_collectives.h"
 
 namespace ddp {
 

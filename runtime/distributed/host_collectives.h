@@ -3,7 +3,7 @@
 // (NCCL: ProcessGroup::device_memory_only) the tensor is staged through the current GPU - a host
 // synchronisation, fine for these rare, tiny transfers and never used for gradients.
 #pragma once
-#include "runtime/ddp/comm_buffer_of.h"
+#include "runtime/distributed/comm_buffer_of.h"
 #include "runtime/distributed/process_group.h"
 #include "runtime/tensor/tensor.h"
 

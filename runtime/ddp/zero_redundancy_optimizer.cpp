@@ -1,6 +1,6 @@
 // zero_redundancy_optimizer.cpp - the partition, the sharded step with its per-rank broadcasts (and its
 // shadow on a rank that joined), and the consolidation of the shards for checkpoints.
-#include "runtime/optim/zero_redundancy_optimizer.h"
+#include "runtime/ddp/zero_redundancy_optimizer.h"
 
 #include <algorithm>
 #include <cstring>
@@ -8,11 +8,11 @@
 #include <numeric>
 
 #include "runtime/autograd/node.h"
-#include "runtime/ddp/host_collectives.h"
 #include "runtime/ddp/join.h"
+#include "runtime/distributed/flight_recorder.h"
+#include "runtime/distributed/host_collectives.h"
 #include "runtime/optim/state_check.h"
 #include "runtime/optim/state_serialization.h"
-#include "runtime/distributed/flight_recorder.h"
 
 namespace ddp::optim {
 

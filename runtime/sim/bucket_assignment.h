@@ -1,6 +1,8 @@
 // bucket_assignment.h - which parameters share a gradient bucket. Pure arithmetic, no tensors: the reducer
 // feeds it the parameters in the order their gradients are expected (reverse registration order at first,
-// the measured ready order after the first iteration) and gets back the buckets in launch order.
+// the measured ready order after the first iteration) and gets back the buckets in launch order. It lives in
+// runtime/sim, below runtime/ddp (tools/check_layers.py), so that the bucket simulator packs exactly as the
+// reducer does without including the reducer's folder.
 #pragma once
 #include <cstddef>
 #include <cstdint>

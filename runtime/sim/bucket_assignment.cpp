@@ -1,5 +1,5 @@
 // bucket_assignment.cpp - greedy packing of parameters into size-capped buckets per (device, dtype).
-#include "runtime/ddp/bucket_assignment.h"
+#include "runtime/sim/bucket_assignment.h"
 
 #include <map>
 #include <tuple>
