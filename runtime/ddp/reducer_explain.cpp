@@ -38,7 +38,7 @@ namespace {
 ExplainWhatIf what_if(const std::vector<nn::NamedTensor>& params, const std::vector<double>& ready_s,
                       const std::vector<ExplainRank>& ranks, const std::vector<ExplainBucket>& layout,
                       const std::vector<std::vector<size_t>>& buckets, const ReducerOptions& opt,
-                      bool sharded, int world) {
+                      bool sharded, bool rebuilt, int world) {
   ExplainWhatIf w;
   w.current_cap_mb = opt.bucket_cap_mb;
   const sim::Collective collective = sharded ? sim::Collective::ReduceScatter : sim::Collective::Allreduce;
@@ -64,6 +64,7 @@ ExplainWhatIf what_if(const std::vector<nn::NamedTensor>& params, const std::vec
   so.first_bucket_mb = opt.first_bucket_mb;
   so.overlap = opt.overlap;
   so.collective = collective;
+  so.pack_in_ready_order = rebuilt;  // else this run's buckets are in reverse registration order
   std::string fitted = "network fitted to this step's " + plural;
   try {
     so.network = sim::fit_network_model(points, world, sim::AllreduceAlgorithm::Ring, collective);
@@ -176,7 +177,7 @@ void Reducer::maybe_explain(int64_t number, bool shadow, double backward_compute
   }
   std::vector<double> ready0(np, -1);
   for (size_t i = 0; i < np; ++i) ready0[i] = v[6 + 3 * nb + 2 * i];
-  const ExplainWhatIf w = what_if(params_, ready0, ranks, layout, bucket_layout(), opt_, sharded_, world);
+  const ExplainWhatIf w = what_if(params_, ready0, ranks, layout, bucket_layout(), opt_, sharded_, rebuilt_, world);
   const std::string text = explain_iteration(opt_.advice.iteration, number, layout, ranks, &w);
   std::fputs(text.c_str(), stdout);
   std::fflush(stdout);

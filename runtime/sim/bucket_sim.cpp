@@ -147,7 +147,10 @@ SimResult simulate_step(const std::vector<SimParam>& params, const std::vector<d
             " MB must be > 0");
   std::vector<BucketParamInfo> infos;
   for (auto& p : params) infos.push_back({static_cast<size_t>(p.bytes), p.dtype, Device::cpu()});
-  const auto groups = assign_buckets(infos, ready_order(ready_s),
+  std::vector<size_t> order = ready_order(ready_s);
+  if (!options.pack_in_ready_order)
+    for (size_t i = 0; i < order.size(); ++i) order[i] = order.size() - 1 - i;
+  const auto groups = assign_buckets(infos, order,
                                      static_cast<size_t>(options.first_bucket_mb * kMiB),
                                      static_cast<size_t>(cap_mb * kMiB));
   return timeline(params, ready_s, groups, cap_mb, compute, options);

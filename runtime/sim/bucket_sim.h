@@ -47,6 +47,9 @@ struct SimOptions {
   bool overlap = true;  // false: every all-reduce waits for the end of backward (DDPOptions.overlap=false)
   // What each bucket's communication is: an all-reduce (DDP) or a reduce-scatter (ZeRO-2/3).
   Collective collective = Collective::Allreduce;
+  // Pack buckets in the ready order (what the reducer rebuilds its buckets from after the first iteration);
+  // false: in reverse registration order, as a reducer that has not rebuilt them (ZeRO-2 never does).
+  bool pack_in_ready_order = true;
   // Bytes per second of the reducer's gradient copies (into the bucket, back to .grad); 0: copies are free.
   double copy_bytes_per_s = 0;
   // Fraction of a core an all-reduce takes from the backward thread while both run (0..1). 0 on GPUs (NCCL
@@ -82,7 +85,8 @@ struct SimResult {
 std::vector<double> estimate_ready_times(const std::vector<SimParam>& params, double backward_s);
 
 // One step at `cap_mb`. ready_s[i] is parameter i's ready time; the bucket order is the ready order (what the
-// reducer rebuilds its buckets from after the first iteration), ties in reverse registration order.
+// reducer rebuilds its buckets from after the first iteration), ties in reverse registration order, or
+// reverse registration order (SimOptions::pack_in_ready_order false).
 SimResult simulate_step(const std::vector<SimParam>& params, const std::vector<double>& ready_s,
                         double cap_mb, const ComputeTimes& compute, const SimOptions& options);
 

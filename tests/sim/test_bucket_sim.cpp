@@ -79,6 +79,21 @@ TEST(BucketSim, ReduceScatterBucketsTakeHalfTheRingAndAGivenLayoutIgnoresTheCap)
   EXPECT_THROW(simulate_layout(t.params, t.ready, {{2, 1, 0}, {}}, t.compute, t.opt), Error);
 }
 
+TEST(BucketSim, BucketsArePackedInReadyOrderOrAsAReducerThatHasNotRebuilt) {
+  Toy t;
+  t.ready = {1, 2, 3};  // A first: the ready order is A, B, C; reverse registration order C, B, A
+  auto by_ready = simulate_step(t.params, t.ready, 2.0, t.compute, t.opt);
+  ASSERT_EQ(by_ready.buckets.size(), 2u);
+  EXPECT_EQ(by_ready.buckets[0].params, (std::vector<size_t>{0}));
+  EXPECT_EQ(by_ready.buckets[1].params, (std::vector<size_t>{1, 2}));
+  t.opt.pack_in_ready_order = false;  // ZeRO-2: the reducer keeps its first layout
+  auto kept = simulate_step(t.params, t.ready, 2.0, t.compute, t.opt);
+  ASSERT_EQ(kept.buckets.size(), 2u);
+  EXPECT_EQ(kept.buckets[0].params, (std::vector<size_t>{2}));
+  EXPECT_EQ(kept.buckets[1].params, (std::vector<size_t>{1, 0}));
+  EXPECT_DOUBLE_EQ(kept.buckets[0].launch_s, 3);  // C, ready last, is in the first bucket
+}
+
 TEST(BucketSim, ToyTimelineWithoutOverlapSerializesAfterBackward) {
   Toy t;
   t.opt.overlap = false;
