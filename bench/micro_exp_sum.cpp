@@ -49,9 +49,9 @@ void ExpSum(benchmark::State& state) {
   for (auto _ : state)
     benchmark::DoNotOptimize(HWY_DYNAMIC_DISPATCH(ddp::kernels::cpu::ExpSumF32)(x.data(), n));
   state.SetBytesProcessed(state.iterations() * n * static_cast<int64_t>(sizeof(float)));
-  state.counters["ns_per_16"] = benchmark::Counter(
-      static_cast<double>(n) / 16 * static_cast<double>(state.iterations()),
-      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.counters["ns_per_16"] =
+      benchmark::Counter(static_cast<double>(n) / 16 * static_cast<double>(state.iterations()),
+                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
   // The instruction set the dispatcher picks: the best (lowest bit) of those supported and compiled.
   int64_t targets = hwy::SupportedTargets() & HWY_TARGETS;
   state.SetLabel(hwy::TargetName(targets & -targets));

@@ -177,7 +177,8 @@ void Reducer::maybe_explain(int64_t number, bool shadow, double backward_compute
   }
   std::vector<double> ready0(np, -1);
   for (size_t i = 0; i < np; ++i) ready0[i] = v[6 + 3 * nb + 2 * i];
-  const ExplainWhatIf w = what_if(params_, ready0, ranks, layout, bucket_layout(), opt_, sharded_, rebuilt_, world);
+  const ExplainWhatIf w =
+      what_if(params_, ready0, ranks, layout, bucket_layout(), opt_, sharded_, rebuilt_, world);
   const std::string text = explain_iteration(opt_.advice.iteration, number, layout, ranks, &w);
   std::fputs(text.c_str(), stdout);
   std::fflush(stdout);

@@ -150,8 +150,7 @@ SimResult simulate_step(const std::vector<SimParam>& params, const std::vector<d
   std::vector<size_t> order = ready_order(ready_s);
   if (!options.pack_in_ready_order)
     for (size_t i = 0; i < order.size(); ++i) order[i] = order.size() - 1 - i;
-  const auto groups = assign_buckets(infos, order,
-                                     static_cast<size_t>(options.first_bucket_mb * kMiB),
+  const auto groups = assign_buckets(infos, order, static_cast<size_t>(options.first_bucket_mb * kMiB),
                                      static_cast<size_t>(cap_mb * kMiB));
   return timeline(params, ready_s, groups, cap_mb, compute, options);
 }

@@ -2,8 +2,8 @@
 // exactly like the reducer (sim/bucket_assignment.h, first bucket capped at first_bucket_mb), each bucket is
 // launched in index order once it and every earlier bucket are full, and a single communication channel runs
 // the all-reduces one after another, each costing NetworkModel::allreduce_seconds (reduce_scatter_seconds
-// for ZeRO-2/3's buckets: SimOptions::collective). simulate_layout takes the buckets as given instead (ZeRO-3:
-// one per unit, whatever the cap).
+// for ZeRO-2/3's buckets: SimOptions::collective). simulate_layout takes the buckets as given instead
+// (ZeRO-3: one per unit, whatever the cap).
 //
 //   step = forward + backward_end + exposed + optimizer + other
 //   backward_end = backward compute + gradient copies into the buckets (all bytes / copy bandwidth)

@@ -53,9 +53,9 @@ struct MeasuredAllreduce {
 
 // Least-squares fit (of relative errors) of alpha and B (algorithm given) to points measured at one world
 // size (>= 2), of all-reduces or (`collective`) reduce-scatters: seconds = count * steps * alpha + volume *
-// bytes / B (steps, volume: the collective's multipliers above). Needs points that separate the two terms (with count 1: at least two distinct sizes);
-// a fit giving a non-positive bandwidth is an error (the points do not grow with size); a negative latency
-// is clamped to alpha = 0 (B refitted through the origin).
+// bytes / B (steps, volume: the collective's multipliers above). Needs points that separate the two terms
+// (with count 1: at least two distinct sizes); a fit giving a non-positive bandwidth is an error (the points
+// do not grow with size); a negative latency is clamped to alpha = 0 (B refitted through the origin).
 NetworkModel fit_network_model(const std::vector<MeasuredAllreduce>& points, int world,
                                AllreduceAlgorithm algorithm, Collective collective = Collective::Allreduce);
 

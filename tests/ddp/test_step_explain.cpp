@@ -157,8 +157,9 @@ TEST(StepExplain, AGivenLayoutOfReduceScattersOffersNoCap) {
   w.layout_given = true;
   w.rows = {{0, 2, 3e-3, 8e-3}};
   const std::string t = explain_iteration("step", 2, kLayout, two_ranks(), &w);
-  EXPECT_TRUE(has(t, "explain step 2: 2 ranks, 2 buckets (reduce-scattered); the buckets are the given layout "
-                     "(ZeRO-3: one per unit), the bucket cap does not shape them. Times"))
+  EXPECT_TRUE(has(t,
+                  "explain step 2: 2 ranks, 2 buckets (reduce-scattered); the buckets are the given layout "
+                  "(ZeRO-3: one per unit), the bucket cap does not shape them. Times"))
       << t;
   EXPECT_TRUE(has(t, "  this run: 2 buckets, exposed 3.000 ms, backward + exposed 8.000 ms\n")) << t;
   EXPECT_FALSE(has(t, "MiB:")) << t;

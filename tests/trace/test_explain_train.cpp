@@ -110,7 +110,8 @@ TEST(ExplainTrain, UnderZeroTheWhatIfModelsReduceScattersAndZero3OffersNoCap) {
   ASSERT_EQ(z3.exit_code, 0) << z3.out << z3.err;
   const int units = explained_buckets(z3.out);
   EXPECT_EQ(units, 3) << z3.out;
-  EXPECT_NE(z3.out.find("the buckets are the given layout (ZeRO-3: one per unit)"), std::string::npos) << z3.out;
+  EXPECT_NE(z3.out.find("the buckets are the given layout (ZeRO-3: one per unit)"), std::string::npos)
+      << z3.out;
   EXPECT_EQ(z3.out.find(" MiB: "), std::string::npos) << "no cap what-if at ZeRO-3\n" << z3.out;
   EXPECT_EQ(z3.out.find("<- best"), std::string::npos) << z3.out;
   EXPECT_NE(z3.out.find("  this run: " + std::to_string(units) + " buckets, exposed "), std::string::npos)
