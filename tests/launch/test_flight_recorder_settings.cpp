@@ -36,9 +36,9 @@ struct Fault {
 const Setting kSettings[] = {
     {"off", "0", 1, 0},
     {"default", nullptr, 1, 0},
-    {"huge_rings", "1000000", 1, 20000},
+    {"huge_rings", "1000000", 1, 2000},
     {"two_groups", nullptr, 2, 0},
-    {"two_groups_huge_rings", "1000000", 2, 20000},
+    {"two_groups_huge_rings", "1000000", 2, 2000},
 };
 const Fault kFaults[] = {{"kill", 128 + 9}, {"stop", 124}};
 
@@ -46,6 +46,7 @@ struct Case {
   Setting setting;
   Fault fault;
 };
+void PrintTo(const Case& c, std::ostream* os) { *os << c.setting.name << "/" << c.fault.name; }
 std::vector<Case> all_cases() {
   std::vector<Case> out;
   for (const Setting& s : kSettings)
@@ -96,7 +97,7 @@ TEST_P(RecorderSettings, RightExitRightRankEveryGroupsRecord) {
   // Every group of rank 0 left a record written on ddprun's request; rank 1 (killed or stopped) none.
   const bool off = c.setting.entries && std::string(c.setting.entries) == "0";
   std::vector<std::string> expected = {"flight.rank0.json"};
-  if (c.setting.groups == 2) expected.push_back("flight.rank0.gather.json");
+  if (c.setting.groups == 2) expected.insert(expected.begin(), "flight.rank0.gather.json");  // name order
   std::vector<std::string> found;
   for (const auto& e : fs::directory_iterator(dir))
     if (e.path().extension() == ".json") found.push_back(e.path().filename().string());
@@ -108,7 +109,12 @@ TEST_P(RecorderSettings, RightExitRightRankEveryGroupsRecord) {
     for (const auto& name : found) {
       const auto rec = nlohmann::json::parse(file_text(dir / name), nullptr, false);
       ASSERT_TRUE(rec.is_object()) << name;
-      EXPECT_EQ(rec["reason"], "signal") << name;
+      // Written on ddprun's SIGUSR1; after a kill a collective may fail first (shm sees its peer die): then
+      // the failure record, and no later one.
+      if (std::string(c.fault.name) == "kill")
+        EXPECT_TRUE(rec["reason"] == "signal" || rec["reason"] == "failure") << name << " " << rec["reason"];
+      else
+        EXPECT_EQ(rec["reason"], "signal") << name;
       EXPECT_GE(rec["recorded"].get<int64_t>(), c.setting.fill) << name;
     }
     auto v = run_process({std::string(DDP_BIN_DIR) + "/ddp_flight", dir.string()});

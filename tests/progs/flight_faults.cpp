@@ -102,8 +102,11 @@ int main(int argc, char** argv) {
     }
     for (auto* g : {ctx.group.get(), gather.get()}) {
       if (g == nullptr || fill == 0) continue;
+      // Issued back to back, waited at the end: the group's worker runs them as fast as it can.
       Tensor one = Tensor::ones({1});
-      for (int i = 0; i < fill; ++i) g->allreduce(comm_buffer_of(one), dist::ReduceOp::Sum)->wait();
+      std::vector<std::shared_ptr<dist::Work>> works;
+      for (int i = 0; i < fill; ++i) works.push_back(g->allreduce(comm_buffer_of(one), dist::ReduceOp::Sum));
+      for (auto& w : works) w->wait();
     }
     nn::manual_seed(7);
     auto model = std::make_shared<Mlp>();
