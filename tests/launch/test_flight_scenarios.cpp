@@ -127,7 +127,8 @@ TEST(FlightScenarios, KilledRankLeavesNoRecordTheOthersDo) {
   EXPECT_FALSE(record(dir, 1).has_value());
   auto rec = record(dir, 0);
   ASSERT_TRUE(rec.has_value()) << r.err;
-  EXPECT_EQ((*rec)["reason"], "signal");
+  // ddprun's SIGUSR1, or - when rank 0's shm collective saw its peer die first - the failure record.
+  EXPECT_TRUE((*rec)["reason"] == "signal" || (*rec)["reason"] == "failure") << (*rec)["reason"];
   const json e = first_unfinished(*rec);
   ASSERT_FALSE(e.is_null()) << rec->dump();
   EXPECT_EQ(e["iteration"], 3);

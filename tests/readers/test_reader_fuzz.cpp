@@ -98,18 +98,19 @@ struct Reader {
   std::string file_name;  // in the reader's folder; errors must name it
   std::function<std::string(const fs::path& dir)> valid;
   std::function<void(const fs::path& file)> read;
-  // The JSON the file holds and how to write an edited one back; nullptr when it holds none. Default: the
-  // whole file is one JSON document.
-  std::function<std::unique_ptr<JsonPart>(const std::string& valid)> json = [](const std::string& v) {
-    auto p = std::make_unique<JsonPart>();
-    p->doc = ojson::parse(v);
-    p->wrap = [](const std::string& j) { return j; };
-    return p;
-  };
-  // More mutations of this format (huge counts in a binary header).
+  // The JSON the file holds and how to write an edited one back; nullptr when it holds none.
+  std::function<std::unique_ptr<JsonPart>(const std::string& valid)> json;
+  // More mutations of this format (huge counts in a binary header); may be empty.
   std::function<std::vector<Mutation>(const std::string& valid)> extra;
 };
 
+// The whole file is one JSON document.
+std::unique_ptr<JsonPart> whole_json(const std::string& v) {
+  auto p = std::make_unique<JsonPart>();
+  p->doc = ojson::parse(v);
+  p->wrap = [](const std::string& j) { return j; };
+  return p;
+}
 std::unique_ptr<JsonPart> no_json(const std::string&) { return nullptr; }
 
 // ---- the valid files, as the programs write them -------------------------------------------------------
@@ -225,7 +226,8 @@ std::vector<Reader> readers() {
                  put(dir / "flight.rank1.json", flight_record(1, "pg0"));
                  return flight_record(0, "pg0");
                },
-               [](const fs::path& f) { read_flight({f.string(), (f.parent_path() / "flight.rank1.json").string()}); }});
+               [](const fs::path& f) { read_flight({f.string(), (f.parent_path() / "flight.rank1.json").string()}); },
+               whole_json, nullptr});
   r.push_back({"flight process record", "process.json",
                [](const fs::path& dir) {
                  dist::FlightRecorder a("shm", 0, 2, 4, ""), b("gloo", 0, 2, 4, "");
@@ -243,9 +245,10 @@ std::vector<Reader> readers() {
                  dist::dump_flight_record((dir / "seed.json").string());
                  return file_bytes(dir / "seed.json");
                },
-               [](const fs::path& f) { read_flight({f.string()}); }});
+               [](const fs::path& f) { read_flight({f.string()}); }, whole_json, nullptr});
   r.push_back({"safetensors checkpoint", "ckpt.safetensors", [](const fs::path&) { return safetensors_file(); },
-               [](const fs::path& f) { (void)checkpoint::read_safetensors(f.string()); }, safetensors_json});
+               [](const fs::path& f) { (void)checkpoint::read_safetensors(f.string()); }, safetensors_json,
+               nullptr});
   r.push_back({"training checkpoint", "ckpt-step3.safetensors",
                [](const fs::path& dir) {
                  nn::manual_seed(1);
@@ -264,15 +267,17 @@ std::vector<Reader> readers() {
                  lo.live_config = train_config();
                  (void)checkpoint::load_training_checkpoint(f.string(), m, &opt, lo);
                },
-               safetensors_json});
+               safetensors_json, nullptr});
   r.push_back({"train configuration", "config.json", [](const fs::path&) { return train_config(); },
                [](const fs::path& f) {
                  const std::string text = file_bytes(f);
                  (void)models::options_from_json(text, f.string());
                  (void)checkpoint::compare_configs(text, train_config(), f.string());
-               }});
+               },
+               whole_json, nullptr});
   r.push_back({"checkpoint folder's latest", "latest", [](const fs::path&) { return std::string("ckpt-step3.safetensors\n"); },
-               [](const fs::path& f) { (void)checkpoint::read_latest(f.parent_path().string()); }, no_json});
+               [](const fs::path& f) { (void)checkpoint::read_latest(f.parent_path().string()); }, no_json,
+               nullptr});
   r.push_back({"calibration cache", "allreduce-shm-node1-w2.json",
                [](const fs::path&) {
                  return std::string(
@@ -289,22 +294,25 @@ std::vector<Reader> readers() {
                  p->doc = ojson::parse(v);
                  p->wrap = [](const std::string& j) { return j + "\n"; };
                  return p;
-               }});
+               },
+               nullptr});
   r.push_back({"chrome trace (trace_summary)", "trace.json", [](const fs::path&) { return chrome_trace(); },
                [](const fs::path& f) {
                  const auto t = trace::load_chrome_trace(f.string());
                  (void)trace::format_summary(trace::analyze_trace(t));
-               }});
+               },
+               whole_json, nullptr});
   r.push_back({"chrome trace (merge)", "trace.rank0.json", [](const fs::path&) { return chrome_trace(); },
                [](const fs::path& f) {
                  trace::merge_chrome_traces({f.string()}, (f.parent_path() / "merged.out").string());
-               }});
+               },
+               whole_json, nullptr});
   r.push_back({"ddprun worker error file", "error.json",
                [](const fs::path& dir) {
                  launch::write_error_file((dir / "seed.json").string(), "train: step 3: loss is nan");
                  return file_bytes(dir / "seed.json");
                },
-               [](const fs::path& f) { (void)launch::read_error_file(f.string()); }});
+               [](const fs::path& f) { (void)launch::read_error_file(f.string()); }, whole_json, nullptr});
   r.push_back({"idx labels", "labels-idx1-ubyte",
                [](const fs::path&) { return idx_file(data::kIdxLabelsMagic, {10}); },
                [](const fs::path& f) { (void)data::read_idx(f.string(), data::kIdxLabelsMagic, ""); }, no_json,
@@ -319,14 +327,14 @@ std::vector<Reader> readers() {
                  data::write_gzip_file((dir / "seed.gz").string(), std::vector<uint8_t>(raw.begin(), raw.end()));
                  return file_bytes(dir / "seed.gz");
                },
-               [](const fs::path& f) { (void)data::read_idx(f.string(), data::kIdxImagesMagic, ""); }, no_json});
+               [](const fs::path& f) { (void)data::read_idx(f.string(), data::kIdxImagesMagic, ""); }, no_json, nullptr});
   r.push_back({"text dataset", "book.txt",
                [](const fs::path&) {
                  std::string s;
                  for (int i = 0; i < 40; ++i) s += "Call me Ishmael. Some years ago - never mind how long.\n";
                  return s;
                },
-               [](const fs::path& f) { (void)data::load_text_datasets(f.string(), 8); }, no_json});
+               [](const fs::path& f) { (void)data::load_text_datasets(f.string(), 8); }, no_json, nullptr});
   return r;
 }
 

@@ -388,7 +388,7 @@ TEST(FlightAnalysis, ARankThatLeftNoDumpIsNamedAndTheRestAnalysed) {
   const auto a = analyze(no_dump_scenario());
   const auto& g = a.groups[0];
   EXPECT_EQ(g.world_size, 4);
-  EXPECT_FALSE(g.ranks[3].has_value());
+  EXPECT_FALSE(g.ranks[3]);
   const auto& d = g.lead();
   EXPECT_EQ(d.kind, DivergenceKind::NoDump);
   EXPECT_EQ(d.ranks, std::vector<int>({3}));
