@@ -83,6 +83,7 @@ std::vector<Case> example_cases() {
       {"nothing", nothing_scenario(4, 4813), "every rank completed everything up to allreduce #4812"},
       {"hier_inner", hier_scenario(true, false), "in group pg0/host1: rank 1 (global rank 3) never issued"},
       {"nothing_world1", nothing_scenario(1, 7), "the only rank (world 1) completed everything up to"},
+      {"cross_group", cross_group_wait_scenario(), "the ranks wait on each other across two groups"},
   };
 }
 
