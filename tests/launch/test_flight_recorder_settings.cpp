@@ -109,8 +109,13 @@ TEST_P(RecorderSettings, RightExitRightRankEveryGroupsRecord) {
   std::sort(found.begin(), found.end());
   if (off) {
     EXPECT_TRUE(found.empty()) << found.front();
+    EXPECT_NE(err.find("no flight records: DDP_FLIGHT_RECORDER_ENTRIES=0 turned the recorder off"),
+              std::string::npos)
+        << err;
   } else {
     EXPECT_EQ(found, expected) << err;
+    if (c.setting.groups == 2)
+      EXPECT_NE(err.find("(2 files: one per group of each rank)"), std::string::npos) << err;
     for (const auto& name : found) {
       const auto rec = nlohmann::json::parse(file_text(dir / name), nullptr, false);
       ASSERT_TRUE(rec.is_object()) << name;
