@@ -133,7 +133,8 @@ void Join::join() {
           Warn, "rank ", ddp_.process_group().rank(),
           ": DDP Join has shadowed 1000 iterations of other ranks: the input is very uneven across ranks");
   }
-  if (numbered) dist::set_flight_iteration(ddp_.reducer().next_iteration_number() - 1);  // the last one trained
+  if (numbered)
+    dist::set_flight_iteration(ddp_.reducer().next_iteration_number() - 1);  // the last one trained
   ddp_.sync_final_model(last_joiner_);
 }
 

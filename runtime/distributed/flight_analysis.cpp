@@ -732,7 +732,8 @@ std::string process_of(const GroupAnalysis& g, int r) {
   return "";
 }
 
-// "allgather #10 of zero3 param gather (bucket 2: ..., iteration 3)", "allreduce #20 (join activity, int32 x 2)".
+// "allgather #10 of zero3 param gather (bucket 2: ..., iteration 3)", "allreduce #20 (join activity, int32 x
+// 2)".
 std::string wait_text(const DumpEntry& e) {
   std::string s = coll(e);
   if (e.bucket >= 0 && !e.issuer.empty()) s += " of " + e.issuer;
@@ -781,15 +782,19 @@ std::string cross_group_wait(const std::vector<GroupAnalysis>& groups) {
       const Wait* a = &waits[i];
       const Wait* b = &waits[j];
       if (!(meets(a->waiters, b->behind) && meets(b->waiters, a->behind))) continue;
-      if (b->issued_unix_ns >= 0 && (a->issued_unix_ns < 0 || b->issued_unix_ns < a->issued_unix_ns)) std::swap(a, b);
+      if (b->issued_unix_ns >= 0 && (a->issued_unix_ns < 0 || b->issued_unix_ns < a->issued_unix_ns))
+        std::swap(a, b);
       const auto half = [](const Wait& w) {
         return "in group " + w.g->group + " " + rank_list_text(w.d->others) + " " +
                (w.d->others.size() == 1 ? "waits" : "wait") + " on " + wait_text(*w.entry) + " that " +
                rank_list_text(w.d->ranks) + " never issued";
       };
-      return "the ranks wait on each other across two groups (a deadlock): " + half(*a) + ", while " + half(*b) +
-             "; each waits in one group for a collective the other issues only after its own wait in the other "
-             "group ends: every rank must issue the collectives of both groups in the same order (a joined rank "
+      return "the ranks wait on each other across two groups (a deadlock): " + half(*a) + ", while " +
+             half(*b) +
+             "; each waits in one group for a collective the other issues only after its own wait in the "
+             "other "
+             "group ends: every rank must issue the collectives of both groups in the same order (a joined "
+             "rank "
              "must shadow every group's collectives)";
     }
   return "";

@@ -64,8 +64,9 @@ struct FlightAnalysis {
   // (mismatch, missing issue, uneven steps, no dump, completed on some ranks only), top-level groups before
   // inner ones; else one with any other finding, top-level first; else the first group.
   size_t lead = 0;
-  // Two top-level groups whose ranks wait on each other (in one group rank A waits on a collective rank B never issued,
-  // in the other B waits on one A never issued): one sentence naming both waits, else "". It leads then.
+  // Two top-level groups whose ranks wait on each other (in one group rank A waits on a collective rank B
+  // never issued, in the other B waits on one A never issued): one sentence naming both waits, else "". It
+  // leads then.
   std::string cross_group;
   // The one sentence to print first: cross_group, else the lead group's (naming the group when there are
   // several).

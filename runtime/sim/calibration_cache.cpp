@@ -47,7 +47,8 @@ NetworkModel network_from_allreduce_json(const std::string& path, int world, int
   // library's own exception).
   const auto text = [&](const nlohmann::json& j, const char* key) {
     DDP_CHECK(!j.contains(key) || j[key].is_string(), path, " line ", n, ": \"", key,
-              "\" is not a string; the file is not bench_allreduce --json output (damaged?): run tools/sweep.sh again");
+              "\" is not a string; the file is not bench_allreduce --json output (damaged?): run "
+              "tools/sweep.sh again");
     return j.value(key, std::string());
   };
   const auto number = [&](const nlohmann::json& j, const char* key) {
@@ -61,9 +62,11 @@ NetworkModel network_from_allreduce_json(const std::string& path, int world, int
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
     DDP_CHECK(!j.is_discarded(), path, " line ", n, " is not JSON (expected bench_allreduce --json records, one a line)");
-    DDP_CHECK(j.is_object(), path, " line ", n, " is not a JSON object (expected bench_allreduce --json records)");
+    DDP_CHECK(j.is_object(), path, " line ", n,
+              " is not a JSON object (expected bench_allreduce --json records)");
     if (text(j, "kind") != "allreduce" || !j.contains("fit")) continue;
-    DDP_CHECK(j["fit"].is_object(), path, " line ", n, ": \"fit\" is not an object; run tools/sweep.sh again");
+    DDP_CHECK(j["fit"].is_object(), path, " line ", n,
+              ": \"fit\" is not an object; run tools/sweep.sh again");
     DDP_CHECK(!j.contains("world") || j["world"].is_number_integer(), path, " line ", n,
               ": \"world\" is not a whole number; run tools/sweep.sh again");
     const std::string algorithm = text(j["fit"], "algorithm");

@@ -232,8 +232,9 @@ void merge_chrome_traces(const std::vector<std::string>& inputs, const std::stri
     }
     const ojson& c0 = *clock_sync_of(files[0].doc);
     base_unix_us = c0["reference_start_unix_us"].get<int64_t>() + static_cast<int64_t>(std::floor(earliest));
-    clock["reference_rank"] =
-        c0.contains("reference_rank") && c0["reference_rank"].is_number_integer() ? c0["reference_rank"].get<int64_t>() : 0;
+    clock["reference_rank"] = c0.contains("reference_rank") && c0["reference_rank"].is_number_integer()
+                                  ? c0["reference_rank"].get<int64_t>()
+                                  : 0;
     clock["max_error_bound_us"] = max_bound;
   } else {
     base_unix_us = files[0].start_unix_us;

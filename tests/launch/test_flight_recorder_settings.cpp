@@ -1,10 +1,11 @@
-// test_flight_recorder_settings.cpp - ddprun under every flight recorder setting, from one table: the recorder
-// off (DDP_FLIGHT_RECORDER_ENTRIES=0), the default ring, huge rings full of entries (a dump takes a while), two
-// groups (a second group "gather" as ZeRO-3's, its record flight.rank<R>.gather.json) and two groups with huge
-// rings - each with a rank SIGKILLed and with a rank SIGSTOPped (the stall watchdog), world 2, rank 1 at fault
-// (tests/progs/flight_faults.cpp). Every case checks ddprun's exit code (the signal's 128+9 for a kill, 124 for a
-// stall), the rank its summary blames, that no surviving rank died of ddprun's SIGUSR1, and that every group of
-// every surviving rank left a record (none with the recorder off), which ddp_flight then reads.
+// test_flight_recorder_settings.cpp - ddprun under every flight recorder setting, from one table: the
+// recorder off (DDP_FLIGHT_RECORDER_ENTRIES=0), the default ring, huge rings full of entries (a dump takes a
+// while), two groups (a second group "gather" as ZeRO-3's, its record flight.rank<R>.gather.json) and two
+// groups with huge rings - each with a rank SIGKILLed and with a rank SIGSTOPped (the stall watchdog), world
+// 2, rank 1 at fault (tests/progs/flight_faults.cpp). Every case checks ddprun's exit code (the signal's
+// 128+9 for a kill, 124 for a stall), the rank its summary blames, that no surviving rank died of ddprun's
+// SIGUSR1, and that every group of every surviving rank left a record (none with the recorder off), which
+// ddp_flight then reads.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -66,7 +67,7 @@ class RecorderSettings : public ::testing::TestWithParam<Case> {};
 TEST_P(RecorderSettings, RightExitRightRankEveryGroupsRecord) {
   const Case& c = GetParam();
   const fs::path dir = fs::temp_directory_path() / ("ddp_recset_" + std::string(c.setting.name) + "_" +
-                                                     c.fault.name + "_" + std::to_string(::getpid()));
+                                                    c.fault.name + "_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
   ProcessOptions o;
@@ -74,11 +75,27 @@ TEST_P(RecorderSettings, RightExitRightRankEveryGroupsRecord) {
   o.unset_env = {"DDP_FLIGHT_RECORDER_DIR", "DDP_FLIGHT_RECORDER_ENTRIES", "DDP_COLLECTIVE_TIMEOUT_S"};
   if (c.setting.entries) o.set_env["DDP_FLIGHT_RECORDER_ENTRIES"] = c.setting.entries;
   const auto t0 = std::chrono::steady_clock::now();
-  auto r = run_process({ddprun_path(), "--standalone", "--nproc-per-node", "2", "--stall-timeout", "1",
-                        "--grace-period", "1", "--flight-dir", dir.string(),
-                        std::string(DDP_BIN_DIR) + "/testprog_flight_faults", "--fault", c.fault.name,
-                        "--fault-rank", "1", "--fault-step", "3", "--groups", std::to_string(c.setting.groups),
-                        "--fill", std::to_string(c.setting.fill)},
+  auto r = run_process({ddprun_path(),
+                        "--standalone",
+                        "--nproc-per-node",
+                        "2",
+                        "--stall-timeout",
+                        "1",
+                        "--grace-period",
+                        "1",
+                        "--flight-dir",
+                        dir.string(),
+                        std::string(DDP_BIN_DIR) + "/testprog_flight_faults",
+                        "--fault",
+                        c.fault.name,
+                        "--fault-rank",
+                        "1",
+                        "--fault-step",
+                        "3",
+                        "--groups",
+                        std::to_string(c.setting.groups),
+                        "--fill",
+                        std::to_string(c.setting.fill)},
                        o);
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   RecordProperty("seconds", std::to_string(took));

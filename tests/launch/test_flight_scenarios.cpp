@@ -225,9 +225,9 @@ TEST(FlightScenarios, SkippedZeroStepIsAMismatchBetweenZeroAndABucket) {
   fs::remove_all(dir);
 }
 
-// Rank 1 runs out of data before step 3 and joins (ddp::Join): it shadows rank 0's steps 3 to 5. The collectives
-// it records meanwhile carry the iteration they shadow (the one rank 0 records for the same sequence number),
-// not its own last step 2.
+// Rank 1 runs out of data before step 3 and joins (ddp::Join): it shadows rank 0's steps 3 to 5. The
+// collectives it records meanwhile carry the iteration they shadow (the one rank 0 records for the same
+// sequence number), not its own last step 2.
 TEST(FlightScenarios, AJoinedRankRecordsTheIterationItShadows) {
   const std::string dir = temp_dir("join");
   auto r = run_faults(dir, 2, {"--fault", "uneven", "--fault-rank", "1", "--fault-step", "3", "--join"});
@@ -238,8 +238,8 @@ TEST(FlightScenarios, AJoinedRankRecordsTheIterationItShadows) {
   for (const auto& e : (*r1)["entries"]) {
     const json o = entry_with_seq(*r0, e["seq"].get<int64_t>());
     ASSERT_FALSE(o.is_null());
-    EXPECT_EQ(e["iteration"], o["iteration"]) << "seq " << e["seq"] << " issuer " << e["issuer"] << " / "
-                                              << o["issuer"];
+    EXPECT_EQ(e["iteration"], o["iteration"])
+        << "seq " << e["seq"] << " issuer " << e["issuer"] << " / " << o["issuer"];
     if (e["issuer"] == "join shadow") {
       ++shadows;
       EXPECT_GE(e["iteration"].get<int64_t>(), 3) << e.dump();

@@ -1,7 +1,7 @@
 // flight_faults.cpp - one rank of the flight-recorder scenarios (tests/launch/test_flight_scenarios.cpp), run
-// under ddprun: a small float32 MLP under DDP with one bucket per parameter, SGD (or ZeRO with --zero), trained
-// for --steps steps numbered from 1 (the flight recorder's iteration). At step --fault-step, rank --fault-rank
-// does one thing wrong (--fault):
+// under ddprun: a small float32 MLP under DDP with one bucket per parameter, SGD (or ZeRO with --zero),
+// trained for --steps steps numbered from 1 (the flight recorder's iteration). At step --fault-step, rank
+// --fault-rank does one thing wrong (--fault):
 //   none         nothing (the run succeeds)
 //   stop         SIGSTOPs itself before its backward (hangs the others; the stall watchdog stops the job)
 //   kill         SIGKILLs itself before its backward (leaves no flight record)
@@ -88,8 +88,10 @@ int main(int argc, char** argv) {
   p.add("backend", &backend, "process group backend");
   p.add("zero", &zero, "ZeRO (sharded optimizer state) instead of SGD");
   p.add("join", &use_join, "train under ddp::Join (uneven steps are then shadowed)");
-  p.add("groups", &groups, "1, or 2: a second group 'gather' all-gathers once a step", cli::Bounds::between(1, 2));
-  p.add("fill", &fill, "one-element all-reduces on every group before training", cli::Bounds::between(0, 1000000));
+  p.add("groups", &groups, "1, or 2: a second group 'gather' all-gathers once a step",
+        cli::Bounds::between(1, 2));
+  p.add("fill", &fill, "one-element all-reduces on every group before training",
+        cli::Bounds::between(0, 1000000));
   try {
     p.parse(argc, argv);
     dist::DistContext ctx = dist::init_distributed(dist::init_from_env(), backend);

@@ -1,7 +1,7 @@
-// mutations.h - a seeded corpus of damaged files made from one valid file: truncations, bit flips, random byte
-// runs and - when the file is (or holds) JSON - every value replaced by hostile numbers (2000000000, 2^62, -1,
-// the int64 and uint64 limits, 1e300) and by values of the wrong type. The same seed gives the same corpus on
-// every machine, so a failure names a case that reproduces. Used by test_reader_fuzz.cpp.
+// mutations.h - a seeded corpus of damaged files made from one valid file: truncations, bit flips, random
+// byte runs and - when the file is (or holds) JSON - every value replaced by hostile numbers (2000000000,
+// 2^62, -1, the int64 and uint64 limits, 1e300) and by values of the wrong type. The same seed gives the same
+// corpus on every machine, so a failure names a case that reproduces. Used by test_reader_fuzz.cpp.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -18,7 +18,8 @@ struct Mutation {
   std::string bytes;  // the damaged file
 };
 
-// The JSON inside a file and how to put an edited one back (a safetensors header: its length prefix and data).
+// The JSON inside a file and how to put an edited one back (a safetensors header: its length prefix and
+// data).
 struct JsonPart {
   nlohmann::ordered_json doc;
   std::function<std::string(const std::string& json_text)> wrap;
@@ -26,20 +27,13 @@ struct JsonPart {
 
 inline std::vector<nlohmann::ordered_json> hostile_values() {
   using J = nlohmann::ordered_json;
-  return {J(2000000000),
-          J(int64_t{1} << 62),
-          J(-1),
-          J(INT64_MAX),
-          J(INT64_MIN),
-          J(UINT64_MAX),
-          J(1e300),
-          J(-0.5),
-          J("x"),
-          J(true),
-          J(nullptr),
-          J::array(),
-          J::object(),
-          J::array({J::array({J::array({1})})})};
+  return {J(2000000000), J(int64_t{1} << 62),
+          J(-1),         J(INT64_MAX),
+          J(INT64_MIN),  J(UINT64_MAX),
+          J(1e300),      J(-0.5),
+          J("x"),        J(true),
+          J(nullptr),    J::array(),
+          J::object(),   J::array({J::array({J::array({1})})})};
 }
 
 // Every value's JSON pointer, containers included, in document order - of an array only its first and last
@@ -47,7 +41,7 @@ inline std::vector<nlohmann::ordered_json> hostile_values() {
 inline std::vector<std::string> value_paths(const nlohmann::ordered_json& doc, size_t limit) {
   std::vector<std::string> all;
   std::function<void(const nlohmann::ordered_json&, const std::string&)> walk = [&](const auto& j,
-                                                                                     const std::string& at) {
+                                                                                    const std::string& at) {
     if (!at.empty()) all.push_back(at);
     if (j.is_object())
       for (auto it = j.begin(); it != j.end(); ++it) walk(it.value(), at + "/" + it.key());

@@ -3,8 +3,8 @@
 // random bytes, hostile numbers and wrong types in every JSON value). Each case must load or be refused with
 // a ddp::Error that names the file - never another exception (std::bad_alloc, a JSON library's type error),
 // a crash, a request for more than kAllocationCap bytes at once (operator new is replaced below and refuses
-// it), or more than a second. The readers: flight recorder dumps (group and process records, through the whole
-// ddp_flight pipeline), safetensors checkpoints, training checkpoints (with the config check), train's
+// it), or more than a second. The readers: flight recorder dumps (group and process records, through the
+// whole ddp_flight pipeline), safetensors checkpoints, training checkpoints (with the config check), train's
 // configuration, the checkpoint folder's `latest`, the bucket simulator's calibration cache, Chrome traces
 // (trace_summary's analysis and the merge), ddprun's worker error files, IDX datasets (plain and gzip) and
 // text datasets. The tests/fuzz harnesses (libFuzzer) go further on two of them; this corpus runs in CI.
@@ -143,9 +143,10 @@ std::string safetensors_file() {
   static float w[6] = {1, 2, 3, 4, 5, 6};
   static int64_t step = 42;
   static uint8_t mask[3] = {1, 0, 1};
-  const auto bytes = checkpoint::encode_safetensors(
-      {{"w", DType::F32, {2, 3}, w, sizeof w}, {"step", DType::I64, {}, &step, 8}, {"mask", DType::U8, {3}, mask, 3}},
-      {{"format", "pt"}});
+  const auto bytes = checkpoint::encode_safetensors({{"w", DType::F32, {2, 3}, w, sizeof w},
+                                                     {"step", DType::I64, {}, &step, 8},
+                                                     {"mask", DType::U8, {3}, mask, 3}},
+                                                    {{"format", "pt"}});
   return std::string(bytes.begin(), bytes.end());
 }
 
@@ -193,7 +194,8 @@ std::vector<Mutation> idx_header_counts(const std::string& v) {
   for (size_t at = 0; at + 4 <= std::min<size_t>(v.size(), 16); at += 4)
     for (uint32_t word : {0xffffffffu, 0x7fffffffu, 0x80000000u, 0x00010000u, 0u}) {
       std::string b = v;
-      for (int i = 0; i < 4; ++i) b[at + static_cast<size_t>(i)] = static_cast<char>((word >> (8 * (3 - i))) & 0xff);
+      for (int i = 0; i < 4; ++i)
+        b[at + static_cast<size_t>(i)] = static_cast<char>((word >> (8 * (3 - i))) & 0xff);
       char what[64];
       std::snprintf(what, sizeof what, "header word at %zu = 0x%08x", at, word);
       out.push_back({what, b});
@@ -209,8 +211,8 @@ std::string chrome_trace() {
   constexpr int64_t us = 1000;
   for (int64_t i = 0; i < 2; ++i) {
     const int64_t b = 1000 + 100 * i;
-    t.complete("iteration " + std::to_string(i + 1), "iteration", trace::kIterationLane, b * us, (b + 100) * us,
-               {{"iteration", i + 1}});
+    t.complete("iteration " + std::to_string(i + 1), "iteration", trace::kIterationLane, b * us,
+               (b + 100) * us, {{"iteration", i + 1}});
     t.complete("op", "forward", trace::kComputeLane, b * us, (b + 20) * us);
     t.complete("op", "backward", trace::kComputeLane, (b + 20) * us, (b + 60) * us);
     t.complete("allreduce bucket 0", "comm", trace::kCommLane, (b + 30) * us, (b + 80) * us,
@@ -226,7 +228,9 @@ std::vector<Reader> readers() {
                  put(dir / "flight.rank1.json", flight_record(1, "pg0"));
                  return flight_record(0, "pg0");
                },
-               [](const fs::path& f) { read_flight({f.string(), (f.parent_path() / "flight.rank1.json").string()}); },
+               [](const fs::path& f) {
+                 read_flight({f.string(), (f.parent_path() / "flight.rank1.json").string()});
+               },
                whole_json, nullptr});
   r.push_back({"flight process record", "process.json",
                [](const fs::path& dir) {
@@ -246,9 +250,9 @@ std::vector<Reader> readers() {
                  return file_bytes(dir / "seed.json");
                },
                [](const fs::path& f) { read_flight({f.string()}); }, whole_json, nullptr});
-  r.push_back({"safetensors checkpoint", "ckpt.safetensors", [](const fs::path&) { return safetensors_file(); },
-               [](const fs::path& f) { (void)checkpoint::read_safetensors(f.string()); }, safetensors_json,
-               nullptr});
+  r.push_back(
+      {"safetensors checkpoint", "ckpt.safetensors", [](const fs::path&) { return safetensors_file(); },
+       [](const fs::path& f) { (void)checkpoint::read_safetensors(f.string()); }, safetensors_json, nullptr});
   r.push_back({"training checkpoint", "ckpt-step3.safetensors",
                [](const fs::path& dir) {
                  nn::manual_seed(1);
@@ -275,7 +279,8 @@ std::vector<Reader> readers() {
                  (void)checkpoint::compare_configs(text, train_config(), f.string());
                },
                whole_json, nullptr});
-  r.push_back({"checkpoint folder's latest", "latest", [](const fs::path&) { return std::string("ckpt-step3.safetensors\n"); },
+  r.push_back({"checkpoint folder's latest", "latest",
+               [](const fs::path&) { return std::string("ckpt-step3.safetensors\n"); },
                [](const fs::path& f) { (void)checkpoint::read_latest(f.parent_path().string()); }, no_json,
                nullptr});
   r.push_back({"calibration cache", "allreduce-shm-node1-w2.json",
@@ -315,19 +320,23 @@ std::vector<Reader> readers() {
                [](const fs::path& f) { (void)launch::read_error_file(f.string()); }, whole_json, nullptr});
   r.push_back({"idx labels", "labels-idx1-ubyte",
                [](const fs::path&) { return idx_file(data::kIdxLabelsMagic, {10}); },
-               [](const fs::path& f) { (void)data::read_idx(f.string(), data::kIdxLabelsMagic, ""); }, no_json,
-               idx_header_counts});
+               [](const fs::path& f) { (void)data::read_idx(f.string(), data::kIdxLabelsMagic, ""); },
+               no_json, idx_header_counts});
   r.push_back({"idx images", "images-idx3-ubyte",
-               [](const fs::path&) { return idx_file(data::kIdxImagesMagic, {2, 4, 4}); },
-               [](const fs::path& f) { (void)data::read_idx(f.string(), data::kIdxImagesMagic, ""); }, no_json,
-               idx_header_counts});
+               [](const fs::path&) {
+                 return idx_file(data::kIdxImagesMagic, {2, 4, 4});
+               },
+               [](const fs::path& f) { (void)data::read_idx(f.string(), data::kIdxImagesMagic, ""); },
+               no_json, idx_header_counts});
   r.push_back({"idx images (gzip)", "images-idx3-ubyte.gz",
                [](const fs::path& dir) {
                  const std::string raw = idx_file(data::kIdxImagesMagic, {2, 4, 4});
-                 data::write_gzip_file((dir / "seed.gz").string(), std::vector<uint8_t>(raw.begin(), raw.end()));
+                 data::write_gzip_file((dir / "seed.gz").string(),
+                                       std::vector<uint8_t>(raw.begin(), raw.end()));
                  return file_bytes(dir / "seed.gz");
                },
-               [](const fs::path& f) { (void)data::read_idx(f.string(), data::kIdxImagesMagic, ""); }, no_json, nullptr});
+               [](const fs::path& f) { (void)data::read_idx(f.string(), data::kIdxImagesMagic, ""); },
+               no_json, nullptr});
   r.push_back({"text dataset", "book.txt",
                [](const fs::path&) {
                  std::string s;
@@ -380,7 +389,8 @@ TEST_P(ReaderFuzz, EveryDamagedFileLoadsOrIsANamedError) {
     g_capped = false;
     const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
     if (problem.empty() && took > 1.0) problem = "took " + std::to_string(took) + " s";
-    if (!problem.empty() && ++failures <= 8) ADD_FAILURE() << reader.name << ", " << m.what << ": " << problem;
+    if (!problem.empty() && ++failures <= 8)
+      ADD_FAILURE() << reader.name << ", " << m.what << ": " << problem;
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   RecordProperty("cases", static_cast<int>(cases.size()));

@@ -353,9 +353,9 @@ inline Files hier_scenario(bool inner_hangs, bool top_hangs) {
 }
 
 // Two top-level groups whose ranks wait on each other (ZeRO-3 under Join, issue 36): in pg0 rank 0 waits on a
-// join-activity all-reduce that rank 1 never issued, because rank 1 waits in the gather group on an all-gather
-// that rank 0 never issued. Neither group alone is the cause: the headline names both waits and says they
-// form a cycle between the groups.
+// join-activity all-reduce that rank 1 never issued, because rank 1 waits in the gather group on an
+// all-gather that rank 0 never issued. Neither group alone is the cause: the headline names both waits and
+// says they form a cycle between the groups.
 inline Files cross_group_wait_scenario() {
   Files files;
   for (int r = 0; r < 2; ++r) {
