@@ -85,8 +85,11 @@ void put(const fs::path& p, const std::string& bytes) {
   f << bytes;
 }
 
+// In memory when the machine has /dev/shm: thousands of small files written on a disk took 5x longer.
 fs::path scratch(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("ddp_reader_fuzz_" + name + "_" + std::to_string(::getpid()));
+  std::error_code ec;
+  const fs::path base = fs::is_directory("/dev/shm", ec) ? fs::path("/dev/shm") : fs::temp_directory_path();
+  fs::path d = base / ("ddp_reader_fuzz_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(d);
   fs::create_directories(d);
   return d;
