@@ -8,6 +8,7 @@
 // input.
 #include <cstdio>
 #include <fstream>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -67,6 +68,18 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const ddp::Error& e) {
     std::fprintf(stderr, "%s\n", ddp::log::error_line("ddp_flight", e.what()).c_str());
+    return 2;
+  } catch (const std::bad_alloc&) {
+    // The reader bounds what a record may ask for; this is a last line, never an abort (issue 36).
+    std::fprintf(stderr,
+                 "ddp_flight: out of memory while reading the dumps: a record is damaged or far larger than "
+                 "any job's; give the files one at a time to find it, and leave it out\n");
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n",
+                 ddp::log::error_line("ddp_flight", std::string("cannot analyse the dumps: ") + e.what() +
+                                                        " (a damaged record? give the files one at a time)")
+                     .c_str());
     return 2;
   }
 }

@@ -79,6 +79,13 @@ DatasetBatch TokenWindowDataset::get_batch(std::span<const int64_t> indices, Bat
 TextDatasets load_text_datasets(const std::string& path, int64_t block_size, double val_fraction,
                                 const std::string& debian_package) {
   TextSplit split = split_train_val(read_text_file(path, debian_package), val_fraction);
+  for (const std::string* part : {&split.train, &split.val}) {
+    if (part == &split.val && !(val_fraction > 0)) continue;
+    DDP_CHECK(static_cast<int64_t>(part->size()) >= block_size + 1, "text file '", path, "': its ",
+              part == &split.train ? "training" : "validation", " part has ", part->size(),
+              " characters, too few for one window of ", block_size + 1, " (block size ", block_size,
+              " + 1); use a longer text (is the file truncated?) or a smaller block size");
+  }
   TextDatasets out;
   out.train = TokenWindowDataset::from_text(split.train, block_size);
   if (val_fraction > 0) out.val = TokenWindowDataset::from_text(split.val, block_size);

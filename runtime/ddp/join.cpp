@@ -4,6 +4,8 @@
 // active, then the joinables' shadows, and the final model sync from the last joiner.
 #include "runtime/ddp/join.h"
 
+#include "runtime/distributed/flight_recorder.h"
+
 #include <algorithm>
 #include <mutex>
 
@@ -98,7 +100,12 @@ Join::~Join() {
 
 void Join::join() {
   const int world = ddp_.process_group().size();
+  // The flight recorder's iteration of what this rank issues from here on: the others' iteration it shadows
+  // (the reducer numbers them as the training loop numbers its own), not this rank's last one - only when the
+  // program numbers its iterations at all.
+  const bool numbered = dist::flight_iteration() >= 0;
   for (;;) {
+    if (numbered) dist::set_flight_iteration(ddp_.reducer().next_iteration_number());
     std::vector<int32_t> active = ddp_.exchange_activity(false);
     int root = -1, count = 0;
     for (int r = 0; r < world; ++r)
@@ -126,6 +133,8 @@ void Join::join() {
           Warn, "rank ", ddp_.process_group().rank(),
           ": DDP Join has shadowed 1000 iterations of other ranks: the input is very uneven across ranks");
   }
+  if (numbered)
+    dist::set_flight_iteration(ddp_.reducer().next_iteration_number() - 1);  // the last one trained
   ddp_.sync_final_model(last_joiner_);
 }
 

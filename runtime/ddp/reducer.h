@@ -115,6 +115,8 @@ class Reducer {
   // static_graph's errors; a program that resumes at step S calls this with S + 1 so the errors name the
   // steps of its log.
   void number_iterations_from(int64_t next);
+  // That number: the iteration the next synchronized backward (or a Join shadow of one) belongs to.
+  int64_t next_iteration_number() const { return first_iteration_number_ + synchronized_iterations_; }
   // Parameter indices of each bucket, in launch order.
   std::vector<std::vector<size_t>> bucket_layout() const;
   // "bucket 0: 3 params, 1.2 MB: fc3.bias, fc3.weight, ..." one line per bucket.

@@ -288,8 +288,21 @@ class Analyzer {
     DDP_FAIL("flight analysis: no rank holds #", s);
   }
 
+  // The sequence numbers some rank's record holds, ascending: the only ones that can differ or wait (walking
+  // every number up to `recorded` instead took forever on a record whose count was damaged, issue 36).
+  const std::vector<uint64_t>& held_seqs() {
+    if (held_seqs_.empty()) {
+      for (int r : d_)
+        for (const DumpEntry& e : rec(r).entries) held_seqs_.push_back(e.seq);
+      std::sort(held_seqs_.begin(), held_seqs_.end());
+      held_seqs_.erase(std::unique(held_seqs_.begin(), held_seqs_.end()), held_seqs_.end());
+    }
+    return held_seqs_;
+  }
+
   void find_mismatch() {
-    for (uint64_t s = lo_min_; s < max_r_; ++s) {
+    for (uint64_t s : held_seqs()) {
+      if (s < lo_min_ || s >= max_r_) continue;
       std::vector<int> holders;
       for (int r : d_)
         if (rec(r).find(s)) holders.push_back(r);
@@ -484,8 +497,8 @@ class Analyzer {
       a.ahead_by = static_cast<int64_t>(top - v);
       std::string states;
       int completed = 0;
-      for (uint64_t s = v; s < top; ++s)
-        if (const DumpEntry* x = rec(top_ranks.front()).find(s); x && x->completed()) ++completed;
+      for (const DumpEntry& x : rec(top_ranks.front()).entries)
+        if (x.seq >= v && x.seq < top && x.completed()) ++completed;
       a.sentence =
           who(top_ranks) + " " + (top_ranks.size() == 1 ? "is " : "are ") + std::to_string(top - v) +
           " collectives ahead of " + rank_list_text(behind) + ": issued #" + std::to_string(v) + " to #" +
@@ -527,7 +540,9 @@ class Analyzer {
 
   // The first seq below `limit` that a rank holding it did not complete.
   void find_stall(uint64_t limit) {
-    for (uint64_t s = lo_min_; s < limit; ++s) {
+    for (uint64_t s : held_seqs()) {
+      if (s < lo_min_) continue;
+      if (s >= limit) break;
       std::vector<int> done, not_done, not_issued;
       for (int r : d_) {
         const Look l = look(rec(r), s);
@@ -703,10 +718,87 @@ class Analyzer {
   std::vector<int> d_, no_dump_, off_;
   bool inner_ = false;
   uint64_t lo_min_ = 0, lo_max_ = 0, max_r_ = 0;
+  std::vector<uint64_t> held_seqs_;
   std::vector<Divergence> found_;
 };
 
+// The process a group's rank runs in, comparable across groups: its global rank, else its pid and host, else
+// nothing (then it matches no other group's rank).
+std::string process_of(const GroupAnalysis& g, int r) {
+  const auto& rec = g.ranks[static_cast<size_t>(r)];
+  if (!rec) return "";
+  if (rec->global_rank >= 0) return "rank " + std::to_string(rec->global_rank);
+  if (rec->pid >= 0) return "pid " + std::to_string(rec->pid) + " on " + rec->host;
+  return "";
+}
+
+// "allgather #10 of zero3 param gather (bucket 2: ..., iteration 3)", "allreduce #20 (join activity, int32 x
+// 2)".
+std::string wait_text(const DumpEntry& e) {
+  std::string s = coll(e);
+  if (e.bucket >= 0 && !e.issuer.empty()) s += " of " + e.issuer;
+  return s + " " + entry_context(e);
+}
+
 }  // namespace
+
+std::string cross_group_wait(const std::vector<GroupAnalysis>& groups) {
+  // One wait per group whose finding is a missing issue: its waiting ranks' processes wait for the behind
+  // ranks' processes. Two of them in opposite directions between the same processes are a cycle.
+  struct Wait {
+    const GroupAnalysis* g;
+    const Divergence* d;
+    std::vector<std::string> waiters, behind;
+    const DumpEntry* entry;
+    int64_t issued_unix_ns;
+  };
+  std::vector<Wait> waits;
+  for (const GroupAnalysis& g : groups) {
+    // Top-level groups only: an inner group (hier's pg0/host1) carries its parent's collectives, so a wait in
+    // both is one wait, not two.
+    if (g.group.find('/') != std::string::npos) continue;
+    if (g.divergences.empty() || g.lead().kind != DivergenceKind::MissingIssue) continue;
+    const Divergence& d = g.lead();
+    Wait w{&g, &d, {}, {}, nullptr, -1};
+    for (int r : d.others) {
+      w.waiters.push_back(process_of(g, r));
+      const GroupRecord& rec = *g.ranks[static_cast<size_t>(r)];
+      if (const DumpEntry* e = rec.find(d.seq)) {
+        if (!w.entry) w.entry = e;
+        const int64_t t = rec.to_unix(e->issued_ns);
+        if (t >= 0 && (w.issued_unix_ns < 0 || t < w.issued_unix_ns)) w.issued_unix_ns = t;
+      }
+    }
+    for (int r : d.ranks) w.behind.push_back(process_of(g, r));
+    if (w.entry) waits.push_back(std::move(w));
+  }
+  const auto meets = [](const std::vector<std::string>& a, const std::vector<std::string>& b) {
+    for (const auto& x : a)
+      if (!x.empty() && std::find(b.begin(), b.end(), x) != b.end()) return true;
+    return false;
+  };
+  for (size_t i = 0; i < waits.size(); ++i)
+    for (size_t j = i + 1; j < waits.size(); ++j) {
+      const Wait* a = &waits[i];
+      const Wait* b = &waits[j];
+      if (!(meets(a->waiters, b->behind) && meets(b->waiters, a->behind))) continue;
+      if (b->issued_unix_ns >= 0 && (a->issued_unix_ns < 0 || b->issued_unix_ns < a->issued_unix_ns))
+        std::swap(a, b);
+      const auto half = [](const Wait& w) {
+        return "in group " + w.g->group + " " + rank_list_text(w.d->others) + " " +
+               (w.d->others.size() == 1 ? "waits" : "wait") + " on " + wait_text(*w.entry) + " that " +
+               rank_list_text(w.d->ranks) + " never issued";
+      };
+      return "the ranks wait on each other across two groups (a deadlock): " + half(*a) + ", while " +
+             half(*b) +
+             "; each waits in one group for a collective the other issues only after its own wait in the "
+             "other "
+             "group ends: every rank must issue the collectives of both groups in the same order (a joined "
+             "rank "
+             "must shadow every group's collectives)";
+    }
+  return "";
+}
 
 GroupAnalysis analyze_group(const std::vector<GroupRecord>& records) {
   DDP_CHECK(!records.empty(), "flight analysis: no record to analyse");
@@ -714,7 +806,7 @@ GroupAnalysis analyze_group(const std::vector<GroupRecord>& records) {
   g.group = records.front().group;
   g.backend = records.front().backend;
   g.world_size = records.front().world_size;
-  g.ranks.resize(g.world_size);
+  g.ranks.resize(static_cast<size_t>(g.world_size));
   for (const GroupRecord& r : records) {
     DDP_CHECK(r.group == g.group, "flight analysis: records of groups '", g.group, "' and '", r.group,
               "' given as one group");
@@ -723,7 +815,7 @@ GroupAnalysis analyze_group(const std::vector<GroupRecord>& records) {
               "): dumps of different jobs are mixed");
     DDP_CHECK(!g.ranks[r.rank], "two records of group '", g.group, "' rank ", r.rank, " (",
               g.ranks[r.rank]->file, ", ", r.file, "): merge them first (merge_flight_records)");
-    g.ranks[r.rank] = r;
+    g.ranks[r.rank] = std::make_shared<const GroupRecord>(r);
   }
   Analyzer(g).run();
   return g;
@@ -771,6 +863,12 @@ FlightAnalysis analyze_flight(const std::vector<GroupRecord>& records, const std
     if (std::make_pair(tier(a), a.group.find('/') != std::string::npos) <
         std::make_pair(tier(b), b.group.find('/') != std::string::npos))
       out.lead = i;
+  }
+  // Two groups whose ranks wait on each other outrank either group's own finding.
+  out.cross_group = cross_group_wait(out.groups);
+  if (!out.cross_group.empty()) {
+    out.headline = out.cross_group;
+    return out;
   }
   const GroupAnalysis& lead = out.groups[out.lead];
   int top_level = 0;

@@ -6,6 +6,7 @@
 // and Chrome trace are in flight_report.h. How to read it: docs/debugging.md "Reading dumps with ddp_flight".
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -48,7 +49,7 @@ struct GroupAnalysis {
   std::string group;
   std::string backend;
   int world_size = 0;
-  std::vector<std::optional<GroupRecord>> ranks;  // by rank; nullopt: that rank left no record
+  std::vector<std::shared_ptr<const GroupRecord>> ranks;  // by rank; null: that rank left no record
   std::vector<Divergence> divergences;            // the one to lead with first, then in order of seq
   uint64_t focus_seq = 0;                         // the collective the table centres on
   bool diverged() const {
@@ -63,13 +64,21 @@ struct FlightAnalysis {
   // (mismatch, missing issue, uneven steps, no dump, completed on some ranks only), top-level groups before
   // inner ones; else one with any other finding, top-level first; else the first group.
   size_t lead = 0;
-  // The one sentence to print first (the lead group's, naming the group when there are several).
+  // Two top-level groups whose ranks wait on each other (in one group rank A waits on a collective rank B
+  // never issued, in the other B waits on one A never issued): one sentence naming both waits, else "". It
+  // leads then.
+  std::string cross_group;
+  // The one sentence to print first: cross_group, else the lead group's (naming the group when there are
+  // several).
   std::string headline;
 };
 
 // Analyses every group of `records` (merged: one record per group and rank, merge_flight_records), or only
 // the group named `only_group` ("" = all; a name no record has is a ddp::Error listing the names there are).
 FlightAnalysis analyze_flight(const std::vector<GroupRecord>& records, const std::string& only_group = "");
+
+// The cross_group sentence of analysed groups ("" when no two groups wait on each other).
+std::string cross_group_wait(const std::vector<GroupAnalysis>& groups);
 
 // One group's analysis; `records` are that group's (any order, one per rank).
 GroupAnalysis analyze_group(const std::vector<GroupRecord>& records);

@@ -107,6 +107,26 @@ void check_version(const json& doc, const std::string& where) {
             "); use the ddp_flight of the ddp.cpp build that wrote the dump");
 }
 
+// Bounds of the numbers a record holds (a damaged file must be refused by name, not make the analysis
+// allocate or loop without end): the largest world, the recorder's ring limit (flight_recorder.cpp), the
+// largest count of collectives or elements, timestamps in nanoseconds (below 2^62: their sums and
+// differences cannot overflow).
+constexpr int64_t kMaxWorld = int64_t{1} << 20;
+constexpr int64_t kMaxCapacity = 10000000;
+constexpr int64_t kMaxCount = int64_t{1} << 53;
+constexpr int64_t kMaxNs = int64_t{1} << 62;
+
+int64_t bounded(int64_t v, int64_t lo, int64_t hi, const std::string& where, const char* field,
+                const char* what) {
+  DDP_CHECK(v >= lo && v <= hi, where, ": ", field, " ", v, " is not ", what, " (", lo, " to ", hi,
+            "); the file is damaged: dump again or leave the file out");
+  return v;
+}
+// A timestamp field: -1 (absent) or a time in nanoseconds.
+int64_t time_ns(int64_t v, const std::string& where, const char* field) {
+  return bounded(v, -1, kMaxNs, where, field, "a time in nanoseconds");
+}
+
 DumpEntry parse_entry(const json& j, const std::string& where) {
   DDP_CHECK(j.is_object(), where, " is ", kind_name(j.type()), ", expected an entry object");
   Fields f(j, where);
@@ -116,7 +136,7 @@ DumpEntry parse_entry(const json& j, const std::string& where) {
   e.seq = static_cast<uint64_t>(seq);
   e.op = f.text("op");
   e.dtype = f.text("dtype");
-  e.count = f.integer("count");
+  e.count = bounded(f.integer("count"), 0, kMaxCount, where, "count", "a number of elements");
   e.reduce_op = f.text_or("reduce_op", "");
   e.root = f.integer_or("root", -1);
   e.state = f.text("state");
@@ -126,12 +146,13 @@ DumpEntry parse_entry(const json& j, const std::string& where) {
   e.issuer = f.text_or("issuer", "");
   e.iteration = f.integer_or("iteration", -1);
   e.bucket = f.integer_or("bucket", -1);
-  e.bucket_bytes = f.integer_or("bucket_bytes", -1);
+  e.bucket_bytes =
+      bounded(f.integer_or("bucket_bytes", -1), -1, kMaxNs, where, "bucket_bytes", "a size in bytes");
   e.params = f.text_or("params", "");
-  e.issued_ns = f.integer_or("issued_ns", -1);
-  e.started_ns = f.integer_or("started_ns", -1);
-  e.ended_ns = f.integer_or("ended_ns", -1);
-  e.device_duration_ns = f.integer_or("device_duration_ns", -1);
+  e.issued_ns = time_ns(f.integer_or("issued_ns", -1), where, "issued_ns");
+  e.started_ns = time_ns(f.integer_or("started_ns", -1), where, "started_ns");
+  e.ended_ns = time_ns(f.integer_or("ended_ns", -1), where, "ended_ns");
+  e.device_duration_ns = time_ns(f.integer_or("device_duration_ns", -1), where, "device_duration_ns");
   return e;
 }
 
@@ -151,26 +172,33 @@ GroupRecord parse_group(const json& j, const std::string& where, const ProcessFi
   r.version = static_cast<int>(f.integer("version"));
   r.group = f.text("group");
   r.backend = f.text_or("backend", "");
-  r.rank = static_cast<int>(f.integer("rank"));
-  r.world_size = static_cast<int>(f.integer("world_size"));
-  DDP_CHECK(r.world_size >= 1 && r.rank >= 0 && r.rank < r.world_size, where, ": rank ", r.rank,
-            " of world_size ", r.world_size, " is not a rank of that world; the file is damaged");
-  r.capacity = f.integer("capacity");
-  const int64_t recorded = f.integer("recorded");
-  DDP_CHECK(recorded >= 0 && r.capacity >= 0, where, ": recorded ", recorded, " or capacity ", r.capacity,
-            " is negative; the file is damaged");
+  const int64_t rank = f.integer("rank"), world = f.integer("world_size");
+  DDP_CHECK(world >= 1 && world <= kMaxWorld, where, ": world_size ", world,
+            " is not a number of ranks (1 to ", kMaxWorld,
+            "); the file is damaged: dump again or leave the file out");
+  DDP_CHECK(rank >= 0 && rank < world, where, ": rank ", rank, " of world_size ", world,
+            " is not a rank of that world; the file is damaged");
+  r.rank = static_cast<int>(rank);
+  r.world_size = static_cast<int>(world);
+  r.capacity = bounded(f.integer("capacity"), 0, kMaxCapacity, where, "capacity", "a ring size");
+  const int64_t recorded =
+      bounded(f.integer("recorded"), 0, kMaxNs, where, "recorded", "a count of collectives");
   r.recorded = static_cast<uint64_t>(recorded);
   r.pid = f.integer_or("pid", process.pid);
   r.host = f.text_or("host", "");
   r.global_rank = f.integer_or("global_rank", -1);
   r.reason = f.text_or("reason", process.reason);
-  r.dumped_unix_ns = f.integer_or("dumped_unix_ns", process.dumped_unix_ns);
+  r.dumped_unix_ns = time_ns(f.integer_or("dumped_unix_ns", process.dumped_unix_ns), where, "dumped_unix_ns");
   const json& clock = f.object("clock");
   Fields c(clock, where + " clock");
-  r.clock_steady_ns = c.integer("steady_ns");
-  r.clock_unix_ns = c.integer("unix_ns");
+  r.clock_steady_ns =
+      bounded(c.integer("steady_ns"), 0, kMaxNs, where, "clock.steady_ns", "a time in nanoseconds");
+  r.clock_unix_ns = bounded(c.integer("unix_ns"), 0, kMaxNs, where, "clock.unix_ns", "a time in nanoseconds");
   r.failure = f.text_or("failure", "");
   const json& entries = f.array("entries");
+  DDP_CHECK(static_cast<int64_t>(entries.size()) <= std::max<int64_t>(r.capacity, 0), where, ": ",
+            entries.size(), " entries in a ring of capacity ", r.capacity,
+            "; the file is damaged: dump again or leave the file out");
   r.entries.reserve(entries.size());
   for (size_t i = 0; i < entries.size(); ++i) {
     r.entries.push_back(parse_entry(entries[i], where + " entries[" + std::to_string(i) + "]"));
@@ -232,6 +260,9 @@ std::vector<GroupRecord> parse_flight_dump(const std::string& json_text, const s
   process.reason = f.text_or("reason", "");
   process.dumped_unix_ns = f.integer_or("dumped_unix_ns", -1);
   const json& groups = f.array("groups");
+  DDP_CHECK(!groups.empty(), source,
+            " is a process record with no group (\"groups\" is empty): the process had "
+            "no process group when it was written; leave the file out");
   for (size_t i = 0; i < groups.size(); ++i)
     out.push_back(parse_group(groups[i], source + " groups[" + std::to_string(i) + "]", process));
   return out;

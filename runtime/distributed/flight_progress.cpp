@@ -82,6 +82,10 @@ void flight_progress_ended(int64_t now_ns) {
   }
 }
 
+void flight_progress_dumped() {
+  if (FlightProgressPage* p = flight_progress_page()) p->dumps.fetch_add(1, std::memory_order_release);
+}
+
 FlightProgressWatch::FlightProgressWatch(std::string path) : path_(std::move(path)) {
   std::string why;
   page_ = map_page(path_, true, &why);
@@ -100,6 +104,7 @@ FlightProgressWatch::Snapshot FlightProgressWatch::read() const {
   s.ended = page_->ended.load(std::memory_order_relaxed);  // may pass `issued` in a torn read: pending() is 0 then
   s.issued = page_->issued.load(std::memory_order_relaxed);
   s.last_change_ns = page_->last_change_ns.load(std::memory_order_relaxed);
+  s.dumps = page_->dumps.load(std::memory_order_acquire);
   return s;
 }
 
@@ -109,6 +114,7 @@ void FlightProgressWatch::reset() {
   page_->issued.store(0, std::memory_order_relaxed);
   page_->ended.store(0, std::memory_order_relaxed);
   page_->last_change_ns.store(0, std::memory_order_relaxed);
+  page_->dumps.store(0, std::memory_order_relaxed);
 }
 
 }  // namespace ddp::dist

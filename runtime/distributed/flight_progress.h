@@ -21,6 +21,8 @@ struct FlightProgressPage {
   std::atomic<uint64_t> issued;          // collectives issued, all groups of the process
   std::atomic<uint64_t> ended;           // collectives completed or failed
   std::atomic<int64_t> last_change_ns;   // steady clock (CLOCK_MONOTONIC) of the newest issue/start/end
+  std::atomic<uint64_t> dumps;           // SIGUSR1 requests answered: every group's record written (or none
+                                         // to write: the recorder off), counted after the last file
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<int64_t>::is_always_lock_free,
               "the progress page needs address-free atomics");
@@ -37,6 +39,9 @@ void flight_progress_attach_from_env();
 void flight_progress_issued(int64_t now_ns);
 void flight_progress_changed(int64_t now_ns);
 void flight_progress_ended(int64_t now_ns);
+// One SIGUSR1 request answered: every recorder of the process has written its file (the launcher waits for
+// this count to pass the one it saw when it asked, not for any one file: a process may hold several groups).
+void flight_progress_dumped();
 
 // Launcher side: creates (truncates) the file and maps it read-write; the snapshot reads it.
 class FlightProgressWatch {
@@ -51,6 +56,7 @@ class FlightProgressWatch {
     int64_t pid = 0;
     uint64_t issued = 0, ended = 0;
     int64_t last_change_ns = 0;
+    uint64_t dumps = 0;  // SIGUSR1 requests answered
     uint64_t pending() const { return issued > ended ? issued - ended : 0; }
   };
   Snapshot read() const;

@@ -78,8 +78,9 @@ FlightIssuer::FlightIssuer(const char* tag, int bucket, int64_t bucket_bytes, co
 FlightIssuer::~FlightIssuer() { t_issuer = previous_; }
 
 namespace {
-// SIGUSR1: the handler only writes a byte into a pipe (async-signal-safe); a thread of ours reads it and
-// writes the records. Installed once, by the first recorder that has a dump directory.
+// SIGUSR1: the handler only writes a byte into a pipe (async-signal-safe); a thread of ours reads it, writes
+// the records and then counts the answer on the progress page. Installed once, by the first recorder that has
+// a dump directory or a launcher's progress page.
 int g_signal_pipe[2] = {-1, -1};
 
 void on_sigusr1(int) {
@@ -105,6 +106,7 @@ void install_dump_signal() {
         if (n < 0 && errno == EINTR) continue;
         if (n <= 0) return;
         dump_flight_records_to_dirs("signal");
+        flight_progress_dumped();  // after the last file: the launcher may stop the process now
       }
     }).detach();
     struct sigaction sa {};
@@ -157,8 +159,12 @@ FlightRecorder::FlightRecorder(std::string backend, int rank, int size, size_t c
       anchor_steady_ns_(steady_ns()),
       anchor_unix_ns_(unix_ns()),
       ring_(capacity) {
+  // The handler first, then the progress page: an attached page tells the launcher that this process answers
+  // SIGUSR1, so the handler must exist by then - also with the recorder off (capacity 0), which answers with
+  // no file. Without it ddprun's SIGUSR1 would kill the process (issue 36).
+  const char* progress = std::getenv("DDP_FLIGHT_PROGRESS_FILE");
+  if (!dump_dir_.empty() || (progress != nullptr && *progress != '\0')) install_dump_signal();
   flight_progress_attach_from_env();
-  if (!dump_dir_.empty() && capacity > 0) install_dump_signal();
   std::lock_guard<std::mutex> g(registry_mu());
   registry().push_back(this);
 }

@@ -75,8 +75,9 @@ struct FlightEntry {
 class FlightRecorder {
  public:
   // capacity 0: records nothing. `dump_dir` "" writes nothing on failure, signal or exit (the default reads
-  // DDP_FLIGHT_RECORDER_DIR; a non-empty one also installs the SIGUSR1 handler and attaches the launcher's
-  // progress page, flight_progress.h).
+  // DDP_FLIGHT_RECORDER_DIR). A non-empty one, or a launcher's progress page (DDP_FLIGHT_PROGRESS_FILE,
+  // flight_progress.h, then attached), installs the SIGUSR1 handler - whatever the capacity, so that a
+  // launcher's request never kills the process.
   FlightRecorder(std::string backend, int rank, int size, size_t capacity,
                  std::string dump_dir = flight_recorder_dir_from_env());
   ~FlightRecorder();

@@ -23,7 +23,7 @@ int64_t waited_or_duration_ns(const GroupRecord& r, const DumpEntry& e) {
 }
 
 // One rank's cell for seq s: "allreduce float32 x 262144 completed 7.9 ms", "not issued", ...
-std::string cell(const std::optional<GroupRecord>& rec, uint64_t s) {
+std::string cell(const std::shared_ptr<const GroupRecord>& rec, uint64_t s) {
   if (!rec) return "no dump";
   if (rec->capacity == 0) return "recorder off";
   if (s >= rec->recorded) return "not issued";
@@ -180,7 +180,18 @@ std::string format_flight_report(const FlightAnalysis& a, const ReportOptions& o
     const std::string table = format_flight_table(g, options);
     if (!table.empty()) out << table;
     out << "records:\n";
-    for (int r = 0; r < g.world_size; ++r) out << record_line(g, r) << "\n";
+    // A run of ranks without a record is one line ("ranks 4-1023: no dump"), however large the world.
+    for (int r = 0; r < g.world_size;) {
+      int end = r;
+      while (end < g.world_size && !g.ranks[static_cast<size_t>(end)]) ++end;
+      if (end - r >= 3) {
+        out << "  ranks " << r << "-" << end - 1 << ": no dump\n";
+        r = end;
+      } else {
+        out << record_line(g, r) << "\n";
+        ++r;
+      }
+    }
     out << "divergences:\n";
     for (const Divergence& d : g.divergences)
       out << "  - " << divergence_kind_name(d.kind) << ": " << d.sentence << "\n";

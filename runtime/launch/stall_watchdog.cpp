@@ -17,6 +17,10 @@ bool StallWatchdog::attached(int local_rank) const {
   return pages_.at(static_cast<size_t>(local_rank))->read().attached;
 }
 
+uint64_t StallWatchdog::dumps(int local_rank) const {
+  return pages_.at(static_cast<size_t>(local_rank))->read().dumps;
+}
+
 void StallWatchdog::reset(int local_rank) { pages_.at(static_cast<size_t>(local_rank))->reset(); }
 
 std::optional<Stall> StallWatchdog::check(int64_t now_ns, const std::vector<bool>& running) const {

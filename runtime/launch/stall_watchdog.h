@@ -26,6 +26,8 @@ class StallWatchdog {
   const std::string& page_path(int local_rank) const;
   // The worker runs ddp.cpp and answers SIGUSR1 with its flight record.
   bool attached(int local_rank) const;
+  // How many SIGUSR1 requests the worker has answered (every group's record written, flight_progress.h).
+  uint64_t dumps(int local_rank) const;
   // Zeroes the worker's page (before it is started again).
   void reset(int local_rank);
   // The worker that has waited longest past the limit at steady time `now_ns`, if any. `running[i]`: only

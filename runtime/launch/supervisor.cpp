@@ -129,8 +129,8 @@ class Supervisor {
   std::unique_ptr<StallWatchdog> watchdog_;
   bool dumping_ = false;           // asked the ranks for their records; stopping them once written
   Clock::time_point dump_deadline_;
-  std::filesystem::file_time_type dump_asked_at_;
   std::vector<bool> dump_asked_;   // per worker: it was sent SIGUSR1
+  std::vector<uint64_t> dumps_before_;  // per worker: the requests it had answered before that one
   std::optional<Stall> stall_;
 };
 
@@ -472,8 +472,8 @@ void Supervisor::stop_after_dumps() {
   // The ranks still running that run ddp.cpp (their progress page is attached: they answer SIGUSR1) write
   // their records first; a program that does not would die of SIGUSR1, so it is not sent one.
   dump_asked_.assign(workers_.size(), false);
+  dumps_before_.assign(workers_.size(), 0);
   bool asked = false;
-  dump_asked_at_ = std::filesystem::file_time_type::clock::now() - std::chrono::milliseconds(10);
   for (size_t i = 0; i < workers_.size(); ++i) {
     Worker& w = workers_[i];
     if (!w.running || !watchdog_ || !watchdog_->attached(static_cast<int>(i))) continue;
@@ -482,6 +482,7 @@ void Supervisor::stop_after_dumps() {
            ") is stopped (SIGSTOP or a debugger): it cannot write a flight record");
       continue;
     }
+    dumps_before_[i] = watchdog_->dumps(static_cast<int>(i));
     ::kill(w.outcome.pid, SIGUSR1);
     dump_asked_[i] = true;
     asked = true;
@@ -494,12 +495,13 @@ void Supervisor::stop_after_dumps() {
   dump_deadline_ = Clock::now() + kDumpWait;
 }
 
+// A worker answered when its progress page counts one more request answered than before it was asked: it
+// has written the records of all its groups (flight.rank<R>.json and every flight.rank<R>.<group>.json), or
+// had none to write (the recorder off). Waiting for one file instead lost a second group's record (issue 36).
 bool Supervisor::dumps_done() const {
   for (size_t i = 0; i < workers_.size(); ++i) {
     if (!dump_asked_[i] || !workers_[i].running) continue;
-    std::error_code ec;
-    const auto when = std::filesystem::last_write_time(flight_record_of(workers_[i]), ec);
-    if (ec || when < dump_asked_at_) return false;
+    if (watchdog_->dumps(static_cast<int>(i)) <= dumps_before_[i]) return false;
   }
   return true;
 }
@@ -526,7 +528,20 @@ std::string Supervisor::flight_note() const {
     std::error_code ec;
     (std::filesystem::exists(flight_record_of(w), ec) ? have : missing).push_back(w.outcome.rank);
   }
-  if (have.empty()) return "";
+  // Every group's file (a second group's flight.rank<R>.<group>.json too).
+  size_t files = 0;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(flight_dir_, ec)) {
+    const std::string name = e.path().filename().string();
+    files += name.rfind("flight.rank", 0) == 0 && e.path().extension() == ".json";
+  }
+  if (have.empty()) {
+    const auto entries = inherited_.find("DDP_FLIGHT_RECORDER_ENTRIES");
+    if (entries != inherited_.end() && entries->second == "0")
+      return "ddprun: no flight records: DDP_FLIGHT_RECORDER_ENTRIES=0 turned the recorder off; unset it to "
+             "have every rank's last collectives in the folder next time\n";
+    return "";
+  }
   auto list = [](const std::vector<int>& v) {
     std::string s;
     for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
@@ -534,7 +549,9 @@ std::string Supervisor::flight_note() const {
   };
   std::string out = "ddprun: flight records of rank" + std::string(have.size() > 1 ? "s " : " ") + list(have);
   if (!missing.empty()) out += " (none from rank" + std::string(missing.size() > 1 ? "s " : " ") + list(missing) + ")";
-  out += " in " + flight_dir_ + "; `ddp_flight " + flight_dir_ + "` says which rank stopped and where\n";
+  out += " in " + flight_dir_;
+  if (files > have.size()) out += " (" + std::to_string(files) + " files: one per group of each rank)";
+  out += "; `ddp_flight " + flight_dir_ + "` says which rank stopped and where\n";
   return out;
 }
 

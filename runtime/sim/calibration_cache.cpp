@@ -43,13 +43,38 @@ NetworkModel network_from_allreduce_json(const std::string& path, int world, int
   int n = 0;
   nlohmann::json best;
   bool found = false, exact = false;
+  // A field of another type than bench_allreduce writes is an error naming the file and line (never the JSON
+  // library's own exception).
+  const auto text = [&](const nlohmann::json& j, const char* key) {
+    DDP_CHECK(!j.contains(key) || j[key].is_string(), path, " line ", n, ": \"", key,
+              "\" is not a string; the file is not bench_allreduce --json output (damaged?): run "
+              "tools/sweep.sh again");
+    return j.value(key, std::string());
+  };
+  const auto number = [&](const nlohmann::json& j, const char* key) {
+    DDP_CHECK(j.contains(key) && j[key].is_number(), path, " line ", n, ": \"", key,
+              "\" is missing or not a number; the file is not bench_allreduce --json output (damaged?): run "
+              "tools/sweep.sh again");
+    return j[key].get<double>();
+  };
   while (std::getline(in, line)) {
     ++n;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
     DDP_CHECK(!j.is_discarded(), path, " line ", n, " is not JSON (expected bench_allreduce --json records, one a line)");
-    if (j.value("kind", "") != "allreduce" || !j.contains("fit")) continue;
-    const bool match = j.value("world", 0) == world;
+    DDP_CHECK(j.is_object(), path, " line ", n,
+              " is not a JSON object (expected bench_allreduce --json records)");
+    if (text(j, "kind") != "allreduce" || !j.contains("fit")) continue;
+    DDP_CHECK(j["fit"].is_object(), path, " line ", n,
+              ": \"fit\" is not an object; run tools/sweep.sh again");
+    DDP_CHECK(!j.contains("world") || j["world"].is_number_integer(), path, " line ", n,
+              ": \"world\" is not a whole number; run tools/sweep.sh again");
+    const std::string algorithm = text(j["fit"], "algorithm");
+    DDP_CHECK(algorithm.empty() || algorithm == "ring" || algorithm == "tree", path, " line ", n,
+              ": the fit's algorithm '", algorithm, "' is neither ring nor tree; run tools/sweep.sh again");
+    number(j["fit"], "alpha_s");
+    number(j["fit"], "bandwidth_bytes_per_s");
+    const bool match = j.value("world", int64_t{0}) == world;
     if (match || !exact) {
       best = std::move(j);
       found = true;
@@ -68,7 +93,10 @@ NetworkModel network_from_allreduce_json(const std::string& path, int world, int
   m.bandwidth_bytes_per_s = fit["bandwidth_bytes_per_s"].get<double>();
   DDP_CHECK(m.alpha_s >= 0 && m.bandwidth_bytes_per_s > 0, path, ": the fit (alpha ", m.alpha_s,
             " s, B ", m.bandwidth_bytes_per_s, " bytes/s) needs alpha >= 0 and B > 0");
-  if (fit_world) *fit_world = best.value("world", 0);
+  if (fit_world) {
+    const int64_t w = best.value("world", int64_t{0});
+    *fit_world = w >= 0 && w <= (int64_t{1} << 30) ? static_cast<int>(w) : 0;
+  }
   return m;
 }
 

@@ -177,6 +177,12 @@ const ojson* clock_sync_of(const ojson& doc) {
 
 }  // namespace
 
+// otherData.rank of a trace, -1 when absent or not a whole number.
+static int64_t rank_of(const ojson& doc) {
+  const ojson& other = doc["otherData"];
+  return other.contains("rank") && other["rank"].is_number_integer() ? other["rank"].get<int64_t>() : -1;
+}
+
 void merge_chrome_traces(const std::vector<std::string>& inputs, const std::string& output) {
   DDP_CHECK(!inputs.empty(), "merge_chrome_traces: no input files; pass each rank's trace");
   struct Input {
@@ -219,21 +225,23 @@ void merge_chrome_traces(const std::vector<std::string>& inputs, const std::stri
       const ojson& c = *clock_sync_of(f.doc);
       f.shift_us = c["offset_us"].get<double>() - earliest;
       max_bound = std::max(max_bound, c["error_bound_us"].get<double>());
-      per_rank.push_back({{"rank", f.doc["otherData"].value("rank", -1)},
+      per_rank.push_back({{"rank", rank_of(f.doc)},
                           {"file", f.path},
                           {"offset_us", c["offset_us"]},
                           {"error_bound_us", c["error_bound_us"]}});
     }
     const ojson& c0 = *clock_sync_of(files[0].doc);
     base_unix_us = c0["reference_start_unix_us"].get<int64_t>() + static_cast<int64_t>(std::floor(earliest));
-    clock["reference_rank"] = c0.value("reference_rank", 0);
+    clock["reference_rank"] = c0.contains("reference_rank") && c0["reference_rank"].is_number_integer()
+                                  ? c0["reference_rank"].get<int64_t>()
+                                  : 0;
     clock["max_error_bound_us"] = max_bound;
   } else {
     base_unix_us = files[0].start_unix_us;
     for (const Input& f : files) base_unix_us = std::min(base_unix_us, f.start_unix_us);
     for (Input& f : files) {
       f.shift_us = static_cast<double>(f.start_unix_us - base_unix_us);
-      per_rank.push_back({{"rank", f.doc["otherData"].value("rank", -1)}, {"file", f.path}, {"offset_us", f.shift_us}});
+      per_rank.push_back({{"rank", rank_of(f.doc)}, {"file", f.path}, {"offset_us", f.shift_us}});
     }
   }
   clock["inputs"] = std::move(per_rank);

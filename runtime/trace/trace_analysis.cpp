@@ -189,6 +189,10 @@ LoadedTrace parse_chrome_trace(std::string_view json_text, const std::string& so
   size_t index = 0;
   for (const json& e : *events) {
     DDP_CHECK(e.is_object(), "trace '", source, "': event ", index, " is not an object");
+    DDP_CHECK(!e.contains("ph") || e["ph"].is_string(), "trace '", source, "': event ", index,
+              " has a \"ph\" (phase) that is not a string; is it a Chrome trace file?");
+    DDP_CHECK(!e.contains("name") || e["name"].is_string(), "trace '", source, "': event ", index,
+              " has a \"name\" that is not a string; is it a Chrome trace file?");
     std::string ph = e.value("ph", std::string());
     TraceEvent t;
     t.pid = integer_field(e, "pid", index, source);

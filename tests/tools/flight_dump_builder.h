@@ -352,4 +352,43 @@ inline Files hier_scenario(bool inner_hangs, bool top_hangs) {
   return files;
 }
 
+// Two top-level groups whose ranks wait on each other (ZeRO-3 under Join, issue 36): in pg0 rank 0 waits on a
+// join-activity all-reduce that rank 1 never issued, because rank 1 waits in the gather group on an
+// all-gather that rank 0 never issued. Neither group alone is the cause: the headline names both waits and
+// says they form a cycle between the groups.
+inline Files cross_group_wait_scenario() {
+  Files files;
+  for (int r = 0; r < 2; ++r) {
+    RankRecord main;
+    main.rank = r;
+    main.recorded = r == 0 ? 21 : 20;
+    main.reason = "signal";
+    json m = make_record(main);
+    if (r == 0) {
+      json& e = entry_of(m, 20);
+      e["op"] = "allreduce";
+      e["dtype"] = "int32";
+      e["count"] = 2;
+      e["issuer"] = "join activity";
+      e["iteration"] = 3;
+      for (const char* k : {"bucket", "bucket_bytes", "params"}) e[k] = nullptr;
+      make_pending(e);
+    }
+    files.push_back({file_name(m), m});
+    RankRecord gather = main;
+    gather.group = "gather";
+    gather.recorded = r == 1 ? 11 : 10;
+    json g = make_record(gather);
+    if (r == 1) {
+      json& e = entry_of(g, 10);
+      e["op"] = "allgather";
+      e["issuer"] = "zero3 param gather";
+      e["params"] = "blocks.1.attn.qkv.weight .. blocks.1.ln2.bias";
+      make_pending(e);
+    }
+    files.push_back({"flight.rank" + std::to_string(r) + ".gather.json", g});
+  }
+  return files;
+}
+
 }  // namespace ddp::testing::flight

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -82,6 +83,7 @@ std::vector<Case> example_cases() {
       {"nothing", nothing_scenario(4, 4813), "every rank completed everything up to allreduce #4812"},
       {"hier_inner", hier_scenario(true, false), "in group pg0/host1: rank 1 (global rank 3) never issued"},
       {"nothing_world1", nothing_scenario(1, 7), "the only rank (world 1) completed everything up to"},
+      {"cross_group", cross_group_wait_scenario(), "the ranks wait on each other across two groups"},
   };
 }
 
@@ -182,6 +184,30 @@ TEST(DdpFlightCli, BadInputAndUsageExitWithTwoAndSayTheFix) {
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("come from different processes"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("flight.rank0.again.json"), std::string::npos) << r.err;
+  fs::remove_all(dir);
+}
+
+// A damaged record whose world_size is 2000000000 (issue 36: std::bad_alloc, exit 134), or whose recorded
+// count is 2^62 (the analysis walked every sequence number up to it): exit 2 with the file, the field and
+// the fix, at once, whatever else goes wrong inside (any exception is a named error, never an abort).
+TEST(DdpFlightCli, HugeWorldOrCountIsANamedErrorNotACrash) {
+  const std::string dir = scenario_dir("huge");
+  Files files = nothing_scenario(2, 5);
+  files[0].second["world_size"] = 2000000000;
+  files[1].second["world_size"] = 2000000000;
+  write_files(dir, files);
+  auto r = run({dir});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("world_size 2000000000"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("flight.rank0.json"), std::string::npos) << r.err;
+  files = nothing_scenario(2, 5);
+  files[1].second["recorded"] = int64_t{1} << 62;
+  write_files(dir, files);
+  const auto t0 = std::chrono::steady_clock::now();
+  r = run({dir});
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10);
+  EXPECT_TRUE(r.exit_code == 0 || r.exit_code == 2) << r.exit_code << r.err;
+  EXPECT_LT(r.out.size() + r.err.size(), 100000u);
   fs::remove_all(dir);
 }
 

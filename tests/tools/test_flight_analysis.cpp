@@ -388,7 +388,7 @@ TEST(FlightAnalysis, ARankThatLeftNoDumpIsNamedAndTheRestAnalysed) {
   const auto a = analyze(no_dump_scenario());
   const auto& g = a.groups[0];
   EXPECT_EQ(g.world_size, 4);
-  EXPECT_FALSE(g.ranks[3].has_value());
+  EXPECT_FALSE(g.ranks[3]);
   const auto& d = g.lead();
   EXPECT_EQ(d.kind, DivergenceKind::NoDump);
   EXPECT_EQ(d.ranks, std::vector<int>({3}));
@@ -581,6 +581,28 @@ TEST(FlightAnalysis, HierTopLevelGroupLeadsWhenItDiverged) {
   EXPECT_EQ(a.groups[0].lead().kind, DivergenceKind::MissingIssue);
   EXPECT_EQ(a.groups[0].lead().ranks, std::vector<int>({2}));
   EXPECT_EQ(a.headline.rfind("rank 2 never issued allreduce #12 ", 0), 0u) << a.headline;
+}
+
+TEST(FlightAnalysis, TwoGroupsWaitingOnEachOtherAreNamedTogether) {
+  const auto a = analyze(cross_group_wait_scenario());
+  ASSERT_EQ(a.groups.size(), 2u);
+  EXPECT_NE(a.headline.find("wait on each other"), std::string::npos) << a.headline;
+  // Both halves of the wait: rank 0's all-reduce in pg0 that rank 1 never issued, rank 1's all-gather in the
+  // gather group that rank 0 never issued.
+  for (const char* piece : {"group pg0", "allreduce #20", "join activity", "rank 1 never issued",
+                            "group gather", "allgather #10", "zero3 param gather", "rank 0 never issued"})
+    EXPECT_NE(a.headline.find(piece), std::string::npos) << piece << "\n" << a.headline;
+  // Each group's own finding is still the missing issue.
+  for (const auto& g : a.groups) EXPECT_EQ(g.lead().kind, DivergenceKind::MissingIssue) << g.group;
+  // Not a cycle: only one group waits on a rank that waits nowhere else.
+  Files one = cross_group_wait_scenario();
+  for (auto& [name, doc] : one)
+    if (doc["group"] == "gather") {
+      doc["recorded"] = 10;
+      doc["entries"].erase(doc["entries"].end() - (doc["entries"].size() > 10 ? 1 : 0), doc["entries"].end());
+    }
+  const auto b = analyze(one);
+  EXPECT_EQ(b.headline.find("wait on each other"), std::string::npos) << b.headline;
 }
 
 // A process record (dist::dump_flight_record) holds several groups; with the same group record also given as
