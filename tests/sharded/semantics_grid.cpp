@@ -16,6 +16,7 @@
 #include "runtime/distributed/process_group_factory.h"
 #include "runtime/nn/layers.h"
 #include "runtime/ops/activation.h"
+#include "runtime/ops/elementwise.h"
 #include "runtime/ops/linalg.h"
 #include "runtime/ops/loss.h"
 #include "runtime/ops/shape.h"
