@@ -97,10 +97,8 @@ void expect_grid(const Pattern& p, bool join) {
       ok = ok && got.errors[r].empty();
     }
     if (!ok) continue;
-    for (int r = 1; r < c.world; ++r) {
+    for (int r = 1; r < c.world; ++r)
       EXPECT_TRUE(got.params[r] == got.params[0]) << "rank " << r << "'s parameters differ from rank 0's";
-      EXPECT_TRUE(got.buffers[r] == got.buffers[0]) << "rank " << r << "'s buffers differ from rank 0's";
-    }
     if (c.stage == 0) {
       plain = got;
       // The run moved the parameters (a run that never stepped would be "equal" too).
@@ -109,8 +107,11 @@ void expect_grid(const Pattern& p, bool join) {
     }
     ASSERT_FALSE(plain.params.empty()) << "plain DDP failed, nothing to compare with";
     EXPECT_LT(max_relative_difference(got.params[0], plain.params[0]), 1e-12) << "parameters differ from plain DDP";
-    if (!plain.buffers[0].empty())
-      EXPECT_LT(max_relative_difference(got.buffers[0], plain.buffers[0]), 1e-12) << "buffers differ from plain DDP";
+    // Buffers: each rank's own (its last forward updated its running statistics with its own batch).
+    for (int r = 0; r < c.world; ++r)
+      if (!plain.buffers[r].empty())
+        EXPECT_LT(max_relative_difference(got.buffers[r], plain.buffers[r]), 1e-12)
+            << "rank " << r << "'s buffers differ from plain DDP's";
   }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("[grid] %s%s: %d cases in %.2f s\n", p.name.c_str(), join ? " (Join)" : "", runs, s);
