@@ -39,6 +39,10 @@ class CommHook {
   // runtime/ddp/sharded/): the reducer then allocates each bucket's buffer for one backward only, frees it
   // once its communication finished, and leaves every .grad none after a synchronized backward.
   virtual bool result_is_sharded() const { return false; }
+  // A sharded hook: every bucket of a synchronized backward (or of its Join shadow) has been communicated and
+  // waited for; `parameters_used[i]` says whether any rank gave parameter i a gradient. The hook's owner adds
+  // the results into its gradient shards here, as the reducer's write-back adds into .grad.
+  virtual void sharded_results_ready(const std::vector<uint8_t>& parameters_used) { (void)parameters_used; }
   // Bytes this rank handed to all-reduces so far (each collective's buffer counted once).
   int64_t bytes_communicated() const { return bytes_; }
   // Called by the reducer that uses this hook: a hook keeps per-bucket state, so it serves one reducer only

@@ -158,10 +158,7 @@ std::vector<int32_t> DistributedDataParallel::exchange_activity(bool active) {
   return std::vector<int32_t>(t.data<int32_t>(), t.data<int32_t>() + pg_->size());
 }
 
-void DistributedDataParallel::shadow_iteration(int root) {
-  broadcast_buffers_from(root);
-  reducer_->shadow_backward();
-}
+void DistributedDataParallel::shadow_backward() { reducer_->shadow_backward(); }
 
 void DistributedDataParallel::sync_final_model(bool last_joiner) {
   if (pg_->size() == 1) return;

@@ -59,9 +59,11 @@ class DistributedDataParallel {
   bool join_enabled() const { return join_enabled_; }
   // The all-reduce of the activity flags: entry r is 1 when rank r is training this iteration.
   std::vector<int32_t> exchange_activity(bool active);
-  // A joined rank's part of one synchronized iteration of the others (buffers from `root`, then the
-  // reducer's shadow backward).
-  void shadow_iteration(int root);
+  // A joined rank's part of one synchronized iteration of the others, in their order: the buffers from
+  // `root` (their forward broadcasts them first), then - after the joinables' shadows of their forward
+  // (Joinable::join_shadow_before_backward) - the reducer's shadow backward.
+  void shadow_buffers(int root) { broadcast_buffers_from(root); }
+  void shadow_backward();
   // Makes every rank's parameters and buffers equal to those of the highest rank with last_joiner = true.
   void sync_final_model(bool last_joiner);
 

@@ -106,6 +106,9 @@ void Join::join() {
   const bool numbered = dist::flight_iteration() >= 0;
   for (;;) {
     if (numbered) dist::set_flight_iteration(ddp_.reducer().next_iteration_number());
+    // What the others communicate between their synchronized iterations (ZeRO-3: the gathers of no_sync
+    // micro-steps and of forwards without grad), until their next synchronized forward or all have joined.
+    for (Joinable* j : options_.joinables) j->join_shadow_between_iterations();
     std::vector<int32_t> active = ddp_.exchange_activity(false);
     int root = -1, count = 0;
     for (int r = 0; r < world; ++r)
@@ -124,8 +127,12 @@ void Join::join() {
       else if (p.grad().defined())
         p.grad().zero_();
     }
+    for (Joinable* j : options_.joinables) j->join_zero_grad(options_.zero_grad_set_to_none);
+    // The others' order: buffers broadcast before their forward, their forward's and backward's collectives on
+    // groups of their own (ZeRO-3's gathers), their backward, their step.
+    ddp_.shadow_buffers(root);
     for (Joinable* j : options_.joinables) j->join_shadow_before_backward();
-    ddp_.shadow_iteration(root);
+    ddp_.shadow_backward();
     for (Joinable* j : options_.joinables) j->join_shadow_iteration();
     ++shadowed_;
     if (shadowed_ == 1000)

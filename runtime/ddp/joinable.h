@@ -21,6 +21,14 @@ class Joinable {
   // Before the shadow of the others' backward: what their forward communicates on a group of its own, which
   // they must finish before their backward starts (ZeRO-3's parameter gathers). Default: nothing.
   virtual void join_shadow_before_backward() {}
+  // On a joined rank, before each activity exchange: what the others communicate on a group of their own
+  // between their synchronized iterations (ZeRO-3: the gathers of no_sync micro-steps, of forwards without
+  // grad); returns when they start their next synchronized forward, or when every rank has joined. Default:
+  // nothing.
+  virtual void join_shadow_between_iterations() {}
+  // On a joined rank, before each shadowed backward: the others' zero_grad (JoinOptions::zero_grad_set_to_none)
+  // on gradients this participant keeps itself (ZeRO-2/3's gradient shards). Default: nothing.
+  virtual void join_zero_grad(bool set_to_none) { (void)set_to_none; }
   // Registered with / detached from a Join (join.cpp): from now on every iteration of this participant is
   // Join-aware (it may exchange what a joined rank needs, e.g. ZeRO's learning rate).
   virtual void set_joined_to(bool attached) = 0;

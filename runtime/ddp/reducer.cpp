@@ -462,9 +462,10 @@ void Reducer::write_back() {
   for (size_t i = 0; i < params_.size(); ++i)
     used_last_[i] = (used && used[i] == 0) || (opt_.static_graph && static_unused_[i]) ? 0 : 1;
   if (sharded_) {
-    // The hook reduce-scattered every bucket into this rank's shard; a synchronized backward leaves no
-    // whole gradient behind.
+    // The hook reduce-scattered every bucket; its owner adds the results into the gradient shards. A
+    // synchronized backward leaves no whole gradient behind.
     for (auto& p : params_) p.tensor.set_grad(Tensor());
+    opt_.comm_hook->sharded_results_ready(used_last_);
     return;
   }
   for (size_t i = 0; i < params_.size(); ++i) {

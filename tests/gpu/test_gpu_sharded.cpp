@@ -63,6 +63,7 @@ std::vector<std::vector<double>> train(int stage, std::shared_ptr<dist::ProcessG
     autograd::backward(ops::cross_entropy(sdp.forward(input(s, pg->rank())), target(s)));
     sdp.clip_grad_norm_(1e9);  // the global norm through the group (a host value staged on NCCL)
     opt.step();
+    opt.zero_grad();
   }
   auto whole = sdp.gathered_parameters();
   device_synchronize();

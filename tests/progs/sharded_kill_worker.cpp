@@ -105,6 +105,7 @@ int main(int argc, char** argv) {
       Tensor y = Tensor::from_data<int64_t>({0, 1, 2, 3, 0, 1, 2, 3}, {8});
       autograd::backward(ops::cross_entropy(sdp.forward(x), y));
       opt.step();
+      opt.zero_grad();
       std::printf("rank %d step %d done\n", rank, step);
     }
     return 0;

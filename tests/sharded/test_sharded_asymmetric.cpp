@@ -233,6 +233,7 @@ TEST(ShardedAsymmetric, RankWhoseBackwardSkipsAParameterCatchesTheErrorAndTraini
             caught += "step " + std::to_string(step) + ": " + e.what() + "\n";
           }
           opt.step();
+          opt.zero_grad();
         },
         v.set);
     const std::string& m = got.caught[skip_rank];
@@ -293,6 +294,7 @@ TEST(ShardedAsymmetric, ErrorEveryRankRaisesBetweenForwardAndBackwardAbandonsThe
                   if (step == kBad) throw UserError("step " + std::to_string(step) + " rejected by the loop");
                   autograd::backward(loss);
                   opt.step();
+                  opt.zero_grad();
                 } catch (const UserError& e) {
                   caught += std::string(e.what()) + "\n";
                 }
@@ -343,6 +345,7 @@ TEST(ShardedAsymmetric, OneRankRaisesBetweenForwardAndBackwardTheLoopAgreesAndEv
                 }
                 autograd::backward(loss);
                 opt.step();
+                opt.zero_grad();
               },
               set);
           for (int r = 0; r < world; ++r) {
@@ -392,6 +395,7 @@ TEST(ShardedAsymmetric, RankThatSkipsItsBackwardAloneLeavesTheOthersANamedErrorN
               if (rank == 1 && step == 1) throw UserError("rank 1 rejected step 1");
               autograd::backward(loss);
               opt.step();
+              opt.zero_grad();
             } catch (const std::exception& e) {
               errors[rank] = e.what();
               break;

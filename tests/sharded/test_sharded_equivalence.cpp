@@ -226,6 +226,7 @@ std::vector<std::vector<std::vector<double>>> run_sharded(const Case& s, int fro
           }
           if (s.clip) sdp.clip_grad_norm_(kClip);
           opt.step();
+          opt.zero_grad();
         }
         if (join) join->join();
         auto state = save ? opt.consolidated_state() : std::map<std::string, Tensor>{};

@@ -7,16 +7,19 @@
 namespace ddp {
 
 std::shared_ptr<dist::Work> ReduceScatterHook::run(dist::ProcessGroup& pg, GradBucket& bucket) {
-  DDP_CHECK(bucket.index < shards_.size(), "ZeRO: bucket ", bucket.index, " has no gradient shard (",
-            shards_.size(), " shards)");
-  Tensor& out = shards_[bucket.index];
+  DDP_CHECK(owner_ != nullptr, "ZeRO: the reduce-scatter hook has no ShardedDataParallel");
+  Tensor& out = owner_->gradient_destination(bucket.index);
   DDP_CHECK(bucket.buffer.numel() == out.numel() * pg.size(), "ZeRO: bucket ", bucket.index, " has ",
             bucket.buffer.numel(), " elements, not ", pg.size(), " x its shard of ", out.numel());
   bytes_ += static_cast<int64_t>(bucket.buffer.nbytes());
   auto work = pg.reduce_scatter(comm_buffer_of(bucket.buffer), comm_buffer_of(out),
                                 bucket.average ? dist::ReduceOp::Avg : dist::ReduceOp::Sum);
-  if (owner_) owner_->on_bucket_reduce_scatter(bucket.index);
+  owner_->on_bucket_reduce_scatter(bucket.index);
   return work;
+}
+
+void ReduceScatterHook::sharded_results_ready(const std::vector<uint8_t>& parameters_used) {
+  if (owner_) owner_->accumulate_gradient_shards(parameters_used);
 }
 
 }  // namespace ddp

@@ -53,6 +53,24 @@ void bind(Tensor& p, const Tensor& full, int64_t offset) {
 }
 void unbind(Tensor& p) { p.impl()->storage = nullptr; }
 
+// ZeRO-3 under Join: what the ranks still training announce on the gather group before each collective
+// they issue there (an all-reduce of one int64, Max: a joined rank contributes kNobody).
+constexpr int64_t kNobody = 0;          // every rank has joined
+constexpr int64_t kNextIteration = 1;   // a synchronized forward: its activity exchange (main group) follows
+constexpr int64_t kBackwardDone = 2;    // its backward issued its last gather: the reduce-scatters follow
+constexpr int64_t kUnitOrder = 3;       // the unit-order agreement (a broadcast) follows
+constexpr int64_t kGatherBase = 4;      // kGatherBase + 2 unit + exact: that unit's all-gather follows
+
+std::string announcement_name(int64_t code) {
+  switch (code) {
+    case kNobody: return "nothing (every rank has joined)";
+    case kNextIteration: return "the start of a synchronized forward";
+    case kBackwardDone: return "the end of a synchronized backward";
+    case kUnitOrder: return "the unit-order agreement";
+    default: return "the all-gather of unit " + std::to_string((code - kGatherBase) / 2);
+  }
+}
+
 bool is_index(const std::string& s) {
   return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
@@ -209,7 +227,6 @@ void ShardedDataParallel::build_buckets() {
   const auto layout = r.bucket_layout();
   const int world = pg_->size(), rank = pg_->rank();
   buckets_.assign(layout.size(), Bucket{});
-  std::vector<Tensor> shard_grads;
   for (size_t b = 0; b < layout.size(); ++b) {
     Bucket& bk = buckets_[b];
     bk.params = layout[b];
@@ -238,7 +255,12 @@ void ShardedDataParallel::build_buckets() {
       }
     }
     bk.shard_grad = Tensor::zeros({bk.shard.shard_numel}, first.dtype(), first.device());
-    shard_grads.push_back(bk.shard_grad);
+    for (const ShardSegment& sg : bk.shard.segments) {
+      Tensor v = bk.shard_params.slice0(sg.shard_offset, sg.shard_offset + sg.numel());
+      v.set_name(params_[sg.param].name + "[" + std::to_string(sg.param_begin) + ":" +
+                 std::to_string(sg.param_end) + "]");
+      segments_.push_back({b, sg, v});
+    }
   }
   if (opt_.stage == 3) {
     // The reducer keeps the given layout: bucket k holds unit (units - 1 - k) or, last, the root unit.
@@ -250,7 +272,7 @@ void ShardedDataParallel::build_buckets() {
     bound_.assign(units_.size(), 0);
     observed_.assign(units_.size(), 0);
   }
-  hook_->set_shards(std::move(shard_grads), this);
+  hook_->set_owner(this);
 }
 
 // ---- ZeRO-2: parameters whole, gathered after the step, waited for per module ----
@@ -327,6 +349,13 @@ Tensor ShardedDataParallel::forward(const Tensor& x) {
 }
 
 void ShardedDataParallel::before_forward() {
+  // Under Join (ZeRO-3): a synchronized forward starts with the activity exchange on the main group; a joined
+  // rank serving the gather group's announcements must first learn that it comes.
+  announced_iteration_ = false;
+  if (opt_.stage == 3 && announcing() && reducer().sync() && autograd::grad_enabled()) {
+    announce(kNextIteration);
+    announced_iteration_ = true;
+  }
   ddp_->before_forward();
   if (opt_.stage == 2) {
     if (!opt_.overlap_param_gather)
@@ -404,6 +433,7 @@ void ShardedDataParallel::issue_through(size_t through) {
 }
 
 void ShardedDataParallel::issue_gather(size_t u, bool exact) {
+  announce(kGatherBase + 2 * static_cast<int64_t>(u) + (exact ? 1 : 0));
   Bucket& b = buckets_[units_[u].bucket];
   const int64_t lo = b.shard.shard_begin, hi = lo + b.shard.shard_numel;
   b.full = Tensor::empty({b.shard.bucket_numel}, b.shard_params.dtype(), b.shard_params.device());
@@ -475,6 +505,39 @@ void ShardedDataParallel::end_of_backward() {
   finish_phase();
   // At rest again: every parameter sharded (a reduce-scatter already freed most; no_sync frees here).
   for (size_t u = 0; u < units_.size(); ++u) reshard(u);
+  // Runs before the reducer waits for its reduce-scatters (its end-of-backward callback is queued later):
+  // a joined rank may now shadow them.
+  if (announced_iteration_) announce(kBackwardDone);
+  announced_iteration_ = false;
+}
+
+Tensor& ShardedDataParallel::gradient_destination(size_t b) {
+  DDP_CHECK(b < buckets_.size(), "ZeRO: bucket ", b, " has no gradient shard (", buckets_.size(), " buckets)");
+  Bucket& bk = buckets_[b];
+  bool holds = false;
+  for (const Segment& s : segments_) holds = holds || (s.bucket == b && s.view.grad().defined());
+  bk.incoming = Tensor();
+  if (!holds) return bk.shard_grad;  // nothing to add to: the reduce-scatter writes the shard itself
+  bk.incoming = Tensor::empty({bk.shard.shard_numel}, bk.shard_grad.dtype(), bk.shard_grad.device());
+  return bk.incoming;
+}
+
+void ShardedDataParallel::accumulate_gradient_shards(const std::vector<uint8_t>& parameters_used) {
+  autograd::NoGradGuard no_grad;
+  for (Segment& s : segments_) {
+    if (!parameters_used[s.piece.param]) continue;  // no rank used it: its .grad stays as it was
+    Bucket& b = buckets_[s.bucket];
+    Tensor g = b.shard_grad.slice0(s.piece.shard_offset, s.piece.shard_offset + s.piece.numel());
+    if (b.incoming.defined()) {
+      Tensor in = b.incoming.slice0(s.piece.shard_offset, s.piece.shard_offset + s.piece.numel());
+      if (s.view.grad().defined())
+        add_(g, in);
+      else
+        g.copy_from(in);
+    }
+    if (!s.view.grad().defined()) s.view.set_grad(g);
+  }
+  for (Bucket& b : buckets_) b.incoming = Tensor();
 }
 
 void ShardedDataParallel::on_bucket_reduce_scatter(size_t b) {
@@ -499,6 +562,7 @@ void ShardedDataParallel::agree_forward_order() {
     if (!in[u]) order.push_back(static_cast<int64_t>(u));
   Tensor t = Tensor::from_data<int64_t>(order, {static_cast<int64_t>(order.size())});
   if (gpg_->size() > 1) {
+    announce(kUnitOrder);
     dist::FlightIssuer who("zero3 unit order");
     host_broadcast(*gpg_, t, 0);
   }
@@ -562,25 +626,63 @@ void ShardedDataParallel::set_joined_to(bool attached) {
             "ShardOptions::gather_group (a second process group over the same ranks): a joined rank shadows ",
             "the others' gathers, which must not interleave with the shadowed reduce-scatters");
   under_join_ = attached;
+  announced_iteration_ = false;
+}
+
+bool ShardedDataParallel::announcing() const {
+  return under_join_ && !shadowing_ && opt_.stage == 3 && gpg_->size() > 1;
+}
+
+void ShardedDataParallel::announce(int64_t code) {
+  if (!announcing()) return;
+  Tensor t = Tensor::from_data<int64_t>({code}, {1});
+  dist::FlightIssuer who("zero3 join announcement");
+  host_allreduce(*gpg_, t, dist::ReduceOp::Max);
+}
+
+int64_t ShardedDataParallel::serve_announcements(int64_t until) {
+  shadowing_ = true;
+  struct Reset {
+    bool& flag;
+    ~Reset() { flag = false; }
+  } reset{shadowing_};
+  for (;;) {
+    Tensor t = Tensor::from_data<int64_t>({kNobody}, {1});
+    {
+      dist::FlightIssuer who("zero3 join announcement");
+      host_allreduce(*gpg_, t, dist::ReduceOp::Max);
+    }
+    const int64_t code = t.data<int64_t>()[0];
+    if (code == until || (code == kNobody && until == kNextIteration)) return code;
+    if (code == kUnitOrder) {
+      agree_forward_order();
+      continue;
+    }
+    DDP_CHECK(code >= kGatherBase && static_cast<size_t>((code - kGatherBase) / 2) < units_.size(), "rank ",
+              pg_->rank(), ": ZeRO-3 under Join: this joined rank waited for ", announcement_name(until),
+              " of the ranks still training, and they announced ", announcement_name(code),
+              ". Under Join every synchronized forward must be followed by its backward (a forward abandoned by a "
+              "raise between forward and backward cannot be shadowed) and every rank must call Join::join()");
+    const auto u = static_cast<size_t>((code - kGatherBase) / 2);
+    reshard(u);
+    issue_gather(u, /*exact=*/(code - kGatherBase) % 2 == 1);
+    reshard(u);  // waits for it: the others' gather had this rank's shard
+  }
+}
+
+void ShardedDataParallel::join_shadow_between_iterations() {
+  if (opt_.stage == 3 && gpg_->size() > 1) serve_announcements(kNextIteration);
 }
 
 void ShardedDataParallel::join_shadow_before_backward() {
-  if (opt_.stage != 3) return;
-  // The others' iteration on the gather group: every unit in forward order, the order agreement after their
-  // first forward, then every unit again in backward order (reshard_after_forward). All before the shadow
-  // of their backward: they wait for each of these gathers before issuing the reduce-scatters that backward
-  // waits for. The backward ones stay in flight until join_shadow_iteration.
-  for (size_t u = 0; u < units_.size(); ++u) reshard(u);
-  begin_phase(Phase::Forward);
-  finish_phase();
-  if (!order_agreed_) agree_forward_order();
-  begin_phase(Phase::Backward);
-  issue_through(phase_order_.empty() ? 0 : phase_order_.size() - 1);
+  // The others' forward and backward gathers (and the order agreement after their first forward), all
+  // before the shadow of their backward: they wait for each gather before issuing the reduce-scatters that
+  // shadow waits for.
+  if (opt_.stage == 3 && gpg_->size() > 1) serve_announcements(kBackwardDone);
 }
 
 void ShardedDataParallel::join_shadow_iteration() {
   if (opt_.stage != 3) return;
-  finish_phase();
   for (size_t u = 0; u < units_.size(); ++u) reshard(u);
 }
 
@@ -591,8 +693,10 @@ bool ShardedDataParallel::parameter_used(size_t i) const {
 }
 
 double ShardedDataParallel::clip_grad_norm_(double max_norm) {
+  // Over the pieces whose .grad is defined, as optim::clip_grad_norm_ over the parameters' defined .grad.
   double local = 0;
-  for (auto& b : buckets_) local += sum_of_squares(b.shard_grad);
+  for (const Segment& s : segments_)
+    if (s.view.grad().defined()) local += sum_of_squares(s.view.grad());
   Tensor total = Tensor::from_data<double>({local}, {1});
   {
     dist::FlightIssuer who("zero clip norm");
@@ -601,7 +705,11 @@ double ShardedDataParallel::clip_grad_norm_(double max_norm) {
   const double norm = std::sqrt(total.data<double>()[0]);
   if (norm > max_norm && norm > 0) {
     const double scale = max_norm / (norm + 1e-6);
-    for (auto& b : buckets_) scale_(b.shard_grad, scale);
+    for (const Segment& s : segments_)
+      if (s.view.grad().defined()) {
+        Tensor g = s.view.grad();
+        scale_(g, scale);
+      }
   }
   return norm;
 }

@@ -28,6 +28,7 @@
 //   Tensor loss = ops::cross_entropy(sdp.forward(x), y);
 //   autograd::backward(loss);       // buckets reduce-scattered while this runs; .grad stays none
 //   opt.step();                     // this rank's shard; ZeRO-2 then starts the parameter gathers
+//   opt.zero_grad();                // the gradient shard, as a plain optimizer's zero_grad clears .grad
 #pragma once
 #include <map>
 #include <memory>
@@ -99,7 +100,8 @@ class ShardedDataParallel : public Joinable {
     Tensor full;                 // the whole bucket of parameters: ZeRO-2 always, ZeRO-3 while gathered
     Tensor low;                  // ZeRO-3 with gather_bf16: the bfloat16 gather in flight, widened into full
     Tensor shard_params;         // this rank's shard of the parameters (ZeRO-2: a view of full)
-    Tensor shard_grad;           // this rank's shard of the averaged gradient (after a backward)
+    Tensor shard_grad;           // this rank's shard of the averaged gradient (see Segment for which parts hold one)
+    Tensor incoming;             // the reduce-scatter's result while shard_grad already holds gradients to add to
     std::shared_ptr<dist::Work> gather;  // the all-gather in flight into full, if any
     std::chrono::steady_clock::time_point gather_issued;  // for the trace
     int unit = -1;               // ZeRO-3: the unit it belongs to
@@ -107,6 +109,18 @@ class ShardedDataParallel : public Joinable {
   int stage() const { return opt_.stage; }
   const std::vector<nn::NamedTensor>& parameters() const { return params_; }
   std::vector<Bucket>& buckets() { return buckets_; }
+  // This rank's pieces of the parameters, one per parameter with elements in its shard (shard_layout.h):
+  // `view` is the piece of shard_params, named "fc1.weight[128:208]"; its .grad is the sharded .grad - none
+  // until a synchronized backward gives the parameter a gradient, then the matching view of shard_grad, into
+  // which every later synchronized backward ADDS (as into .grad) until zero_grad: the optimizer's zero_grad
+  // (ShardedOptimizer's parameters are these views) sets it to none or zeroes it in place. A parameter no
+  // rank used keeps its .grad as it was, as in plain DDP.
+  struct Segment {
+    size_t bucket;
+    ShardSegment piece;
+    Tensor view;
+  };
+  const std::vector<Segment>& segments() const { return segments_; }
   // Whether any rank gave parameter i a gradient in the last synchronized backward (else: skip it).
   bool parameter_used(size_t i) const;
   // ZeRO-2: starts the all-gathers of every bucket (after the optimizer updated this rank's shards).
@@ -140,8 +154,13 @@ class ShardedDataParallel : public Joinable {
   // Per-rank memory (memory_account.h): what this rank holds now, and the peaks so far.
   MemoryAccount memory_account(int64_t optimizer_state_bytes, int optimizer_state_bytes_per_param) const;
 
-  // Joinable: a joined rank shadows the others' forward and backward gathers (ZeRO-3); ZeRO-2 has none.
-  void join_shadow_before_backward() override;
+  // Joinable: a joined rank shadows the others' gathers (ZeRO-3); ZeRO-2 has none. Under Join, ZeRO-3's
+  // ranks announce every collective they issue on the gather group (an all-reduce of one int64 there before
+  // it: which unit's gather, the unit-order agreement, the start of a synchronized iteration, the end of its
+  // backward's gathers), because only they know how many gathers a step makes (no_sync micro-steps, a unit
+  // run twice, forwards without grad); a joined rank serves the announcements: it issues the same gather.
+  void join_shadow_between_iterations() override;  // until their next synchronized forward (or all joined)
+  void join_shadow_before_backward() override;     // until the end of their backward's gathers
   void join_shadow_iteration() override;
   void set_joined_to(bool attached) override;
   std::string joinable_name() const override { return "ShardedDataParallel"; }
@@ -161,6 +180,10 @@ class ShardedDataParallel : public Joinable {
 
   // Called by the ReduceScatterHook when bucket b's reduce-scatter starts (ZeRO-3: its unit is done).
   void on_bucket_reduce_scatter(size_t b);
+  // For the ReduceScatterHook: where bucket b's reduce-scatter writes - shard_grad itself while no piece of it
+  // holds a gradient, else `incoming`; and, once every bucket is done, the add into the shards.
+  Tensor& gradient_destination(size_t b);
+  void accumulate_gradient_shards(const std::vector<uint8_t>& parameters_used);
 
  private:
   struct Unit {
@@ -191,6 +214,11 @@ class ShardedDataParallel : public Joinable {
   void end_of_backward();
   void agree_forward_order();          // after the first forward: rank 0's observed order for everyone
   void wait_bucket_gather(Bucket& b);  // ZeRO-2
+  // ZeRO-3 under Join (see join_shadow_between_iterations): a rank still training announces; a joined rank
+  // serves the announcements until `until` (or every rank joined) and returns what ended it.
+  bool announcing() const;
+  void announce(int64_t code);
+  int64_t serve_announcements(int64_t until);
   void record_gathered_bytes();
 
   std::shared_ptr<nn::Module> module_;
@@ -200,7 +228,10 @@ class ShardedDataParallel : public Joinable {
   std::unique_ptr<DistributedDataParallel> ddp_;
   std::vector<nn::NamedTensor> params_;
   std::vector<Bucket> buckets_;
+  std::vector<Segment> segments_;  // bucket by bucket, in shard order
   bool under_join_ = false;
+  bool shadowing_ = false;             // serving announcements: issue, do not announce
+  bool announced_iteration_ = false;   // this forward announced a synchronized iteration: its backward's end too
 
   // ---- ZeRO-3 ----
   std::vector<Unit> units_;                   // registration order; the root unit (if any) last

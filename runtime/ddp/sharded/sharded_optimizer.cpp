@@ -13,20 +13,10 @@
 namespace ddp {
 
 ShardedOptimizer::ShardedOptimizer(ShardedDataParallel& sdp, optim::OptimizerFactory make_inner)
-    : optim::Optimizer({}, 0.0), sdp_(sdp) {
+    : optim::Optimizer({}, 0.0), sdp_(sdp), segments_(sdp.segments()) {
   DDP_CHECK(make_inner != nullptr, "ShardedOptimizer: no inner optimizer factory");
   std::vector<nn::NamedTensor> views;
-  auto& buckets = sdp_.buckets();
-  const auto& params = sdp_.parameters();
-  for (size_t b = 0; b < buckets.size(); ++b)
-    for (const ShardSegment& s : buckets[b].shard.segments) {
-      Tensor v = buckets[b].shard_params.slice0(s.shard_offset, s.shard_offset + s.numel());
-      const std::string name = params[s.param].name + "[" + std::to_string(s.param_begin) + ":" +
-                               std::to_string(s.param_end) + "]";
-      v.set_name(name);
-      segments_.push_back({b, s, v});
-      views.push_back({name, v});
-    }
+  for (const auto& s : segments_) views.push_back({s.view.name(), s.view});
   params_ = views;
   inner_ = make_inner(views);
   DDP_CHECK(inner_ != nullptr, "ShardedOptimizer: the factory made no optimizer");
@@ -51,21 +41,10 @@ void ShardedOptimizer::step_shard(bool training) {
     host_allreduce(sdp_.process_group(), lr, dist::ReduceOp::Max);
     lr_ = lr.data<double>()[0];
   }
-  auto& buckets = sdp_.buckets();
-  for (auto& s : segments_) {
-    Tensor v = s.view;
-    if (sdp_.parameter_used(s.piece.param))
-      v.set_grad(buckets[s.bucket].shard_grad.slice0(s.piece.shard_offset, s.piece.shard_offset + s.piece.numel()));
-    else
-      v.set_grad(Tensor());  // no rank used it: skipped, as DDP's optimizer skips a .grad that stayed none
-  }
+  // The segments' .grad is the sharded .grad (none: skipped, as a plain optimizer skips a none .grad).
   inner_->set_lr(lr_);
   inner_->step();
   ++steps_;
-  for (auto& s : segments_) {
-    Tensor v = s.view;
-    v.set_grad(Tensor());
-  }
   sdp_.after_step();
 }
 

@@ -1,9 +1,11 @@
 // sharded_optimizer.h - the optimizer of ZeRO-2/3: an ordinary optimizer (SGD, AdamW) over this rank's shard
 // of the parameters. Each shard is cut into segments, one per piece of a parameter (shard_layout.h); the
 // inner optimizer sees every segment as a parameter of its own (a view of the shard, named
-// "fc1.weight[128:256]"), with the matching view of the averaged gradient shard as its .grad - or none when
-// no rank used the parameter, so it is skipped as plain DDP's optimizer skips it. The update rules are
-// elementwise, so stepping the segments is stepping the parameters. After the step ZeRO-2 all-gathers the
+// "fc1.weight[128:256]", ShardedDataParallel::segments()), whose .grad is the sharded .grad: the matching view
+// of the gradient shard once a synchronized backward gave the parameter a gradient, accumulating over
+// backwards until zero_grad - or none (never given one, no rank used it, or zero_grad to none), so it is
+// skipped as plain DDP's optimizer skips it. The update rules are elementwise, so stepping the segments is
+// stepping the parameters; zero_grad() clears the segments' .grad as a plain optimizer's clears .grad. After the step ZeRO-2 all-gathers the
 // shards back into the whole parameters (ShardedDataParallel::after_step); ZeRO-3 keeps them sharded.
 //
 // Under Join, register it (like ZeroRedundancyOptimizer): a joined rank steps its shard with the gradients the
@@ -46,6 +48,7 @@ class ShardedOptimizer : public optim::Optimizer, public Joinable {
   const optim::Optimizer& inner() const { return *inner_; }
 
   void join_shadow_iteration() override { step_shard(/*training=*/false); }
+  void join_zero_grad(bool set_to_none) override { zero_grad(set_to_none); }
   void set_joined_to(bool attached) override { under_join_ = attached; }
   std::string joinable_name() const override { return "ShardedOptimizer"; }
   void set_join_gradient_transform(std::function<void()> transform) { join_transform_ = std::move(transform); }
@@ -56,12 +59,7 @@ class ShardedOptimizer : public optim::Optimizer, public Joinable {
   void state_kinds(std::vector<std::string>& tensors, std::string& scalar) const;
 
   ShardedDataParallel& sdp_;
-  struct Segment {
-    size_t bucket;
-    ShardSegment piece;
-    Tensor view;  // of the shard of parameters
-  };
-  std::vector<Segment> segments_;
+  const std::vector<ShardedDataParallel::Segment>& segments_;  // the inner optimizer's parameters
   std::unique_ptr<optim::Optimizer> inner_;
   bool under_join_ = false;
   std::function<void()> join_transform_;
