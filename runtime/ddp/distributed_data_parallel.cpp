@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "runtime/autograd/node.h"
+#include "runtime/ddp/joinable.h"
 #include "runtime/distributed/flight_recorder.h"
 #include "runtime/distributed/host_collectives.h"
 
@@ -150,12 +151,7 @@ void DistributedDataParallel::disable_join() {
 }
 
 std::vector<int32_t> DistributedDataParallel::exchange_activity(bool active) {
-  std::vector<int32_t> flags(static_cast<size_t>(pg_->size()), 0);
-  flags[static_cast<size_t>(pg_->rank())] = active ? 1 : 0;
-  Tensor t = Tensor::from_data<int32_t>(flags, {pg_->size()});
-  dist::FlightIssuer who("join activity");
-  host_allreduce(*pg_, t);
-  return std::vector<int32_t>(t.data<int32_t>(), t.data<int32_t>() + pg_->size());
+  return join_exchange(*pg_, JoinPoint::Forward, active);
 }
 
 void DistributedDataParallel::shadow_backward() { reducer_->shadow_backward(); }

@@ -4,12 +4,12 @@
 // active, then the joinables' shadows, and the final model sync from the last joiner.
 #include "runtime/ddp/join.h"
 
-#include "runtime/distributed/flight_recorder.h"
-
 #include <algorithm>
 #include <mutex>
 
 #include "runtime/core/log.h"
+#include "runtime/distributed/flight_recorder.h"
+#include "runtime/distributed/host_collectives.h"
 #include "runtime/nn/sync_batchnorm.h"
 
 namespace ddp {
@@ -56,6 +56,33 @@ bool join_attached_to(const dist::ProcessGroup& pg) {
   std::lock_guard<std::mutex> lock(registry().mutex);
   auto& v = registry().joins;
   return std::find(v.begin(), v.end(), &pg) != v.end();
+}
+
+std::vector<int32_t> join_exchange(dist::ProcessGroup& pg, JoinPoint point, bool active) {
+  // Rank r's entry: 2 x point + active. Forward entries are 0/1, as the activity flags always were.
+  const int world = pg.size();
+  std::vector<int32_t> mine(static_cast<size_t>(world), 0);
+  mine[static_cast<size_t>(pg.rank())] = 2 * static_cast<int32_t>(point) + (active ? 1 : 0);
+  Tensor t = Tensor::from_data<int32_t>(mine, {world});
+  {
+    dist::FlightIssuer who(point == JoinPoint::Forward ? "join activity" : "join step");
+    host_allreduce(pg, t, dist::ReduceOp::Sum);
+  }
+  std::vector<int32_t> flags(static_cast<size_t>(world));
+  int forward = 0, step = 0;
+  for (int r = 0; r < world; ++r) {
+    const int32_t v = t.data<int32_t>()[r];
+    flags[static_cast<size_t>(r)] = v % 2;
+    (v / 2 == 0 ? forward : step) += 1;
+  }
+  DDP_CHECK(forward == 0 || step == 0, "rank ", pg.rank(), ": Join: the ranks are not at the same point: ", forward,
+            " at a synchronized forward, ", step, " at an optimizer step (this rank: ",
+            point == JoinPoint::Forward ? "forward" : "step", "). A joined rank shadows one step of a registered "
+            "optimizer (ZeroRedundancyOptimizer, ShardedOptimizer) per synchronized backward of the ranks still "
+            "training, so under Join every synchronized backward must be followed by exactly one optimizer step: "
+            "two synchronized backwards before a step, or a step without a backward, cannot be shadowed. "
+            "Accumulate under no_sync() for all but the last backward, or step after every backward");
+  return flags;
 }
 
 Join::Join(DistributedDataParallel& ddp, JoinOptions options) : ddp_(ddp), options_(std::move(options)) {

@@ -4,7 +4,9 @@
 // (JoinOptions::joinables); on a joined rank, Join calls join_shadow_iteration() once per iteration of the
 // others, after the shadow of their backward, in registration order.
 #pragma once
+#include <cstdint>
 #include <string>
+#include <vector>
 
 namespace ddp::dist {
 class ProcessGroup;
@@ -39,5 +41,14 @@ class Joinable {
 // its own that is not registered with it checks this, so that a missing registration is a clear error on
 // every rank instead of a collective timeout on some.
 bool join_attached_to(const dist::ProcessGroup& pg);
+
+// The points where ranks under Join tell each other what they do (one all-reduce of one int32 per rank on the
+// main group): the start of a synchronized forward (DDP's activity exchange), and the step of an optimizer
+// that is a joinable (ZeroRedundancyOptimizer, ShardedOptimizer), which a joined rank shadows once per
+// synchronized backward of the others. Returns whether each rank is active (still training). When the ranks
+// are not all at the same kind of point - two synchronized backwards before a step, a step without a backward
+// - every rank raises the same named error instead of a collective mismatch or a timeout.
+enum class JoinPoint { Forward = 0, Step = 1 };
+std::vector<int32_t> join_exchange(dist::ProcessGroup& pg, JoinPoint point, bool active);
 
 }  // namespace ddp

@@ -82,6 +82,7 @@ void ZeroRedundancyOptimizer::step_shard(bool training) {
   autograd::NoGradGuard ng;
   dist::FlightIssuer who("zero");
   if (under_join_ && pg_->size() > 1) {
+    join_exchange(*pg_, JoinPoint::Step, training);  // every rank at a step (else a named error on each)
     // The learning rate of the ranks still training (a schedule moves only there); a joined rank's is stale.
     Tensor lr = Tensor::from_data<double>({training ? lr_ : -std::numeric_limits<double>::infinity()}, {1});
     host_allreduce(*pg_, lr, dist::ReduceOp::Max);

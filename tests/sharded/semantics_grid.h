@@ -37,8 +37,8 @@ struct Pattern {
   int raise_step = -1;             // in this step every rank raises between forward and backward, abandons it
   bool join = true;        // also in the Join grid (false: plain DDP itself cannot do it under Join; see table)
   // Stage -> the words every rank's error must contain (the stage refuses this pattern); absent: must equal
-  // plain DDP.
-  std::map<int, std::string> refused;
+  // plain DDP. join_refused: the same under Join (defaults to refused).
+  std::map<int, std::string> refused, join_refused;
 };
 
 // One case: a pattern at one stage, world, backend and (ZeRO-3) prefetch depth; uneven > 0: under Join, rank

@@ -59,7 +59,8 @@ constexpr int64_t kNobody = 0;          // every rank has joined
 constexpr int64_t kNextIteration = 1;   // a synchronized forward: its activity exchange (main group) follows
 constexpr int64_t kBackwardDone = 2;    // its backward issued its last gather: the reduce-scatters follow
 constexpr int64_t kUnitOrder = 3;       // the unit-order agreement (a broadcast) follows
-constexpr int64_t kGatherBase = 4;      // kGatherBase + 2 unit + exact: that unit's all-gather follows
+constexpr int64_t kStep = 4;            // an optimizer step: its Join exchange (main group) follows
+constexpr int64_t kGatherBase = 5;      // kGatherBase + 2 unit + exact: that unit's all-gather follows
 
 std::string announcement_name(int64_t code) {
   switch (code) {
@@ -67,6 +68,7 @@ std::string announcement_name(int64_t code) {
     case kNextIteration: return "the start of a synchronized forward";
     case kBackwardDone: return "the end of a synchronized backward";
     case kUnitOrder: return "the unit-order agreement";
+    case kStep: return "an optimizer step";
     default: return "the all-gather of unit " + std::to_string((code - kGatherBase) / 2);
   }
 }
@@ -325,6 +327,7 @@ void ShardedDataParallel::wait_bucket_gather(Bucket& b) {
 }
 
 void ShardedDataParallel::after_step() {
+  step_point_done_ = false;
   if (opt_.stage != 2) return;
   // In forward order: the last bucket holds the first layers.
   for (size_t k = buckets_.size(); k-- > 0;) {
@@ -654,6 +657,9 @@ int64_t ShardedDataParallel::serve_announcements(int64_t until) {
     }
     const int64_t code = t.data<int64_t>()[0];
     if (code == until || (code == kNobody && until == kNextIteration)) return code;
+    // Their step where this rank expects their forward, or the other way round: the Join exchange that
+    // follows on the main group (join_exchange) names the disagreement on every rank.
+    if ((code == kStep && until == kNextIteration) || (code == kNextIteration && until == kStep)) return code;
     if (code == kUnitOrder) {
       agree_forward_order();
       continue;
@@ -681,6 +687,18 @@ void ShardedDataParallel::join_shadow_before_backward() {
   if (opt_.stage == 3 && gpg_->size() > 1) serve_announcements(kBackwardDone);
 }
 
+void ShardedDataParallel::join_step_point(bool training) {
+  if (!under_join_ || step_point_done_) return;
+  if (opt_.stage == 3 && gpg_->size() > 1) {
+    if (training)
+      announce(kStep);
+    else
+      serve_announcements(kStep);
+  }
+  join_exchange(*pg_, JoinPoint::Step, training);
+  step_point_done_ = true;
+}
+
 void ShardedDataParallel::join_shadow_iteration() {
   if (opt_.stage != 3) return;
   for (size_t u = 0; u < units_.size(); ++u) reshard(u);
@@ -693,6 +711,7 @@ bool ShardedDataParallel::parameter_used(size_t i) const {
 }
 
 double ShardedDataParallel::clip_grad_norm_(double max_norm) {
+  join_step_point(/*training=*/true);  // under Join (a joined rank's shadow step made it already)
   // Over the pieces whose .grad is defined, as optim::clip_grad_norm_ over the parameters' defined .grad.
   double local = 0;
   for (const Segment& s : segments_)

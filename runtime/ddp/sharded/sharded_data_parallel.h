@@ -162,6 +162,10 @@ class ShardedDataParallel : public Joinable {
   void join_shadow_between_iterations() override;  // until their next synchronized forward (or all joined)
   void join_shadow_before_backward() override;     // until the end of their backward's gathers
   void join_shadow_iteration() override;
+  // Under Join, once per step (the optimizer's, or the clipping before it, whichever comes first): the step's
+  // Join exchange on the main group (join_exchange), after - ZeRO-3 - its announcement on the gather group.
+  // `training`: this rank steps its own iteration; false: a joined rank's shadow of the others' step.
+  void join_step_point(bool training);
   void set_joined_to(bool attached) override;
   std::string joinable_name() const override { return "ShardedDataParallel"; }
 
@@ -232,6 +236,7 @@ class ShardedDataParallel : public Joinable {
   bool under_join_ = false;
   bool shadowing_ = false;             // serving announcements: issue, do not announce
   bool announced_iteration_ = false;   // this forward announced a synchronized iteration: its backward's end too
+  bool step_point_done_ = false;       // join_step_point ran for the coming step
 
   // ---- ZeRO-3 ----
   std::vector<Unit> units_;                   // registration order; the root unit (if any) last

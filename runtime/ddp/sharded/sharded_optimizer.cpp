@@ -33,6 +33,9 @@ void ShardedOptimizer::step() {
 }
 
 void ShardedOptimizer::step_shard(bool training) {
+  // Under Join: every rank at a step (or a named error on each); the clipping (the loop's, or the transform
+  // on a joined rank) makes the same exchange first, once.
+  if (under_join_) sdp_.join_step_point(training);
   if (!training && join_transform_) join_transform_();
   if (under_join_) {
     // A joined rank's learning rate may be stale (its schedule stopped): take the training ranks' one.
