@@ -144,6 +144,7 @@ int main(int argc, char** argv) {
       ShardedDataParallel sdp(model, ctx.group, so);
       ShardedOptimizer opt(sdp, sgd);
       for (int s = 0; s < steps; ++s) {
+        opt.zero_grad();  // the gradient shard accumulates over backwards as .grad does
         auto [x, y] = batch(s, rank, 1, dev);
         autograd::backward(ops::cross_entropy(sdp.forward(x), y));
         sdp.clip_grad_norm_(1e9);  // the global norm across the shards: one more collective
