@@ -1,5 +1,6 @@
 // sharded_data_parallel.cpp - ZeRO-2/3: the flat parameter buffers over the reducer's buckets, the units and
-// their forward hooks and backward nodes, the agreed gather order with prefetch, resharding. Read
+// their forward hooks and backward nodes, the agreed gather order with prefetch, resharding, the gradient
+// shards' .grad (accumulated as .grad is), clipping. Under Join: sharded_join.cpp. Read
 // sharded_data_parallel.h first; docs/sharding.md walks one step of each stage.
 #include "runtime/ddp/sharded/sharded_data_parallel.h"
 
@@ -11,6 +12,7 @@
 #include "runtime/autograd/engine.h"
 #include "runtime/autograd/node.h"
 #include "runtime/core/log.h"
+#include "runtime/ddp/sharded/join_announcements.h"
 #include "runtime/ddp/sharded/reduce_scatter_hook.h"
 #include "runtime/distributed/comm_buffer_of.h"
 #include "runtime/distributed/flight_recorder.h"
@@ -20,6 +22,8 @@
 #include "runtime/trace/trace.h"
 
 namespace ddp {
+
+using namespace zero3_join;
 
 namespace {
 using Clock = std::chrono::steady_clock;
@@ -52,26 +56,6 @@ void bind(Tensor& p, const Tensor& full, int64_t offset) {
   p.impl()->offset = full.impl()->offset + offset;
 }
 void unbind(Tensor& p) { p.impl()->storage = nullptr; }
-
-// ZeRO-3 under Join: what the ranks still training announce on the gather group before each collective
-// they issue there (an all-reduce of one int64, Max: a joined rank contributes kNobody).
-constexpr int64_t kNobody = 0;          // every rank has joined
-constexpr int64_t kNextIteration = 1;   // a synchronized forward: its activity exchange (main group) follows
-constexpr int64_t kBackwardDone = 2;    // its backward issued its last gather: the reduce-scatters follow
-constexpr int64_t kUnitOrder = 3;       // the unit-order agreement (a broadcast) follows
-constexpr int64_t kStep = 4;            // an optimizer step: its Join exchange (main group) follows
-constexpr int64_t kGatherBase = 5;      // kGatherBase + 2 unit + exact: that unit's all-gather follows
-
-std::string announcement_name(int64_t code) {
-  switch (code) {
-    case kNobody: return "nothing (every rank has joined)";
-    case kNextIteration: return "the start of a synchronized forward";
-    case kBackwardDone: return "the end of a synchronized backward";
-    case kUnitOrder: return "the unit-order agreement";
-    case kStep: return "an optimizer step";
-    default: return "the all-gather of unit " + std::to_string((code - kGatherBase) / 2);
-  }
-}
 
 bool is_index(const std::string& s) {
   return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
@@ -622,86 +606,6 @@ std::vector<std::string> ShardedDataParallel::unit_order() const {
   std::vector<std::string> names;
   for (size_t u : forward_order_) names.push_back(units_[u].name);
   return names;
-}
-
-void ShardedDataParallel::set_joined_to(bool attached) {
-  DDP_CHECK(!(attached && opt_.stage == 3 && gpg_ == pg_), "ShardedDataParallel: ZeRO-3 under Join needs ",
-            "ShardOptions::gather_group (a second process group over the same ranks): a joined rank shadows ",
-            "the others' gathers, which must not interleave with the shadowed reduce-scatters");
-  under_join_ = attached;
-  announced_iteration_ = false;
-}
-
-bool ShardedDataParallel::announcing() const {
-  return under_join_ && !shadowing_ && opt_.stage == 3 && gpg_->size() > 1;
-}
-
-void ShardedDataParallel::announce(int64_t code) {
-  if (!announcing()) return;
-  Tensor t = Tensor::from_data<int64_t>({code}, {1});
-  dist::FlightIssuer who("zero3 join announcement");
-  host_allreduce(*gpg_, t, dist::ReduceOp::Max);
-}
-
-int64_t ShardedDataParallel::serve_announcements(int64_t until) {
-  shadowing_ = true;
-  struct Reset {
-    bool& flag;
-    ~Reset() { flag = false; }
-  } reset{shadowing_};
-  for (;;) {
-    Tensor t = Tensor::from_data<int64_t>({kNobody}, {1});
-    {
-      dist::FlightIssuer who("zero3 join announcement");
-      host_allreduce(*gpg_, t, dist::ReduceOp::Max);
-    }
-    const int64_t code = t.data<int64_t>()[0];
-    if (code == until || (code == kNobody && until == kNextIteration)) return code;
-    // Their step where this rank expects their forward, or the other way round: the Join exchange that
-    // follows on the main group (join_exchange) names the disagreement on every rank.
-    if ((code == kStep && until == kNextIteration) || (code == kNextIteration && until == kStep)) return code;
-    if (code == kUnitOrder) {
-      agree_forward_order();
-      continue;
-    }
-    DDP_CHECK(code >= kGatherBase && static_cast<size_t>((code - kGatherBase) / 2) < units_.size(), "rank ",
-              pg_->rank(), ": ZeRO-3 under Join: this joined rank waited for ", announcement_name(until),
-              " of the ranks still training, and they announced ", announcement_name(code),
-              ". Under Join every synchronized forward must be followed by its backward (a forward abandoned by a "
-              "raise between forward and backward cannot be shadowed) and every rank must call Join::join()");
-    const auto u = static_cast<size_t>((code - kGatherBase) / 2);
-    reshard(u);
-    issue_gather(u, /*exact=*/(code - kGatherBase) % 2 == 1);
-    reshard(u);  // waits for it: the others' gather had this rank's shard
-  }
-}
-
-void ShardedDataParallel::join_shadow_between_iterations() {
-  if (opt_.stage == 3 && gpg_->size() > 1) serve_announcements(kNextIteration);
-}
-
-void ShardedDataParallel::join_shadow_before_backward() {
-  // The others' forward and backward gathers (and the order agreement after their first forward), all
-  // before the shadow of their backward: they wait for each gather before issuing the reduce-scatters that
-  // shadow waits for.
-  if (opt_.stage == 3 && gpg_->size() > 1) serve_announcements(kBackwardDone);
-}
-
-void ShardedDataParallel::join_step_point(bool training) {
-  if (!under_join_ || step_point_done_) return;
-  if (opt_.stage == 3 && gpg_->size() > 1) {
-    if (training)
-      announce(kStep);
-    else
-      serve_announcements(kStep);
-  }
-  join_exchange(*pg_, JoinPoint::Step, training);
-  step_point_done_ = true;
-}
-
-void ShardedDataParallel::join_shadow_iteration() {
-  if (opt_.stage != 3) return;
-  for (size_t u = 0; u < units_.size(); ++u) reshard(u);
 }
 
 // ---- for the optimizer ----
