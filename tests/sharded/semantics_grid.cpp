@@ -11,6 +11,7 @@
 #include "runtime/ddp/join.h"
 #include "runtime/ddp/sharded/sharded_data_parallel.h"
 #include "runtime/ddp/sharded/sharded_optimizer.h"
+#include "runtime/ddp/zero_redundancy_optimizer.h"
 #include "runtime/distributed/env.h"
 #include "runtime/distributed/local_world.h"
 #include "runtime/distributed/process_group_factory.h"
@@ -20,7 +21,6 @@
 #include "runtime/ops/linalg.h"
 #include "runtime/ops/loss.h"
 #include "runtime/ops/shape.h"
-#include "runtime/optim/zero_redundancy_optimizer.h"
 #include "tests/support/ddp_test_util.h"
 
 namespace ddp::testing::grid {
