@@ -148,10 +148,12 @@ std::vector<Row> run(const Sizes& m, int stage, int world, int steps, int64_t ba
             zero = z.get();
             opt = std::move(z);
           }
-          timed_steps([&](const Tensor& t) { return ddp.forward(t); }, [&] {
-            opt->step();
-            opt->zero_grad();
-          }, [] {});
+          timed_steps([&](const Tensor& t) { return ddp.forward(t); },
+                      [&] {
+                        opt->step();
+                        opt->zero_grad();
+                      },
+                      [] {});
           for (auto& p : model->parameters()) {
             r.param_bytes += static_cast<int64_t>(p.nbytes());
             if (p.grad().defined()) r.grad_bytes += static_cast<int64_t>(p.grad().nbytes());
@@ -174,10 +176,11 @@ std::vector<Row> run(const Sizes& m, int stage, int world, int steps, int64_t ba
           }
           ShardedDataParallel sdp(model, borrow(pg), o);
           ShardedOptimizer opt(sdp, adamw());
-          timed_steps([&](const Tensor& t) { return sdp.forward(t); }, [&] {
-            opt.step();
-            opt.zero_grad();
-          },
+          timed_steps([&](const Tensor& t) { return sdp.forward(t); },
+                      [&] {
+                        opt.step();
+                        opt.zero_grad();
+                      },
                       [&] { sdp.reset_gather_stats(); });
           r.gather_wait_s = sdp.gather_wait_s();
           const MemoryAccount a = sdp.memory_account(opt.state_bytes(), 8);

@@ -75,13 +75,15 @@ std::vector<int32_t> join_exchange(dist::ProcessGroup& pg, JoinPoint point, bool
     flags[static_cast<size_t>(r)] = v % 2;
     (v / 2 == 0 ? forward : step) += 1;
   }
-  DDP_CHECK(forward == 0 || step == 0, "rank ", pg.rank(), ": Join: the ranks are not at the same point: ", forward,
-            " at a synchronized forward, ", step, " at an optimizer step (this rank: ",
-            point == JoinPoint::Forward ? "forward" : "step", "). A joined rank shadows one step of a registered "
-            "optimizer (ZeroRedundancyOptimizer, ShardedOptimizer) per synchronized backward of the ranks still "
-            "training, so under Join every synchronized backward must be followed by exactly one optimizer step: "
-            "two synchronized backwards before a step, or a step without a backward, cannot be shadowed. "
-            "Accumulate under no_sync() for all but the last backward, or step after every backward");
+  DDP_CHECK(
+      forward == 0 || step == 0, "rank ", pg.rank(), ": Join: the ranks are not at the same point: ", forward,
+      " at a synchronized forward, ", step,
+      " at an optimizer step (this rank: ", point == JoinPoint::Forward ? "forward" : "step",
+      "). A joined rank shadows one step of a registered "
+      "optimizer (ZeroRedundancyOptimizer, ShardedOptimizer) per synchronized backward of the ranks still "
+      "training, so under Join every synchronized backward must be followed by exactly one optimizer step: "
+      "two synchronized backwards before a step, or a step without a backward, cannot be shadowed. "
+      "Accumulate under no_sync() for all but the last backward, or step after every backward");
   return flags;
 }
 
@@ -155,8 +157,8 @@ void Join::join() {
         p.grad().zero_();
     }
     for (Joinable* j : options_.joinables) j->join_zero_grad(options_.zero_grad_set_to_none);
-    // The others' order: buffers broadcast before their forward, their forward's and backward's collectives on
-    // groups of their own (ZeRO-3's gathers), their backward, their step.
+    // The others' order: buffers broadcast before their forward, their forward's and backward's collectives
+    // on groups of their own (ZeRO-3's gathers), their backward, their step.
     ddp_.shadow_buffers(root);
     for (Joinable* j : options_.joinables) j->join_shadow_before_backward();
     ddp_.shadow_backward();

@@ -28,8 +28,9 @@ class Joinable {
   // grad); returns when they start their next synchronized forward, or when every rank has joined. Default:
   // nothing.
   virtual void join_shadow_between_iterations() {}
-  // On a joined rank, before each shadowed backward: the others' zero_grad (JoinOptions::zero_grad_set_to_none)
-  // on gradients this participant keeps itself (ZeRO-2/3's gradient shards). Default: nothing.
+  // On a joined rank, before each shadowed backward: the others' zero_grad
+  // (JoinOptions::zero_grad_set_to_none) on gradients this participant keeps itself (ZeRO-2/3's gradient
+  // shards). Default: nothing.
   virtual void join_zero_grad(bool set_to_none) { (void)set_to_none; }
   // Registered with / detached from a Join (join.cpp): from now on every iteration of this participant is
   // Join-aware (it may exchange what a joined rank needs, e.g. ZeRO's learning rate).

@@ -43,8 +43,8 @@ class SharedLinear : public nn::Module {
 };
 
 // items.0 -> [norm] -> items.1 [twice] -> [experts.e] -> [mix -> again] -> items.2 -> head. The items and the
-// experts are ZeRO-3 units (ModuleList items); head, norm, mix, again and spare are the root unit. Modules are
-// called through operator() so that their forward hooks run.
+// experts are ZeRO-3 units (ModuleList items); head, norm, mix, again and spare are the root unit. Modules
+// are called through operator() so that their forward hooks run.
 class GridNet : public nn::Module {
  public:
   explicit GridNet(const NetConfig& c) : c_(c) {
@@ -56,7 +56,8 @@ class GridNet : public nn::Module {
     else
       items->push_back(std::make_shared<nn::Linear>(kHidden, kHidden, true, DType::F64));
     items->push_back(i2);
-    if (c.batchnorm) norm = register_module("norm", std::make_shared<nn::BatchNorm2d>(kHidden, 0.1, 1e-5, DType::F64));
+    if (c.batchnorm)
+      norm = register_module("norm", std::make_shared<nn::BatchNorm2d>(kHidden, 0.1, 1e-5, DType::F64));
     if (c.experts) {
       experts = register_module("experts", std::make_shared<nn::ModuleList<nn::Linear>>());
       experts->push_back(std::make_shared<nn::Linear>(kHidden, kHidden, true, DType::F64));
@@ -65,7 +66,8 @@ class GridNet : public nn::Module {
     }
     if (c.tied) {
       mix = register_module("mix", std::make_shared<nn::Linear>(kHidden, kHidden, true, DType::F64));
-      again = register_module("again", std::make_shared<SharedLinear>(mix->weight, Tensor::zeros({kHidden}, DType::F64)));
+      again = register_module(
+          "again", std::make_shared<SharedLinear>(mix->weight, Tensor::zeros({kHidden}, DType::F64)));
     }
     head = register_module("head", std::make_shared<nn::Linear>(kHidden, kClasses, true, DType::F64));
   }
@@ -104,7 +106,8 @@ Batch batch_of(int step, int micro, int rank) {
 
 std::unique_ptr<optim::Optimizer> make_opt(Opt o, std::vector<nn::NamedTensor> ps) {
   if (o == Opt::AdamW)
-    return std::make_unique<optim::AdamW>(std::move(ps), optim::AdamWOptions{.lr = 0.02, .weight_decay = 0.1});
+    return std::make_unique<optim::AdamW>(std::move(ps),
+                                          optim::AdamWOptions{.lr = 0.02, .weight_decay = 0.1});
   return std::make_unique<optim::SGD>(std::move(ps),
                                       optim::SGDOptions{.lr = 0.1, .momentum = 0.9, .weight_decay = 0.05});
 }
@@ -159,7 +162,8 @@ void train_rank(const Case& c, int rank, dist::ProcessGroup& pg, dist::Store& st
   } else {
     s.ddp = std::make_unique<DistributedDataParallel>(model, borrow(pg), d);
     if (c.stage == 1) {
-      auto zero = std::make_unique<optim::ZeroRedundancyOptimizer>(model->named_parameters(), borrow(pg), inner);
+      auto zero =
+          std::make_unique<optim::ZeroRedundancyOptimizer>(model->named_parameters(), borrow(pg), inner);
       s.zero = zero.get();
       if (p.clip)
         zero->set_join_gradient_transform([model] { optim::clip_grad_norm_(model->parameters(), kClip); });
@@ -224,7 +228,8 @@ void train_rank(const Case& c, int rank, dist::ProcessGroup& pg, dist::Store& st
 std::string Case::name() const {
   std::string n = "zero" + std::to_string(stage) + " world " + std::to_string(world) + " " + backend;
   if (stage == 3) n += " prefetch " + std::to_string(prefetch);
-  if (uneven > 0) n += " join (rank r runs " + std::to_string(steps) + " - " + std::to_string(uneven) + "r steps)";
+  if (uneven > 0)
+    n += " join (rank r runs " + std::to_string(steps) + " - " + std::to_string(uneven) + "r steps)";
   return pattern->name + ": " + n;
 }
 
@@ -234,7 +239,8 @@ Outcome run_case(const Case& c) {
   out.buffers.resize(c.world);
   out.errors.resize(c.world);
   dist::ProcessGroupOptions po;
-  po.timeout = std::chrono::seconds(10);  // a rank left waiting fails the case in seconds, with the collective
+  po.timeout =
+      std::chrono::seconds(10);  // a rank left waiting fails the case in seconds, with the collective
   dist::run_threads(
       c.world,
       [&](int rank, dist::ProcessGroup& pg, dist::Store& store) {
@@ -248,6 +254,8 @@ Outcome run_case(const Case& c) {
   return out;
 }
 
-std::vector<std::vector<double>> initial_params(const Pattern& p) { return snapshot_params(*make_net(p.net)); }
+std::vector<std::vector<double>> initial_params(const Pattern& p) {
+  return snapshot_params(*make_net(p.net));
+}
 
 }  // namespace ddp::testing::grid

@@ -15,11 +15,11 @@ enum class Opt { SGD, AdamW };
 
 // The model's switches (semantics_grid.cpp: GridNet).
 struct NetConfig {
-  bool twice = false;    // items.1 runs twice in one forward
-  bool tied = false;     // "mix" and "again" share one weight (both in the root unit of ZeRO-3)
+  bool twice = false;              // items.1 runs twice in one forward
+  bool tied = false;               // "mix" and "again" share one weight (both in the root unit of ZeRO-3)
   bool tied_across_units = false;  // items.1 also uses items.2's weight (two ZeRO-3 units share it)
   bool batchnorm = false;          // a BatchNorm2d "norm" (buffers: running mean and variance)
-  bool experts = false;            // experts.0 or experts.1 by the sign of the batch, and a never-used "spare"
+  bool experts = false;  // experts.0 or experts.1 by the sign of the batch, and a never-used "spare"
 };
 
 // One usage pattern of plain DDP + an optimizer: one row of the table.
@@ -29,13 +29,13 @@ struct Pattern {
   Opt opt = Opt::SGD;
   bool find_unused = false;
   bool static_graph = false;
-  int backwards = 1;       // synchronized backwards before each step (no zero_grad between them)
-  int accumulation = 1;    // no_sync micro-steps before each synchronized backward, counted with it
-  bool clip = false;       // clip the global gradient norm before each step
-  bool set_to_none = true;        // zero_grad after each step: to none, or zeros in place
+  int backwards = 1;               // synchronized backwards before each step (no zero_grad between them)
+  int accumulation = 1;            // no_sync micro-steps before each synchronized backward, counted with it
+  bool clip = false;               // clip the global gradient norm before each step
+  bool set_to_none = true;         // zero_grad after each step: to none, or zeros in place
   int step_without_backward = -1;  // in this step: no forward, no backward, just step() and zero_grad()
   int raise_step = -1;             // in this step every rank raises between forward and backward, abandons it
-  bool join = true;        // also in the Join grid (false: plain DDP itself cannot do it under Join; see table)
+  bool join = true;  // also in the Join grid (false: plain DDP itself cannot do it under Join; see table)
   // Stage -> the words every rank's error must contain (the stage refuses this pattern); absent: must equal
   // plain DDP. join_refused: the same under Join (defaults to refused).
   std::map<int, std::string> refused, join_refused;

@@ -1,8 +1,8 @@
-// test_sharded_semantics.cpp - the semantics grid, sharded vs plain (issue 36). Every usage pattern that plain
-// DDP + an optimizer supports is one row of kPatterns; the grid crosses each row with ZeRO stages 0-3, worlds
-// 1-3, the shm and gloo backends and (ZeRO-3) prefetch depths 0-2, and every case must end, on every rank,
-// bitwise equal to rank 0 and within 1e-12 (float64) of plain DDP (stage 0, same world and backend) - or be
-// refused on every rank with the error the row names. The Join grid runs the same rows with uneven step
+// test_sharded_semantics.cpp - the semantics grid, sharded vs plain (issue 36). Every usage pattern that
+// plain DDP + an optimizer supports is one row of kPatterns; the grid crosses each row with ZeRO stages 0-3,
+// worlds 1-3, the shm and gloo backends and (ZeRO-3) prefetch depths 0-2, and every case must end, on every
+// rank, bitwise equal to rank 0 and within 1e-12 (float64) of plain DDP (stage 0, same world and backend) -
+// or be refused on every rank with the error the row names. The Join grid runs the same rows with uneven step
 // counts (rank r runs 4 - r steps) at worlds 2 and 3. One gtest per row, so a failure names its pattern; each
 // failing case is named in full by its SCOPED_TRACE. semantics_grid.{h,cpp} hold the model and the loop.
 #include <gtest/gtest.h>
@@ -32,33 +32,48 @@ const std::vector<Pattern>& patterns() {
     // of the others: these rows are refused there, by name, on every rank (plain DDP's optimizer is local).
     const std::map<int, std::string> one_step_per_backward = {
         {1, kNotOneStepPerBackward}, {2, kNotOneStepPerBackward}, {3, kNotOneStepPerBackward}};
-    t.push_back({.name = "two synchronized backwards before a step", .backwards = 2,
+    t.push_back({.name = "two synchronized backwards before a step",
+                 .backwards = 2,
                  .join_refused = one_step_per_backward});
-    t.push_back({.name = "two synchronized backwards, AdamW, clipping", .opt = Opt::AdamW, .backwards = 2,
-                 .clip = true, .join_refused = one_step_per_backward});
-    t.push_back({.name = "a step without backward after zero_grad to none", .step_without_backward = 3,
+    t.push_back({.name = "two synchronized backwards, AdamW, clipping",
+                 .opt = Opt::AdamW,
+                 .backwards = 2,
+                 .clip = true,
                  .join_refused = one_step_per_backward});
-    t.push_back({.name = "a step without backward after zero_grad in place", .set_to_none = false,
-                 .step_without_backward = 3, .join_refused = one_step_per_backward});
+    t.push_back({.name = "a step without backward after zero_grad to none",
+                 .step_without_backward = 3,
+                 .join_refused = one_step_per_backward});
+    t.push_back({.name = "a step without backward after zero_grad in place",
+                 .set_to_none = false,
+                 .step_without_backward = 3,
+                 .join_refused = one_step_per_backward});
     t.push_back({.name = "no_sync accumulation (3 micro-steps)", .accumulation = 3});
-    t.push_back({.name = "no_sync accumulation, AdamW, clipping", .opt = Opt::AdamW, .accumulation = 2,
+    t.push_back({.name = "no_sync accumulation, AdamW, clipping",
+                 .opt = Opt::AdamW,
+                 .accumulation = 2,
                  .clip = true});
     t.push_back({.name = "clipping by the global norm", .clip = true});
     t.push_back({.name = "a module called twice in one forward", .net = {.twice = true}});
     t.push_back({.name = "tied weights", .net = {.tied = true}, .opt = Opt::AdamW});
     t.push_back({.name = "buffers (BatchNorm)", .net = {.batchnorm = true}});
     t.push_back({.name = "find_unused_parameters (data-chosen experts, a never-used layer)",
-                 .net = {.experts = true}, .find_unused = true});
-    t.push_back({.name = "find_unused_parameters, AdamW, zero_grad in place", .net = {.experts = true},
-                 .opt = Opt::AdamW, .find_unused = true, .set_to_none = false});
+                 .net = {.experts = true},
+                 .find_unused = true});
+    t.push_back({.name = "find_unused_parameters, AdamW, zero_grad in place",
+                 .net = {.experts = true},
+                 .opt = Opt::AdamW,
+                 .find_unused = true,
+                 .set_to_none = false});
     t.push_back({.name = "static_graph", .static_graph = true});
-    t.push_back({.name = "static_graph, a module called twice", .net = {.twice = true}, .static_graph = true});
+    t.push_back(
+        {.name = "static_graph, a module called twice", .net = {.twice = true}, .static_graph = true});
     // Every rank raises (a check on data all ranks see) and abandons the iteration. Not under Join: a joined
     // rank has no way to learn that the others abandoned theirs, in plain DDP too.
     t.push_back({.name = "a raise between forward and backward", .raise_step = 1, .join = false});
     // Refused: ZeRO-3 units are gathered one at a time, so a weight of one unit used by another is read
     // while it has no memory; every rank raises in that forward.
-    t.push_back({.name = "a weight tied across two ZeRO-3 units", .net = {.tied_across_units = true},
+    t.push_back({.name = "a weight tied across two ZeRO-3 units",
+                 .net = {.tied_across_units = true},
                  .refused = {{3, "has no memory: it is a ZeRO-3 parameter used outside its unit"}}});
     return t;
   }();
@@ -72,12 +87,14 @@ const std::vector<Pattern>& patterns() {
 // on one backend (shm in even rows, gloo in odd ones), and one prefetch depth per (world, backend), rotating
 // through 0, 1, 2. DDP_SEMANTICS_GRID_FULL=1 runs the whole cross product.
 std::vector<Case> cases_of(const Pattern& p, size_t row, bool join) {
-  const bool full = std::getenv("DDP_SEMANTICS_GRID_FULL") && std::string(std::getenv("DDP_SEMANTICS_GRID_FULL")) == "1";
+  const bool full =
+      std::getenv("DDP_SEMANTICS_GRID_FULL") && std::string(std::getenv("DDP_SEMANTICS_GRID_FULL")) == "1";
   std::vector<Case> out;
   int combo = 0;
   for (int world : join ? std::vector<int>{2, 3} : std::vector<int>{1, 2, 3})
     for (const std::string backend : {"shm", "gloo"}) {
-      const bool sampled_out = (world == 1 && backend == "gloo") || (world == 3 && (backend == "shm") != (row % 2 == 0));
+      const bool sampled_out =
+          (world == 1 && backend == "gloo") || (world == 3 && (backend == "shm") != (row % 2 == 0));
       if (!full && sampled_out) continue;
       const int depth = static_cast<int>((row + static_cast<size_t>(combo++)) % 3);
       for (int stage : {0, 1, 2, 3})
@@ -128,7 +145,8 @@ void expect_grid(size_t row, bool join) {
       continue;
     }
     ASSERT_FALSE(plain.params.empty()) << "plain DDP failed, nothing to compare with";
-    EXPECT_LT(max_relative_difference(got.params[0], plain.params[0]), 1e-12) << "parameters differ from plain DDP";
+    EXPECT_LT(max_relative_difference(got.params[0], plain.params[0]), 1e-12)
+        << "parameters differ from plain DDP";
     // Buffers: each rank's own (its last forward updated its running statistics with its own batch).
     for (int r = 0; r < c.world; ++r)
       if (!plain.buffers[r].empty())
@@ -162,9 +180,7 @@ class SemanticsGridJoin : public ::testing::TestWithParam<size_t> {};
 
 TEST_P(SemanticsGrid, EqualsPlainDdpOrIsRefusedOnEveryRank) { expect_grid(GetParam(), false); }
 
-TEST_P(SemanticsGridJoin, UnevenStepsEqualPlainDdpOrAreRefusedOnEveryRank) {
-  expect_grid(GetParam(), true);
-}
+TEST_P(SemanticsGridJoin, UnevenStepsEqualPlainDdpOrAreRefusedOnEveryRank) { expect_grid(GetParam(), true); }
 
 INSTANTIATE_TEST_SUITE_P(Patterns, SemanticsGrid, ::testing::Range<size_t>(0, patterns().size()), row_name);
 INSTANTIATE_TEST_SUITE_P(Patterns, SemanticsGridJoin, ::testing::ValuesIn(join_rows()), row_name);

@@ -499,7 +499,8 @@ void ShardedDataParallel::end_of_backward() {
 }
 
 Tensor& ShardedDataParallel::gradient_destination(size_t b) {
-  DDP_CHECK(b < buckets_.size(), "ZeRO: bucket ", b, " has no gradient shard (", buckets_.size(), " buckets)");
+  DDP_CHECK(b < buckets_.size(), "ZeRO: bucket ", b, " has no gradient shard (", buckets_.size(),
+            " buckets)");
   Bucket& bk = buckets_[b];
   bool holds = false;
   for (const Segment& s : segments_) holds = holds || (s.bucket == b && s.view.grad().defined());

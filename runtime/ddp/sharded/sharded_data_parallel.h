@@ -5,7 +5,8 @@
 // averaged gradient (shard_layout.h: buckets padded so all shards have one length). A ShardedOptimizer
 // (sharded_optimizer.h) then steps this rank's shard of the parameters with its shard of the optimizer state.
 //
-//   ZeRO-2: parameters stay whole on every rank, laid out as the buckets are (one flat buffer per bucket, each
+//   ZeRO-2: parameters stay whole on every rank, laid out as the buckets are (one flat buffer per bucket,
+//   each
 //           parameter a view of it). After the step every rank's updated shard is all-gathered back into the
 //           buffers; each module's forward pre-hook waits for the gathers holding its own parameters, so the
 //           gathers overlap the next forward.
@@ -13,15 +14,17 @@
 //           backward. A unit is a module (default: each item of a Sequential or ModuleList that holds
 //           parameters - a GPT block, an MLP layer) and is one bucket of the reducer, so its reduce-scatter
 //           starts as soon as its backward is done. Its parameters are all-gathered before its forward
-//           (pre-hook), freed after it (reshard_after_forward), gathered again when backward reaches its output
-//           (an identity node on that output), and freed once its bucket is handed to the reduce-scatter.
-//           Parameters of no unit form the root unit, gathered for the whole forward and backward.
+//           (pre-hook), freed after it (reshard_after_forward), gathered again when backward reaches its
+//           output (an identity node on that output), and freed once its bucket is handed to the
+//           reduce-scatter. Parameters of no unit form the root unit, gathered for the whole forward and
+//           backward.
 //
 // Every rank issues the same all-gathers in the same order whatever its graph does: gathers are issued only
 // as a prefix of an agreed unit order (the registration order in iteration 1, then the forward order rank 0
 // observed in it; backward: the reverse), each unit once per phase; a unit's hook that finds it not yet
 // issued issues everything before it first, and the end of each forward and backward issues (and drops) the
-// units this rank did not run. `prefetch` gathers run ahead of the unit in use. docs/sharding.md walks a step.
+// units this rank did not run. `prefetch` gathers run ahead of the unit in use. docs/sharding.md walks a
+// step.
 //
 //   ShardedDataParallel sdp(model, pg, {.stage = 3, .gather_group = pg2});
 //   ShardedOptimizer opt(sdp, [](auto p) { return std::make_unique<optim::AdamW>(p, AdamWOptions{}); });
@@ -100,8 +103,8 @@ class ShardedDataParallel : public Joinable {
     Tensor full;                 // the whole bucket of parameters: ZeRO-2 always, ZeRO-3 while gathered
     Tensor low;                  // ZeRO-3 with gather_bf16: the bfloat16 gather in flight, widened into full
     Tensor shard_params;         // this rank's shard of the parameters (ZeRO-2: a view of full)
-    Tensor shard_grad;           // this rank's shard of the averaged gradient (see Segment for which parts hold one)
-    Tensor incoming;             // the reduce-scatter's result while shard_grad already holds gradients to add to
+    Tensor shard_grad;  // this rank's shard of the averaged gradient (see Segment for which parts hold one)
+    Tensor incoming;    // the reduce-scatter's result while shard_grad already holds gradients to add to
     std::shared_ptr<dist::Work> gather;  // the all-gather in flight into full, if any
     std::chrono::steady_clock::time_point gather_issued;  // for the trace
     int unit = -1;               // ZeRO-3: the unit it belongs to
@@ -184,8 +187,8 @@ class ShardedDataParallel : public Joinable {
 
   // Called by the ReduceScatterHook when bucket b's reduce-scatter starts (ZeRO-3: its unit is done).
   void on_bucket_reduce_scatter(size_t b);
-  // For the ReduceScatterHook: where bucket b's reduce-scatter writes - shard_grad itself while no piece of it
-  // holds a gradient, else `incoming`; and, once every bucket is done, the add into the shards.
+  // For the ReduceScatterHook: where bucket b's reduce-scatter writes - shard_grad itself while no piece of
+  // it holds a gradient, else `incoming`; and, once every bucket is done, the add into the shards.
   Tensor& gradient_destination(size_t b);
   void accumulate_gradient_shards(const std::vector<uint8_t>& parameters_used);
 
@@ -234,9 +237,10 @@ class ShardedDataParallel : public Joinable {
   std::vector<Bucket> buckets_;
   std::vector<Segment> segments_;  // bucket by bucket, in shard order
   bool under_join_ = false;
-  bool shadowing_ = false;             // serving announcements: issue, do not announce
-  bool announced_iteration_ = false;   // this forward announced a synchronized iteration: its backward's end too
-  bool step_point_done_ = false;       // join_step_point ran for the coming step
+  bool shadowing_ = false;  // serving announcements: issue, do not announce
+  bool announced_iteration_ =
+      false;                      // this forward announced a synchronized iteration: its backward's end too
+  bool step_point_done_ = false;  // join_step_point ran for the coming step
 
   // ---- ZeRO-3 ----
   std::vector<Unit> units_;                   // registration order; the root unit (if any) last

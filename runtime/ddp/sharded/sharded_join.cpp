@@ -53,11 +53,12 @@ int64_t ShardedDataParallel::serve_announcements(int64_t until) {
       agree_forward_order();
       continue;
     }
-    DDP_CHECK(code >= kGatherBase && static_cast<size_t>((code - kGatherBase) / 2) < units_.size(), "rank ",
-              pg_->rank(), ": ZeRO-3 under Join: this joined rank waited for ", announcement_name(until),
-              " of the ranks still training, and they announced ", announcement_name(code),
-              ". Under Join every synchronized forward must be followed by its backward (a forward abandoned by a "
-              "raise between forward and backward cannot be shadowed) and every rank must call Join::join()");
+    DDP_CHECK(
+        code >= kGatherBase && static_cast<size_t>((code - kGatherBase) / 2) < units_.size(), "rank ",
+        pg_->rank(), ": ZeRO-3 under Join: this joined rank waited for ", announcement_name(until),
+        " of the ranks still training, and they announced ", announcement_name(code),
+        ". Under Join every synchronized forward must be followed by its backward (a forward abandoned by a "
+        "raise between forward and backward cannot be shadowed) and every rank must call Join::join()");
     const auto u = static_cast<size_t>((code - kGatherBase) / 2);
     reshard(u);
     issue_gather(u, /*exact=*/(code - kGatherBase) % 2 == 1);

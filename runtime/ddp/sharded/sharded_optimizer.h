@@ -1,15 +1,16 @@
 // sharded_optimizer.h - the optimizer of ZeRO-2/3: an ordinary optimizer (SGD, AdamW) over this rank's shard
 // of the parameters. Each shard is cut into segments, one per piece of a parameter (shard_layout.h); the
 // inner optimizer sees every segment as a parameter of its own (a view of the shard, named
-// "fc1.weight[128:256]", ShardedDataParallel::segments()), whose .grad is the sharded .grad: the matching view
-// of the gradient shard once a synchronized backward gave the parameter a gradient, accumulating over
+// "fc1.weight[128:256]", ShardedDataParallel::segments()), whose .grad is the sharded .grad: the matching
+// view of the gradient shard once a synchronized backward gave the parameter a gradient, accumulating over
 // backwards until zero_grad - or none (never given one, no rank used it, or zero_grad to none), so it is
 // skipped as plain DDP's optimizer skips it. The update rules are elementwise, so stepping the segments is
-// stepping the parameters; zero_grad() clears the segments' .grad as a plain optimizer's clears .grad. After the step ZeRO-2 all-gathers the
-// shards back into the whole parameters (ShardedDataParallel::after_step); ZeRO-3 keeps them sharded.
+// stepping the parameters; zero_grad() clears the segments' .grad as a plain optimizer's clears .grad. After
+// the step ZeRO-2 all-gathers the shards back into the whole parameters (ShardedDataParallel::after_step);
+// ZeRO-3 keeps them sharded.
 //
-// Under Join, register it (like ZeroRedundancyOptimizer): a joined rank steps its shard with the gradients the
-// others averaged and issues the same gathers. set_join_gradient_transform: what the loop does to the
+// Under Join, register it (like ZeroRedundancyOptimizer): a joined rank steps its shard with the gradients
+// the others averaged and issues the same gathers. set_join_gradient_transform: what the loop does to the
 // gradients between backward and step (ShardedDataParallel::clip_grad_norm_).
 #pragma once
 #include <functional>
