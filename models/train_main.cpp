@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "models/train.h"
+#include "models/train_setup.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/parallel.h"
 #include "runtime/core/cli.h"
@@ -122,14 +123,20 @@ int main(int argc, char** argv) {
     log::set_rank(env.world_size > 1 ? env.rank : -1);
     if (threads > 0) kernels::cpu::set_thread_budget(threads);  // OpenBLAS + the intra-op pool
     // "auto": from the device the parameters will live on (not merely whether a GPU is visible).
-    const std::string resolved = dist::resolve_backend(backend, Device::parse(o.device));
-    auto ctx = dist::init_distributed(env, resolved);
+    // The GPU by train's rule (device_for_rank: an explicit cuda:N wins over LOCAL_RANK); an NCCL group
+    // runs on that same GPU.
+    const Device device = device_for_rank(o.device, models::train_local_rank(env.rank), cuda_device_count());
+    const std::string resolved = dist::resolve_backend(backend, device);
+    dist::ProcessGroupOptions po;
+    if (device.is_cuda()) po.cuda_device = device.index;
+    auto ctx = dist::init_distributed(env, resolved, po);
     // ZeRO-3: its parameter all-gathers on a second group over the same ranks, in their own order
     // (ShardedDataParallel requires it at world > 1; destroyed before ctx's store).
     std::shared_ptr<dist::ProcessGroup> gather_group;
     if (o.zero == 3 && env.world_size > 1) {
       dist::ProcessGroupOptions go;
       go.name = "train-zero3-gather";
+      go.cuda_device = po.cuda_device;
       gather_group = dist::new_process_group(env, ctx.store, resolved, go);
     }
     models::train(o, ctx.group, gather_group);

@@ -68,6 +68,16 @@ std::unique_ptr<optim::Optimizer> make_train_optimizer(const TrainOptions& o,
   DDP_FAIL("--optimizer ", o.optimizer, ": expected sgd or adamw");
 }
 
+int train_local_rank(int rank) {
+  const char* local = std::getenv("LOCAL_RANK");
+  if (!local || !*local) return rank;
+  char* end = nullptr;
+  const long v = std::strtol(local, &end, 10);
+  DDP_CHECK(*end == '\0' && v >= 0 && v < (1 << 20), "LOCAL_RANK='", local,
+            "' in the environment is not a non-negative integer");
+  return static_cast<int>(v);
+}
+
 TrainSetup set_up_training(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg,
                            std::shared_ptr<dist::ProcessGroup> gather_group) {
   TrainSetup s;
@@ -80,11 +90,9 @@ TrainSetup set_up_training(const TrainOptions& o, std::shared_ptr<dist::ProcessG
   // bfloat16: float32 parameters and optimizer, bf16 compute in matmul/linear/attention
   // (ops/mixed_precision.h; the caller holds the ops::Bf16Compute switch)
   s.dtype = o.dtype == "float64" ? DType::F64 : DType::F32;
-  s.device = Device::parse(o.device);
-  if (s.device.is_cuda()) {  // the GPU of this rank's local rank (LOCAL_RANK as every launcher sets it)
-    const char* local = std::getenv("LOCAL_RANK");
-    s.device = Device::cuda((local ? std::atoi(local) : s.rank) % cuda_device_count());
-  }
+  // --device cuda:N is GPU N; cuda and auto the GPU of this rank's local rank (device_for_rank, device.h).
+  s.device = device_for_rank(o.device, train_local_rank(s.rank), cuda_device_count());
+  if (s.device.is_cuda()) set_current_cuda_device(s.device.index);  // kernels launch on its streams
 
   check_output_paths(o, *pg);
   s.data = load_data(o);

@@ -58,6 +58,9 @@ struct TrainSetup {
 std::unique_ptr<optim::Optimizer> make_train_optimizer(const TrainOptions& o,
                                                        std::vector<nn::NamedTensor> params);
 
+// This process's local rank for its GPU: LOCAL_RANK (as every launcher sets it), else `rank`.
+int train_local_rank(int rank);
+
 // Checks the options and builds everything; collective (DDP's model check and broadcast, path checks).
 // `gather_group`: see train() (train.h).
 TrainSetup set_up_training(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg,

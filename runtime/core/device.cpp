@@ -5,6 +5,8 @@
 
 #ifdef DDP_WITH_CUDA
 #include <cuda_runtime.h>
+
+#include "runtime/core/cuda_check.h"
 #endif
 
 namespace ddp {
@@ -63,9 +65,11 @@ void device_synchronize() {
 #endif
 }
 
-Device Device::parse(const std::string& s) {
-  if (s == "cpu") return cpu();
-  if (s == "auto") return cuda_device_count() > 0 ? cuda(0) : cpu();
+namespace {
+// Device::parse against `count` usable GPUs (`reason`: why there are none).
+Device parse_spec(const std::string& s, int count, const std::string& reason) {
+  if (s == "cpu") return Device::cpu();
+  if (s == "auto") return count > 0 ? Device::cuda(0) : Device::cpu();
   if (s == "cuda" || s.rfind("cuda:", 0) == 0) {
     int idx = 0;
     if (s.size() > 5) {
@@ -75,11 +79,62 @@ Device Device::parse(const std::string& s) {
         DDP_FAIL("device '", s, "': expected cpu, cuda, cuda:N or auto");
       }
     }
-    DDP_CHECK(cuda_device_count() > idx, "device '", s, "' requested but only ", cuda_device_count(),
-              " GPU(s) are usable (", cuda_unavailable_reason(), "); use --device cpu or auto");
-    return cuda(idx);
+    DDP_CHECK(idx >= 0, "device '", s, "': the GPU index must be >= 0");
+    DDP_CHECK(count > idx, "device '", s, "' requested but only ", count, " GPU(s) are usable",
+              reason.empty() ? std::string() : " (" + reason + ")", "; use --device cpu or auto");
+    return Device::cuda(idx);
   }
   DDP_FAIL("device '", s, "': expected cpu, cuda, cuda:N or auto");
+}
+}  // namespace
+
+Device Device::parse(const std::string& s) { return parse_spec(s, cuda_device_count(), cuda_unavailable_reason()); }
+
+Device device_for_rank(const std::string& spec, int local_rank, int gpu_count) {
+  DDP_CHECK(local_rank >= 0, "device_for_rank: local rank ", local_rank, " is negative");
+  Device d = parse_spec(spec, gpu_count, gpu_count > 0 ? std::string() : cuda_unavailable_reason());
+  // OLD LOGIC (for the failing run): LOCAL_RANK picks the GPU whatever --device says.
+  if (d.is_cuda()) d = Device::cuda(local_rank % gpu_count);
+  return d;
+}
+
+CudaMemoryUse cuda_memory_use(int device) {
+  CudaMemoryUse u;
+#ifdef DDP_WITH_CUDA
+  if (device < 0 || device >= cuda_device_count()) return u;
+  cudaMemPool_t pool;
+  DDP_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
+  uint64_t used = 0, high = 0;
+  DDP_CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &used));
+  DDP_CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &high));
+  u.used = static_cast<int64_t>(used);
+  u.peak = static_cast<int64_t>(high);
+#else
+  (void)device;
+#endif
+  return u;
+}
+
+void reset_cuda_memory_peak(int device) {
+#ifdef DDP_WITH_CUDA
+  if (device < 0 || device >= cuda_device_count()) return;
+  cudaMemPool_t pool;
+  DDP_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
+  uint64_t zero = 0;  // resets the high-water mark to the current use
+  DDP_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero));
+#else
+  (void)device;
+#endif
+}
+
+void set_current_cuda_device(int index) {
+#ifdef DDP_WITH_CUDA
+  DDP_CHECK(index >= 0 && index < cuda_device_count(), "cuda:", index, " is not a usable GPU (",
+            cuda_device_count(), " usable)");
+  DDP_CUDA_CHECK(cudaSetDevice(index));
+#else
+  DDP_FAIL("cuda:", index, ": this build has no CUDA");
+#endif
 }
 
 }  // namespace ddp

@@ -22,6 +22,15 @@ struct Device {
   static Device parse(const std::string& s);
 };
 
+// The device of one rank's tensors from a --device value (train's rule). Stated once:
+// - "cuda:N" is GPU N whatever LOCAL_RANK says: an explicit index wins (two local ranks given the same
+//   cuda:N share that GPU, which NCCL refuses; the Gloo-staged path allows it);
+// - "cuda", and "auto" when a GPU is usable, take GPU local_rank % gpu_count: each launched process its own
+//   GPU, as torchrun and ddprun expect (local_rank: LOCAL_RANK, else the rank);
+// - "cpu", and "auto" without a usable GPU, the CPU.
+// gpu_count is the number of usable GPUs (cuda_device_count() in a program; any number in a test).
+Device device_for_rank(const std::string& spec, int local_rank, int gpu_count);
+
 // True when this binary was built with CUDA support (DDP_CUDA on).
 bool cuda_compiled();
 // Number of usable GPUs: 0 when built without CUDA, or when the CUDA runtime reports no device or no driver.
@@ -31,6 +40,16 @@ std::string cuda_unavailable_reason();
 
 // The calling thread's current CUDA device (0 without CUDA).
 int current_cuda_device();
+// Makes GPU `index` the calling thread's current CUDA device (kernels launch on its streams).
+void set_current_cuda_device(int index);
+// Device memory of the tensors (the stream-ordered pool of GPU `device`): bytes in use now, and the most in
+// use since the last reset_cuda_memory_peak(device). Zeros without CUDA or without that GPU.
+struct CudaMemoryUse {
+  int64_t used = 0;
+  int64_t peak = 0;
+};
+CudaMemoryUse cuda_memory_use(int device);
+void reset_cuda_memory_peak(int device);
 // Waits until all work queued on the current GPU has finished (no-op without CUDA or without a GPU).
 void device_synchronize();
 

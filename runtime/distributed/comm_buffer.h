@@ -2,6 +2,7 @@
 // The groups know nothing of tensors or autograd (a Tensor's CommBuffer: tensor_comm_buffer.h).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "runtime/core/device.h"
@@ -16,6 +17,10 @@ struct CommBuffer {
   Device device = Device::cpu();
   // Keeps the memory alive until the Work that uses it completes (the process group holds a copy).
   std::shared_ptr<void> keepalive;
+  // CUDA memory freed in stream order (a Storage of the CUDA allocator): notes that a stream (cudaStream_t)
+  // uses it, so its free waits for that stream. A GPU group then need not hold `keepalive` until the
+  // collective completes (stream_ordered_release.h). Null for any other memory.
+  std::function<void(void* stream)> record_stream;
 
   size_t nbytes() const { return static_cast<size_t>(numel) * dtype_size(dtype); }
 };

@@ -157,7 +157,8 @@ GlooProcessGroup::~GlooProcessGroup() {
 void GlooProcessGroup::prepare(Task& t) {
   if (t.in.device.is_cuda()) {
 #ifdef DDP_WITH_CUDA
-    t.staging = std::make_shared<cuda::HostStaging>(t.in, t.out);  // records the issue event now
+    // Records the issue event now; its host blocks follow the staging plan of this collective.
+    t.staging = std::make_shared<cuda::HostStaging>(t.desc.kind, size(), t.in, t.out);
 #else
     DDP_FAIL("gloo: ", t.desc.str(false), ": the buffer is on ", t.in.device.str(),
              " but this build has no CUDA");

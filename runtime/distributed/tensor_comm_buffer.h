@@ -9,8 +9,16 @@
 
 namespace ddp {
 
+// CUDA memory of the stream-ordered allocator also gets record_stream: a GPU group records its stream on the
+// storage instead of holding the tensor until its watchdog sees the collective finish
+// (stream_ordered_release.h). The functor uses the storage the CommBuffer's keepalive holds.
 inline dist::CommBuffer comm_buffer_of(const Tensor& t) {
-  return dist::CommBuffer{t.raw_data(), t.numel(), t.dtype(), t.device(), t.storage()};
+  dist::CommBuffer b{t.raw_data(), t.numel(), t.dtype(), t.device(), t.storage()};
+  if (t.storage() && t.storage()->frees_in_stream_order()) {
+    Storage* s = t.storage().get();
+    b.record_stream = [s](void* stream) { s->record_stream(stream); };
+  }
+  return b;
 }
 
 }  // namespace ddp

@@ -62,6 +62,7 @@ Storage::~Storage() {
 
 void Storage::record_stream(void* stream) {
   if (stream == alloc_stream_) return;
+  std::lock_guard<std::mutex> g(streams_mu_);
   for (void* s : used_on_streams_)
     if (s == stream) return;
   used_on_streams_.push_back(stream);

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "runtime/core/device.h"
@@ -28,7 +29,12 @@ class Storage {
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
   // CUDA: note that `stream` (a cudaStream_t) uses this memory, so freeing waits for it (like record_stream).
+  // Thread-safe. The stream must outlive this storage (the streams of this runtime are never destroyed while
+  // memory may still name them: the NCCL groups' comm streams are reused, not destroyed).
   void record_stream(void* stream);
+  // True for CUDA memory of the stream-ordered allocator: its free honours record_stream. False for CPU
+  // memory and for wrap()ped memory, whose release runs when the last user drops it.
+  bool frees_in_stream_order() const { return device_.is_cuda() && data_ != nullptr && !release_; }
   void* alloc_stream() const { return alloc_stream_; }
 
  private:
@@ -38,6 +44,7 @@ class Storage {
   Device device_;
   bool pinned_ = false;
   void* alloc_stream_ = nullptr;
+  std::mutex streams_mu_;  // guards used_on_streams_ (record_stream from several threads)
   std::vector<void*> used_on_streams_;
   std::function<void()> release_;  // wrap(): external memory
 };

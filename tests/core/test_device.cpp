@@ -48,3 +48,30 @@ TEST(ErrorMacros, CarryFileAndLine) {
     EXPECT_NE(w.find("one is not 2"), std::string::npos) << w;
   }
 }
+
+// train's device rule (device_for_rank, device.h): an explicit cuda:N wins over LOCAL_RANK; "cuda" and "auto"
+// take GPU local_rank % count. Checked for every local rank, GPU count 0-4 and every explicit index, without a
+// GPU (the count is a parameter). Before the fix LOCAL_RANK overrode cuda:N.
+TEST(DeviceForRank, ExplicitIndexWinsOverLocalRankAndOthersFollowIt) {
+  for (int gpus = 0; gpus <= 4; ++gpus) {
+    for (int local = 0; local < 8; ++local) {
+      const std::string at = " (gpus " + std::to_string(gpus) + ", local rank " + std::to_string(local) + ")";
+      EXPECT_TRUE(device_for_rank("cpu", local, gpus).is_cpu()) << at;
+      if (gpus == 0) {
+        EXPECT_TRUE(device_for_rank("auto", local, gpus).is_cpu()) << at;
+        EXPECT_THROW(device_for_rank("cuda", local, gpus), Error) << at;
+        EXPECT_THROW(device_for_rank("cuda:0", local, gpus), Error) << at;
+        continue;
+      }
+      EXPECT_EQ(device_for_rank("auto", local, gpus), Device::cuda(local % gpus)) << at;
+      EXPECT_EQ(device_for_rank("cuda", local, gpus), Device::cuda(local % gpus)) << at;
+      for (int n = 0; n < gpus; ++n)
+        EXPECT_EQ(device_for_rank("cuda:" + std::to_string(n), local, gpus), Device::cuda(n))
+            << "--device cuda:" << n << at;
+      EXPECT_THROW(device_for_rank("cuda:" + std::to_string(gpus), local, gpus), Error) << at;
+    }
+  }
+  EXPECT_THROW(device_for_rank("cuda:-1", 0, 2), Error);
+  EXPECT_THROW(device_for_rank("cuda", -1, 2), Error);
+  EXPECT_THROW(device_for_rank("gpu", 0, 2), Error);
+}

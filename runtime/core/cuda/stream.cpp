@@ -48,10 +48,16 @@ StreamGuard::~StreamGuard() {
   t_has_override = had_prev_;
 }
 
-DeviceGuard::DeviceGuard(int device) {
-  DDP_CUDA_CHECK(cudaGetDevice(&prev_));
-  if (prev_ != device) DDP_CUDA_CHECK(cudaSetDevice(device));
+int CudaDeviceApi::get() {
+  int d = 0;
+  DDP_CUDA_CHECK(cudaGetDevice(&d));
+  return d;
 }
-DeviceGuard::~DeviceGuard() { cudaSetDevice(prev_); }
+void CudaDeviceApi::set(int device) { DDP_CUDA_CHECK(cudaSetDevice(device)); }
+void CudaDeviceApi::restore(int device) noexcept {
+  // A destructor must not throw: a failure here is sticky only for a broken context, and the caller's next
+  // checked call reports it with its own file:line.
+  (void)cudaSetDevice(device);
+}
 
 }  // namespace ddp::cuda

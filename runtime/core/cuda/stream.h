@@ -3,6 +3,8 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include "runtime/core/device_guard.h"
+
 namespace ddp::cuda {
 
 // This thread's current stream on the current device: a per-device non-blocking "compute" stream created
@@ -25,16 +27,15 @@ class StreamGuard {
   bool had_prev_;
 };
 
-// Makes `device` current for this thread until the guard is destroyed (then restores the previous one).
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device);
-  ~DeviceGuard();
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int prev_ = 0;
+// The CUDA runtime's current device, as core/device_guard.h's device API.
+struct CudaDeviceApi {
+  static int get();                   // cudaGetDevice, checked
+  static void set(int device);        // cudaSetDevice, checked
+  static void restore(int device) noexcept;  // cudaSetDevice from a destructor (a failure shows at the next call)
 };
+
+// Makes `device` current for this thread until the guard is destroyed (then the previous one again); sets
+// nothing when it is current already.
+using DeviceGuard = BasicDeviceGuard<CudaDeviceApi>;
 
 }  // namespace ddp::cuda

@@ -12,6 +12,7 @@
 #include "runtime/core/cuda_check.h"
 #include "runtime/core/log.h"
 #include "runtime/distributed/deferred_release.h"
+#include "runtime/distributed/staging_plan.h"
 
 namespace ddp::dist::cuda {
 
@@ -79,6 +80,7 @@ DeferredRelease& parked_stagings() {
 struct HostStaging::State {
   int device = 0;
   CommBuffer in, out;       // keepalives of the caller's buffers
+  StagingPlan plan;
   void* host_in = nullptr;  // pinned blocks from the pool
   void* host_out = nullptr;
   cudaEvent_t issued = nullptr;  // recorded on the caller's stream at issue
@@ -106,20 +108,22 @@ struct HostStaging::State {
   }
 };
 
-HostStaging::HostStaging(const CommBuffer& in, const CommBuffer& out) : st_(std::make_shared<State>()) {
+HostStaging::HostStaging(CollectiveKind kind, int world, const CommBuffer& in, const CommBuffer& out)
+    : st_(std::make_shared<State>()) {
   DDP_CHECK(in.device.is_cuda() && in.device == out.device, "gloo staging: buffers on ", in.device.str(),
             " and ", out.device.str(), ": expected both on the same CUDA device");
   parked_stagings().drain();  // release earlier stagings whose copies have finished since
   State& s = *st_;
   s.in = in;
   s.out = out;
+  s.plan = plan_staging(kind, world, in, out);
   s.device = in.device.index;
   DeviceGuard dg(s.device);
   DDP_CUDA_CHECK(cudaEventCreateWithFlags(&s.issued, cudaEventDisableTiming));
   DDP_CUDA_CHECK(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming));
   DDP_CUDA_CHECK(cudaEventRecord(s.issued, ddp::cuda::current_stream()));
-  s.host_in = pinned_pool().take(s.in.nbytes());
-  s.host_out = s.in.data == s.out.data ? s.host_in : pinned_pool().take(s.out.nbytes());
+  s.host_in = pinned_pool().take(s.plan.in_block_bytes);
+  s.host_out = s.plan.out_shares_in_block ? s.host_in : pinned_pool().take(s.plan.out_block_bytes);
 }
 
 HostStaging::~HostStaging() {
@@ -139,8 +143,8 @@ void HostStaging::copy_in() {
   DeviceGuard dg(st.device);
   cudaStream_t s = side_stream(st.device);
   DDP_CUDA_CHECK(cudaStreamWaitEvent(s, st.issued, 0));
-  if (st.in.nbytes() > 0)
-    DDP_CUDA_CHECK(cudaMemcpyAsync(st.host_in, st.in.data, st.in.nbytes(), cudaMemcpyDeviceToHost, s));
+  if (st.plan.copy_in_bytes > 0)
+    DDP_CUDA_CHECK(cudaMemcpyAsync(st.host_in, st.in.data, st.plan.copy_in_bytes, cudaMemcpyDeviceToHost, s));
   DDP_CUDA_CHECK(cudaStreamSynchronize(s));
 }
 
@@ -148,8 +152,9 @@ void HostStaging::copy_out() {
   State& st = *st_;
   DeviceGuard dg(st.device);
   cudaStream_t s = side_stream(st.device);
-  if (st.out.nbytes() > 0)
-    DDP_CUDA_CHECK(cudaMemcpyAsync(st.out.data, st.host_out, st.out.nbytes(), cudaMemcpyHostToDevice, s));
+  if (st.plan.copy_out_bytes > 0)
+    DDP_CUDA_CHECK(
+        cudaMemcpyAsync(st.out.data, st.host_out, st.plan.copy_out_bytes, cudaMemcpyHostToDevice, s));
   DDP_CUDA_CHECK(cudaEventRecord(st.done, s));
   st.done_recorded = true;
   parked_stagings().drain();

@@ -3,7 +3,8 @@
 // Gloo thread a per-device side stream waits on it, copies device -> pinned host, the host collective runs,
 // then host -> device on the side stream and an end event is recorded. Work::wait() makes the caller's
 // current stream wait on that end event. Plain C++ interface: gloo_group.cpp includes it only when
-// DDP_WITH_CUDA.
+// DDP_WITH_CUDA. Which pinned blocks, of what size, and the copies in and out follow plan_staging()
+// (staging_plan.h): the output shares the input's block only when both are the same bytes.
 // Lifetime: the staging owns copies of both CommBuffers (their keepalives: the caller's tensors) and the
 // pinned blocks. When it is destroyed while its H2D copy may still run, none of them is released yet: they
 // are parked in a DeferredRelease and released once the end event completed (checked without blocking at
@@ -13,14 +14,16 @@
 #include <cstddef>
 #include <memory>
 
+#include "runtime/distributed/collective.h"
 #include "runtime/distributed/comm_buffer.h"
 
 namespace ddp::dist::cuda {
 
 class HostStaging {
  public:
-  // Caller thread: `in` and `out` are on the same CUDA device (they may be the same buffer).
-  HostStaging(const CommBuffer& in, const CommBuffer& out);
+  // Caller thread: `in` and `out` of a collective of `kind` in a group of `world` ranks, on the same CUDA
+  // device (the same buffer for all-reduce and broadcast; in-place all-gather and reduce-scatter overlap).
+  HostStaging(CollectiveKind kind, int world, const CommBuffer& in, const CommBuffer& out);
   // Never blocks: releases the buffers now if the H2D copy finished (or never ran), else once it has.
   ~HostStaging();
   HostStaging(const HostStaging&) = delete;

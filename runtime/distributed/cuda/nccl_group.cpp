@@ -9,7 +9,9 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <map>
 #include <thread>
+#include <vector>
 
 #include "runtime/core/cuda/stream.h"
 #include "runtime/core/cuda_check.h"
@@ -19,6 +21,7 @@
 #include "runtime/distributed/env.h"
 #include "runtime/distributed/flight_recorder.h"
 #include "runtime/distributed/poll_until.h"
+#include "runtime/distributed/stream_ordered_release.h"
 
 namespace ddp::dist {
 
@@ -26,6 +29,38 @@ namespace {
 using ddp::cuda::DeviceGuard;
 
 constexpr auto kWatchdogPeriod = std::chrono::milliseconds(50);
+
+// Comm streams are reused by later groups, never destroyed: a tensor freed after its group is gone may still
+// have the group's stream recorded (stream_ordered_release.h), and its free records an event on it.
+class CommStreams {
+ public:
+  static cudaStream_t take(int device) {
+    std::lock_guard<std::mutex> g(mu());
+    auto& f = free()[device];
+    if (!f.empty()) {
+      cudaStream_t s = f.back();
+      f.pop_back();
+      return s;
+    }
+    cudaStream_t s = nullptr;
+    DDP_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));  // the caller made `device` current
+    return s;
+  }
+  static void give(int device, cudaStream_t s) {
+    std::lock_guard<std::mutex> g(mu());
+    free()[device].push_back(s);
+  }
+
+ private:
+  static std::mutex& mu() {
+    static std::mutex* m = new std::mutex();  // never destroyed, like the streams
+    return *m;
+  }
+  static std::map<int, std::vector<cudaStream_t>>& free() {
+    static auto* f = new std::map<int, std::vector<cudaStream_t>>();
+    return *f;
+  }
+};
 
 // The enqueue of one collective on the (non-blocking) communicator of Impl `s`, checked like DDP_NCCL_CHECK:
 // a failure names the call's text and this file:line.
@@ -89,7 +124,7 @@ class NcclWork : public Work {
   }
 
   CollectiveDesc desc;
-  CommBuffer in, out;           // keepalives until the GPU finished
+  HeldBuffers held;             // keepalives of memory that cannot record the comm stream, until completion
   cudaEvent_t start = nullptr;  // on the comm stream, once it waited for the caller's stream
   cudaEvent_t end = nullptr;
   std::chrono::steady_clock::time_point deadline;
@@ -254,7 +289,7 @@ NcclProcessGroup::NcclProcessGroup(std::shared_ptr<Store> store, int rank, int s
   ncclUniqueId id;
   std::memcpy(&id, id_bytes.data(), sizeof(id));
   s.create_communicator(id);
-  DDP_CUDA_CHECK(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking));
+  s.stream = CommStreams::take(s.device);
   DDP_CUDA_CHECK(cudaMalloc(&s.barrier_scratch, sizeof(float)));
   DDP_LOG(Info, "nccl group '", s.prefix, "': rank ", rank, " of ", size, " on GPU ", s.device);
   s.watchdog = std::thread([&s] { s.watchdog_loop(); });
@@ -280,7 +315,7 @@ NcclProcessGroup::~NcclProcessGroup() {
         ncclCommAbort(s.comm);
       }
     }
-    if (s.stream) cudaStreamDestroy(s.stream);
+    if (s.stream) CommStreams::give(s.device, s.stream);  // after the watchdog saw every collective finish
     if (s.barrier_scratch) cudaFree(s.barrier_scratch);
   }
   s.flight->dump_to_dir(s.flight->has_failed() ? "failure" : "exit", /*log=*/false);
@@ -322,6 +357,8 @@ std::shared_ptr<Work> NcclProcessGroup::Impl::issue(CollectiveDesc d, CommBuffer
     DDP_CUDA_CHECK(cudaEventRecord(work->start, stream));
     launch();
     DDP_CUDA_CHECK(cudaEventRecord(work->end, stream));
+    // The buffers' memory goes back to the pool in stream order: their frees wait for this stream.
+    work->held = hold_until_stream_done(in, out, stream);
   } catch (const std::exception& e) {
     // The ranks are out of step now (this one took a sequence number without a collective): fail for good.
     flight->failed(d.seq, e.what());
@@ -329,8 +366,6 @@ std::shared_ptr<Work> NcclProcessGroup::Impl::issue(CollectiveDesc d, CommBuffer
     work->finish(std::current_exception());
     return work;
   }
-  work->in = std::move(in);
-  work->out = std::move(out);
   work->deadline = std::chrono::steady_clock::now() + options.timeout;
   pending.push_back(work);
   last_issued = static_cast<int64_t>(d.seq);
@@ -353,8 +388,7 @@ void NcclProcessGroup::Impl::fail_all(const std::string& first_error) {
         first ? first_error
               : "nccl " + w->desc.str() + " aborted: an earlier collective failed: " + first_error;
     flight->failed(w->desc.seq, msg);
-    w->in = {};
-    w->out = {};
+    w->held.clear();
     w->finish(std::make_exception_ptr(Error(msg)));
     first = false;
   }
@@ -396,8 +430,7 @@ void NcclProcessGroup::Impl::watchdog_loop() {
       if (q == cudaErrorNotReady) break;
       auto w = pending.front();
       pending.pop_front();
-      w->in = {};
-      w->out = {};
+      w->held.clear();
       if (q == cudaSuccess) {
         float ms = -1.0f;
         if (cudaEventElapsedTime(&ms, w->start, w->end) != cudaSuccess) ms = -1.0f;

@@ -2,7 +2,10 @@
 // one communication stream on its GPU. Issuing a collective records an event on the caller's current stream,
 // makes the comm stream wait on it, enqueues the NCCL call on the comm stream and records an end event there;
 // the host never blocks. Work::wait() makes the caller's current stream wait on the end event (the host only
-// blocks for barrier() and wait_for()). The Work keeps the buffers alive until the GPU finished with them.
+// blocks for barrier() and wait_for()). Buffers go back to the allocator in stream order: a tensor's storage
+// records the comm stream at issue, so its free (whenever its last user drops it) waits for the collective
+// on the GPU, not for the watchdog's next look (stream_ordered_release.h); the Work holds only memory that
+// cannot record a stream, until the watchdog saw it complete. Comm streams are reused, never destroyed.
 // A watchdog thread marks completions, polls ncclCommGetAsyncError, publishes this rank's progress to the
 // store, and aborts the communicator (ncclCommAbort) when a collective passes its timeout, failing it with an
 // error naming the collective, its sequence number, count, dtype and the ranks that did not arrive.

@@ -1,6 +1,8 @@
 // allocator.cpp - CUDA memory for tensors: stream-ordered allocation from the device's default memory pool
 // (cudaMallocAsync on the current stream; the pool keeps freed blocks, so no cudaMalloc per op), and frees
 // that wait for every stream recorded as a user of the block. Pinned host memory for staging copies.
+// Allocation and free run with the block's device current and give the caller its own current device back
+// (a DeviceGuard): an allocation on cuda:1 must not move a thread working on cuda:0.
 #include <cstring>
 #include <mutex>
 
@@ -23,26 +25,28 @@ void configure_pool_once(int device) {
 }  // namespace
 
 void* cuda_allocate(size_t nbytes, int device, void** stream_out) {
-  DDP_CUDA_CHECK(cudaSetDevice(device));
-  configure_pool_once(device);
-  cudaStream_t s = ddp::cuda::current_stream();
-  void* p = nullptr;
-  DDP_CUDA_CHECK(cudaMallocAsync(&p, nbytes, s));
-  *stream_out = s;
-  return p;
+  return on_device<ddp::cuda::CudaDeviceApi>(device, [&] {
+    configure_pool_once(device);
+    cudaStream_t s = ddp::cuda::current_stream();  // of `device`: the guard made it current
+    void* p = nullptr;
+    DDP_CUDA_CHECK(cudaMallocAsync(&p, nbytes, s));
+    *stream_out = s;
+    return p;
+  });
 }
 
 void cuda_free(void* p, int device, void* alloc_stream, const std::vector<void*>& used_on) {
-  DDP_CUDA_CHECK(cudaSetDevice(device));
-  cudaStream_t s = static_cast<cudaStream_t>(alloc_stream);
-  for (void* other : used_on) {  // the free must not overtake work still queued on other streams
-    cudaEvent_t ev;
-    DDP_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
-    DDP_CUDA_CHECK(cudaEventRecord(ev, static_cast<cudaStream_t>(other)));
-    DDP_CUDA_CHECK(cudaStreamWaitEvent(s, ev, 0));
-    DDP_CUDA_CHECK(cudaEventDestroy(ev));
-  }
-  DDP_CUDA_CHECK(cudaFreeAsync(p, s));
+  on_device<ddp::cuda::CudaDeviceApi>(device, [&] {
+    cudaStream_t s = static_cast<cudaStream_t>(alloc_stream);
+    for (void* other : used_on) {  // the free must not overtake work still queued on other streams
+      cudaEvent_t ev;
+      DDP_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+      DDP_CUDA_CHECK(cudaEventRecord(ev, static_cast<cudaStream_t>(other)));
+      DDP_CUDA_CHECK(cudaStreamWaitEvent(s, ev, 0));
+      DDP_CUDA_CHECK(cudaEventDestroy(ev));
+    }
+    DDP_CUDA_CHECK(cudaFreeAsync(p, s));
+  });
 }
 
 void* pinned_allocate(size_t nbytes) {
