@@ -20,7 +20,7 @@ struct CommBuffer {
   // CUDA memory freed in stream order (a Storage of the CUDA allocator): notes that a stream (cudaStream_t)
   // uses it, so its free waits for that stream. A GPU group then need not hold `keepalive` until the
   // collective completes (stream_ordered_release.h). Null for any other memory.
-  std::function<void(void* stream)> record_stream;
+  std::function<void(void* stream)> record_stream = nullptr;
 
   size_t nbytes() const { return static_cast<size_t>(numel) * dtype_size(dtype); }
 };
