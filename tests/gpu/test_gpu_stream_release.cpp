@@ -16,7 +16,7 @@ using namespace ddp;
 TEST(GpuStreamRelease, GatheredUnitsDroppedBeforeTheWatchdogTickDoNotPileUp) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "skipped: no GPU";
   dist::run_threads(1, [&](int, dist::ProcessGroup&, dist::Store& store) {
-    auto pg = testing::nccl_world_one(store, "stream-release");
+    auto pg = ddp::testing::nccl_world_one(store, "stream-release");
     const int64_t unit = int64_t{4} << 20;  // 16 MiB of float32
     Tensor shard = Tensor::full({unit}, 2.0, DType::F32, Device::cuda(0));
     device_synchronize();
