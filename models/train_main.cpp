@@ -34,7 +34,9 @@ int main(int argc, char** argv) {
       "parameter dtype; bfloat16: float32 weights and optimizer, bf16 compute in matmul/linear/attention");
   p.add("peak-tflops", &o.peak_tflops,
         "peak TFLOP/s per rank for MFU (0: the NVIDIA datasheet figure of an H100/H200 SXM; none on CPU)");
-  p.add("device", &o.device, "auto (a GPU when present), cpu, cuda or cuda:N");
+  p.add("device", &o.device,
+        "auto (this local rank's GPU when present, else cpu), cpu, cuda (GPU LOCAL_RANK % count) or cuda:N "
+        "(GPU N, whatever LOCAL_RANK says)");
   p.add_choice("backend", &backend, {"auto", "gloo", "nccl"}, "process group backend");
   p.add("batch-size", &o.batch_size, "samples per rank per micro-step", B::at_least(1));
   p.add("grad-accum", &o.grad_accum, "micro-steps per optimizer step (gradient accumulation with no_sync)", B::at_least(1));

@@ -88,13 +88,15 @@ Device parse_spec(const std::string& s, int count, const std::string& reason) {
 }
 }  // namespace
 
-Device Device::parse(const std::string& s) { return parse_spec(s, cuda_device_count(), cuda_unavailable_reason()); }
+Device Device::parse(const std::string& s) {
+  return parse_spec(s, cuda_device_count(), cuda_unavailable_reason());
+}
 
 Device device_for_rank(const std::string& spec, int local_rank, int gpu_count) {
   DDP_CHECK(local_rank >= 0, "device_for_rank: local rank ", local_rank, " is negative");
   Device d = parse_spec(spec, gpu_count, gpu_count > 0 ? std::string() : cuda_unavailable_reason());
   if (d.is_cpu() || spec.rfind("cuda:", 0) == 0) return d;  // the CPU, or an explicit index: as given
-  return Device::cuda(local_rank % gpu_count);                // "cuda" or "auto": this local rank's GPU
+  return Device::cuda(local_rank % gpu_count);              // "cuda" or "auto": this local rank's GPU
 }
 
 CudaMemoryUse cuda_memory_use(int device) {

@@ -31,9 +31,9 @@ StagingPlan plan_staging(CollectiveKind kind, int world, const CommBuffer& in, c
   p.copy_in_bytes = in.nbytes();
   p.copy_out_bytes = out.nbytes();
   const size_t out_capacity = p.out_shares_in_block ? p.in_block_bytes : p.out_block_bytes;
-  DDP_CHECK(out_capacity >= host_writes(kind, world, in) && out_capacity >= p.copy_out_bytes, "gloo staging: ",
-            collective_name(kind), " of ", in.nbytes(), " B at world ", world, " would write ",
-            host_writes(kind, world, in), " B into a ", out_capacity, " B host block");
+  DDP_CHECK(out_capacity >= host_writes(kind, world, in) && out_capacity >= p.copy_out_bytes,
+            "gloo staging: ", collective_name(kind), " of ", in.nbytes(), " B at world ", world,
+            " would write ", host_writes(kind, world, in), " B into a ", out_capacity, " B host block");
   return p;
 }
 

@@ -50,8 +50,8 @@ TEST(ErrorMacros, CarryFileAndLine) {
 }
 
 // train's device rule (device_for_rank, device.h): an explicit cuda:N wins over LOCAL_RANK; "cuda" and "auto"
-// take GPU local_rank % count. Checked for every local rank, GPU count 0-4 and every explicit index, without a
-// GPU (the count is a parameter). Before the fix LOCAL_RANK overrode cuda:N.
+// take GPU local_rank % count. Checked for every local rank, GPU count 0-4 and every explicit index, without
+// a GPU (the count is a parameter). Before the fix LOCAL_RANK overrode cuda:N.
 TEST(DeviceForRank, ExplicitIndexWinsOverLocalRankAndOthersFollowIt) {
   for (int gpus = 0; gpus <= 4; ++gpus) {
     for (int local = 0; local < 8; ++local) {
@@ -67,7 +67,8 @@ TEST(DeviceForRank, ExplicitIndexWinsOverLocalRankAndOthersFollowIt) {
       EXPECT_EQ(device_for_rank("auto", local, gpus).str(), own) << at;
       EXPECT_EQ(device_for_rank("cuda", local, gpus).str(), own) << at;
       for (int n = 0; n < gpus; ++n)
-        EXPECT_EQ(device_for_rank("cuda:" + std::to_string(n), local, gpus).str(), "cuda:" + std::to_string(n))
+        EXPECT_EQ(device_for_rank("cuda:" + std::to_string(n), local, gpus).str(),
+                  "cuda:" + std::to_string(n))
             << "--device cuda:" << n << at;
       EXPECT_THROW(device_for_rank("cuda:" + std::to_string(gpus), local, gpus), Error) << at;
     }

@@ -43,9 +43,7 @@ TEST(DeviceGuard, RestoresTheCallersDeviceAndSetsNothingWhenAlreadyCurrent) {
   EXPECT_EQ(FakeDevices::sets, 1);
   EXPECT_EQ(FakeDevices::restores, 1);
   FakeDevices::reset(3);
-  {
-    Guard g(3);
-  }
+  { Guard g(3); }
   EXPECT_EQ(FakeDevices::sets + FakeDevices::restores, 0) << "the device was already current";
 }
 

@@ -36,18 +36,49 @@ struct Failures {
 
 double get(const unsigned char* p, DType t) {
   switch (t) {
-    case DType::F32: { float v; std::memcpy(&v, p, 4); return v; }
-    case DType::F64: { double v; std::memcpy(&v, p, 8); return v; }
-    case DType::I64: { int64_t v; std::memcpy(&v, p, 8); return static_cast<double>(v); }
-    default: { int32_t v; std::memcpy(&v, p, 4); return v; }
+    case DType::F32: {
+      float v;
+      std::memcpy(&v, p, 4);
+      return v;
+    }
+    case DType::F64: {
+      double v;
+      std::memcpy(&v, p, 8);
+      return v;
+    }
+    case DType::I64: {
+      int64_t v;
+      std::memcpy(&v, p, 8);
+      return static_cast<double>(v);
+    }
+    default: {
+      int32_t v;
+      std::memcpy(&v, p, 4);
+      return v;
+    }
   }
 }
 void put(unsigned char* p, DType t, double x) {
   switch (t) {
-    case DType::F32: { float v = static_cast<float>(x); std::memcpy(p, &v, 4); return; }
-    case DType::F64: { std::memcpy(p, &x, 8); return; }
-    case DType::I64: { int64_t v = static_cast<int64_t>(x); std::memcpy(p, &v, 8); return; }
-    default: { int32_t v = static_cast<int32_t>(x); std::memcpy(p, &v, 4); return; }
+    case DType::F32: {
+      float v = static_cast<float>(x);
+      std::memcpy(p, &v, 4);
+      return;
+    }
+    case DType::F64: {
+      std::memcpy(p, &x, 8);
+      return;
+    }
+    case DType::I64: {
+      int64_t v = static_cast<int64_t>(x);
+      std::memcpy(p, &v, 8);
+      return;
+    }
+    default: {
+      int32_t v = static_cast<int32_t>(x);
+      std::memcpy(p, &v, 4);
+      return;
+    }
   }
 }
 
@@ -153,9 +184,10 @@ void run_case(const Case& c, Failures& f) {
   std::vector<Block*> out_block(W);
   for (size_t r = 0; r < W; ++r) {
     RankMemory& m = mem[r];
-    CommBuffer in{m.arena.data() + m.in_off, static_cast<int64_t>(m.in_bytes / e), c.dtype, Device::cuda(0), {}};
-    CommBuffer out{m.arena.data() + m.out_off, static_cast<int64_t>(m.out_bytes / e), c.dtype, Device::cuda(0),
-                   {}};
+    CommBuffer in{
+        m.arena.data() + m.in_off, static_cast<int64_t>(m.in_bytes / e), c.dtype, Device::cuda(0), {}};
+    CommBuffer out{
+        m.arena.data() + m.out_off, static_cast<int64_t>(m.out_bytes / e), c.dtype, Device::cuda(0), {}};
     if (c.kind == CollectiveKind::Allreduce || c.kind == CollectiveKind::Broadcast) out = in;
     plan[r] = plan_staging(c.kind, c.world, in, out);
     in_block.emplace_back(plan[r].in_block_bytes);
@@ -189,7 +221,8 @@ void run_case(const Case& c, Failures& f) {
   auto write = [&](size_t r, Block& b, const std::vector<double>& v) {
     if (v.size() * e > b.bytes.size()) {
       f.add(c.str() + ", rank " + std::to_string(r) + ": the host collective writes " +
-            std::to_string(v.size() * e) + " B into an output block of " + std::to_string(b.bytes.size()) + " B");
+            std::to_string(v.size() * e) + " B into an output block of " + std::to_string(b.bytes.size()) +
+            " B");
       ok = false;
       return;
     }
@@ -220,7 +253,8 @@ void run_case(const Case& c, Failures& f) {
       std::vector<double> all;
       for (size_t r = 0; r < W; ++r) all.insert(all.end(), got[r].begin(), got[r].end());
       for (size_t r = 0; r < W; ++r)
-        if (!(W == 1 && out_block[r] == &in_block[r])) write(r, *out_block[r], all);  // world 1: memcpy if apart
+        if (!(W == 1 && out_block[r] == &in_block[r]))
+          write(r, *out_block[r], all);  // world 1: memcpy if apart
       break;
     }
     case CollectiveKind::ReduceScatter: {  // all-reduce a copy of the input, keep this rank's chunk
@@ -246,8 +280,8 @@ void run_case(const Case& c, Failures& f) {
     RankMemory& m = mem[r];
     const std::string who = c.str() + ", rank " + std::to_string(r) + ": ";
     if (plan[r].copy_out_bytes > out_block[r]->bytes.size()) {
-      f.add(who + "the copy out reads " + std::to_string(plan[r].copy_out_bytes) + " B from an output block of " +
-            std::to_string(out_block[r]->bytes.size()) + " B");
+      f.add(who + "the copy out reads " + std::to_string(plan[r].copy_out_bytes) +
+            " B from an output block of " + std::to_string(out_block[r]->bytes.size()) + " B");
       continue;
     }
     if (plan[r].copy_out_bytes > m.out_bytes) {
@@ -289,7 +323,8 @@ TEST(StagingPlan, EveryCollectiveLayoutRootAndRankStaysInBoundsAndIsCorrect) {
           for (CollectiveKind kind : {CollectiveKind::Allreduce, CollectiveKind::Broadcast,
                                       CollectiveKind::Allgather, CollectiveKind::ReduceScatter}) {
             const int64_t count = kind == CollectiveKind::ReduceScatter ? s * world : s;
-            const bool two_buffers = kind == CollectiveKind::Allgather || kind == CollectiveKind::ReduceScatter;
+            const bool two_buffers =
+                kind == CollectiveKind::Allgather || kind == CollectiveKind::ReduceScatter;
             for (Layout layout : {Layout::InPlace, Layout::OutOfPlace}) {
               if (!two_buffers && layout == Layout::OutOfPlace) continue;
               const int roots = kind == CollectiveKind::Broadcast ? world : 1;

@@ -40,7 +40,8 @@ struct FakeStorage {
   ~FakeStorage() {
     if (pool->collective_running &&
         std::find(used_on.begin(), used_on.end(), pool->comm_stream) == used_on.end())
-      pool->unsafe.push_back("a " + std::to_string(bytes) + " B block freed without waiting for the comm stream");
+      pool->unsafe.push_back("a " + std::to_string(bytes) +
+                             " B block freed without waiting for the comm stream");
     pool->live -= bytes;
   }
 };
@@ -75,8 +76,9 @@ TEST(StreamOrderedRelease, GatheredUnitsLeaveThePoolAtReshardNotAtTheWatchdogTic
     account -= unit;
     EXPECT_EQ(pool.live, account) << "unit " << u << ": the pool still holds memory the account released";
   }
-  EXPECT_EQ(pool.peak, account_peak) << "the GPU's peak (" << pool.peak << " B) exceeds the memory account's ("
-                                     << account_peak << " B): gathered units outlived their reshard";
+  EXPECT_EQ(pool.peak, account_peak) << "the GPU's peak (" << pool.peak
+                                     << " B) exceeds the memory account's (" << account_peak
+                                     << " B): gathered units outlived their reshard";
   EXPECT_TRUE(pool.unsafe.empty()) << pool.unsafe.front();
   pool.collective_running = false;  // the watchdog's tick: every collective completed
   pending.clear();

@@ -34,8 +34,10 @@ TEST(GpuHandles, ThreadsReuseHandlesAndFreeOnesAreDestroyed) {
   const auto before = cuda::library_handle_counts();
   for (int t = 0; t < 12; ++t) std::thread([] { use_both_libraries(); }).join();
   const auto after = cuda::library_handle_counts();
-  EXPECT_EQ(after.cublas_created, before.cublas_created) << "a thread made a cuBLAS handle instead of reusing one";
-  EXPECT_EQ(after.cudnn_created, before.cudnn_created) << "a thread made a cuDNN handle instead of reusing one";
+  EXPECT_EQ(after.cublas_created, before.cublas_created)
+      << "a thread made a cuBLAS handle instead of reusing one";
+  EXPECT_EQ(after.cudnn_created, before.cudnn_created)
+      << "a thread made a cuDNN handle instead of reusing one";
   EXPECT_GE(after.cublas_free, 1u);
   EXPECT_GE(after.cudnn_free, 1u);
   cuda::destroy_free_library_handles();

@@ -58,7 +58,8 @@ TEST(GpuStaging, InPlaceAllgatherAndReduceScatterAtEveryRankPosition) {
               << "all-gather world " << world << " rank " << rank << ": element " << i << " of rank " << q;
 
       std::vector<double> ones(static_cast<size_t>(world * n));
-      for (int64_t i = 0; i < world * n; ++i) ones[static_cast<size_t>(i)] = static_cast<double>(i % 97 + rank);
+      for (int64_t i = 0; i < world * n; ++i)
+        ones[static_cast<size_t>(i)] = static_cast<double>(i % 97 + rank);
       Tensor in = Tensor::from_vector(ones, {world * n}).to(Device::cuda(0));
       pg.reduce_scatter(comm_buffer_of(in), comm_buffer_of(in.slice0(rank * n, (rank + 1) * n)))->wait();
       const auto rs = in.to_double_vector();

@@ -15,24 +15,29 @@ using namespace ddp;
 
 TEST(GpuStreamRelease, GatheredUnitsDroppedBeforeTheWatchdogTickDoNotPileUp) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "skipped: no GPU";
-  dist::run_threads(1, [&](int, dist::ProcessGroup&, dist::Store& store) {
-    auto pg = ddp::testing::nccl_world_one(store, "stream-release");
-    const int64_t unit = int64_t{4} << 20;  // 16 MiB of float32
-    Tensor shard = Tensor::full({unit}, 2.0, DType::F32, Device::cuda(0));
-    device_synchronize();
-    const int64_t base = cuda_memory_use(0).used;
-    reset_cuda_memory_peak(0);
-    for (int i = 0; i < 64; ++i) {
-      Tensor gathered = Tensor::empty({unit}, DType::F32, Device::cuda(0));
-      pg->allgather(comm_buffer_of(shard), comm_buffer_of(gathered))->wait();  // the caller's stream waits
-      // the unit is used here, then resharded: the last reference goes, Work and all
-    }
-    const CudaMemoryUse after = cuda_memory_use(0);
-    device_synchronize();
-    const int64_t unit_bytes = unit * 4;
-    EXPECT_LE(after.peak - base, 3 * unit_bytes)
-        << "the pool's peak rose by " << (after.peak - base) / unit_bytes
-        << " units: gathered units outlived their drop (released on the watchdog's tick, not in stream order)";
-    EXPECT_LE(cuda_memory_use(0).used - base, unit_bytes) << "units still allocated after the loop";
-  }, dist::ProcessGroupOptions{});
+  dist::run_threads(
+      1,
+      [&](int, dist::ProcessGroup&, dist::Store& store) {
+        auto pg = ddp::testing::nccl_world_one(store, "stream-release");
+        const int64_t unit = int64_t{4} << 20;  // 16 MiB of float32
+        Tensor shard = Tensor::full({unit}, 2.0, DType::F32, Device::cuda(0));
+        device_synchronize();
+        const int64_t base = cuda_memory_use(0).used;
+        reset_cuda_memory_peak(0);
+        for (int i = 0; i < 64; ++i) {
+          Tensor gathered = Tensor::empty({unit}, DType::F32, Device::cuda(0));
+          pg->allgather(comm_buffer_of(shard), comm_buffer_of(gathered))
+              ->wait();  // the caller's stream waits
+          // the unit is used here, then resharded: the last reference goes, Work and all
+        }
+        const CudaMemoryUse after = cuda_memory_use(0);
+        device_synchronize();
+        const int64_t unit_bytes = unit * 4;
+        EXPECT_LE(after.peak - base, 3 * unit_bytes)
+            << "the pool's peak rose by " << (after.peak - base) / unit_bytes
+            << " units: gathered units outlived their drop (released on the watchdog's tick, not in stream "
+               "order)";
+        EXPECT_LE(cuda_memory_use(0).used - base, unit_bytes) << "units still allocated after the loop";
+      },
+      dist::ProcessGroupOptions{});
 }

@@ -29,9 +29,10 @@ class StreamGuard {
 
 // The CUDA runtime's current device, as core/device_guard.h's device API.
 struct CudaDeviceApi {
-  static int get();                   // cudaGetDevice, checked
-  static void set(int device);        // cudaSetDevice, checked
-  static void restore(int device) noexcept;  // cudaSetDevice from a destructor (a failure shows at the next call)
+  static int get();             // cudaGetDevice, checked
+  static void set(int device);  // cudaSetDevice, checked
+  // cudaSetDevice from a destructor, unchecked: a failure shows at the caller's next checked call.
+  static void restore(int device) noexcept;
 };
 
 // Makes `device` current for this thread until the guard is destroyed (then the previous one again); sets

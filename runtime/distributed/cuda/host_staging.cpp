@@ -80,7 +80,7 @@ DeferredRelease& parked_stagings() {
 struct HostStaging::State {
   int device = 0;
   CommBuffer in, out;       // keepalives of the caller's buffers
-  StagingPlan plan;
+  StagingPlan plan;         // block sizes and copies (staging_plan.h)
   void* host_in = nullptr;  // pinned blocks from the pool
   void* host_out = nullptr;
   cudaEvent_t issued = nullptr;  // recorded on the caller's stream at issue
