@@ -99,35 +99,6 @@ Device device_for_rank(const std::string& spec, int local_rank, int gpu_count) {
   return Device::cuda(local_rank % gpu_count);              // "cuda" or "auto": this local rank's GPU
 }
 
-CudaMemoryUse cuda_memory_use(int device) {
-  CudaMemoryUse u;
-#ifdef DDP_WITH_CUDA
-  if (device < 0 || device >= cuda_device_count()) return u;
-  cudaMemPool_t pool;
-  DDP_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
-  uint64_t used = 0, high = 0;
-  DDP_CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &used));
-  DDP_CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &high));
-  u.used = static_cast<int64_t>(used);
-  u.peak = static_cast<int64_t>(high);
-#else
-  (void)device;
-#endif
-  return u;
-}
-
-void reset_cuda_memory_peak(int device) {
-#ifdef DDP_WITH_CUDA
-  if (device < 0 || device >= cuda_device_count()) return;
-  cudaMemPool_t pool;
-  DDP_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
-  uint64_t zero = 0;  // resets the high-water mark to the current use
-  DDP_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero));
-#else
-  (void)device;
-#endif
-}
-
 void set_current_cuda_device(int index) {
 #ifdef DDP_WITH_CUDA
   DDP_CHECK(index >= 0 && index < cuda_device_count(), "cuda:", index, " is not a usable GPU (",

@@ -42,14 +42,6 @@ std::string cuda_unavailable_reason();
 int current_cuda_device();
 // Makes GPU `index` the calling thread's current CUDA device (kernels launch on its streams).
 void set_current_cuda_device(int index);
-// Device memory of the tensors (the stream-ordered pool of GPU `device`): bytes in use now, and the most in
-// use since the last reset_cuda_memory_peak(device). Zeros without CUDA or without that GPU.
-struct CudaMemoryUse {
-  int64_t used = 0;
-  int64_t peak = 0;
-};
-CudaMemoryUse cuda_memory_use(int device);
-void reset_cuda_memory_peak(int device);
 // Waits until all work queued on the current GPU has finished (no-op without CUDA or without a GPU).
 void device_synchronize();
 

@@ -6,6 +6,8 @@
 
 #ifdef DDP_WITH_CUDA
 #include <cuda_runtime.h>
+
+#include "runtime/core/cuda_check.h"
 #endif
 
 namespace ddp {
@@ -17,10 +19,11 @@ DeviceMemory device_memory(int device) {
   int previous = 0;
   if (cudaGetDevice(&previous) != cudaSuccess) return m;
   cudaMemPool_t pool;
-  uint64_t used = 0, reserved = 0;
+  uint64_t used = 0, reserved = 0, used_now = 0;
   size_t free_b = 0, total_b = 0;
   const bool ok = cudaDeviceGetDefaultMemPool(&pool, device) == cudaSuccess &&
                   cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &used) == cudaSuccess &&
+                  cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &used_now) == cudaSuccess &&
                   cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemHigh, &reserved) == cudaSuccess &&
                   cudaSetDevice(device) == cudaSuccess && cudaMemGetInfo(&free_b, &total_b) == cudaSuccess;
   cudaSetDevice(previous);
@@ -29,6 +32,7 @@ DeviceMemory device_memory(int device) {
     return m;
   }
   m.valid = true;
+  m.pool_used = static_cast<int64_t>(used_now);
   m.pool_used_peak = static_cast<int64_t>(used);
   m.pool_reserved_peak = static_cast<int64_t>(reserved);
   m.device_used = static_cast<int64_t>(total_b - free_b);
@@ -37,6 +41,18 @@ DeviceMemory device_memory(int device) {
   (void)device;
 #endif
   return m;
+}
+
+void reset_device_memory_peak(int device) {
+#ifdef DDP_WITH_CUDA
+  if (device < 0 || device >= cuda_device_count()) return;
+  cudaMemPool_t pool;
+  DDP_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
+  uint64_t zero = 0;  // the high-water mark restarts from the current use
+  DDP_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero));
+#else
+  (void)device;
+#endif
 }
 
 }  // namespace ddp

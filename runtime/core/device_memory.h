@@ -9,6 +9,7 @@ namespace ddp {
 
 struct DeviceMemory {
   bool valid = false;              // false without CUDA or without a GPU
+  int64_t pool_used = 0;           // bytes handed out by the pool now (cudaMemPoolAttrUsedMemCurrent)
   int64_t pool_used_peak = 0;      // bytes handed out by the pool at its peak (cudaMemPoolAttrUsedMemHigh)
   int64_t pool_reserved_peak = 0;  // bytes the pool held from the driver at its peak (ReservedMemHigh)
   int64_t device_used = 0;         // total - free now (cudaMemGetInfo)
@@ -16,5 +17,7 @@ struct DeviceMemory {
 };
 
 DeviceMemory device_memory(int device);
+// Starts the pool's used peak (pool_used_peak) afresh from what is in use now; nothing without that GPU.
+void reset_device_memory_peak(int device);
 
 }  // namespace ddp

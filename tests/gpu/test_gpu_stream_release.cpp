@@ -7,7 +7,8 @@
 #include <gtest/gtest.h>
 
 #include "runtime/core/device.h"
-#include "runtime/ddp/comm_buffer_of.h"
+#include "runtime/core/device_memory.h"
+#include "runtime/distributed/comm_buffer_of.h"
 #include "runtime/distributed/local_world.h"
 #include "tests/gpu/nccl_world_one.h"
 
@@ -22,22 +23,23 @@ TEST(GpuStreamRelease, GatheredUnitsDroppedBeforeTheWatchdogTickDoNotPileUp) {
         const int64_t unit = int64_t{4} << 20;  // 16 MiB of float32
         Tensor shard = Tensor::full({unit}, 2.0, DType::F32, Device::cuda(0));
         device_synchronize();
-        const int64_t base = cuda_memory_use(0).used;
-        reset_cuda_memory_peak(0);
+        const int64_t base = device_memory(0).pool_used;
+        reset_device_memory_peak(0);
         for (int i = 0; i < 64; ++i) {
           Tensor gathered = Tensor::empty({unit}, DType::F32, Device::cuda(0));
-          pg->allgather(comm_buffer_of(shard), comm_buffer_of(gathered))
-              ->wait();  // the caller's stream waits
-          // the unit is used here, then resharded: the last reference goes, Work and all
+          // The caller's stream waits for the gather; the unit is used, then resharded: the last reference
+          // goes, Work and all.
+          pg->allgather(comm_buffer_of(shard), comm_buffer_of(gathered))->wait();
         }
-        const CudaMemoryUse after = cuda_memory_use(0);
+        const DeviceMemory after = device_memory(0);
         device_synchronize();
         const int64_t unit_bytes = unit * 4;
-        EXPECT_LE(after.peak - base, 3 * unit_bytes)
-            << "the pool's peak rose by " << (after.peak - base) / unit_bytes
+        ASSERT_TRUE(after.valid);
+        EXPECT_LE(after.pool_used_peak - base, 3 * unit_bytes)
+            << "the pool's peak rose by " << (after.pool_used_peak - base) / unit_bytes
             << " units: gathered units outlived their drop (released on the watchdog's tick, not in stream "
                "order)";
-        EXPECT_LE(cuda_memory_use(0).used - base, unit_bytes) << "units still allocated after the loop";
+        EXPECT_LE(device_memory(0).pool_used - base, unit_bytes) << "units still allocated after the loop";
       },
       dist::ProcessGroupOptions{});
 }
