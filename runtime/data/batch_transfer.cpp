@@ -29,7 +29,7 @@ cudaStream_t copy_stream(int device) {
 Tensor transfer_to_device(const Tensor& host, Device device) {
   if (device.is_cpu()) return host;
 #ifdef DDP_WITH_CUDA
-  DDP_CUDA_CHECK(cudaSetDevice(device.index));
+  cuda::DeviceGuard on_device(device.index);  // the caller's device is current again on return
   cudaStream_t s = copy_stream(device.index);
   cuda::StreamGuard guard(s);
   Tensor out = host.to(device);
@@ -44,11 +44,8 @@ Tensor transfer_to_device(const Tensor& host, Device device) {
 void hand_over_to_current_stream(const Tensor& t) {
   if (!t.defined() || t.device().is_cpu() || !t.storage()) return;
 #ifdef DDP_WITH_CUDA
-  int previous = 0;
-  DDP_CUDA_CHECK(cudaGetDevice(&previous));
-  if (previous != t.device().index) DDP_CUDA_CHECK(cudaSetDevice(t.device().index));
+  cuda::DeviceGuard on_device(t.device().index);
   t.storage()->record_stream(cuda::current_stream());
-  if (previous != t.device().index) DDP_CUDA_CHECK(cudaSetDevice(previous));
 #endif
 }
 
