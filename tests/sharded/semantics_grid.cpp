@@ -22,6 +22,7 @@
 #include "runtime/ops/loss.h"
 #include "runtime/ops/shape.h"
 #include "tests/support/ddp_test_util.h"
+#include "tests/support/shared_linear.h"
 
 namespace ddp::testing::grid {
 
@@ -30,17 +31,6 @@ namespace {
 constexpr int64_t kRows = 3;
 constexpr int kIn = 6, kHidden = 8, kClasses = 3;
 constexpr double kClip = 0.05;
-
-// A linear layer over given tensors, so that two layers can share one weight.
-class SharedLinear : public nn::Module {
- public:
-  SharedLinear(Tensor w, Tensor b) {
-    weight = register_parameter("weight", std::move(w));
-    bias = register_parameter("bias", std::move(b));
-  }
-  Tensor forward(const Tensor& x) override { return ops::linear(x, weight, bias); }
-  Tensor weight, bias;
-};
 
 // items.0 -> [norm] -> items.1 [twice] -> [experts.e] -> [mix -> again] -> items.2 -> head. The items and the
 // experts are ZeRO-3 units (ModuleList items); head, norm, mix, again and spare are the root unit. Modules

@@ -27,6 +27,7 @@
 #include "runtime/ops/activation.h"
 #include "runtime/ops/elementwise.h"
 #include "tests/support/ddp_test_util.h"
+#include "tests/support/shared_linear.h"
 
 using namespace ddp;
 using namespace ddp::testing;
@@ -71,17 +72,6 @@ class Reordered : public nn::Module {
     return (*items)[1].operator()(h);
   }
   std::shared_ptr<nn::ModuleList<nn::Linear>> items;
-};
-
-// A linear layer over given tensors, so that two layers can share one weight.
-class SharedLinear : public nn::Module {
- public:
-  SharedLinear(Tensor w, Tensor b) {
-    weight = register_parameter("weight", std::move(w));
-    bias = register_parameter("bias", std::move(b));
-  }
-  Tensor forward(const Tensor& x) override { return ops::linear(x, weight, bias); }
-  Tensor weight, bias;
 };
 
 // Tied weights: "mid" and "again" use one 8 x 8 weight (their biases are their own).
