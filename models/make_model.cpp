@@ -64,6 +64,10 @@ std::string options_json(const TrainOptions& o) {
                               {"dropout", o.dropout},
                               {"hidden", o.hidden},
                               {"depth", o.depth}};
+  if (o.deterministic) {  // its batch is micro_batches x batch_size over all ranks (docs/determinism.md)
+    j["deterministic"] = true;
+    j["micro_batches"] = o.micro_batches;
+  }
   return j.dump();
 }
 

@@ -16,7 +16,9 @@
 #include "models/train_checks.h"
 #include "models/train_eval.h"
 #include "models/train_setup.h"
+#include "models/train_deterministic.h"
 #include "models/train_step.h"
+#include "kernels/cpu/gemm.h"
 #include "runtime/core/peak_flops.h"
 #include "runtime/distributed/flight_recorder.h"
 #include "runtime/distributed/host_collectives.h"
@@ -35,6 +37,25 @@ double allreduce_mean(dist::ProcessGroup& pg, double v) {
   host_allreduce(pg, t);
   return t.data<double>()[0] / pg.size();
 }
+
+// --deterministic pins the GEMMs to one thread for the run: OpenBLAS's threaded sgemm adds in another order
+// than its one-thread sgemm, and the library picked for a product depends on the thread count
+// (gemm_backend.h). The intra-op pool keeps the rank's budget: its kernels give the same bits at any split
+// (parallel.h). Process-wide, like the thread budget; the previous count comes back at the end.
+class GemmOnOneThread {
+ public:
+  explicit GemmOnOneThread(bool on) : previous_(on ? kernels::cpu::blas_threads() : 0) {
+    if (on) kernels::cpu::set_blas_threads(1);
+  }
+  ~GemmOnOneThread() {
+    if (previous_ > 0) kernels::cpu::set_blas_threads(previous_);
+  }
+  GemmOnOneThread(const GemmOnOneThread&) = delete;
+  GemmOnOneThread& operator=(const GemmOnOneThread&) = delete;
+
+ private:
+  int previous_;
+};
 
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -106,7 +127,9 @@ void measure(const TrainOptions& o, TrainSetup& s, RunRecord& run, TrainResult& 
     result.model_tflops = flops_per_rank_step / med / 1e12;
     if (run.peak.tflops > 0) result.mfu = result.model_tflops / run.peak.tflops;
   }
-  if (run.steps > 0)
+  if (s.deterministic)
+    result.comm_bytes_per_step = static_cast<double>(s.deterministic->bytes_last_step());
+  else if (run.steps > 0)
     result.comm_bytes_per_step = static_cast<double>(s.dp().reducer().comm_hook().bytes_communicated()) /
                                  static_cast<double>(run.steps);  // one synchronized micro-step each
   if (s.zero) {
@@ -161,7 +184,13 @@ void print_summary(const TrainOptions& o, const TrainSetup& s, const RunRecord& 
   if (result.mfu >= 0)
     std::printf("   MFU %.1f%% (%.3g model TFLOP/s per rank; peak %g TFLOP/s: %s)\n", 100 * result.mfu,
                 result.model_tflops, run.peak.tflops, run.peak.source.c_str());
-  if (o.zero >= 2)
+  if (o.deterministic)
+    std::printf("   gradient communication: exact micro-batch mean (int64 fixed point), %.3f MiB per step "
+                "handed to its all-reduces by rank 0\n   parameters: checksum %016llx (FNV-1a of their bytes; "
+                "--deterministic: the same at every world size)\n",
+                result.comm_bytes_per_step / (1024.0 * 1024.0),
+                static_cast<unsigned long long>(result.parameter_checksum));
+  else if (o.zero >= 2)
     std::printf("   gradient communication: ZeRO-%d reduce-scatter, %.3f MiB per step handed to it by rank 0\n",
                 static_cast<int>(o.zero), result.comm_bytes_per_step / (1024.0 * 1024.0));
   else
@@ -210,6 +239,7 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg,
   const auto t_start = Clock::now();
   const bool talk = pg->rank() == 0 && !o.quiet;
   ops::Bf16Compute bf16_compute(o.dtype == "bfloat16");  // --dtype bfloat16: bf16 matmul/linear/attention
+  GemmOnOneThread gemm_pin(o.deterministic);
   TrainSetup s = set_up_training(o, pg, std::move(gather_group));
   const ResumePoint resumed = resume_training(o, s, talk);
   int64_t step = resumed.step;
@@ -288,7 +318,13 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg,
   // One synchronized backward per step: the reducer's errors name the step as the log does, counted from the
   // start of training (so after a resume too).
   s.dp().reducer().number_iterations_from(step + 1);
-  while (step < s.my_steps) {
+  // --deterministic: every rank runs every step (one out of data with no micro-batch of its own); dropout
+  // draws from a stream of the micro-batch's global number, whichever rank runs it.
+  const int64_t last_step = s.deterministic ? s.total_steps : s.my_steps;
+  auto seed_dropout = [&](int64_t local) {
+    set_dropout_streams(*s.model, step * o.micro_batches + s.rank + local * s.world);
+  };
+  while (step < last_step) {
     const auto t0 = Clock::now();
     // One number per step everywhere (docs/trace.md, "Iteration numbers"): the log's "step N" counts from 1;
     // the trace's "iteration N", the flight record, DDP_DEBUG and the reducer's errors use the same N.
@@ -296,9 +332,12 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg,
     dist::set_flight_iteration(step + 1);
     const double lr = s.schedule.at(step);
     s.optimizer->set_lr(lr);
-    double loss = (s.sdp ? train_step(*s.sdp, *s.optimizer, next_batch, step_options)
+    double loss =
+        (s.deterministic ? train_step(*s.ddp, *s.deterministic, *s.optimizer, next_batch,
+                                      step < s.my_steps ? s.micro_batches : 0, seed_dropout, step_options)
+         : s.sdp         ? train_step(*s.sdp, *s.optimizer, next_batch, step_options)
                          : train_step(*s.ddp, *s.optimizer, next_batch, step_options))
-                      .loss;
+            .loss;
     if (!o.trace.empty()) tracer.end_iteration(step + 1);
     const double dt = seconds_since(t0);
     if (o.fault_nan_step == step + 1 && s.rank == o.fault_nan_rank) loss = NAN;
@@ -341,6 +380,7 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg,
         result.sample_text = gpt->generate("The whale", o.sample_tokens, 0.8, o.seed);
     }
     for (auto& p : s.model->named_parameters()) result.final_params.push_back(p.tensor.to_double_vector());
+    result.parameter_checksum = parameter_checksum(*s.model);
   }
   if (!o.trace.empty()) write_traces(o, s, *pg);
   result.wall_s = seconds_since(t_start);

@@ -70,6 +70,14 @@ struct TrainOptions {
   int64_t uneven_steps = 0;
   bool join = true;
   double peak_tflops = 0;  // per rank, for MFU (0: the GPU's datasheet figure when known)
+  // The deterministic mode (docs/determinism.md): each step is `micro_batches` micro-batches of batch_size
+  // rows over all ranks (so the step's batch does not depend on the world size), split over the ranks, each
+  // computed alone, and averaged exactly (runtime/ddp/deterministic_reduction.h): the parameters after any
+  // step are bitwise the same at every world size <= micro_batches, backend, bucket cap and thread count.
+  // Ranks with uneven data take part with no micro-batch (Join built in). Refuses --zero 2/3, --comm-hook
+  // other than allreduce, --grad-accum > 1, --sync-bn, --gradient-as-bucket-view and CUDA, each by name.
+  bool deterministic = false;
+  int64_t micro_batches = 4;
   // Tests: this rank's loss of step fault_nan_step (1-based) is replaced by NaN (0: never).
   int64_t fault_nan_step = 0;
   int fault_nan_rank = 0;
@@ -91,6 +99,7 @@ struct TrainResult {
   std::string sample_text;        // gpt
   std::string checkpoint_path;
   std::vector<std::vector<double>> final_params;  // for equivalence tests
+  uint64_t parameter_checksum = 0;  // FNV-1a over every parameter's bytes, in order (train --deterministic prints it)
 };
 
 // Runs the loop on this rank of `pg`. Prints from rank 0 unless options.quiet.

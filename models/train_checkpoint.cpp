@@ -1,5 +1,6 @@
 // train_checkpoint.cpp - resuming and saving the checkpoints of `train` (see train_checkpoint.h).
 #include "models/train_checkpoint.h"
+#include "models/train_deterministic.h"
 
 #include <cstdio>
 #include <filesystem>
@@ -61,8 +62,10 @@ ResumePoint resume_training(const TrainOptions& o, TrainSetup& s, bool talk) {
   at.path = path;
   at.step = st.step;
   at.epoch = st.epoch;
-  s.loader->resume(
-      {st.epoch, st.batches_in_epoch, 0, "metadata field 'batches_in_epoch' of checkpoint '" + path + "'"});
+  const int64_t batches = o.deterministic ? rank_batches_consumed(st.batches_in_epoch, s.micro_batches,
+                                                                   o.micro_batches)
+                                          : st.batches_in_epoch;
+  s.loader->resume({st.epoch, batches, 0, "metadata field 'batches_in_epoch' of checkpoint '" + path + "'"});
   if (talk)
     std::printf("resumed from %s at step %lld (epoch %lld, batch %lld)%s\n", path.c_str(),
                 static_cast<long long>(at.step), static_cast<long long>(st.epoch),
@@ -87,7 +90,11 @@ std::string save_checkpoint(const TrainOptions& o, TrainSetup& s, dist::ProcessG
     for (const std::string& stale : checkpoint::remove_stale_temp_files(o.checkpoint_dir))
       if (talk) std::printf("removed %s (left by an interrupted save)\n", stale.c_str());
     auto pos = s.loader->position();
-    checkpoint::TrainingState st{step, pos.epoch, pos.batches_consumed, o.seed, options_json(o), {}, {}};
+    // --deterministic: counted over all ranks, so the run resumes at any world size
+    const int64_t batches =
+        o.deterministic ? global_micro_batches_consumed(pos.batches_consumed, s.micro_batches, o.micro_batches)
+                        : pos.batches_consumed;
+    checkpoint::TrainingState st{step, pos.epoch, batches, o.seed, options_json(o), {}, {}};
     // The same file at every stage and world size. --zero 2/3: the whole model (the caller holds the gathered
     // scope) and the consolidated optimizer state.
     const std::string file = o.checkpoint_dir + "/" + name;

@@ -40,6 +40,32 @@ int first_failing_rank(dist::ProcessGroup& pg, bool failed) {
 
 }  // namespace
 
+void check_deterministic_options(const TrainOptions& o, int world, const Device& device) {
+  if (!o.deterministic) return;
+  const char* why = " (docs/determinism.md)";
+  DDP_CHECK(o.micro_batches >= 1, "--micro-batches must be >= 1, got ", o.micro_batches);
+  DDP_CHECK(world <= o.micro_batches, "--deterministic: world ", world, " is larger than --micro-batches ",
+            o.micro_batches, ", so some rank would hold no micro-batch of any step; use --micro-batches >= ",
+            world, " (a multiple of the world size keeps the ranks' work even)", why);
+  DDP_CHECK(o.grad_accum == 1, "--deterministic: --grad-accum ", o.grad_accum,
+            " is not used: each step is --micro-batches micro-batches over all ranks (",
+            o.micro_batches, " now), which is the accumulation; drop --grad-accum and raise --micro-batches",
+            why);
+  DDP_CHECK(o.zero <= 1, "--deterministic: --zero ", o.zero,
+            " reduce-scatters gradient shards through the bucketed reducer, whose float sums change with the "
+            "world size; use --zero 1 (optimizer state sharded) or --zero 0", why);
+  DDP_CHECK(o.comm_hook == "allreduce", "--deterministic: --comm-hook ", o.comm_hook,
+            " compresses each rank's gradient sum, which changes with the world size; the mode moves exact "
+            "64-bit integers instead: drop --comm-hook", why);
+  DDP_CHECK(!o.sync_bn, "--deterministic: --sync-bn takes BatchNorm's statistics over all ranks' rows, which "
+            "change with the world size; without it each micro-batch is normalized by its own statistics (the "
+            "same wherever it runs) and the running statistics are averaged exactly: drop --sync-bn", why);
+  DDP_CHECK(!o.gradient_as_bucket_view, "--deterministic: --gradient-as-bucket-view has no buckets to view: "
+            "the mode's gradients come from its exact mean, not from DDP's buckets; drop the flag", why);
+  DDP_CHECK(device.is_cpu(), "--deterministic runs on the CPU (its fixed-point kernels have no CUDA twin "
+            "yet); use --device cpu", why);
+}
+
 void validate_options(const TrainOptions& o) {
   auto at_least = [](const char* flag, int64_t v, int64_t min) {
     DDP_CHECK(v >= min, flag, " must be >= ", min, ", got ", v);

@@ -9,12 +9,16 @@
 #include <vector>
 
 #include "models/train.h"
+#include "runtime/core/device.h"
 #include "runtime/distributed/process_group.h"
 
 namespace ddp::models {
 
 // Throws ddp::Error naming the option (its flag) when a value is out of range or options contradict.
 void validate_options(const TrainOptions& o);
+// --deterministic: nothing whose result depends on how the step's micro-batches are split over the ranks
+// (each refusal names the flag, why, and the way out).
+void check_deterministic_options(const TrainOptions& o, int world, const Device& device);
 // --zero: a stage 0-3, and with 2/3 nothing they do not support (each refusal names the flag and the way out).
 // has_gather_group: the caller gave train() a second group for ZeRO-3's gathers (required at world > 1).
 void check_zero_options(const TrainOptions& o, int world, bool has_gather_group);

@@ -98,6 +98,12 @@ int main(int argc, char** argv) {
   p.add("uneven-steps", &o.uneven_steps,
         "uneven data on purpose: rank r runs this many steps fewer per rank index (shows Join)", B::at_least(0));
   p.add("join", &o.join, "with uneven steps, ranks that finish early shadow the others (DDP Join)");
+  p.add("deterministic", &o.deterministic,
+        "bitwise the same parameters at any world size: each step is --micro-batches micro-batches of "
+        "--batch-size over all ranks, averaged exactly (docs/determinism.md)");
+  p.add("micro-batches", &o.micro_batches,
+        "--deterministic: micro-batches per step over all ranks (the world size must not exceed it)",
+        B::at_least(1));
   p.add("threads", &threads, "threads per rank, shared by BLAS and the intra-op pool (0: OPENBLAS_NUM_THREADS or the library default)", B::at_least(0));
   // "--zero N" as well as "--zero=N": the optional-value choice takes its value only after '=' (a bare
   // "--zero" is stage 1), so a stage given as the next word is joined to it here.

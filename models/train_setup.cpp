@@ -93,6 +93,7 @@ TrainSetup set_up_training(const TrainOptions& o, std::shared_ptr<dist::ProcessG
   // --device cuda:N is GPU N; cuda and auto the GPU of this rank's local rank (device_for_rank, device.h).
   s.device = device_for_rank(o.device, train_local_rank(s.rank), cuda_device_count());
   if (s.device.is_cuda()) set_current_cuda_device(s.device.index);  // kernels launch on its streams
+  check_deterministic_options(o, s.world, s.device);
 
   check_output_paths(o, *pg);
   s.data = load_data(o);
@@ -148,6 +149,7 @@ TrainSetup set_up_training(const TrainOptions& o, std::shared_ptr<dist::ProcessG
   lo.seed = o.seed;
   lo.drop_incomplete_batch = true;
   lo.device = s.device;
+  if (o.deterministic) lo.micro_batches_per_step = o.micro_batches;  // the same micro-batches at any world
   s.loader = std::make_unique<data::DataLoader>(s.data.train, lo);
   data::DataLoaderOptions vo = lo;
   vo.shuffle = false;
@@ -158,7 +160,12 @@ TrainSetup set_up_training(const TrainOptions& o, std::shared_ptr<dist::ProcessG
             s.loader->batches_per_epoch(), " batches per rank per epoch, fewer than --grad-accum ", o.grad_accum,
             "; lower --batch-size");
 
-  s.steps_per_epoch = s.loader->batches_per_epoch() / o.grad_accum;
+  s.micro_batches = o.deterministic ? data::micro_batches_of_rank(o.micro_batches, s.world, s.rank) : 0;
+  if (o.deterministic)
+    DDP_CHECK(s.loader->batches_per_epoch() >= s.micro_batches, "--deterministic: the training split gives ",
+              s.loader->batches_per_epoch() / s.micro_batches, " steps of --micro-batches ", o.micro_batches,
+              " x --batch-size ", o.batch_size, " rows per epoch; lower --batch-size or --micro-batches");
+  s.steps_per_epoch = s.loader->batches_per_epoch() / (o.deterministic ? s.micro_batches : o.grad_accum);
   const int64_t planned = o.steps > 0 ? o.steps : std::max<int64_t>(1, o.epochs) * s.steps_per_epoch;
   // This rank's own number of steps, fewer with --uneven-steps (rank r runs K·r fewer) or when its data (or
   // its --steps) gives it fewer. The ranks learn the fewest and the most (two all-reduces): every rank runs
@@ -179,7 +186,11 @@ TrainSetup set_up_training(const TrainOptions& o, std::shared_ptr<dist::ProcessG
   DDP_CHECK(s.common_steps >= 1, "rank ", s.rank,
             ": some rank has no training step (the fewest of the ranks: ", s.common_steps,
             "); give every rank at least one batch per --grad-accum");
-  if (s.common_steps < s.total_steps && o.join) {
+  if (o.deterministic) {
+    // Every rank runs every step (total_steps), one out of data with no micro-batch: Join built in.
+    s.deterministic = std::make_unique<DeterministicReduction>(
+        s.model->parameters(), s.model->buffers(), pg, DeterministicOptions{.micro_batches = o.micro_batches});
+  } else if (s.common_steps < s.total_steps && o.join) {
     JoinOptions jo;
     jo.zero_grad_set_to_none = !o.gradient_as_bucket_view;  // as train_step zeroes them
     if (s.zero) {

@@ -7,6 +7,7 @@
 
 #include "models/train.h"
 #include "runtime/data/data_loader.h"
+#include "runtime/ddp/deterministic_reduction.h"
 #include "runtime/ddp/distributed_data_parallel.h"
 #include "runtime/ddp/join.h"
 #include "runtime/ddp/sharded/sharded_data_parallel.h"
@@ -42,7 +43,10 @@ struct TrainSetup {
   int64_t my_steps = 0;      // this rank's (fewer with --uneven-steps, or fewer batches)
   int64_t common_steps = 0;  // run by every rank: side collectives (log, eval, checkpoints) happen only there
   optim::WarmupCosine schedule;
-  std::unique_ptr<Join> join;  // with --join when the ranks' step counts differ
+  std::unique_ptr<Join> join;  // with --join when the ranks' step counts differ (never --deterministic)
+  // --deterministic: the exact micro-batch mean, and this rank's micro-batches per step.
+  std::unique_ptr<DeterministicReduction> deterministic;
+  int64_t micro_batches = 0;
 
   // The DDP underneath: the plain one, or the one ShardedDataParallel drives (reducer statistics, Join).
   DistributedDataParallel& dp() { return sdp ? sdp->ddp() : *ddp; }

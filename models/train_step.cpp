@@ -93,4 +93,59 @@ StepResult train_step(ShardedDataParallel& sdp, optim::Optimizer& optimizer,
   return step_with(w, optimizer, next_batch, o);
 }
 
+StepResult train_step(DistributedDataParallel& ddp, DeterministicReduction& reduction,
+                      optim::Optimizer& optimizer, const std::function<data::Batch()>& next_batch,
+                      int64_t micro_batches, const std::function<void(int64_t)>& before_micro_batch,
+                      const StepOptions& o) {
+  StepResult r;
+  double loss_sum = 0;
+  for (int64_t micro = 0; micro < micro_batches; ++micro) {
+    data::Batch b;
+    {
+      trace::TraceScope ts("data", "data");
+      b = next_batch();
+    }
+    auto no_sync = ddp.no_sync();  // the exact mean below is the only gradient communication
+    reduction.before_micro_batch();
+    if (before_micro_batch) before_micro_batch(micro);
+    const auto t0 = Clock::now();
+    Tensor loss;
+    {
+      trace::TraceScope ts("forward", "forward");
+      loss = ops::cross_entropy(ddp.forward(b.x), b.y);
+      loss_sum += loss.item();
+    }
+    const auto t1 = Clock::now();
+    {
+      trace::TraceScope ts("backward", "backward");
+      autograd::backward(loss);
+      reduction.end_micro_batch();
+    }
+    r.forward_s += seconds(t0, t1);
+    r.backward_s += seconds(t1, Clock::now());
+  }
+  const auto t0 = Clock::now();
+  {
+    trace::TraceScope ts("allreduce", "exact micro-batch mean");
+    reduction.finish_step();
+  }
+  r.backward_s += seconds(t0, Clock::now());
+  const auto t1 = Clock::now();
+  if (o.clip_grad > 0) {
+    trace::TraceScope ts("clip", "clip_grad_norm_");
+    optim::clip_grad_norm_(ddp.module().parameters(), o.clip_grad);
+  }
+  {
+    trace::TraceScope ts("optimizer", "optimizer");
+    optimizer.step();
+  }
+  {
+    trace::TraceScope ts("zero_grad", "zero_grad");
+    optimizer.zero_grad(true);
+  }
+  r.optimizer_s = seconds(t1, Clock::now());
+  r.loss = micro_batches > 0 ? loss_sum / static_cast<double>(micro_batches) : 0.0;
+  return r;
+}
+
 }  // namespace ddp::models

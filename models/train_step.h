@@ -8,6 +8,7 @@
 #include <functional>
 
 #include "runtime/data/data_loader.h"
+#include "runtime/ddp/deterministic_reduction.h"
 #include "runtime/ddp/distributed_data_parallel.h"
 #include "runtime/ddp/sharded/sharded_data_parallel.h"
 #include "runtime/optim/optimizer.h"
@@ -38,5 +39,15 @@ StepResult train_step(DistributedDataParallel& ddp, optim::Optimizer& optimizer,
 // across the shards: sdp.clip_grad_norm_); `optimizer` is its ShardedOptimizer.
 StepResult train_step(ShardedDataParallel& sdp, optim::Optimizer& optimizer,
                       const std::function<data::Batch()>& next_batch, const StepOptions& options);
+
+// The deterministic mode (docs/determinism.md): this rank's `micro_batches` of the step (0 when it has run out
+// of data: it still takes part), each forward + backward under no_sync with `before_micro_batch(i)` first
+// (i: the local micro-batch's number in the step), its gradients handed to `reduction`; then the exact mean
+// over every rank's micro-batches (collective), clipping, the optimizer step and zero_grad. options.grad_accum
+// is not used. The loss is this rank's mean over its micro-batches (0 with none).
+StepResult train_step(DistributedDataParallel& ddp, DeterministicReduction& reduction,
+                      optim::Optimizer& optimizer, const std::function<data::Batch()>& next_batch,
+                      int64_t micro_batches, const std::function<void(int64_t)>& before_micro_batch,
+                      const StepOptions& options);
 
 }  // namespace ddp::models

@@ -56,13 +56,22 @@ uint64_t DataLoader::order_key() const {
   uint64_t h = 0xCBF29CE484222325ull;
   for (uint64_t v :
        {static_cast<uint64_t>(dataset_->size()), static_cast<uint64_t>(opt_.batch_size),
-        static_cast<uint64_t>(opt_.num_replicas), opt_.seed, uint64_t{opt_.shuffle}, uint64_t{opt_.drop_last},
-        uint64_t{opt_.drop_incomplete_batch}, uint64_t{opt_.each_sample_once}})
+        // the deterministic plan's order does not depend on the world size
+        static_cast<uint64_t>(opt_.micro_batches_per_step > 0 ? 0 : opt_.num_replicas), opt_.seed,
+        uint64_t{opt_.shuffle}, uint64_t{opt_.drop_last}, uint64_t{opt_.drop_incomplete_batch},
+        uint64_t{opt_.each_sample_once}})
     h = mix(h, v);
+  if (opt_.micro_batches_per_step > 0) h = mix(h, static_cast<uint64_t>(opt_.micro_batches_per_step));
   return h == 0 ? 1 : h;  // 0 means "unchecked" in a LoaderPosition
 }
 
+int64_t micro_batches_of_rank(int64_t micro_batches, int64_t world, int64_t rank) {
+  DDP_CHECK(world >= 1 && rank >= 0 && rank < world, "micro_batches_of_rank: rank ", rank, " of world ", world);
+  return micro_batches > rank ? (micro_batches - rank + world - 1) / world : 0;
+}
+
 std::vector<DataLoader::PlannedBatch> DataLoader::plan_epoch(int64_t epoch) const {
+  if (opt_.micro_batches_per_step > 0) return plan_micro_batches(epoch);
   const SamplerEpoch share = sampler_.indices_for_epoch(epoch);
   const auto n = static_cast<int64_t>(share.indices.size()), bs = opt_.batch_size;
   std::vector<PlannedBatch> plan;
@@ -78,6 +87,27 @@ std::vector<DataLoader::PlannedBatch> DataLoader::plan_epoch(int64_t epoch) cons
     }
     if (!p.indices.empty()) plan.push_back(std::move(p));
   }
+  return plan;
+}
+
+std::vector<DataLoader::PlannedBatch> DataLoader::plan_micro_batches(int64_t epoch) const {
+  const DistributedSampler whole(dataset_->size(), {.num_replicas = 1,
+                                                    .rank = 0,
+                                                    .shuffle = opt_.shuffle,
+                                                    .seed = opt_.seed,
+                                                    .drop_last = opt_.drop_last});
+  const std::vector<int64_t> order = whole.indices_for_epoch(epoch).indices;
+  const int64_t m = opt_.micro_batches_per_step, bs = opt_.batch_size;
+  const int64_t steps = static_cast<int64_t>(order.size()) / (m * bs);
+  std::vector<PlannedBatch> plan;
+  for (int64_t t = 0; t < steps; ++t)
+    for (int64_t j = opt_.rank; j < m; j += opt_.num_replicas) {
+      PlannedBatch p;
+      const auto first = order.begin() + (t * m + j) * bs;
+      p.indices.assign(first, first + bs);
+      p.num_real = bs;
+      plan.push_back(std::move(p));
+    }
   return plan;
 }
 

@@ -63,7 +63,17 @@ struct DataLoaderOptions {
   int64_t prefetch_depth = 2;
   // Where batches are delivered. CUDA: pinned staging and an asynchronous copy.
   Device device = Device::cpu();
+  // The deterministic mode's plan (docs/determinism.md), 0: off. The epoch's order is the one rank
+  // 0 of a world of 1 would see (the sampler with num_replicas 1: no padding, independent of the world
+  // size), cut into micro-batches of batch_size; each run of micro_batches_per_step of them is one step, and
+  // this rank takes micro-batch j of each step when j % num_replicas == rank (in order of j). An incomplete
+  // last step of an epoch is dropped. So micro-batch j of step t holds the same samples at every world size.
+  int64_t micro_batches_per_step = 0;
 };
+
+// The deterministic plan: how many of a step's `micro_batches` rank `rank` of `world` runs (0 when
+// world > micro_batches and rank >= micro_batches).
+int64_t micro_batches_of_rank(int64_t micro_batches, int64_t world, int64_t rank);
 
 struct Batch {
   Tensor x;  // (rows, ...) on the loader's device
@@ -122,6 +132,7 @@ class DataLoader {
   };
 
   std::vector<PlannedBatch> plan_epoch(int64_t epoch) const;
+  std::vector<PlannedBatch> plan_micro_batches(int64_t epoch) const;  // micro_batches_per_step > 0
   void begin(int64_t epoch, int64_t first_batch);
   Batch make_batch(int64_t b);  // from plan_[b]; on the prefetch thread or inside next()
   void produce(int64_t first_batch);
