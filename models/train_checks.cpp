@@ -40,7 +40,7 @@ int first_failing_rank(dist::ProcessGroup& pg, bool failed) {
 
 }  // namespace
 
-void check_deterministic_options(const TrainOptions& o, int world, const Device& device) {
+void check_deterministic_options(const TrainOptions& o, int world) {
   if (!o.deterministic) return;
   const char* why = " (docs/determinism.md)";
   DDP_CHECK(o.micro_batches >= 1, "--micro-batches must be >= 1, got ", o.micro_batches);
@@ -62,8 +62,11 @@ void check_deterministic_options(const TrainOptions& o, int world, const Device&
             "same wherever it runs) and the running statistics are averaged exactly: drop --sync-bn", why);
   DDP_CHECK(!o.gradient_as_bucket_view, "--deterministic: --gradient-as-bucket-view has no buckets to view: "
             "the mode's gradients come from its exact mean, not from DDP's buckets; drop the flag", why);
-  DDP_CHECK(device.is_cpu(), "--deterministic runs on the CPU (its fixed-point kernels have no CUDA twin "
-            "yet); use --device cpu", why);
+}
+
+void check_deterministic_device(const TrainOptions& o, const Device& device) {
+  DDP_CHECK(!o.deterministic || device.is_cpu(), "--deterministic runs on the CPU (its fixed-point kernels "
+            "have no CUDA twin yet); use --device cpu (docs/determinism.md)");
 }
 
 void validate_options(const TrainOptions& o) {

@@ -18,7 +18,9 @@ namespace ddp::models {
 void validate_options(const TrainOptions& o);
 // --deterministic: nothing whose result depends on how the step's micro-batches are split over the ranks
 // (each refusal names the flag, why, and the way out).
-void check_deterministic_options(const TrainOptions& o, int world, const Device& device);
+void check_deterministic_options(const TrainOptions& o, int world);
+// --deterministic on `device`: the CPU only (named refusal otherwise).
+void check_deterministic_device(const TrainOptions& o, const Device& device);
 // --zero: a stage 0-3, and with 2/3 nothing they do not support (each refusal names the flag and the way out).
 // has_gather_group: the caller gave train() a second group for ZeRO-3's gathers (required at world > 1).
 void check_zero_options(const TrainOptions& o, int world, bool has_gather_group);

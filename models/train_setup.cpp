@@ -84,6 +84,7 @@ TrainSetup set_up_training(const TrainOptions& o, std::shared_ptr<dist::ProcessG
   s.rank = pg->rank();
   s.world = pg->size();
   validate_options(o);
+  check_deterministic_options(o, s.world);
   check_zero_options(o, s.world, gather_group != nullptr);
   DDP_CHECK(o.dtype == "float32" || o.dtype == "float64" || o.dtype == "bfloat16", "--dtype ", o.dtype,
             ": expected float32, float64 or bfloat16");
@@ -93,7 +94,7 @@ TrainSetup set_up_training(const TrainOptions& o, std::shared_ptr<dist::ProcessG
   // --device cuda:N is GPU N; cuda and auto the GPU of this rank's local rank (device_for_rank, device.h).
   s.device = device_for_rank(o.device, train_local_rank(s.rank), cuda_device_count());
   if (s.device.is_cuda()) set_current_cuda_device(s.device.index);  // kernels launch on its streams
-  check_deterministic_options(o, s.world, s.device);
+  check_deterministic_device(o, s.device);
 
   check_output_paths(o, *pg);
   s.data = load_data(o);
