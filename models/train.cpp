@@ -333,8 +333,11 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg,
     const double lr = s.schedule.at(step);
     s.optimizer->set_lr(lr);
     double loss =
-        (s.deterministic ? train_step(*s.ddp, *s.deterministic, *s.optimizer, next_batch,
-                                      step < s.my_steps ? s.micro_batches : 0, seed_dropout, step_options)
+        (s.deterministic && s.sdp
+             ? train_step(*s.sdp, *s.deterministic, *s.optimizer, next_batch,
+                          step < s.my_steps ? s.micro_batches : 0, seed_dropout, step_options)
+         : s.deterministic ? train_step(*s.ddp, *s.deterministic, *s.optimizer, next_batch,
+                                        step < s.my_steps ? s.micro_batches : 0, seed_dropout, step_options)
          : s.sdp         ? train_step(*s.sdp, *s.optimizer, next_batch, step_options)
                          : train_step(*s.ddp, *s.optimizer, next_batch, step_options))
             .loss;

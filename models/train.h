@@ -74,8 +74,9 @@ struct TrainOptions {
   // rows over all ranks (so the step's batch does not depend on the world size), split over the ranks, each
   // computed alone, and averaged exactly (runtime/ddp/deterministic_reduction.h): the parameters after any
   // step are bitwise the same at every world size <= micro_batches, backend, bucket cap and thread count.
-  // Ranks with uneven data take part with no micro-batch (Join built in). Refuses --zero 2/3, --comm-hook
-  // other than allreduce, --grad-accum > 1, --sync-bn, --gradient-as-bucket-view and CUDA, each by name.
+  // Ranks with uneven data take part with no micro-batch (Join built in). Any --zero stage (2/3: whole
+  // parameters and gradients during the step). Refuses --comm-hook other than allreduce, --grad-accum > 1,
+  // --sync-bn, --gradient-as-bucket-view and CUDA, each by name.
   bool deterministic = false;
   int64_t micro_batches = 4;
   // Tests: this rank's loss of step fault_nan_step (1-based) is replaced by NaN (0: never).

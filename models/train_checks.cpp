@@ -51,9 +51,6 @@ void check_deterministic_options(const TrainOptions& o, int world) {
             " is not used: each step is --micro-batches micro-batches over all ranks (",
             o.micro_batches, " now), which is the accumulation; drop --grad-accum and raise --micro-batches",
             why);
-  DDP_CHECK(o.zero <= 1, "--deterministic: --zero ", o.zero,
-            " reduce-scatters gradient shards through the bucketed reducer, whose float sums change with the "
-            "world size; use --zero 1 (optimizer state sharded) or --zero 0", why);
   DDP_CHECK(o.comm_hook == "allreduce", "--deterministic: --comm-hook ", o.comm_hook,
             " compresses each rank's gradient sum, which changes with the world size; the mode moves exact "
             "64-bit integers instead: drop --comm-hook", why);

@@ -93,10 +93,14 @@ StepResult train_step(ShardedDataParallel& sdp, optim::Optimizer& optimizer,
   return step_with(w, optimizer, next_batch, o);
 }
 
-StepResult train_step(DistributedDataParallel& ddp, DeterministicReduction& reduction,
-                      optim::Optimizer& optimizer, const std::function<data::Batch()>& next_batch,
-                      int64_t micro_batches, const std::function<void(int64_t)>& before_micro_batch,
-                      const StepOptions& o) {
+namespace {
+// The deterministic step through either wrapper: `forward`, the reducer for no_sync, the whole parameters
+// (clipping), and `after_mean` (ZeRO-2/3: the whole mean into the gradient shards).
+StepResult deterministic_step(Reducer& reducer, const std::function<Tensor(const Tensor&)>& forward,
+                              const std::vector<Tensor>& params, const std::function<void()>& after_mean,
+                              DeterministicReduction& reduction, optim::Optimizer& optimizer,
+                              const std::function<data::Batch()>& next_batch, int64_t micro_batches,
+                              const std::function<void(int64_t)>& before_micro_batch, const StepOptions& o) {
   StepResult r;
   double loss_sum = 0;
   for (int64_t micro = 0; micro < micro_batches; ++micro) {
@@ -105,14 +109,14 @@ StepResult train_step(DistributedDataParallel& ddp, DeterministicReduction& redu
       trace::TraceScope ts("data", "data");
       b = next_batch();
     }
-    auto no_sync = ddp.no_sync();  // the exact mean below is the only gradient communication
+    DistributedDataParallel::NoSyncGuard no_sync(reducer);  // the exact mean is the only gradient traffic
     reduction.before_micro_batch();
     if (before_micro_batch) before_micro_batch(micro);
     const auto t0 = Clock::now();
     Tensor loss;
     {
       trace::TraceScope ts("forward", "forward");
-      loss = ops::cross_entropy(ddp.forward(b.x), b.y);
+      loss = ops::cross_entropy(forward(b.x), b.y);
       loss_sum += loss.item();
     }
     const auto t1 = Clock::now();
@@ -131,10 +135,11 @@ StepResult train_step(DistributedDataParallel& ddp, DeterministicReduction& redu
   }
   r.backward_s += seconds(t0, Clock::now());
   const auto t1 = Clock::now();
-  if (o.clip_grad > 0) {
+  if (o.clip_grad > 0) {  // over the whole mean, in parameter order: the same on every rank and world size
     trace::TraceScope ts("clip", "clip_grad_norm_");
-    optim::clip_grad_norm_(ddp.module().parameters(), o.clip_grad);
+    optim::clip_grad_norm_(params, o.clip_grad);
   }
+  if (after_mean) after_mean();
   {
     trace::TraceScope ts("optimizer", "optimizer");
     optimizer.step();
@@ -146,6 +151,34 @@ StepResult train_step(DistributedDataParallel& ddp, DeterministicReduction& redu
   r.optimizer_s = seconds(t1, Clock::now());
   r.loss = micro_batches > 0 ? loss_sum / static_cast<double>(micro_batches) : 0.0;
   return r;
+}
+}  // namespace
+
+StepResult train_step(DistributedDataParallel& ddp, DeterministicReduction& reduction,
+                      optim::Optimizer& optimizer, const std::function<data::Batch()>& next_batch,
+                      int64_t micro_batches, const std::function<void(int64_t)>& before_micro_batch,
+                      const StepOptions& o) {
+  return deterministic_step(
+      ddp.reducer(), [&ddp](const Tensor& x) { return ddp.forward(x); }, ddp.module().parameters(), {},
+      reduction, optimizer, next_batch, micro_batches, before_micro_batch, o);
+}
+
+StepResult train_step(ShardedDataParallel& sdp, DeterministicReduction& reduction,
+                      optim::Optimizer& optimizer, const std::function<data::Batch()>& next_batch,
+                      int64_t micro_batches, const std::function<void(int64_t)>& before_micro_batch,
+                      const StepOptions& o) {
+  // Every parameter gathered once for the step's micro-batches (ZeRO-3: one agreed set of gathers on every
+  // rank, whatever its number of micro-batches; ZeRO-2: its step's gathers waited for), and the module run
+  // inside that scope, which issues no gather of its own.
+  std::optional<ShardedDataParallel::GatheredScope> whole;
+  whole.emplace(sdp);
+  return deterministic_step(
+      sdp.reducer(), [&sdp](const Tensor& x) { return sdp.module().forward(x); }, sdp.module().parameters(),
+      [&] {
+        whole.reset();
+        sdp.shard_whole_gradients();
+      },
+      reduction, optimizer, next_batch, micro_batches, before_micro_batch, o);
 }
 
 }  // namespace ddp::models

@@ -49,5 +49,13 @@ StepResult train_step(DistributedDataParallel& ddp, DeterministicReduction& redu
                       optim::Optimizer& optimizer, const std::function<data::Batch()>& next_batch,
                       int64_t micro_batches, const std::function<void(int64_t)>& before_micro_batch,
                       const StepOptions& options);
+// The same at ZeRO-2/3: the micro-batches run inside one gathered scope of the whole parameters (ZeRO-3 gathers
+// once per step, the same gathers on every rank whatever its number of micro-batches); the whole exact mean is
+// clipped, then copied into this rank's gradient shards (ShardedDataParallel::shard_whole_gradients) for its
+// ShardedOptimizer. Memory: whole parameters and gradients during the step, shards at rest.
+StepResult train_step(ShardedDataParallel& sdp, DeterministicReduction& reduction,
+                      optim::Optimizer& optimizer, const std::function<data::Batch()>& next_batch,
+                      int64_t micro_batches, const std::function<void(int64_t)>& before_micro_batch,
+                      const StepOptions& options);
 
 }  // namespace ddp::models

@@ -1,9 +1,9 @@
 // test_deterministic_train.cpp - `train --deterministic` (docs/determinism.md): the parameters after 20 steps
 // are bitwise those of world 1, generated from one table - model (mlp, cnn with BatchNorm, gpt) x dtype
 // (float32, bf16 compute) x world (2, 3, 4) x backend (shm, gloo, hier) x threads (1, 2 with every kernel
-// split forced) x ZeRO (0, 1) x find_unused_parameters x bucket cap - each row drawn by a seeded generator so
+// split forced) x ZeRO (0-3) x find_unused_parameters x bucket cap - each row drawn by a seeded generator so
 // that every value of every feature appears for every model; uneven inputs (Join built in) equal across
-// backends, threads and ZeRO at their world; a stop at world 2 resumed at world 3 equals the run that never
+// backends, threads and ZeRO at their world; dropout and static_graph; a stop at world 2 resumed at world 3 equals the run that never
 // stopped; the normal mode differs in float32 (so this test can fail); every refusal names its flag. A failure
 // prints the first differing parameter, its element and the two values.
 #include <gtest/gtest.h>
@@ -17,6 +17,7 @@
 #include "models/train.h"
 #include "runtime/core/error.h"
 #include "runtime/distributed/local_world.h"
+#include "runtime/distributed/process_group_factory.h"
 
 using namespace ddp;
 using namespace std::chrono_literals;
@@ -83,10 +84,19 @@ std::vector<std::vector<double>> run(const Row& r, const std::function<void(mode
   pgo.timeout = 60s;
   dist::run_threads(
       r.world,
-      [&](int rank, dist::ProcessGroup& pg) {
+      [&](int rank, dist::ProcessGroup& pg, dist::Store& store) {
         models::TrainOptions o = options_of(r);
         if (edit) edit(o);
-        res[static_cast<size_t>(rank)] = models::train(o, borrow(pg));
+        std::shared_ptr<dist::ProcessGroup> gather;  // ZeRO-3's gathers: a second group, as `train` makes it
+        if (o.zero == 3 && r.world > 1) {
+          dist::DistEnv env;
+          env.rank = rank;
+          env.world_size = r.world;
+          dist::ProcessGroupOptions go = pgo;
+          go.name = "deterministic-zero3-gather";
+          gather = dist::new_process_group(env, store, r.backend, go);
+        }
+        res[static_cast<size_t>(rank)] = models::train(o, borrow(pg), gather);
       },
       pgo, r.backend);
   kernels::cpu::set_parallel_split_always(false);
@@ -122,7 +132,7 @@ std::vector<Row> generated_rows(const std::string& model, const std::string& dty
     r.world = worlds[static_cast<size_t>(i) % 3];
     r.backend = backends[(static_cast<size_t>(i) + rng() % 3) % 3];
     r.threads = 1 + i % 2;
-    r.zero = (i / 2) % 2;
+    r.zero = (3 * i) % 4;  // 0, 3, 2, 1, 0, 3
     r.unused = (i / 3) % 2 == 1;
     r.bucket_cap_mb = caps[(static_cast<size_t>(i) + 1) % 2];
     rows.push_back(r);
@@ -152,6 +162,20 @@ INSTANTIATE_TEST_SUITE_P(Models, DeterministicTrain,
                            return std::get<0>(info.param) + "_" + std::get<1>(info.param);
                          });
 
+// Dropout draws from a stream of the micro-batch's global number, and static_graph changes nothing the mode
+// uses: the gpt with both at worlds 3 (gloo) and 4 (hier) gives world 1's bits.
+TEST(DeterministicTrainDropout, DropoutAndStaticGraphGiveTheBitsOfWorld1) {
+  auto edit = [](models::TrainOptions& o) {
+    o.dropout = 0.1;
+    o.static_graph = true;
+  };
+  const auto reference = run(Row{"gpt", "float32"}, edit);
+  const auto without_dropout = run(Row{"gpt", "float32"});
+  EXPECT_NE(first_difference(reference, without_dropout), "") << "dropout 0.1 changed nothing";
+  EXPECT_EQ(first_difference(run(Row{"gpt", "float32", 3, "gloo"}, edit), reference), "");
+  EXPECT_EQ(first_difference(run(Row{"gpt", "float32", 4, "hier", 2}, edit), reference), "");
+}
+
 // Uneven inputs: rank r runs 3r steps fewer; the others' steps average what the step still has. The same
 // world gives the same bits on every backend, thread count and ZeRO stage, and differs from the even run.
 TEST(DeterministicTrainJoin, UnevenInputsGiveTheSameBitsAcrossBackendsThreadsAndZero) {
@@ -159,7 +183,7 @@ TEST(DeterministicTrainJoin, UnevenInputsGiveTheSameBitsAcrossBackendsThreadsAnd
     Row base{"mlp", "float32", world, "shm"};
     base.uneven = 3;
     const auto first = run(base);
-    for (auto [backend, threads, zero] : {std::tuple{"gloo", 2, 1}, std::tuple{"hier", 1, 1}}) {
+    for (auto [backend, threads, zero] : {std::tuple{"gloo", 2, 1}, std::tuple{"hier", 1, 3}, std::tuple{"shm", 2, 2}}) {
       Row r = base;
       r.backend = backend;
       r.threads = threads;
@@ -213,8 +237,6 @@ TEST(DeterministicTrainRefusals, EachConflictingFlagIsNamed) {
     std::string needle;
   };
   const std::vector<Case> cases = {
-      {[](auto& o) { o.zero = 2; }, "--zero 2"},
-      {[](auto& o) { o.zero = 3; }, "--zero 3"},
       {[](auto& o) { o.grad_accum = 2; }, "--grad-accum"},
       {[](auto& o) { o.micro_batches = 1; }, "--micro-batches"},
       {[](auto& o) { o.gradient_as_bucket_view = true; }, "--gradient-as-bucket-view"},

@@ -611,6 +611,18 @@ std::vector<std::string> ShardedDataParallel::unit_order() const {
 
 // ---- for the optimizer ----
 
+void ShardedDataParallel::shard_whole_gradients() {
+  autograd::NoGradGuard no_grad;
+  for (Segment& s : segments_) {
+    const Tensor whole = params_[s.piece.param].tensor.grad();
+    if (!whole.defined()) continue;
+    Tensor g = buckets_[s.bucket].shard_grad.slice0(s.piece.shard_offset, s.piece.shard_offset + s.piece.numel());
+    g.copy_from(whole.view({whole.numel()}).slice0(s.piece.param_begin, s.piece.param_end));
+    s.view.set_grad(g);
+  }
+  for (auto& p : params_) p.tensor.set_grad(Tensor());
+}
+
 bool ShardedDataParallel::parameter_used(size_t i) const {
   return ddp_->reducer().parameters_used()[i] != 0;
 }

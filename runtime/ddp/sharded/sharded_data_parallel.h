@@ -126,6 +126,11 @@ class ShardedDataParallel : public Joinable {
   const std::vector<Segment>& segments() const { return segments_; }
   // Whether any rank gave parameter i a gradient in the last synchronized backward (else: skip it).
   bool parameter_used(size_t i) const;
+  // The deterministic mode (deterministic_reduction.h): every rank holds the same whole averaged gradient in
+  // each parameter's .grad (no_sync backwards, then the exact mean); this copies this rank's pieces of it into
+  // the gradient shards the optimizer steps (a parameter with .grad none keeps its sharded .grad as it was)
+  // and frees the whole .grad. No communication.
+  void shard_whole_gradients();
   // ZeRO-2: starts the all-gathers of every bucket (after the optimizer updated this rank's shards).
   void after_step();
   // The global L2 norm of the averaged gradient (all shards: one all-reduce), clipped to max_norm like
