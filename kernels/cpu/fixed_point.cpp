@@ -64,14 +64,21 @@ void block_exponents(const T* x, int64_t n, int64_t block, int32_t* exps) {
 }
 
 template <class T>
-void quantize_add(const T* x, int64_t n, int64_t block, const int32_t* exps, int headroom, int64_t* acc) {
+void quantize_add(const T* x, int64_t n, int64_t block, const int32_t* exps, int headroom, int64_t* acc,
+                  bool first) {
   const int64_t blocks = blocks_of(n, block);
   parallel_for(blocks, 1, std::max<int64_t>(1, kParallelMinStreaming / block), [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
-      if (exps[b] == kNoExponent || exps[b] == kNonFinite) continue;  // all zero, or NaN'd afterwards
-      const double scale = std::ldexp(1.0, block_shift(exps[b], headroom));
       const int64_t lo = b * block, hi = std::min(n, lo + block);
-      for (int64_t i = lo; i < hi; ++i) acc[i] += round_to_int64(static_cast<double>(x[i]) * scale);
+      if (exps[b] == kNoExponent || exps[b] == kNonFinite) {  // all zero, or NaN'd afterwards
+        if (first) std::fill(acc + lo, acc + hi, int64_t{0});
+        continue;
+      }
+      const double scale = std::ldexp(1.0, block_shift(exps[b], headroom));
+      if (first)
+        for (int64_t i = lo; i < hi; ++i) acc[i] = round_to_int64(static_cast<double>(x[i]) * scale);
+      else
+        for (int64_t i = lo; i < hi; ++i) acc[i] += round_to_int64(static_cast<double>(x[i]) * scale);
     }
   });
 }
@@ -88,17 +95,16 @@ void dequantize_mean(const int64_t* acc, int64_t n, int64_t block, const int32_t
         std::fill(out + lo, out + hi, std::numeric_limits<T>::quiet_NaN());
         continue;
       }
-      const double unscale = std::ldexp(1.0, -block_shift(exps[b], headroom));
-      for (int64_t i = lo; i < hi; ++i)
-        out[i] = static_cast<T>(static_cast<double>(acc[i]) * unscale / divisor);
+      const double factor = std::ldexp(1.0, -block_shift(exps[b], headroom)) / divisor;
+      for (int64_t i = lo; i < hi; ++i) out[i] = static_cast<T>(static_cast<double>(acc[i]) * factor);
     }
   });
 }
 
 template void block_exponents<float>(const float*, int64_t, int64_t, int32_t*);
 template void block_exponents<double>(const double*, int64_t, int64_t, int32_t*);
-template void quantize_add<float>(const float*, int64_t, int64_t, const int32_t*, int, int64_t*);
-template void quantize_add<double>(const double*, int64_t, int64_t, const int32_t*, int, int64_t*);
+template void quantize_add<float>(const float*, int64_t, int64_t, const int32_t*, int, int64_t*, bool);
+template void quantize_add<double>(const double*, int64_t, int64_t, const int32_t*, int, int64_t*, bool);
 template void dequantize_mean<float>(const int64_t*, int64_t, int64_t, const int32_t*, int, int64_t, float*);
 template void dequantize_mean<double>(const int64_t*, int64_t, int64_t, const int32_t*, int, int64_t, double*);
 

@@ -32,11 +32,15 @@ void block_exponents(const T* x, int64_t n, int64_t block, int32_t* exps);
 // The power of two each block is scaled by, from its (all-reduced) exponent; 0 for kNoExponent/kNonFinite.
 int32_t block_shift(int32_t exponent, int headroom);
 
-// acc[i] += round(x[i] * 2^shift(block of i)), headroom as in block_shift.
+// acc[i] += round(x[i] * 2^shift(block of i)), headroom as in block_shift. With first = true it stores
+// instead of adding (acc need not be zeroed: a rank's first contribution to a tensor saves that pass).
 template <class T>
-void quantize_add(const T* x, int64_t n, int64_t block, const int32_t* exps, int headroom, int64_t* acc);
+void quantize_add(const T* x, int64_t n, int64_t block, const int32_t* exps, int headroom, int64_t* acc,
+                  bool first = false);
 
-// out[i] = (acc[i] * 2^-shift) / count, rounded to T (NaN in kNonFinite blocks). count >= 1.
+// out[i] = acc[i] * (2^-shift / count), rounded to T (NaN in kNonFinite blocks). count >= 1. The factor is
+// formed once per block (a multiply per element, not a division): two roundings in double before the one to
+// T, the same on every rank.
 template <class T>
 void dequantize_mean(const int64_t* acc, int64_t n, int64_t block, const int32_t* exps, int headroom,
                      int64_t count, T* out);

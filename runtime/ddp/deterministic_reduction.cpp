@@ -112,20 +112,24 @@ int64_t DeterministicReduction::finish_step() {
   host_allreduce(*pg_, exps, dist::ReduceOp::Max);
 
   // 2-3. Fixed point, added locally, then over the ranks with the count in the last element.
-  Tensor acc = Tensor::zeros({total_elements_ + 1}, DType::I64);
+  Tensor acc = Tensor::empty({total_elements_ + 1}, DType::I64);  // each segment's first contribution stores
   int64_t* a = acc.data<int64_t>();
   const int32_t* e = exps.data<int32_t>();
-  for (size_t m = 0; m < grads_.size(); ++m)
-    for (size_t k = 0; k < segments_.size(); ++k) {
+  for (size_t k = 0; k < segments_.size(); ++k) {
+    const Segment& s = segments_[k];
+    bool first = true;
+    for (size_t m = 0; m < grads_.size(); ++m) {
       const Tensor& c = contribution(m, k);
       if (!c.defined()) continue;
-      const Segment& s = segments_[k];
       dispatch(c.dtype(), [&](auto zero) {
         using T = decltype(zero);
         kernels::cpu::quantize_add(c.data<T>(), s.numel, block, e + s.block_offset, headroom_,
-                                   a + s.element_offset);
+                                   a + s.element_offset, first);
       });
+      first = false;
     }
+    if (first) std::fill(a + s.element_offset, a + s.element_offset + s.numel, int64_t{0});  // none here
+  }
   a[total_elements_] = static_cast<int64_t>(grads_.size());
   host_allreduce(*pg_, acc, dist::ReduceOp::Sum);
   a = acc.data<int64_t>();
