@@ -383,6 +383,8 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg,
         result.sample_text = gpt->generate("The whale", o.sample_tokens, 0.8, o.seed);
     }
     for (auto& p : s.model->named_parameters()) result.final_params.push_back(p.tensor.to_double_vector());
+    for (auto& b : s.model->named_buffers())
+      if (dtype_is_floating(b.tensor.dtype())) result.final_buffers.push_back(b.tensor.to_double_vector());
     result.parameter_checksum = parameter_checksum(*s.model);
   }
   if (!o.trace.empty()) write_traces(o, s, *pg);

@@ -100,6 +100,7 @@ struct TrainResult {
   std::string sample_text;        // gpt
   std::string checkpoint_path;
   std::vector<std::vector<double>> final_params;  // for equivalence tests
+  std::vector<std::vector<double>> final_buffers;  // the floating-point buffers (BatchNorm statistics), likewise
   uint64_t parameter_checksum = 0;  // FNV-1a over every parameter's bytes, in order (train --deterministic prints it)
 };
 

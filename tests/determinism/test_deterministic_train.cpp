@@ -1,11 +1,11 @@
-// test_deterministic_train.cpp - `train --deterministic` (docs/determinism.md): the parameters after 20 steps
-// are bitwise those of world 1, generated from one table - model (mlp, cnn with BatchNorm, gpt) x dtype
-// (float32, bf16 compute) x world (2, 3, 4) x backend (shm, gloo, hier) x threads (1, 2 with every kernel
-// split forced) x ZeRO (0-3) x find_unused_parameters x bucket cap - each row drawn by a seeded generator so
-// that every value of every feature appears for every model; uneven inputs (Join built in) equal across
-// backends, threads and ZeRO at their world; dropout and static_graph; a stop at world 2 resumed at world 3 equals the run that never
-// stopped; the normal mode differs in float32 (so this test can fail); every refusal names its flag. A failure
-// prints the first differing parameter, its element and the two values.
+// test_deterministic_train.cpp - `train --deterministic` (docs/determinism.md): the parameters (and BatchNorm's
+// running statistics) after 20 steps are bitwise those of world 1, generated from one table - model (mlp, cnn with
+// BatchNorm, gpt) x dtype (float32, bf16 compute) x world (2, 3, 4) x backend (shm, gloo, hier) x threads (1, 2
+// with every kernel split forced) x ZeRO (0-3) x find_unused_parameters x bucket cap - each row drawn by a seeded
+// generator so that every value of every feature appears for every model; uneven inputs (Join built in) equal
+// across backends, threads and ZeRO at their world; dropout and static_graph; a stop at world 2 resumed at world 3
+// equals the run that never stopped; the normal mode differs in float32 (so this test can fail); every refusal
+// names its flag. A failure prints the first differing parameter, its element and the two values.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -103,10 +103,14 @@ std::vector<std::vector<double>> run(const Row& r, const std::function<void(mode
   kernels::cpu::set_thread_budget(1);
   for (int k = 1; k < r.world; ++k)
     EXPECT_TRUE(res[static_cast<size_t>(k)].final_params == res[0].final_params) << "rank " << k << " of " << r.str();
-  return res[0].final_params;
+  // The parameters, then the floating-point buffers (the cnn's BatchNorm running statistics).
+  std::vector<std::vector<double>> all = res[0].final_params;
+  all.insert(all.end(), res[0].final_buffers.begin(), res[0].final_buffers.end());
+  return all;
 }
 
-// "" when bitwise equal, else the first differing parameter, element and the two values.
+// "" when bitwise equal, else the first differing parameter (or buffer: numbered after the parameters),
+// element and the two values.
 std::string first_difference(const std::vector<std::vector<double>>& a, const std::vector<std::vector<double>>& b) {
   if (a.size() != b.size()) return "different parameter counts";
   for (size_t p = 0; p < a.size(); ++p)
