@@ -59,6 +59,7 @@ ResumePoint resume_training(const TrainOptions& o, TrainSetup& s, bool talk) {
                   : checkpoint::load_training_checkpoint(path, *s.model, s.optimizer.get(), load);
   DDP_CHECK(st.seed == o.seed, "checkpoint ", path, " was written with --seed ", st.seed,
             ", this run has --seed ", o.seed, "; resume with the same seed");
+  check_resume_mode(st.config_json, o.deterministic, path);
   at.path = path;
   at.step = st.step;
   at.epoch = st.epoch;

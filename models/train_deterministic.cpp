@@ -2,6 +2,8 @@
 // of `train --deterministic` (see the header).
 #include "models/train_deterministic.h"
 
+#include <nlohmann/json.hpp>
+
 #include "runtime/core/error.h"
 
 namespace ddp::models {
@@ -30,6 +32,18 @@ int64_t rank_batches_consumed(int64_t global_consumed, int64_t rank_micro_batche
             "; it was written with another --micro-batches or without --deterministic: resume with the "
             "settings it was written with");
   return global_consumed / micro_batches * rank_micro_batches;
+}
+
+void check_resume_mode(const std::string& saved_config, bool deterministic, const std::string& path) {
+  const nlohmann::json j = nlohmann::json::parse(saved_config, nullptr, /*allow_exceptions=*/false);
+  const bool saved = j.is_object() && j.contains("deterministic") && j["deterministic"].is_boolean() &&
+                     j["deterministic"].get<bool>();
+  DDP_CHECK(saved == deterministic, "checkpoint '", path, "' was written ",
+            saved ? "with --deterministic" : "without --deterministic", ", this run is ",
+            deterministic ? "with it" : "without it",
+            ": the two modes count the data loader's position differently (docs/determinism.md); resume ",
+            saved ? "with --deterministic and the checkpoint's --micro-batches" : "without --deterministic",
+            ", or start a new run without --resume");
 }
 
 uint64_t parameter_checksum(const nn::Module& model) {

@@ -3,6 +3,7 @@
 // checkpoints, and the parameters' checksum the summary prints.
 #pragma once
 #include <cstdint>
+#include <string>
 
 #include "runtime/nn/module.h"
 
@@ -17,6 +18,11 @@ void set_dropout_streams(nn::Module& model, int64_t micro_batch);
 int64_t global_micro_batches_consumed(int64_t rank_batches_consumed, int64_t rank_micro_batches,
                                       int64_t micro_batches);
 int64_t rank_batches_consumed(int64_t global_consumed, int64_t rank_micro_batches, int64_t micro_batches);
+
+// A resume across the modes is refused: the checkpoint's loader position counts rank batches in the normal
+// mode and micro-batches over all ranks in the deterministic one. `saved_config`: the checkpoint's run
+// configuration (JSON); names `path` and the flag that makes them agree.
+void check_resume_mode(const std::string& saved_config, bool deterministic, const std::string& path);
 
 // FNV-1a over the bytes of every parameter, in the module's order.
 uint64_t parameter_checksum(const nn::Module& model);

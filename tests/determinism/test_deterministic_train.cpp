@@ -221,6 +221,31 @@ TEST(DeterministicTrainResume, StopAtWorld2ResumeAtWorld3EqualsTheRunThatNeverSt
   std::filesystem::remove_all(dir);
 }
 
+// A checkpoint of one mode resumed in the other: refused by name (their loader positions count differently).
+TEST(DeterministicTrainResume, ACheckpointOfTheOtherModeIsRefused) {
+  const auto dir = std::filesystem::temp_directory_path() / ("ddp_det_mode_" + std::to_string(::getpid()));
+  for (bool first_deterministic : {true, false}) {
+    std::filesystem::remove_all(dir);
+    Row r{"mlp", "float32", 2, "shm"};
+    (void)run(r, [&](models::TrainOptions& o) {
+      o.deterministic = first_deterministic;
+      o.checkpoint_dir = dir.string();
+      o.stop_after = 3;
+    });
+    try {
+      (void)run(r, [&](models::TrainOptions& o) {
+        o.deterministic = !first_deterministic;
+        o.checkpoint_dir = dir.string();
+        o.resume = "auto";
+      });
+      ADD_FAILURE() << "resumed across the modes";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("--deterministic"), std::string::npos) << e.what();
+    }
+  }
+  std::filesystem::remove_all(dir);
+}
+
 // Without --deterministic, float32 at world 1 and world 2 with the same global batch differ: the test above
 // can fail, and the mode is what makes them equal.
 TEST(DeterministicTrainControl, TheNormalModeDiffersAcrossWorldSizesInFloat32) {
