@@ -123,3 +123,32 @@ TEST(FixedPoint, AnyThreadSplitGivesTheSameBits) {
   set_thread_budget(1);
   ASSERT_EQ(0, std::memcmp(one.data(), two.data(), one.size() * sizeof(float)));
 }
+
+// The vector lanes and the scalar tail give the bits of the plain formula: round to nearest even of
+// x * 2^shift (ties included), and T(double(acc) * 2^-shift / count).
+TEST(FixedPoint, VectorLanesAndTailGiveThePlainFormulasBits) {
+  const int64_t n = 3 * kBlock + 7;  // whole vectors, then a tail, in several blocks
+  std::vector<float> x(static_cast<size_t>(n));
+  std::mt19937_64 rng(3);
+  std::normal_distribution<double> nd;
+  for (auto& v : x) v = static_cast<float>(nd(rng));
+  std::vector<int32_t> exps((n + kBlock - 1) / kBlock, kNoExponent);
+  block_exponents(x.data(), n, kBlock, exps.data());
+  // Put exact ties (k + 0.5 units of the fixed point) into every block, in lanes and tails alike.
+  const int headroom = 2;
+  for (int64_t i = 0; i < n; i += 5) {
+    const int shift = block_shift(exps[size_t(i / kBlock)], headroom);
+    x[size_t(i)] = static_cast<float>(std::ldexp(static_cast<double>(2 * (i % 7) + 1) / 2, -shift));
+  }
+  std::vector<int64_t> acc(static_cast<size_t>(n));
+  quantize_add(x.data(), n, kBlock, exps.data(), headroom, acc.data(), /*first=*/true);
+  std::vector<float> out(static_cast<size_t>(n));
+  dequantize_mean(acc.data(), n, kBlock, exps.data(), headroom, 3, out.data());
+  for (int64_t i = 0; i < n; ++i) {
+    const int shift = block_shift(exps[size_t(i / kBlock)], headroom);
+    const double scaled = std::ldexp(static_cast<double>(x[size_t(i)]), shift);
+    ASSERT_EQ(acc[size_t(i)], static_cast<int64_t>(std::nearbyint(scaled))) << i;  // default mode: ties to even
+    const float want = static_cast<float>(static_cast<double>(acc[size_t(i)]) * (std::ldexp(1.0, -shift) / 3.0));
+    ASSERT_EQ(0, std::memcmp(&out[size_t(i)], &want, sizeof(float))) << i;
+  }
+}
