@@ -49,6 +49,42 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
     broadcast_from(module_->buffers(), 0);
   }
   reducer_ = std::make_unique<Reducer>(module_->named_parameters(), pg_, options_);
+  if (options_.deterministic_micro_batches > 0) {
+    DDP_CHECK(!options_.comm_hook || std::string(options_.comm_hook->name()) == "allreduce",
+              "DistributedDataParallel: deterministic_micro_batches with the comm hook '",
+              options_.comm_hook->name(), "': the deterministic mode moves exact integers, not the hook's ",
+              "bucket sums; leave comm_hook unset (docs/determinism.md)");
+    reducer_->set_sync(false);  // the exact mean is the only gradient communication
+    deterministic_ = std::make_unique<DeterministicReduction>(
+        module_->parameters(), module_->buffers(), pg_,
+        DeterministicOptions{.micro_batches = options_.deterministic_micro_batches});
+  }
+}
+
+void DistributedDataParallel::hand_over_micro_batch() {
+  bool any = false;
+  for (const Tensor& p : module_->parameters()) {
+    const Tensor g = p.grad();
+    if (!g.defined()) continue;
+    for (const Tensor& m : mean_grads_)
+      DDP_CHECK(m.impl() != g.impl(), "DistributedDataParallel (deterministic mode): a parameter still holds ",
+                "the mean finish_step() wrote, and this micro-batch's backward would add into it; call ",
+                "optimizer.zero_grad() (or set each .grad to none) after the optimizer step");
+    any = true;
+  }
+  mean_grads_.clear();
+  if (any) deterministic_->end_micro_batch();
+}
+
+int64_t DistributedDataParallel::finish_step() {
+  DDP_CHECK(deterministic_ != nullptr, "DistributedDataParallel::finish_step() is the deterministic mode's; ",
+            "this DDP was built without DDPOptions::deterministic_micro_batches (its backward already ",
+            "averaged the gradients)");
+  hand_over_micro_batch();
+  const int64_t count = deterministic_->finish_step();
+  for (const Tensor& p : module_->parameters())
+    if (p.grad().defined()) mean_grads_.push_back(p.grad());
+  return count;
 }
 
 void DistributedDataParallel::verify_same_model() {
@@ -173,6 +209,10 @@ void DistributedDataParallel::after_forward(const std::vector<Tensor>& outputs) 
 }
 
 Tensor DistributedDataParallel::forward(const Tensor& x) {
+  if (deterministic_ && autograd::grad_enabled()) {
+    hand_over_micro_batch();  // the previous backward's gradients, if it ran, are one micro-batch
+    deterministic_->before_micro_batch();
+  }
   before_forward();
   Tensor y = module_->forward(x);
   after_forward({y});

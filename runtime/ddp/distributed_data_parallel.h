@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 
+#include "runtime/ddp/deterministic_reduction.h"
 #include "runtime/ddp/reducer.h"
 
 namespace ddp {
@@ -22,6 +23,12 @@ struct DDPOptions : ReducerOptions {
   // shard in every iteration (a joined one in its shadow), so the parameters already agree (and ZeRO-3's have
   // no memory outside a forward). Buffers are synchronized either way.
   bool sync_parameters_after_join = true;
+  // The deterministic mode (deterministic_reduction.h, docs/determinism.md), 0: off. > 0: every backward is a
+  // micro-batch kept apart (no bucket communication); finish_step() before the optimizer step replaces .grad
+  // with the exact mean over the step's micro-batches of every rank - bitwise the same whichever rank ran
+  // which micro-batch - and this value bounds their number per step over all ranks. Every rank calls
+  // finish_step() once per step, also one with no micro-batch of its own (uneven inputs).
+  int64_t deterministic_micro_batches = 0;
 };
 
 class DistributedDataParallel {
@@ -29,8 +36,14 @@ class DistributedDataParallel {
   DistributedDataParallel(std::shared_ptr<nn::Module> module, std::shared_ptr<dist::ProcessGroup> pg,
                           DDPOptions options = {});
 
-  // module.forward(x) between before_forward() and after_forward({y}).
+  // module.forward(x) between before_forward() and after_forward({y}). In the deterministic mode it first hands
+  // the previous backward's gradients to the exact mean as one micro-batch and puts the buffers back to the
+  // step's start.
   Tensor forward(const Tensor& x);
+  // The deterministic mode's end of a step (collective): the last micro-batch's gradients handed over, then
+  // .grad = the exact mean over every rank's micro-batches of this step. Returns their number. Call
+  // optimizer.zero_grad() after the optimizer step: the next micro-batch must start from no gradient.
+  int64_t finish_step();
   Tensor operator()(const Tensor& x) { return forward(x); }
 
   // The two halves, for custom loops: buffer broadcast before; unused-parameter search after.
@@ -81,6 +94,9 @@ class DistributedDataParallel {
   std::shared_ptr<dist::ProcessGroup> pg_;
   DDPOptions options_;
   std::unique_ptr<Reducer> reducer_;
+  std::unique_ptr<DeterministicReduction> deterministic_;  // DDPOptions::deterministic_micro_batches > 0
+  std::vector<Tensor> mean_grads_;  // the .grad finish_step wrote (a micro-batch must not add into them)
+  void hand_over_micro_batch();
   bool join_enabled_ = false;
   bool divide_by_initial_world_size_ = true;
 };
