@@ -33,6 +33,9 @@ struct IterationStats {
   size_t num_unused_marked = 0;        // parameters marked ready with no gradient (find_unused_parameters)
   size_t num_gradients_copied = 0;     // gradients copied into their bucket slot (0 for those backward wrote
                                        // there itself: gradient_as_bucket_view, autograd/node.h)
+  // Gradients the write-back cloned out of their bucket (default mode): only while the caller still holds
+  // gradients of the bucket's other buffer (docs/ddp-step.md, "write-back"); else .grad views the bucket.
+  size_t num_gradients_cloned = 0;
   double unused_search_s = 0;          // the graph traversal after forward (find_unused_parameters)
   // Host wait for the used-map's copy to the host (find_unused_parameters on GPU).
   double used_map_sync_s = 0;

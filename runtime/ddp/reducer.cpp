@@ -183,6 +183,11 @@ void Reducer::build_buckets(const Layout& groups) {
     // place); every rank allocates its buckets in the same order (rank 0's layout). A sharding hook's
     // buckets are allocated when used (buffer_of) and freed after their reduce-scatter.
     if (!sharded_) bk.buffer = comm_tensor(*pg_, bk.numel, first.dtype(), first.device(), &bk.in_comm_memory);
+    // Default mode: a second buffer, so that .grad may view the first one after the step (docs/ddp-step.md,
+    // "write-back"). Allocated here, right after the first, so that every rank allocates its communication
+    // buffers in the same order (shm names them by that order).
+    if (!sharded_ && !opt_.gradient_as_bucket_view)
+      bk.spare = comm_tensor(*pg_, bk.numel, first.dtype(), first.device());
     bk.pending = bk.params.size();
     bk.timing.index = b;
     bk.timing.bytes = bk.numel * static_cast<int64_t>(dtype_size(first.dtype()));
@@ -212,6 +217,8 @@ Tensor Reducer::slot_view(size_t index) {
 }
 
 Tensor& Reducer::buffer_of(Bucket& b) {
+  if (!b.chosen) [[unlikely]]
+    choose_buffer(b);
   if (!b.buffer.defined()) [[unlikely]] {
     const Tensor& first = params_[b.params.front()].tensor;
     b.buffer = Tensor::zeros({b.numel}, first.dtype(), first.device());
@@ -219,6 +226,34 @@ Tensor& Reducer::buffer_of(Bucket& b) {
     bucket_bytes_peak_ = std::max(bucket_bytes_peak_, bucket_bytes_live_);
   }
   return b.buffer;
+}
+
+void Reducer::choose_buffer(Bucket& b) {
+  b.chosen = true;
+  if (!b.spare.defined() || b.lent.expired()) return;  // nothing lent from `buffer` is alive: it is ours
+  if (b.spare_lent.expired()) {
+    std::swap(b.buffer, b.spare);
+    std::swap(b.lent, b.spare_lent);
+    return;
+  }
+  // Both held: the write-back never leaves it so (it lends only while the other buffer is free), but should
+  // it happen, the caller keeps both and this iteration takes fresh memory.
+  b.buffer = Tensor::zeros({b.numel}, b.buffer.dtype(), b.buffer.device());
+  b.lent.reset();
+}
+
+Tensor Reducer::lend(Bucket& b) {
+  // A storage of its own over the same memory: what the caller holds is told apart from the reducer's and
+  // the process group's own references (work, hooks) by this storage alone.
+  std::shared_ptr<Storage> real = b.buffer.storage();
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = Storage::wrap(real->data(), real->nbytes(), real->device(),
+                                [keep = real]() mutable { keep.reset(); });
+  impl->offset = b.buffer.impl()->offset;
+  impl->shape = b.buffer.shape();
+  impl->dtype = b.buffer.dtype();
+  b.lent = impl->storage;
+  return Tensor(std::move(impl));
 }
 
 void Reducer::release_finished_buffers(bool all) {
@@ -468,11 +503,16 @@ void Reducer::write_back() {
     opt_.comm_hook->sharded_results_ready(used_last_);
     return;
   }
+  // Default mode: .grad views its bucket through a storage lent to the caller, unless the caller still
+  // holds a gradient lent from the bucket's other buffer - then the next iteration needs this one, and .grad
+  // gets a tensor of its own (docs/ddp-step.md, "write-back").
+  std::vector<Tensor> lent(buckets_.size());
   for (size_t i = 0; i < params_.size(); ++i) {
     if (used && used[i] == 0) continue;  // no rank used it: grad stays as it was (none), optimizers skip it
     if (opt_.static_graph && static_unused_[i]) continue;
     Tensor slot = slot_view(i);
     Tensor& p = params_[i].tensor;
+    Bucket& b = buckets_[slots_[i].bucket];
     if (opt_.gradient_as_bucket_view) {
       Tensor g = p.grad();
       const bool is_view =
@@ -481,8 +521,14 @@ void Reducer::write_back() {
     } else if (p.grad().defined() && p.grad().storage() != slot.storage()) {
       Tensor g = p.grad();
       g.copy_from(slot);
+    } else if (b.spare.defined() && b.spare_lent.expired()) {
+      // none, or the slot itself (backward wrote into it): a view of the bucket, lent
+      Tensor& whole = lent[slots_[i].bucket];
+      if (!whole.defined()) whole = lend(b);
+      p.set_grad(whole.slice0(slots_[i].offset, slots_[i].offset + p.numel()).view(p.shape()));
     } else {
-      p.set_grad(slot.clone());  // none, or the slot itself (backward wrote into it): a tensor of its own
+      ++gradients_cloned_;
+      p.set_grad(slot.clone());  // a tensor of its own
     }
   }
 }
@@ -532,6 +578,7 @@ void Reducer::finalize() {
   // Also on the error path: this rank's .grad then holds the same averaged gradients as every other rank's,
   // so a rank that catches the error and steps keeps its replica identical to the others.
   write_back();
+  stats.num_gradients_cloned = gradients_cloned_;
   if (!changed.empty()) static_graph_drop_unannounced(changed);
 
   if (unready.empty()) {
@@ -645,12 +692,14 @@ void Reducer::reset_iteration() {
   for (auto& b : buckets_) {
     b.pending = b.params.size();
     b.work.reset();
+    b.chosen = false;
   }
   next_to_launch_ = 0;
   used_map_ = Tensor();
   used_map_work_.reset();
   unused_marked_ = 0;
   gradients_copied_ = 0;
+  gradients_cloned_ = 0;
   searches_ = 0;
   unused_search_s_ = 0;
   ready_order_.clear();  // a failed iteration's order must not leak into the next one's
@@ -773,6 +822,7 @@ std::string IterationStats::summary(const std::string& word) const {
      << " buckets";
   if (num_unused_marked) os << ", " << num_unused_marked << " unused marked";
   if (num_gradients_copied) os << ", " << num_gradients_copied << " gradients copied into buckets";
+  if (num_gradients_cloned) os << ", " << num_gradients_cloned << " cloned out (.grad of an earlier step held)";
   if (unused_search_s > 0) os << ", unused search " << unused_search_s * 1e3 << " ms";
   os << ")";
   return os.str();

@@ -143,7 +143,16 @@ class Reducer {
     std::vector<int64_t> offsets;  // element offset of each param's slot in buffer
     Tensor buffer;                 // flat, all slots back to back (then padding); sharded: while in use only
     int64_t numel = 0;             // of buffer, padding included
-    bool in_comm_memory = false;   // buffer from ProcessGroup::allocate_comm_buffer (shm: shared memory)
+    // The first buffer came from ProcessGroup::allocate_comm_buffer (shm: shared memory). Decides
+    // folds_division, so every rank decides the same whichever of its two buffers it uses.
+    bool in_comm_memory = false;
+    // Default mode (not gradient_as_bucket_view, not sharded): the write-back makes .grad a view of `buffer`
+    // through a storage lent to the caller (`lent`: alive while any tensor on it is), and the next iteration
+    // uses whichever of `buffer` and `spare` nothing lent is alive on (choose_buffer). See docs/ddp-step.md,
+    // "write-back".
+    Tensor spare;
+    std::weak_ptr<Storage> lent, spare_lent;
+    bool chosen = false;  // this iteration's buffer is chosen (reset_iteration clears it)
     size_t pending = 0;
     std::shared_ptr<dist::Work> work;
     BucketTiming timing;
@@ -193,8 +202,14 @@ class Reducer {
   [[noreturn]] void raise_graph_changed(const std::vector<size_t>& unready,
                                         const std::vector<size_t>& changed, const std::string& comm_error);
   Tensor slot_view(size_t index);
-  // The bucket's buffer; with a sharding hook allocated (zeros) on first use in an iteration.
+  // The bucket's buffer; with a sharding hook allocated (zeros) on first use in an iteration; in the default
+  // mode chosen on first use in an iteration (choose_buffer).
   Tensor& buffer_of(Bucket& b);
+  // Default mode: keeps `buffer` unless the caller still holds a gradient lent from it, else takes `spare`
+  // (the write-back lends only while the other buffer is free, so one of them is).
+  void choose_buffer(Bucket& b);
+  // The whole of b.buffer on a new storage lent to the caller (b.lent), which keeps the buffer alive.
+  static Tensor lend(Bucket& b);
   // Sharding hook: drops the buffers of buckets whose communication finished (all: wait first).
   void release_finished_buffers(bool all);
   double since_forward() const;
@@ -232,6 +247,7 @@ class Reducer {
   std::chrono::steady_clock::time_point forward_end_;
   size_t unused_marked_ = 0;
   size_t gradients_copied_ = 0;
+  size_t gradients_cloned_ = 0;  // write_back: .grad given a tensor of its own (IterationStats)
   double unused_search_s_ = 0;
 
   size_t searches_ = 0;
