@@ -22,6 +22,11 @@
 //      weight gradients) on each library, the three interleaved in one loop, in CPU time of the calling
 //      thread (steady on a loaded machine); run it with --blas_threads=1 (one thread: no thread pools to
 //      fight).
+//  (e) Peak_Fma: the single-core float32 FMA peak (an unrolled loop of 12 independent multiply-adds at the
+//      widest instruction set Highway picks, kernels/cpu/peak_probe.h), counter GFLOP/s; Peak_Copy: a 256 MiB
+//      memcpy on one core, counter GB/s (bytes read + written per second, as Kernel_VsCopy's copy_GBps). The
+//      ceilings the GEMM rows (% of the FMA peak) and the memory-bound kernels (vs copy) are measured against.
+//      Run alone: bench_micro_ops --benchmark_filter=Peak_
 // OpenBLAS threads: --blas_threads=N or DDP_BLAS_THREADS=N (default: OpenBLAS's own choice).
 // Run: bench_micro_ops --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
@@ -50,6 +55,7 @@
 #include "kernels/cpu/loss.h"
 #include "kernels/cpu/optim.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/peak_probe.h"
 #include "kernels/cpu/reduce.h"
 #include "kernels/cpu/simd_target.h"
 #include "kernels/cpu/softmax.h"
@@ -615,6 +621,33 @@ void Gemm_Peak(benchmark::State& state) {
   run_gemm(state, {"peak 1024x1024 k1024", false, false, 1024, 1024, 1024}, kGemmLibraries[state.range(0)]);
 }
 BENCHMARK(Gemm_Peak)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// (e) The machine's own ceilings on one core (kernels/cpu/peak_probe.h).
+void Peak_Fma(benchmark::State& state) {
+  const int64_t iterations = 1 << 20;
+  const double flops = static_cast<double>(iterations * kernels::cpu::fma_peak_flops_per_iteration());
+  for (auto _ : state) benchmark::DoNotOptimize(kernels::cpu::fma_peak_loop(iterations));
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops * 1e-9 * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+  state.SetLabel(kernels::cpu::simd_target_name());
+}
+BENCHMARK(Peak_Fma)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void Peak_Copy(benchmark::State& state) {
+  const auto bytes = static_cast<size_t>(state.range(0));
+  std::unique_ptr<char[]> src(new char[bytes]), dst(new char[bytes]);
+  std::memset(src.get(), 1, bytes);
+  std::memset(dst.get(), 0, bytes);  // the pages' first touch outside the timed copies
+  for (auto _ : state) {
+    std::memcpy(dst.get(), src.get(), bytes);
+    benchmark::DoNotOptimize(dst.get());
+    benchmark::ClobberMemory();
+  }
+  state.counters["GB/s"] = benchmark::Counter(2e-9 * static_cast<double>(bytes) * static_cast<double>(state.iterations()),
+                                              benchmark::Counter::kIsRate);
+  state.SetLabel("memcpy, one core, read + write bytes");
+}
+BENCHMARK(Peak_Copy)->Arg(int64_t{256} << 20)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // Prints the usual console table, then the engine/raw table of Linear_Paired (medians when repeated).
 class RatioReporter : public benchmark::ConsoleReporter {

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# bench.sh - the CPU benchmark table of ddp.cpp: bench_e2e for the mlp and gpt configurations at world sizes 1
+# bench.sh - the CPU benchmark table of ddp.cpp: first the machine (bench_machine: CPU model, ISA, the Highway
+# target, the BLAS kernel, threads, the measured one-core FMA peak and copy bandwidth), then bench_e2e for the mlp and gpt configurations at world sizes 1
 # and 2 (2 through ddprun) in modes ddp, nosync, nooverlap and unused, a bucket-cap sweep at world 2, the Gloo
 # all-reduce table, then a summary table, the plots (when python3-matplotlib is importable) and the bucket
 # simulator's measured-vs-predicted validation. Everything goes to runs/bench-<date>.json (JSON lines).
@@ -45,7 +46,7 @@ if [[ -n ${BENCH_NICE:-} ]]; then
     echo "bench.sh: warning: could not set this session's autogroup nice to $BENCH_NICE (needs root for < 0)" >&2
   fi
 fi
-for prog in bench_e2e bench_allreduce bucket_sim ddprun; do
+for prog in bench_machine bench_e2e bench_allreduce bucket_sim ddprun; do
   if [[ ! -x $BIN/$prog ]]; then
     echo "bench.sh: $BIN/$prog is missing; build it first: cmake --build $BUILD --target $prog" >&2
     exit 1
@@ -73,6 +74,7 @@ if [[ ${BENCH_WAIT_IDLE:-0} -gt 0 ]]; then
     sleep 10
   done
 fi
+"$BIN/bench_machine" | tee "$LOG"  # the machine first: every table below is this machine's
 echo "bench.sh: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), autogroup '$(cat /proc/self/autogroup 2>/dev/null)'"
 echo "bench.sh: output $JSON (log $LOG)"
 LOAD=$(cut -d' ' -f1 /proc/loadavg)

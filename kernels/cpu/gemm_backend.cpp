@@ -89,4 +89,14 @@ std::string gemm_libraries() {
   return s + ", DDP_GEMM " + gemm_backend_name(gemm_backend());
 }
 
+std::string openblas_kernel() {
+  const char* core = openblas_get_corename();
+  const char* config = openblas_get_config();
+  const char* env = std::getenv("OPENBLAS_CORETYPE");
+  std::string s = core ? core : "unknown";
+  s += std::string(" (OPENBLAS_CORETYPE=") + (env && *env ? env : "unset");
+  if (config) s += std::string("; config: ") + config;
+  return s + ")";
+}
+
 }  // namespace ddp::kernels::cpu

@@ -53,5 +53,9 @@ int onednn_threads_of_this_thread();
 
 // One line for benchmark headers: "OpenBLAS 0.3.21 + oneDNN 2.6.3 (OpenMP), DDP_GEMM auto".
 std::string gemm_libraries();
+// The kernels OpenBLAS runs on this CPU: "Haswell (OPENBLAS_CORETYPE=Haswell; config: OpenBLAS 0.3.21
+// DYNAMIC_ARCH NO_AFFINITY Haswell MAX_THREADS=64)" - openblas_get_corename(), the environment's choice
+// ("unset": OpenBLAS detected the CPU itself) and openblas_get_config().
+std::string openblas_kernel();
 
 }  // namespace ddp::kernels::cpu
