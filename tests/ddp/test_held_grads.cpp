@@ -4,7 +4,8 @@
 // only a view of it) while step k+1 (and k+2) run sees step k's values; one that holds nothing gets no clone
 // (IterationStats::num_gradients_cloned 0); one that holds every step's .grad gets the clone every step. In
 // float64 all three give bitwise the same gradients and parameters as gradient_as_bucket_view, step by step,
-// with SGD stepping on the views. Worlds 1 and 2, Gloo and shm.
+// with SGD stepping on the views. With zero_grad(set_to_none=false) .grad stays the same tensors from step to
+// step (filled in place, as in PyTorch), without a clone. Worlds 1 and 2, Gloo and shm.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -30,6 +31,7 @@ enum class Hold {
   TwoSteps,    // keeps step k's .grad while steps k+1 and k+2 run
   AView,       // keeps only a slice of one parameter's .grad, for two steps
   Everything,  // keeps every step's .grad to the end: the clone every step (the old write-back)
+  InPlace,     // zero_grad(set_to_none=false): .grad is the same tensor every step
   BucketView,  // gradient_as_bucket_view, the reference
 };
 
@@ -40,6 +42,7 @@ const char* name_of(Hold h) {
     case Hold::TwoSteps: return "step k held during steps k+1 and k+2";
     case Hold::AView: return "a slice of one .grad held during two steps";
     case Hold::Everything: return "every step's .grad held";
+    case Hold::InPlace: return "zero_grad(set_to_none=false)";
     case Hold::BucketView: return "gradient_as_bucket_view";
   }
   return "?";
@@ -55,6 +58,7 @@ struct Outcome {
   std::vector<Values> grads;  // per step: every parameter's .grad right after the step's backward
   Values params;              // after the last optimizer step
   std::vector<size_t> cloned;
+  std::vector<Tensor> first_grads;  // InPlace: step 0's .grad tensors
 };
 
 // kSteps steps of SGD on rank-dependent data; checks on the way that nothing held changed.
@@ -79,11 +83,17 @@ Outcome run(int world, const std::string& backend, Hold hold, int rank, dist::Pr
   Outcome out;
   const Tensor y = Tensor::from_data<int64_t>({0, 1, 2, 3, 4, 0}, {6});
   for (int step = 0; step < kSteps; ++step) {
-    sgd.zero_grad(/*set_to_none=*/hold != Hold::BucketView);
+    sgd.zero_grad(/*set_to_none=*/hold != Hold::BucketView && hold != Hold::InPlace);
     autograd::backward(
         ops::cross_entropy(ddp.forward(Tensor::randn({6, 12}, 900 + 10 * step + rank, DType::F64)), y));
     std::vector<Tensor> grads;
     for (auto& p : params) grads.push_back(p.tensor.grad());
+    if (hold == Hold::InPlace) {
+      if (step == 0) out.first_grads = grads;
+      for (size_t i = 0; i < grads.size(); ++i)
+        EXPECT_EQ(grads[i].impl(), out.first_grads[i].impl())
+            << where << ", step " << step << ", " << params[i].name << ": .grad is not step 0's tensor";
+    }
     out.grads.push_back(values_of(grads));
     out.cloned.push_back(ddp.reducer().last_stats().num_gradients_cloned);
     // What was held through this step still has the values of its own step.
@@ -115,7 +125,7 @@ TEST(HeldGrads, AStepsGradHeldWhileLaterStepsRunKeepsItsValueAndNothingHeldMeans
     for (const char* backend : {"gloo", "shm"}) {
       std::vector<std::vector<Outcome>> outcomes(static_cast<size_t>(world));
       const std::vector<Hold> holds = {Hold::BucketView, Hold::Nothing, Hold::OneStep,
-                                       Hold::TwoSteps,  Hold::AView,   Hold::Everything};
+                                       Hold::TwoSteps,  Hold::AView,   Hold::Everything, Hold::InPlace};
       dist::ProcessGroupOptions pgo;
       pgo.timeout = std::chrono::seconds(30);
       dist::run_threads(
@@ -138,6 +148,7 @@ TEST(HeldGrads, AStepsGradHeldWhileLaterStepsRunKeepsItsValueAndNothingHeldMeans
             const size_t cloned = per[h].cloned[static_cast<size_t>(step)];
             switch (holds[h]) {
               case Hold::Nothing:
+              case Hold::InPlace:
                 EXPECT_EQ(cloned, 0u) << at << ", step " << step << ": nothing was held, yet cloned";
                 break;
               // The rebuild after step 0 makes new buffers, so step 1 lends again whatever step 0 holds.
