@@ -43,6 +43,12 @@ Store::Store(const StoreAddress& address, std::chrono::milliseconds timeout,
              std::unique_ptr<StoreClient> client)
     : address_(address), timeout_(timeout), client_(std::move(client)) {}
 
+Store::Store(std::unique_ptr<StoreClient> client, std::chrono::milliseconds timeout)
+    : Store(StoreAddress{.kind = StoreKind::Torch}, timeout, std::move(client)) {
+  DDP_CHECK(client_ != nullptr, "Store: the client is null; pass a connected StoreClient");
+  DDP_CHECK(timeout.count() > 0, "store timeout must be positive, got ", timeout.count(), " ms");
+}
+
 Store::~Store() = default;
 
 std::shared_ptr<Store> Store::clone() const {

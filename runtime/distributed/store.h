@@ -42,6 +42,9 @@ class Store {
   Store(std::string host, int port, std::string token,
         std::chrono::milliseconds timeout = kDefaultStoreTimeout);
   Store(const StoreAddress& address, std::chrono::milliseconds timeout = kDefaultStoreTimeout);
+  // Over a client of any other server (the PyTorch backend's adapter of the c10d::Store it is given,
+  // python/csrc/c10d_store_client.h); address() then says only kind Torch.
+  Store(std::unique_ptr<StoreClient> client, std::chrono::milliseconds timeout);
   ~Store();
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
