@@ -1,0 +1,75 @@
+"""harness.py - runs a test function on N local ranks (spawned processes) with a TCPStore on 127.0.0.1 that the
+parent hosts on a free port, and reports each rank's outcome: the ddpcpp backend tests share it.
+
+    results = harness.run_ranks(fn, world=2, timeout_s=120, args=(...))   # fn(rank, world, store, *args)
+
+Every rank's return value (or its exception's text) comes back; a rank that does not finish within timeout_s is
+killed and reported as "hung", so a test never hangs. import ddp_cpp.torch happens in the ranks.
+"""
+import datetime
+import multiprocessing as mp
+import os
+import queue
+import sys
+import traceback
+
+import torch.distributed as dist
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _child(fn, rank, world, port, q, args):
+    try:
+        store = dist.TCPStore("127.0.0.1", port, world + 1, False, timeout=datetime.timedelta(seconds=60))
+        q.put((rank, "ok", fn(rank, world, store, *args)))
+    except BaseException as e:  # noqa: BLE001 - every outcome goes back to the parent
+        q.put((rank, "error", f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
+    finally:
+        sys.stdout.flush()
+
+
+def run_ranks(fn, world=2, timeout_s=120, args=()):
+    """{rank: ("ok", value) | ("error", text) | ("hung", "")}; the parent hosts the store."""
+    ctx = mp.get_context("spawn")
+    server = dist.TCPStore("127.0.0.1", 0, world + 1, True, timeout=datetime.timedelta(seconds=60),
+                           wait_for_workers=False)
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_child, args=(fn, r, world, server.port, q, args)) for r in range(world)]
+    for p in procs:
+        p.start()
+    results = {}
+    deadline = datetime.datetime.now() + datetime.timedelta(seconds=timeout_s)
+    while len(results) < world:
+        left = (deadline - datetime.datetime.now()).total_seconds()
+        if left <= 0:
+            break
+        try:
+            rank, status, value = q.get(timeout=min(left, 1.0))
+            results[rank] = (status, value)
+        except queue.Empty:
+            if all(not p.is_alive() for p in procs) and q.empty():
+                break
+    for r, p in enumerate(procs):
+        p.join(timeout=5 if r in results else 0.1)
+        if p.is_alive():
+            p.kill()
+            p.join()
+        if r not in results:
+            results[r] = ("hung", "") if p.exitcode in (None, -9) else ("died", f"exit code {p.exitcode}")
+    return results
+
+
+def init(backend, rank, world, store, timeout_s=60):
+    """init_process_group on the harness's store (importing ddp_cpp.torch first)."""
+    import ddp_cpp.torch  # noqa: F401
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=timeout_s))
+
+
+def expect_all_ok(results, what):
+    """Raises with every failing rank's text unless all ranks returned."""
+    bad = {r: v for r, v in results.items() if v[0] != "ok"}
+    if bad:
+        text = "\n".join(f"--- rank {r}: {s}\n{v}" for r, (s, v) in sorted(bad.items()))
+        raise AssertionError(f"{what}: {len(bad)} rank(s) failed\n{text}")
+    return [results[r][1] for r in sorted(results)]
