@@ -14,6 +14,7 @@ RUNTIME = [
     "runtime/core/device.cpp",
     "runtime/core/env_number.cpp",
     "runtime/core/log.cpp",
+    "runtime/core/terminal_text.cpp",
     "runtime/distributed/collective.cpp",
     "runtime/distributed/collective_tracker.cpp",
     "runtime/distributed/ddp_store_client.cpp",

@@ -34,6 +34,9 @@ std::optional<ddp::DType> native_dtype(at::ScalarType t) {
   }
 }
 
+// "torch.float32": the name Python users write.
+std::string py_name(at::ScalarType t) { return "torch." + std::string(c10::getDtypeNames(t).first); }
+
 // The dtype a tensor travels in: its own when ddp.cpp moves it, else a wider one that holds every value.
 at::ScalarType travel_dtype(at::ScalarType t, const char* name) {
   if (native_dtype(t)) return t;
@@ -46,7 +49,7 @@ at::ScalarType travel_dtype(at::ScalarType t, const char* name) {
     case at::kShort:
       return at::kInt;
     default:
-      TORCH_CHECK_VALUE(false, "ddpcpp: ", name, " got a tensor of dtype ", t,
+      TORCH_CHECK_VALUE(false, "ddpcpp: ", name, " got a tensor of dtype ", py_name(t),
                         ", which the ddpcpp backend does not move; it moves float32, float64, bfloat16, float16, "
                         "int64, int32, int16, int8, uint8 and bool. Convert the tensor, or use gloo for this "
                         "group (dist.new_group(backend='gloo'))");
@@ -96,7 +99,7 @@ OpPlan plan_for(const c10d::ReduceOp& op, at::ScalarType dtype, const char* name
       p.op = dist::ReduceOp::Sum;
       return p;
     case c10d::ReduceOp::AVG:
-      TORCH_CHECK_VALUE(at::isFloatingType(dtype), "ddpcpp: ", name, " with ReduceOp.AVG on a ", dtype,
+      TORCH_CHECK_VALUE(at::isFloatingType(dtype), "ddpcpp: ", name, " with ReduceOp.AVG on a ", py_name(dtype),
                         " tensor: AVG needs a floating-point tensor (use SUM and divide yourself)");
       p.op = dist::ReduceOp::Avg;
       return p;
@@ -125,7 +128,7 @@ OpPlan plan_for(const c10d::ReduceOp& op, at::ScalarType dtype, const char* name
     case c10d::ReduceOp::BOR:
     case c10d::ReduceOp::BXOR:
       TORCH_CHECK_VALUE(!at::isFloatingType(dtype), "ddpcpp: ", name,
-                        " with a bitwise reduce op on a floating-point tensor (", dtype,
+                        " with a bitwise reduce op on a floating-point tensor (", py_name(dtype),
                         "); BAND, BOR and BXOR need integer or bool tensors");
       p.kind = OpPlan::Fold;
       p.fold = op.op_;
@@ -311,8 +314,8 @@ c10::intrusive_ptr<c10d::Work> DdpCppBackend::allgather(std::vector<std::vector<
   for (size_t i = 0; i < outs.size(); ++i) {
     check_tensor(outs[i], "allgather", "an output tensor");
     TORCH_CHECK_VALUE(outs[i].numel() == in.numel() && outs[i].scalar_type() == in.scalar_type(),
-                      "ddpcpp: allgather: output tensor ", i, " is ", outs[i].numel(), " x ", outs[i].scalar_type(),
-                      " but the input is ", in.numel(), " x ", in.scalar_type(),
+                      "ddpcpp: allgather: output tensor ", i, " is ", outs[i].numel(), " x ", py_name(outs[i].scalar_type()),
+                      " but the input is ", in.numel(), " x ", py_name(in.scalar_type()),
                       "; every output must match the input's element count and dtype");
   }
   auto w = start(c10d::OpType::ALLGATHER, "allgather", outs);
@@ -333,7 +336,8 @@ void DdpCppBackend::add_allgather_base(TorchWork& w, const at::Tensor& output, c
   check_tensor(input, name, "the input");
   check_tensor(output, name, "the output");
   TORCH_CHECK_VALUE(output.scalar_type() == input.scalar_type(), "ddpcpp: ", name, ": the output is ",
-                    output.scalar_type(), " but the input is ", input.scalar_type(), "; expected the same dtype");
+                    py_name(output.scalar_type()), " but the input is ", py_name(input.scalar_type()),
+                    "; expected the same dtype");
   TORCH_CHECK_VALUE(output.numel() == getSize() * input.numel(), "ddpcpp: ", name, ": the output has ",
                     output.numel(), " elements; expected world size ", getSize(), " x the input's ", input.numel(),
                     " = ", getSize() * input.numel());
@@ -372,7 +376,8 @@ void DdpCppBackend::add_reduce_scatter_base(TorchWork& w, const at::Tensor& outp
   check_tensor(input, name, "the input");
   check_tensor(output, name, "the output");
   TORCH_CHECK_VALUE(output.scalar_type() == input.scalar_type(), "ddpcpp: ", name, ": the output is ",
-                    output.scalar_type(), " but the input is ", input.scalar_type(), "; expected the same dtype");
+                    py_name(output.scalar_type()), " but the input is ", py_name(input.scalar_type()),
+                    "; expected the same dtype");
   TORCH_CHECK_VALUE(input.numel() == getSize() * output.numel(), "ddpcpp: ", name, ": the input has ",
                     input.numel(), " elements; expected world size ", getSize(), " x the output's ",
                     output.numel(), " = ", getSize() * output.numel());
@@ -426,7 +431,7 @@ c10::intrusive_ptr<c10d::Work> DdpCppBackend::reduce_scatter(std::vector<at::Ten
     check_tensor(ins[i], "reduce_scatter", "an input tensor");
     TORCH_CHECK_VALUE(ins[i].numel() == out.numel() && ins[i].scalar_type() == out.scalar_type(),
                       "ddpcpp: reduce_scatter: input tensor ", i, " is ", ins[i].numel(), " x ",
-                      ins[i].scalar_type(), " but the output is ", out.numel(), " x ", out.scalar_type(),
+                      py_name(ins[i].scalar_type()), " but the output is ", out.numel(), " x ", py_name(out.scalar_type()),
                       "; every input must match the output's element count and dtype");
     flat.push_back(ins[i].reshape({-1}));
   }

@@ -28,8 +28,10 @@ def _child(fn, rank, world, port, q, args):
         sys.stdout.flush()
 
 
-def run_ranks(fn, world=2, timeout_s=120, args=()):
-    """{rank: ("ok", value) | ("error", text) | ("hung", "")}; the parent hosts the store."""
+def run_ranks(fn, world=2, timeout_s=120, args=(), wait_for=None):
+    """{rank: ("ok", value) | ("error", text) | ("hung", "")}; the parent hosts the store. wait_for: the ranks
+    whose outcome is awaited (default all); the others are killed once those reported."""
+    wait_for = set(range(world) if wait_for is None else wait_for)
     ctx = mp.get_context("spawn")
     server = dist.TCPStore("127.0.0.1", 0, world + 1, True, timeout=datetime.timedelta(seconds=60),
                            wait_for_workers=False)
@@ -39,7 +41,7 @@ def run_ranks(fn, world=2, timeout_s=120, args=()):
         p.start()
     results = {}
     deadline = datetime.datetime.now() + datetime.timedelta(seconds=timeout_s)
-    while len(results) < world:
+    while not wait_for <= set(results):
         left = (deadline - datetime.datetime.now()).total_seconds()
         if left <= 0:
             break

@@ -1,0 +1,95 @@
+"""test_errors.py - bad input and broken peers end in a Python exception on every live rank, never a hang:
+each case runs 2 ranks with a 4 s collective timeout, and the harness kills a rank that is still running 60 s on.
+
+  wrong dtype on one rank, wrong shape on one rank: every rank raises DistBackendError naming the collective
+      (the ranks compare their calls on every collective), at once;
+  a dtype the backend does not move (uint32) on one rank: that rank raises ValueError naming the collective
+      and the dtypes it moves; the other raises DistBackendError when its timeout ends, naming the missing rank;
+  a dead peer (os._exit before the collective): the live rank raises within the timeout, naming the peer;
+  a stopped peer (SIGSTOP): the live rank raises when the timeout ends, naming the peer;
+  an unsupported collective (send, all_to_all): ValueError/RuntimeError naming it.
+
+    python test_errors.py     # one line per case; exits 1 when a rank hung or an exception lacked its words
+"""
+import os
+import signal
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+
+TIMEOUT_S = 4
+
+
+def body(rank, world, store, case):
+    harness.init("ddpcpp", rank, world, store, timeout_s=TIMEOUT_S)
+    t0 = time.monotonic()
+    try:
+        if case == "wrong_dtype":
+            dist.all_reduce(torch.ones(8, dtype=torch.float32 if rank == 0 else torch.float64))
+        elif case == "wrong_shape":
+            dist.all_reduce(torch.ones(8 if rank == 0 else 9))
+        elif case == "unmoved_dtype":
+            dist.all_reduce(torch.ones(8, dtype=torch.float32 if rank == 0 else torch.uint32))
+        elif case == "dead_peer":
+            dist.all_reduce(torch.ones(4))
+            if rank == 1:
+                os._exit(3)
+            time.sleep(0.2)
+            dist.all_reduce(torch.ones(4))
+        elif case == "stopped_peer":
+            dist.all_reduce(torch.ones(4))
+            if rank == 1:
+                os.kill(os.getpid(), signal.SIGSTOP)
+            dist.all_reduce(torch.ones(4))
+        elif case == "unsupported":
+            if rank == 0:
+                dist.send(torch.ones(2), 1)
+            else:
+                dist.recv(torch.ones(2), 0)
+        return ("no error", time.monotonic() - t0)
+    except Exception as e:  # noqa: BLE001
+        return (f"{type(e).__name__}: {e}", time.monotonic() - t0)
+
+
+# Per case: (rank, words its message must hold, the longest it may take in seconds).
+EXPECT = {
+    "wrong_dtype": [(0, ["DistBackendError", "allreduce"], 3), (1, ["DistBackendError", "allreduce"], 3)],
+    "wrong_shape": [(0, ["DistBackendError", "allreduce"], 3), (1, ["DistBackendError", "allreduce"], 3)],
+    "unmoved_dtype": [(0, ["DistBackendError", "allreduce", "rank 1"], TIMEOUT_S + 5),
+                      (1, ["ValueError", "allreduce", "uint32", "float32"], 3)],
+    "dead_peer": [(0, ["DistBackendError", "allreduce", "rank 1"], 3)],
+    "stopped_peer": [(0, ["DistBackendError", "allreduce", "rank 1"], TIMEOUT_S + 5)],
+    "unsupported": [(0, ["send", "ddpcpp"], 3), (1, ["recv", "ddpcpp"], 3)],
+}
+
+
+def main():
+    failed = False
+    for case, expect in EXPECT.items():
+        results = harness.run_ranks(body, world=2, timeout_s=60, args=(case,), wait_for=[r for r, _, _ in expect])
+        for rank, words, limit in expect:
+            status, value = results[rank]
+            if status != "ok":
+                print(f"FAIL {case}: rank {rank} {status}: {value}")
+                failed = True
+                continue
+            text, took = value
+            missing = [w for w in words if w not in text]
+            ok = not missing and took <= limit
+            failed |= not ok
+            first = text.splitlines()[0] if text else ""
+            print(f"{'ok  ' if ok else 'FAIL'} {case}: rank {rank} raised in {took:.2f} s: {first[:300]}"
+                  + (f"  [missing words: {missing}]" if missing else "") + (f"  [over {limit} s]" if took > limit else ""))
+        if case in ("dead_peer", "stopped_peer"):
+            print(f"     {case}: rank 1 {results[1][0]} (killed by the harness when stopped)")
+    if failed:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
