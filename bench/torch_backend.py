@@ -4,9 +4,9 @@
   1. all_reduce (float32 sum) bus bandwidth, 4 KiB to 64 MiB: per size, ROUNDS rounds of ITERS calls on each
      group in turn; the median call (slowest rank's), busbw = 2 (w-1)/w x bytes / time;
   2. PyTorch DDP's training step of the mlp (784-1024-1024-10 ReLU, float32, batch 64 per rank, SGD lr 0.01;
-     bench/pytorch_twin.py's config): median step over blocks of steps alternated between DDP over Gloo and DDP
-     over ddpcpp (the same model and data), and the same step under no_sync() (no communication): step minus
-     that is the communication the step waits for.
+     bench/pytorch_twin.py's config): median step of DDP over Gloo and DDP over ddpcpp (the same model and data),
+     one step each in turn (ABBA), and the same step under no_sync() (no communication): step minus that is the
+     communication the step waits for.
 
     PYTHONPATH=build/ddp_cpp_py ~/.cache/ddp.cpp/torch2/bin/python bench/torch_backend.py [--quick] [--json F]
 
@@ -87,15 +87,15 @@ def bench_ddp(groups, blocks, steps, rank):
     for name, (model, opt) in runs.items():  # warm-up, and DDP's bucket rebuild after the first step
         for _ in range(3):
             step(model, opt, True)
+    # Step by step, ABBA order, each step after a barrier of its group: load drift hits both backends alike.
     times = {name: {"step": [], "no_sync": []} for name in runs}
-    for _ in range(blocks):
-        for name, (model, opt) in runs.items():
-            dist.barrier(group=groups[name])
-            for _ in range(steps):
-                times[name]["step"].append(step(model, opt, True))
-            dist.barrier(group=groups[name])
-            for _ in range(steps):
-                times[name]["no_sync"].append(step(model, opt, False))
+    names = list(runs)
+    for i in range(blocks * steps):
+        for kind in ("step", "no_sync"):
+            for name in (names if i % 2 == 0 else names[::-1]):
+                model, opt = runs[name]
+                dist.barrier(group=groups[name])
+                times[name][kind].append(step(model, opt, kind == "step"))
     out = {}
     for name in runs:
         s, c = median_max(times[name]["step"]), median_max(times[name]["no_sync"])

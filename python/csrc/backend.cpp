@@ -3,6 +3,8 @@
 // the reduce-op plan (direct, pre-multiplied, or gathered and folded), and the copy-back after completion.
 #include "backend.h"
 
+#include <Python.h>
+
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
@@ -64,6 +66,19 @@ void check_tensor(const at::Tensor& t, const char* name, const char* what) {
   TORCH_CHECK_VALUE(t.layout() == at::kStrided, "ddpcpp: ", name, ": ", what, " has layout ", t.layout(),
                     "; the ddpcpp backend moves dense (strided) tensors only - call .to_dense() first");
   travel_dtype(t.scalar_type(), name);
+}
+
+// The two tensors of an all-gather or reduce-scatter: CPU, dense, one dtype, `big` world times `small`.
+void check_pair(const char* name, const at::Tensor& big, const char* big_name, const at::Tensor& small,
+                const char* small_name, int world) {
+  check_tensor(big, name, big_name);
+  check_tensor(small, name, small_name);
+  TORCH_CHECK_VALUE(big.scalar_type() == small.scalar_type(), "ddpcpp: ", name, ": the ", big_name, " is ",
+                    py_name(big.scalar_type()), " but the ", small_name, " is ", py_name(small.scalar_type()),
+                    "; expected the same dtype");
+  TORCH_CHECK_VALUE(big.numel() == world * small.numel(), "ddpcpp: ", name, ": the ", big_name, " has ",
+                    big.numel(), " elements; expected world size ", world, " x the ", small_name, "'s ",
+                    small.numel(), " = ", world * small.numel());
 }
 
 // The contiguous tensor in the travel dtype that the collective reads and writes: `t` itself when it already is
@@ -187,8 +202,12 @@ DdpCppBackend::DdpCppBackend(const c10::intrusive_ptr<c10d::Store>& store, int r
 }
 
 DdpCppBackend::~DdpCppBackend() {
+  // Python drops the last reference with the GIL held, and the Completer may be running a Python callback
+  // of a future (a comm hook's then()) that needs it: let go of the GIL while the threads finish.
+  PyThreadState* released = Py_IsInitialized() && PyGILState_Check() ? PyEval_SaveThread() : nullptr;
   completer_.reset();  // completes what is queued (each collective ends by its timeout at the latest)
   group_.reset();
+  if (released) PyEval_RestoreThread(released);
 }
 
 uint64_t DdpCppBackend::getSequenceNumberForGroup() { return group_->next_sequence_number(); }
@@ -333,14 +352,7 @@ c10::intrusive_ptr<c10d::Work> DdpCppBackend::allgather(std::vector<std::vector<
 
 void DdpCppBackend::add_allgather_base(TorchWork& w, const at::Tensor& output, const at::Tensor& input) {
   const char* name = w.name.c_str();
-  check_tensor(input, name, "the input");
-  check_tensor(output, name, "the output");
-  TORCH_CHECK_VALUE(output.scalar_type() == input.scalar_type(), "ddpcpp: ", name, ": the output is ",
-                    py_name(output.scalar_type()), " but the input is ", py_name(input.scalar_type()),
-                    "; expected the same dtype");
-  TORCH_CHECK_VALUE(output.numel() == getSize() * input.numel(), "ddpcpp: ", name, ": the output has ",
-                    output.numel(), " elements; expected world size ", getSize(), " x the input's ", input.numel(),
-                    " = ", getSize() * input.numel());
+  check_pair(name, output, "output", input, "input", getSize());
   at::Tensor in = travel_tensor(input, name);
   at::Tensor out = travel_tensor(output, name, /*with_values=*/false);
   w.parts.push_back(group_->allgather(buffer(in), buffer(out)));
@@ -373,14 +385,7 @@ c10::intrusive_ptr<c10d::Work> DdpCppBackend::allgather_into_tensor_coalesced(st
 void DdpCppBackend::add_reduce_scatter_base(TorchWork& w, const at::Tensor& output, const at::Tensor& input,
                                             const c10d::ReduceOp& op) {
   const char* name = w.name.c_str();
-  check_tensor(input, name, "the input");
-  check_tensor(output, name, "the output");
-  TORCH_CHECK_VALUE(output.scalar_type() == input.scalar_type(), "ddpcpp: ", name, ": the output is ",
-                    py_name(output.scalar_type()), " but the input is ", py_name(input.scalar_type()),
-                    "; expected the same dtype");
-  TORCH_CHECK_VALUE(input.numel() == getSize() * output.numel(), "ddpcpp: ", name, ": the input has ",
-                    input.numel(), " elements; expected world size ", getSize(), " x the output's ",
-                    output.numel(), " = ", getSize() * output.numel());
+  check_pair(name, input, "input", output, "output", getSize());
   const OpPlan plan = plan_for(op, input.scalar_type(), name);
   at::Tensor in = travel_tensor(input, name);
   const int64_t n = output.numel();

@@ -22,18 +22,19 @@ std::exception_ptr TorchWork::exception() const {
 bool TorchWork::wait(std::chrono::milliseconds timeout) {
   // Waiting on the ddp.cpp works themselves tells the shm group that a caller blocks (it then spins longer
   // instead of sleeping); their errors are reported through the future below, once.
+  bool parts_done = true;
   for (auto& p : parts) {
     try {
       if (timeout == kNoTimeout) {
         p->wait();
-      } else {
-        p->wait_for(timeout);
+      } else if (!p->wait_for(timeout)) {
+        parts_done = false;
       }
     } catch (...) {
     }
   }
-  if (timeout == kNoTimeout) {
-    future_->wait();
+  if (parts_done) {
+    complete();  // here rather than on the Completer: no second thread hand-off
   } else {
     const auto until = std::chrono::steady_clock::now() + timeout;
     while (!future_->completed()) {
@@ -47,6 +48,10 @@ bool TorchWork::wait(std::chrono::milliseconds timeout) {
 }
 
 void TorchWork::complete() {
+  if (claimed_.exchange(true)) {  // the other thread is completing it
+    future_->wait();
+    return;
+  }
   std::string error;
   for (auto& p : parts) {
     try {
@@ -62,7 +67,7 @@ void TorchWork::complete() {
       error = std::string("after the collective: ") + e.what();
     }
   }
-  after = nullptr;  // drops the staged tensors it holds (parts stay: wait() may be reading them)
+  after = nullptr;  // drops the staged tensors it holds (parts stay: a waiter may be reading them)
   if (!error.empty()) {
     auto err = std::make_exception_ptr(
         c10::DistBackendError({__func__, __FILE__, static_cast<uint32_t>(__LINE__)},

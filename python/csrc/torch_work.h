@@ -1,10 +1,12 @@
 // torch_work.h - the c10d::Work that the ddpcpp backend returns: one or more ddp.cpp collectives (Works of the
 // shm group) plus what must happen after them (copying staged results back), with a future that resolves to
 // the output tensor list - DDP's comm hooks chain on it. A Completer thread per backend waits for the works in
-// issue order, runs the after-step and completes the future; a ddp.cpp error becomes a DistBackendError.
+// issue order, runs the after-step and completes the future; a ddp.cpp error becomes a DistBackendError. A
+// caller blocked in wait() completes its work itself when the collective ends first.
 #pragma once
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -34,10 +36,13 @@ class TorchWork : public c10d::Work {
   std::function<void()> after;  // on the Completer thread, once every part succeeded
   const std::string name;       // "allreduce", "_reduce_scatter_base", ... for messages
 
-  // The Completer's step: waits for the parts, runs `after`, completes the future (or sets its error).
+  // Waits for the parts, runs `after`, completes the future (or sets its error). Run by the Completer, or by a
+  // caller blocked in wait() once the parts are done (one thread hand-off fewer); whoever comes second waits
+  // for the first.
   void complete();
 
  private:
+  std::atomic<bool> claimed_{false};
   std::vector<at::Tensor> outputs_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };

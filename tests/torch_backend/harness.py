@@ -7,6 +7,7 @@ Every rank's return value (or its exception's text) comes back; a rank that does
 killed and reported as "hung", so a test never hangs. import ddp_cpp.torch happens in the ranks.
 """
 import datetime
+import faulthandler
 import multiprocessing as mp
 import os
 import queue
@@ -18,7 +19,9 @@ import torch.distributed as dist
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def _child(fn, rank, world, port, q, args):
+def _child(fn, rank, world, port, q, args, dump_after_s):
+    # A rank still running near the parent's deadline prints every thread's Python stack (stderr) first.
+    faulthandler.dump_traceback_later(dump_after_s, exit=False)
     try:
         store = dist.TCPStore("127.0.0.1", port, world + 1, False, timeout=datetime.timedelta(seconds=60))
         q.put((rank, "ok", fn(rank, world, store, *args)))
@@ -36,7 +39,7 @@ def run_ranks(fn, world=2, timeout_s=120, args=(), wait_for=None):
     server = dist.TCPStore("127.0.0.1", 0, world + 1, True, timeout=datetime.timedelta(seconds=60),
                            wait_for_workers=False)
     q = ctx.Queue()
-    procs = [ctx.Process(target=_child, args=(fn, r, world, server.port, q, args)) for r in range(world)]
+    procs = [ctx.Process(target=_child, args=(fn, r, world, server.port, q, args, max(timeout_s - 5, 1))) for r in range(world)]
     for p in procs:
         p.start()
     results = {}

@@ -83,6 +83,8 @@ def body(rank, world, store):
     ours = dist.new_group(backend="ddpcpp")
     report = {}
     for case in CASES:
+        if os.environ.get("DDP_TEST_VERBOSE"):
+            print(f"rank {rank}: {case}", file=sys.stderr, flush=True)
         p_gloo, l_gloo = train(case, dist.group.WORLD, rank)
         p_ours, l_ours = train(case, ours, rank)
         diff = max((a - b).abs().max().item() for a, b in zip(p_gloo, p_ours))
@@ -99,7 +101,7 @@ def train_init():
 
 
 def main():
-    results = harness.run_ranks(body, world=2, timeout_s=300)
+    results = harness.run_ranks(body, world=2, timeout_s=int(os.environ.get("DDP_TEST_TIMEOUT_S", 300)))
     reports = harness.expect_all_ok(results, "ddp")
     failed = False
     for case in CASES:
