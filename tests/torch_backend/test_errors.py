@@ -7,13 +7,17 @@ each case runs 2 ranks with a 4 s collective timeout, and the harness kills a ra
       and the dtypes it moves; the other raises DistBackendError when its timeout ends, naming the missing rank;
   a dead peer (os._exit before the collective): the live rank raises within the timeout, naming the peer;
   a stopped peer (SIGSTOP): the live rank raises when the timeout ends, naming the peer;
-  an unsupported collective (send, all_to_all): ValueError/RuntimeError naming it.
+  an unsupported collective (send/recv): RuntimeError naming it;
+  the flight record: with only PyTorch's TORCH_FR_DUMP_TEMP_FILE set, both ranks of the wrong-dtype case write
+      flight.rank<R>.json beside it, with the failed allreduce.
 
     python test_errors.py     # one line per case; exits 1 when a rank hung or an exception lacked its words
 """
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import time
 
 import torch
@@ -70,7 +74,14 @@ EXPECT = {
 
 def main():
     failed = False
+    fr_dir = tempfile.mkdtemp(prefix="ddpcpp_fr_")
     for case, expect in EXPECT.items():
+        # The flight record goes beside PyTorch's own dump file when only TORCH_FR_DUMP_TEMP_FILE is set.
+        os.environ.pop("DDP_FLIGHT_RECORDER_DIR", None)
+        if case == "wrong_dtype":
+            os.environ["TORCH_FR_DUMP_TEMP_FILE"] = os.path.join(fr_dir, "nccl_trace_rank_")
+        else:
+            os.environ.pop("TORCH_FR_DUMP_TEMP_FILE", None)
         results = harness.run_ranks(body, world=2, timeout_s=60, args=(case,), wait_for=[r for r, _, _ in expect])
         for rank, words, limit in expect:
             status, value = results[rank]
@@ -87,6 +98,14 @@ def main():
                   + (f"  [missing words: {missing}]" if missing else "") + (f"  [over {limit} s]" if took > limit else ""))
         if case in ("dead_peer", "stopped_peer"):
             print(f"     {case}: rank 1 {results[1][0]} (killed by the harness when stopped)")
+    for r in (0, 1):
+        path = os.path.join(fr_dir, f"flight.rank{r}.json")
+        text = open(path).read() if os.path.exists(path) else ""
+        ok = '"failed"' in text and "allreduce" in text
+        failed |= not ok
+        print(f"{'ok  ' if ok else 'FAIL'} flight record of the wrong_dtype case, rank {r}: "
+              f"{path if text else 'missing'}{'' if ok else ' (no failed allreduce in it)'}")
+    shutil.rmtree(fr_dir, ignore_errors=True)
     if failed:
         sys.exit(1)
 
