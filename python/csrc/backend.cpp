@@ -8,6 +8,8 @@
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
+
 #include "c10d_store_client.h"
 #include "runtime/distributed/flight_recorder.h"
 #include "runtime/distributed/shm/shm_group.h"
@@ -179,13 +181,28 @@ void premultiply(at::Tensor& t, const OpPlan& p) {
   }
 }
 
+// Lets go of the GIL for a scope when this thread holds it: set-up waits for the peers, and the Completer may
+// need the GIL for a future's Python callback while this thread waits for it.
+class GilRelease {
+ public:
+  GilRelease() : state_(Py_IsInitialized() && PyGILState_Check() ? PyEval_SaveThread() : nullptr) {}
+  ~GilRelease() {
+    if (state_) PyEval_RestoreThread(state_);
+  }
+  GilRelease(const GilRelease&) = delete;
+  GilRelease& operator=(const GilRelease&) = delete;
+
+ private:
+  PyThreadState* state_;
+};
+
 }  // namespace
 
 // ------------------------------------------------------------------------------------------------ set-up
 
 DdpCppBackend::DdpCppBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                              std::chrono::milliseconds timeout)
-    : c10d::Backend(rank, size) {
+    : c10d::Backend(rank, size), options_(c10::make_intrusive<Options>("ddpcpp", timeout)) {
   TORCH_CHECK_VALUE(store, "ddpcpp: no store was given to the backend");
   TORCH_CHECK_VALUE(timeout.count() > 0, "ddpcpp: the timeout must be positive, got ", timeout.count(), " ms");
   auto ddp_store = std::make_shared<dist::Store>(std::make_unique<C10dStoreClient>(store), timeout);
@@ -196,7 +213,9 @@ DdpCppBackend::DdpCppBackend(const c10::intrusive_ptr<c10d::Store>& store, int r
     group_ = std::make_unique<dist::ShmProcessGroup>(ddp_store, rank, size, options);
   } catch (const std::exception& e) {
     TORCH_CHECK_WITH(DistBackendError, false, "ddpcpp: rank ", rank, " of ", size,
-                     " could not set up the shared-memory group: ", e.what());
+                     " could not set up the shared-memory group: ", e.what(),
+                     ". All ranks of a ddpcpp group must run on one host and share /dev/shm; across hosts use "
+                     "gloo (init_process_group('gloo'))");
   }
   completer_ = std::make_unique<Completer>();
 }
@@ -204,10 +223,20 @@ DdpCppBackend::DdpCppBackend(const c10::intrusive_ptr<c10d::Store>& store, int r
 DdpCppBackend::~DdpCppBackend() {
   // Python drops the last reference with the GIL held, and the Completer may be running a Python callback
   // of a future (a comm hook's then()) that needs it: let go of the GIL while the threads finish.
-  PyThreadState* released = Py_IsInitialized() && PyGILState_Check() ? PyEval_SaveThread() : nullptr;
+  GilRelease nogil;
   completer_.reset();  // completes what is queued (each collective ends by its timeout at the latest)
   group_.reset();
-  if (released) PyEval_RestoreThread(released);
+}
+
+c10::intrusive_ptr<c10d::Backend> DdpCppBackend::split(const c10::intrusive_ptr<c10d::Store>& store,
+                                                       const std::vector<int>& ranks,
+                                                       const c10::intrusive_ptr<Options>& opts) {
+  const auto me = std::find(ranks.begin(), ranks.end(), getRank());
+  if (me == ranks.end()) return nullptr;  // not in this split
+  const auto timeout = opts && opts->timeout.count() > 0 ? opts->timeout : options_->timeout;
+  GilRelease nogil;
+  return c10::make_intrusive<DdpCppBackend>(store, static_cast<int>(me - ranks.begin()),
+                                            static_cast<int>(ranks.size()), timeout);
 }
 
 uint64_t DdpCppBackend::getSequenceNumberForGroup() { return group_->next_sequence_number(); }

@@ -25,6 +25,11 @@ class DdpCppBackend : public c10d::Backend {
   ~DdpCppBackend() override;
 
   const std::string getBackendName() const override { return "ddpcpp"; }
+  c10::intrusive_ptr<Options> getBackendOptions() override { return options_; }
+  // dist.split_group: a new shm group of `ranks` (this group's ranks) over the store torch.distributed gives.
+  bool supportsSplitting() const override { return true; }
+  c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>& store, const std::vector<int>& ranks,
+                                          const c10::intrusive_ptr<Options>& opts) override;
   bool supportsCoalescing() const override { return true; }
   void startCoalescing() override;
   c10::intrusive_ptr<c10d::Work> endCoalescing() override;
@@ -72,6 +77,7 @@ class DdpCppBackend : public c10d::Backend {
   void add_reduce_scatter_base(TorchWork& w, const at::Tensor& output, const at::Tensor& input,
                                const c10d::ReduceOp& op);
 
+  c10::intrusive_ptr<Options> options_;  // the timeout, for getBackendOptions and split
   std::unique_ptr<ddp::dist::ProcessGroup> group_;
   std::unique_ptr<Completer> completer_;
   bool coalescing_ = false;

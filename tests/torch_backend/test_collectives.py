@@ -210,6 +210,13 @@ def body(rank, world, store):
         seq = sub._get_backend(torch.device("cpu")).get_sequence_number_for_group() if hasattr(
             sub._get_backend(torch.device("cpu")), "get_sequence_number_for_group") else None
         counts["subgroup"] = 1 if seq is None else seq
+    # dist.split_group: ranks 0 and 1 in one split, the rest in another (world 3: rank 2 alone).
+    split = dist.split_group(split_ranks=[[0, 1], list(range(2, world))])
+    t = torch.full((2,), float(rank + 1))
+    dist.all_reduce(t, group=split)
+    want = 3.0 if rank < 2 else float(sum(r + 1 for r in range(2, world)))
+    assert torch.equal(t, torch.full((2,), want)), (rank, t)
+    counts["split_group"] = 1
     dist.destroy_process_group()
     return counts, gloo_counts
 
