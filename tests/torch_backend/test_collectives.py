@@ -207,9 +207,16 @@ def body(rank, world, store):
         t = torch.ones(3)
         dist.all_reduce(t, group=sub)
         assert torch.equal(t, torch.full((3,), 2.0)), t
-        seq = sub._get_backend(torch.device("cpu")).get_sequence_number_for_group() if hasattr(
-            sub._get_backend(torch.device("cpu")), "get_sequence_number_for_group") else None
-        counts["subgroup"] = 1 if seq is None else seq
+        counts["subgroup"] = 1
+    # The sequence-number calls new_group/split_group make on plugin backends: set is a no-op, get is the
+    # number of the next collective, the same on every rank.
+    backend = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
+    backend._set_sequence_number_for_group()
+    seq = backend._get_sequence_number_for_group()
+    seqs = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
+    dist.all_gather(seqs, torch.tensor([seq]), group=gloo)
+    assert seq > 0 and all(int(x) == seq for x in seqs), (seq, seqs)
+    counts["sequence_number"] = 1
     # dist.split_group: ranks 0 and 1 in one split, the rest in another (world 3: rank 2 alone).
     split = dist.split_group(split_ranks=[[0, 1], list(range(2, world))])
     t = torch.full((2,), float(rank + 1))
