@@ -35,7 +35,7 @@ RUNTIME = [
     "runtime/distributed/shm/shm_sync.cpp",
     "runtime/distributed/shm/shm_verdict.cpp",
 ]
-BACKEND = ["csrc/backend.cpp", "csrc/c10d_store_client.cpp", "csrc/module.cpp", "csrc/torch_work.cpp"]
+BACKEND = ["csrc/backend.cpp", "csrc/c10d_store_client.cpp", "csrc/module.cpp", "csrc/staging.cpp", "csrc/torch_work.cpp"]
 
 setup(
     ext_modules=[
