@@ -63,13 +63,14 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
 
 void DistributedDataParallel::hand_over_micro_batch() {
   bool any = false;
-  for (const Tensor& p : module_->parameters()) {
-    const Tensor g = p.grad();
+  const std::vector<Tensor> params = module_->parameters();
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Tensor g = params[i].grad();
     if (!g.defined()) continue;
-    for (const Tensor& m : mean_grads_)
-      DDP_CHECK(m.impl() != g.impl(), "DistributedDataParallel (deterministic mode): a parameter still holds ",
-                "the mean finish_step() wrote, and this micro-batch's backward would add into it; call ",
-                "optimizer.zero_grad() (or set each .grad to none) after the optimizer step");
+    DDP_CHECK(mean_grads_.empty() || mean_grads_[i].impl() != g.impl(),
+              "DistributedDataParallel (deterministic mode): a parameter still holds the mean finish_step() ",
+              "wrote, and this micro-batch's backward would add into it; call optimizer.zero_grad() (or set ",
+              "each .grad to none) after the optimizer step");
     any = true;
   }
   mean_grads_.clear();
@@ -82,8 +83,7 @@ int64_t DistributedDataParallel::finish_step() {
             "averaged the gradients)");
   hand_over_micro_batch();
   const int64_t count = deterministic_->finish_step();
-  for (const Tensor& p : module_->parameters())
-    if (p.grad().defined()) mean_grads_.push_back(p.grad());
+  for (const Tensor& p : module_->parameters()) mean_grads_.push_back(p.grad());  // by index; none stays none
   return count;
 }
 

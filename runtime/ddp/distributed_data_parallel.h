@@ -95,7 +95,7 @@ class DistributedDataParallel {
   DDPOptions options_;
   std::unique_ptr<Reducer> reducer_;
   std::unique_ptr<DeterministicReduction> deterministic_;  // DDPOptions::deterministic_micro_batches > 0
-  std::vector<Tensor> mean_grads_;  // the .grad finish_step wrote (a micro-batch must not add into them)
+  std::vector<Tensor> mean_grads_;  // per parameter, the .grad finish_step wrote (a backward must not add into it)
   void hand_over_micro_batch();
   bool join_enabled_ = false;
   bool divide_by_initial_world_size_ = true;
