@@ -61,7 +61,6 @@ class DeterministicReduction {
 
   // Bytes this rank handed to the all-reduces in the last finish_step (exponents + integers + count).
   int64_t bytes_last_step() const { return bytes_last_step_; }
-  int64_t micro_batches_held() const { return static_cast<int64_t>(grads_.size()); }
 
  private:
   struct Segment {  // one tensor's place in the flat exponent and integer vectors
