@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "models/train.h"
+#include "models/train_ft.h"
 #include "models/train_setup.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/parallel.h"
@@ -104,6 +105,18 @@ int main(int argc, char** argv) {
   p.add("micro-batches", &o.micro_batches,
         "--deterministic: micro-batches per step over all ranks (the world size must not exceed it)",
         B::at_least(1));
+  bool fault_tolerant = false;
+  std::string ft_log, ft_fault, ft_check;
+  p.add("fault-tolerant", &fault_tolerant,
+        "per-step fault tolerance under `ddprun --fault-tolerant`: a rank that dies leaves, the others go on, a "
+        "replacement joins (docs/fault-tolerance.md)");
+  p.add("ft-log", &ft_log, "--fault-tolerant: record the samples of each step and the final parameters in this folder");
+  p.add("ft-fault", &ft_fault,
+        "--fault-tolerant tests: 'slot=K,step=S,phase=forward|backward|optimizer|commit|recovery[,incarnation=I]' "
+        "(';' between several): that process kills itself there with SIGKILL");
+  p.add("ft-check", &ft_check,
+        "check the record of a --fault-tolerant run in this folder (--ft-log) against one process trained on "
+        "the same batches, with the same other flags; exit 0 when it holds");
   p.add("threads", &threads, "threads per rank, shared by BLAS and the intra-op pool (0: OPENBLAS_NUM_THREADS or the library default)", B::at_least(0));
   // "--zero N" as well as "--zero=N": the optional-value choice takes its value only after '=' (a bare
   // "--zero" is stage 1), so a stage given as the next word is joined to it here.
@@ -127,6 +140,7 @@ int main(int argc, char** argv) {
     p.parse(static_cast<int>(args.size()), args.data());
     o.seed = static_cast<uint64_t>(seed);
     o.zero = std::stoi(zero);
+    if (!ft_check.empty()) return models::check_fault_tolerant_run(o, ft_check);
     dist::DistEnv env = dist::init_from_env();
     log::set_rank(env.world_size > 1 ? env.rank : -1);
     if (threads > 0) kernels::cpu::set_thread_budget(threads);  // OpenBLAS + the intra-op pool
@@ -135,6 +149,14 @@ int main(int argc, char** argv) {
     // runs on that same GPU.
     const Device device = device_for_rank(o.device, models::train_local_rank(env.rank), cuda_device_count());
     const std::string resolved = dist::resolve_backend(backend, device);
+    if (fault_tolerant) {
+      models::FtRunOptions ft;
+      ft.log_dir = ft_log;
+      ft.faults = models::parse_ft_faults(ft_fault);
+      models::train_fault_tolerant(o, env, resolved, ft);
+      return 0;
+    }
+    DDP_CHECK(ft_log.empty() && ft_fault.empty(), "--ft-log and --ft-fault belong to --fault-tolerant; add it");
     dist::ProcessGroupOptions po;
     if (device.is_cuda()) po.cuda_device = device.index;
     auto ctx = dist::init_distributed(env, resolved, po);

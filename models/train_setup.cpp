@@ -15,8 +15,6 @@
 
 namespace ddp::models {
 
-namespace {
-
 TrainData load_data(const TrainOptions& o) {
   std::string which = o.data;
   if (which == "auto")
@@ -54,8 +52,6 @@ TrainData load_data(const TrainOptions& o) {
   }
   return d;
 }
-
-}  // namespace
 
 std::unique_ptr<optim::Optimizer> make_train_optimizer(const TrainOptions& o,
                                                        std::vector<nn::NamedTensor> params) {

@@ -57,6 +57,8 @@ struct TrainSetup {
   }
 };
 
+// The data set of --data for --model (auto: moby-dick for gpt, fashion-mnist for mlp/cnn, synthetic for branchy).
+TrainData load_data(const TrainOptions& o);
 // The optimizer of --optimizer (sgd | adamw) with the run's settings over `params`: the plain one, the inner
 // one of --zero 1/2/3, and the whole-model one a --zero 2/3 resume loads a checkpoint into first.
 std::unique_ptr<optim::Optimizer> make_train_optimizer(const TrainOptions& o,

@@ -93,9 +93,13 @@ void read_store(const Vars& v, DistEnv& e) {
     e.store = StoreKind::Torch;
   else if (choice == "ddp")
     e.store = StoreKind::Ddp;
-  else
-    v.fail("DDP_STORE='", choice, "' is not valid: expected auto, ddp (rank 0 hosts our store) or torch ",
-           "(PyTorch's TCPStore at MASTER_ADDR:MASTER_PORT, hosted by torchrun's agent)");
+  else if (choice == "agent") {
+    e.store = StoreKind::Ddp;
+    e.launcher_hosts_store = true;
+  } else
+    v.fail("DDP_STORE='", choice, "' is not valid: expected auto, ddp (rank 0 hosts our store), agent (ours, ",
+           "hosted by ddprun --fault-tolerant) or torch (PyTorch's TCPStore at MASTER_ADDR:MASTER_PORT, hosted by ",
+           "torchrun's agent)");
   std::string proto = v.str("DDP_TORCH_STORE_PROTOCOL").value_or("auto");
   if (proto == "auto")
     e.torch_protocol = TorchProtocol::Auto;

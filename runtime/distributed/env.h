@@ -21,9 +21,12 @@ struct DistEnv {
   std::string job_id;             // DDP_JOB_ID (ddprun, one node): rank 0's store refuses ranks of another job
   std::string launcher = "none";  // "torchrun/ddprun", "slurm", "mpirun" or "none"
   // Which store the ranks share: ours (rank 0 hosts it) or PyTorch's, hosted by torchrun's agent when it sets
-  // TORCHELASTIC_USE_AGENT_STORE=True. DDP_STORE=ddp|torch|auto overrides; DDP_TORCH_STORE_PROTOCOL=1|2|auto
+  // TORCHELASTIC_USE_AGENT_STORE=True. DDP_STORE=ddp|agent|torch|auto overrides; DDP_TORCH_STORE_PROTOCOL=1|2|auto
   // picks PyTorch's wire protocol (docs/launcher.md).
   StoreKind store = StoreKind::Ddp;
+  // DDP_STORE=agent (ddprun --fault-tolerant): our store, hosted by the launcher at MASTER_ADDR:MASTER_PORT, so
+  // that it outlives any rank; rank 0 hosts none.
+  bool launcher_hosts_store = false;
   TorchProtocol torch_protocol = TorchProtocol::Auto;
   std::string run_id = "none";  // TORCHELASTIC_RUN_ID
   int restart_count = 0;        // TORCHELASTIC_RESTART_COUNT: the launcher's attempt number

@@ -12,7 +12,7 @@ StorePlan plan_store(const DistEnv& env) {
   StoreAddress& a = plan.address;
   a.host = env.master_addr;
   a.port = env.master_port;
-  if (env.world_size == 1) {
+  if (env.world_size == 1 && !env.launcher_hosts_store) {
     plan.host_server = true;  // alone: a private store on a free loopback port
     plan.bind_host = a.host = "127.0.0.1";
     a.port = 0;
@@ -34,7 +34,7 @@ StorePlan plan_store(const DistEnv& env) {
   }
   a.token = env.token;
   a.job_id = env.job_id;
-  if (env.rank != 0) return plan;
+  if (env.rank != 0 || env.launcher_hosts_store) return plan;
   plan.host_server = true;
   // Listen on MASTER_ADDR's interface only: the other ranks connect there, nobody else needs to reach it.
   plan.bind_host = env.master_addr;

@@ -32,6 +32,11 @@ struct LaunchFlags {
   std::string local_rank_arg = "none";
   std::string run_id;
   bool allow_many_workers = false;
+  bool fault_tolerant = false;
+  int replacements = 0;
+  double replace_delay = 0.0;
+  int min_ranks = 1;
+  double heartbeat_timeout = 2.0;
 };
 
 void declare(cli::Parser& p, LaunchFlags& f) {
@@ -65,6 +70,17 @@ void declare(cli::Parser& p, LaunchFlags& f) {
   p.add("allow-many-workers", &f.allow_many_workers,
         "start more than " + std::to_string(kWorkersPerCoreCap) +
             " workers per CPU core (refused otherwise: usually a typo that would exhaust memory)");
+  p.add("fault-tolerant", &f.fault_tolerant,
+        "per-step fault tolerance (docs/fault-tolerance.md): ddprun hosts the store and the membership "
+        "coordinator; a worker that dies leaves the job, the others go on without a restart");
+  p.add("replacements", &f.replacements,
+        "with --fault-tolerant: start a new process for a lost worker of this node, at most this many times; "
+        "it joins at a step boundary and takes its state from a live peer");
+  p.add("replace-delay", &f.replace_delay, "with --replacements: seconds to wait before starting a replacement");
+  p.add("min-ranks", &f.min_ranks,
+        "with --fault-tolerant: the job stops, naming the lost ranks, when fewer workers are left");
+  p.add("heartbeat-timeout", &f.heartbeat_timeout,
+        "with --fault-tolerant: seconds a worker's heartbeat may stand still before it counts as lost");
   p.add("run-id", &f.run_id,
         "TORCHELASTIC_RUN_ID for the workers (default: random with --standalone, else none)");
 }
@@ -224,6 +240,25 @@ std::optional<LaunchConfig> parse_launch_config(const std::vector<std::string>& 
   // these ranks by name instead of mixing the two jobs' keys. Several nodes' ddpruns share nothing to derive a
   // common one from: no job id (not checked).
   if (c.nnodes == 1) c.job_id = random_hex(8);
+  c.fault_tolerant = f.fault_tolerant;
+  const bool ft_flag_alone = !f.fault_tolerant && (f.replacements != 0 || f.replace_delay != 0.0 ||
+                                                  f.min_ranks != 1 || f.heartbeat_timeout != 2.0);
+  if (ft_flag_alone)
+    throw cli::UsageError("ddprun: --replacements, --replace-delay, --min-ranks and --heartbeat-timeout belong to "
+                          "--fault-tolerant; add it");
+  if (f.replacements < 0) throw cli::UsageError("ddprun: --replacements must be >= 0");
+  if (!(f.replace_delay >= 0)) throw cli::UsageError("ddprun: --replace-delay must be >= 0 seconds");
+  if (!(f.heartbeat_timeout > 0)) throw cli::UsageError("ddprun: --heartbeat-timeout must be > 0 seconds");
+  if (f.min_ranks < 1 || f.min_ranks > c.world_size())
+    throw cli::UsageError("ddprun: --min-ranks " + std::to_string(f.min_ranks) + " must be between 1 and the world size " +
+                          std::to_string(c.world_size()));
+  if (c.fault_tolerant && c.max_restarts > 0)
+    throw cli::UsageError("ddprun: --fault-tolerant keeps the job running when a worker dies (and --replacements "
+                          "starts new ones); --max-restarts restarts every worker instead: use one of them");
+  c.replacements = f.replacements;
+  c.replace_delay_s = f.replace_delay;
+  c.min_ranks = f.min_ranks;
+  c.heartbeat_timeout_s = f.heartbeat_timeout;
   c.program_path = find_program(c.program[0]);
   return c;
 }

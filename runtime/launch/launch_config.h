@@ -31,6 +31,13 @@ struct LaunchConfig {
   // makes ddprun ask every rank for its flight record and stop the job. 0: off.
   double stall_timeout_s = 600.0;
   LocalRankArg local_rank_arg = LocalRankArg::None;
+  // --fault-tolerant (docs/fault-tolerance.md): ddprun of node 0 hosts the store (DDP_STORE=agent for the
+  // workers) and the membership coordinator; a worker that dies leaves the job instead of ending it.
+  bool fault_tolerant = false;
+  int replacements = 0;          // lost workers of this node ddprun replaces with a new process
+  double replace_delay_s = 0;    // before starting a replacement
+  int min_ranks = 1;             // fewer members: the job stops
+  double heartbeat_timeout_s = 2.0;
   std::string run_id;                // TORCHELASTIC_RUN_ID
   std::string job_id;                // DDP_JOB_ID: random per launch on one node ("" with --nnodes > 1)
   std::string token;                 // DDP_RUN_TOKEN: 32 hex chars, the same on every node

@@ -25,6 +25,7 @@
 #include "runtime/distributed/shm/shm_segment.h"
 #include "runtime/launch/error_file.h"
 #include "runtime/launch/failure_summary.h"
+#include "runtime/launch/ft_agent.h"
 #include "runtime/launch/host.h"
 #include "runtime/launch/line_buffer.h"
 #include "runtime/launch/stall_watchdog.h"
@@ -82,6 +83,7 @@ struct Worker {
   std::string error_file;  // TORCHELASTIC_ERROR_FILE of this worker
   Clock::time_point started;
   bool running = false;
+  int incarnation = 0;  // --fault-tolerant: which process of this slot (0 first, +1 per replacement)
 };
 
 class Supervisor {
@@ -132,6 +134,15 @@ class Supervisor {
   std::vector<bool> dump_asked_;   // per worker: it was sent SIGUSR1
   std::vector<uint64_t> dumps_before_;  // per worker: the requests it had answered before that one
   std::optional<Stall> stall_;
+  // --fault-tolerant: the store, coordinator and exit reports; lost workers are replaced (start_replacement)
+  // and their outcomes kept for the summary.
+  void ft_tick();
+  void start_replacement(size_t local);
+  std::unique_ptr<FtAgent> ft_;
+  int replacements_left_ = 0;
+  std::vector<std::optional<Clock::time_point>> replace_at_;  // per local rank: a replacement is due then
+  std::vector<WorkerOutcome> ft_lost_;
+  int ft_replaced_ = 0;
 };
 
 Supervisor::~Supervisor() {
@@ -160,7 +171,7 @@ void Supervisor::spawn(Worker& w, int attempt) {
   const int local = w.outcome.local_rank;
   std::vector<std::string> args = worker_args(c_, local);
   std::vector<std::string> env = worker_environment(c_, local, attempt, inherited_, w.error_file, flight_dir_,
-                                                    watchdog_ ? watchdog_->page_path(local) : "");
+                                                    watchdog_ ? watchdog_->page_path(local) : "", w.incarnation);
   std::vector<char*> argv, envp;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -372,6 +383,17 @@ void Supervisor::reap() {
       w.outcome.error_message_shown = w.shown_err.shows(w.outcome.error_message);
       if (w.log_fd >= 0) ::close(w.log_fd);
       w.log_fd = -1;
+      if (ft_ && !stopping_) {
+        // --fault-tolerant: a lost worker leaves the job; the coordinator publishes the next epoch.
+        if (w.outcome.failed()) {
+          ft_->worker_ended(w.outcome.rank, w.incarnation, true, w.outcome.describe());
+          note("rank " + std::to_string(w.outcome.rank) + " (incarnation " + std::to_string(w.incarnation) +
+               ", pid " + std::to_string(w.outcome.pid) + ") ended with " + w.outcome.describe() +
+               "; the others go on (--fault-tolerant)");
+          ft_lost_.push_back(w.outcome);
+        }
+        continue;
+      }
       if (w.outcome.failed() && root_ < 0 && !stopping_) {
         w.outcome.signalled_by_launcher = false;
         root_ = static_cast<int>(i);
@@ -385,6 +407,7 @@ Supervisor::End Supervisor::monitor() {
   for (;;) {
     bool any_running = false;
     for (auto& w : workers_) any_running = any_running || w.running;
+    for (auto& at : replace_at_) any_running = any_running || (at.has_value() && !stopping_);
     if (!any_running) break;
     std::vector<pollfd> fds{{sigfd_, POLLIN, 0}};
     std::vector<std::pair<Worker*, Stream*>> owners{{nullptr, nullptr}};
@@ -404,6 +427,7 @@ Supervisor::End Supervisor::monitor() {
     } else if (!stopping_ && watchdog_ && watchdog_->limit_s() > 0) {
       timeout_ms = kWatchdogPollMs;
     }
+    if (ft_ && !stopping_) timeout_ms = timeout_ms < 0 ? FtAgent::kTickMs : std::min(timeout_ms, FtAgent::kTickMs);
     int n = ::poll(fds.data(), fds.size(), timeout_ms);
     DDP_CHECK(n >= 0 || errno == EINTR, "ddprun: poll: ", std::strerror(errno));
     if (stopping_ && !killed_ && Clock::now() >= kill_at_) {
@@ -415,6 +439,7 @@ Supervisor::End Supervisor::monitor() {
       begin_stop(SIGTERM);
     }
     if (!dumping_ && !stopping_) check_stall();
+    if (ft_ && !stopping_) ft_tick();
     if (n <= 0) continue;
     for (size_t i = 1; i < fds.size(); ++i)
       if (fds[i].revents) read_stream(*owners[i].first, *owners[i].second, false);
@@ -445,8 +470,91 @@ Supervisor::End Supervisor::monitor() {
     w.log_fd = -1;
   }
   if (received_signal_) return End::Interrupted;
+  if (ft_ && root_ < 0) {
+    // --fault-tolerant: the job succeeded when every member of the last epoch on this node finished well (the
+    // lost ones left it); a member that failed after the last tick, or no member left at all, fails it.
+    ft_tick();
+    bool any_member = false;
+    for (size_t i = 0; i < workers_.size(); ++i) {
+      const auto m = ft_->current().member_of(workers_[i].outcome.rank);
+      if (!m || m->incarnation != workers_[i].incarnation) continue;
+      any_member = true;
+      if (workers_[i].outcome.failed() && root_ < 0) root_ = static_cast<int>(i);
+    }
+    if (ft_->failed() && root_ < 0) root_ = 0;
+    if (!any_member && c_.node_rank == 0 && root_ < 0 && ft_->current().members.empty()) root_ = 0;
+  }
   if (root_ >= 0) return End::WorkerFailed;
   return stall_ ? End::Stalled : End::AllSucceeded;
+}
+
+void Supervisor::ft_tick() {
+  FtAgent::Tick t;
+  try {
+    t = ft_->tick();
+  } catch (const std::exception& e) {
+    note(std::string("fault tolerance: the coordinator failed: ") + e.what() + "; stopping the job");
+    if (root_ < 0) root_ = 0;
+    begin_stop(SIGTERM);
+    return;
+  }
+  if (t.changed) {
+    note("membership epoch " + std::to_string(t.changed->epoch) + " (heartbeats at step " + std::to_string(t.changed->step) +
+         "): " + t.changed->reason + (t.changed->failed ? "" : "; members " + t.changed->slot_list()));
+  }
+  for (const auto& m : t.removed) {
+    const size_t local = static_cast<size_t>(m.slot - c_.node_rank * c_.nproc_per_node);
+    Worker& w = workers_[local];
+    if (w.incarnation != m.incarnation) continue;
+    if (w.running) ::kill(-w.outcome.pid, SIGKILL);  // fenced: it was thrown out and must not come back
+    if (replacements_left_ > 0 && !ft_->failed()) {
+      --replacements_left_;
+      replace_at_[local] = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                              std::chrono::duration<double>(c_.replace_delay_s));
+    }
+  }
+  if (ft_->failed()) {
+    note("fault tolerance: " + ft_->current().reason);
+    if (root_ < 0) {
+      root_ = 0;
+      for (size_t i = 0; i < workers_.size(); ++i)
+        if (workers_[i].outcome.failed()) root_ = static_cast<int>(i);
+    }
+    begin_stop(SIGTERM);
+    return;
+  }
+  for (size_t local = 0; local < replace_at_.size(); ++local) {
+    if (!replace_at_[local] || Clock::now() < *replace_at_[local]) continue;
+    if (workers_[local].running) continue;  // the fenced one is still being reaped
+    replace_at_[local].reset();
+    start_replacement(local);
+  }
+}
+
+void Supervisor::start_replacement(size_t local) {
+  Worker& old = workers_[local];
+  const int incarnation = old.incarnation + 1;
+  for (Stream* s : {&old.out, &old.err}) close_stream(old, *s);
+  const WorkerOutcome kept = old.outcome;
+  Worker& w = old;
+  w.outcome = WorkerOutcome{};
+  w.outcome.local_rank = kept.local_rank;
+  w.outcome.rank = kept.rank;
+  w.outcome.log_file = kept.log_file;
+  w.out.lines = LineBuffer();
+  w.err.lines = LineBuffer();
+  w.shown_err = ShownStderr();
+  w.incarnation = incarnation;
+  if (!w.error_file.empty()) {
+    std::error_code ec;
+    std::filesystem::remove(w.error_file, ec);
+  }
+  if (!w.outcome.log_file.empty())
+    w.log_fd = ::open(w.outcome.log_file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  ++ft_replaced_;
+  note("starting a replacement for rank " + std::to_string(w.outcome.rank) + " (incarnation " +
+       std::to_string(incarnation) + "); it joins at the next step boundary");
+  spawn(w, 0);
 }
 
 void Supervisor::make_flight_root() {
@@ -563,10 +671,20 @@ int Supervisor::run() {
     if (::mkdtemp(tmpl.data())) error_dir_ = tmpl;
   }
   make_flight_root();
+  if (c_.fault_tolerant) {
+    ft_ = std::make_unique<FtAgent>(c_);
+    replacements_left_ = c_.replacements;
+    replace_at_.assign(static_cast<size_t>(c_.nproc_per_node), std::nullopt);
+  }
   for (int attempt = 0;; ++attempt) {
     start_attempt(attempt);
     End end = monitor();
     remove_worker_segments();
+    if (ft_ && (ft_->changes() > 0 || !ft_lost_.empty()))
+      note("fault tolerance: " + std::to_string(ft_->changes()) + " membership change(s), " +
+           std::to_string(ft_lost_.size()) + " worker(s) lost, " + std::to_string(ft_replaced_) +
+           " replacement(s) started; final world " + std::to_string(ft_->current().size()) + " (ranks " +
+           ft_->current().slot_list() + ")");
     if (end == End::AllSucceeded) {
       watchdog_.reset();
       if (flight_root_temporary_) {

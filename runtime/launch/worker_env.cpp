@@ -28,7 +28,8 @@ std::string thread_limit_note(const LaunchConfig& c, const std::map<std::string,
 
 std::map<std::string, std::string> worker_env_overrides(const LaunchConfig& c, int local_rank,
                                                         int restart_count,
-                                                        const std::map<std::string, std::string>& inherited) {
+                                                        const std::map<std::string, std::string>& inherited,
+                                                        int incarnation) {
   std::map<std::string, std::string> env;
   const std::string world = std::to_string(c.world_size());
   env["RANK"] = std::to_string(c.global_rank(local_rank));
@@ -47,7 +48,17 @@ std::map<std::string, std::string> worker_env_overrides(const LaunchConfig& c, i
   env["TORCHELASTIC_RUN_ID"] = c.run_id;
   env["DDP_RUN_TOKEN"] = c.token;
   if (!c.job_id.empty()) env["DDP_JOB_ID"] = c.job_id;
-  env["DDPRUN_PREFIXES_OUTPUT"] = "1";  // ddprun puts "[rank N] " before each line: the logger leaves its own out
+  if (c.fault_tolerant) {
+    // The store lives in ddprun (it must outlive any rank); the worker's slot is its launch rank.
+    // emplace: GCC 12 -Wrestrict false positive on operator= of short literals
+    env.emplace("DDP_STORE", std::string("agent"));
+    env.emplace("DDP_FT", std::string(1, '1'));
+    env.emplace("DDP_FT_SLOT", env["RANK"]);
+    env.emplace("DDP_FT_INCARNATION", std::to_string(incarnation));
+    env.emplace("DDP_FT_HEARTBEAT_TIMEOUT_MS", std::to_string(static_cast<int64_t>(c.heartbeat_timeout_s * 1000)));
+    env.emplace("DDP_FT_MIN_RANKS", std::to_string(c.min_ranks));
+  }
+  env.emplace("DDPRUN_PREFIXES_OUTPUT", std::string(1, '1'));  // ddprun puts "[rank N] " before each line: the logger leaves its own out
   if (c.nproc_per_node > 1) {
     // Several processes each running one thread per core oversubscribe the CPU; torchrun does the same.
     for (const char* var : {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"})
@@ -60,9 +71,9 @@ std::map<std::string, std::string> worker_env_overrides(const LaunchConfig& c, i
 std::vector<std::string> worker_environment(const LaunchConfig& c, int local_rank, int restart_count,
                                             const std::map<std::string, std::string>& inherited,
                                             const std::string& error_file, const std::string& flight_dir,
-                                            const std::string& progress_file) {
+                                            const std::string& progress_file, int incarnation) {
   std::map<std::string, std::string> all = inherited;
-  for (auto& [k, v] : worker_env_overrides(c, local_rank, restart_count, inherited)) all[k] = v;
+  for (auto& [k, v] : worker_env_overrides(c, local_rank, restart_count, inherited, incarnation)) all[k] = v;
   if (!error_file.empty()) all["TORCHELASTIC_ERROR_FILE"] = error_file;
   if (!flight_dir.empty()) all["DDP_FLIGHT_RECORDER_DIR"] = flight_dir;
   if (!progress_file.empty()) all["DDP_FLIGHT_PROGRESS_FILE"] = progress_file;
