@@ -156,6 +156,10 @@ class FtTrainer {
   int64_t order_epoch_ = -1;
   int last_world_ = 0;
 
+  bool job_finished_ = false;
+  // DDP_FT_TEST_STEP_SLEEP_MS (tests only): each step sleeps this long, so a replacement that takes a second to
+  // start joins a run of a tiny model mid-way.
+  int test_step_sleep_ms_ = env_int("DDP_FT_TEST_STEP_SLEEP_MS", 0);  // a replacement that came too late: the job ended before it could join
   int64_t attempts_lost_ = 0;
   std::vector<double> recover_s_;
   Clock::time_point failure_seen_{};
@@ -165,6 +169,13 @@ class FtTrainer {
 void FtTrainer::die_if(const char* phase, int64_t step) {
   for (const auto& f : ft_.faults) {
     const bool at_step = std::string(phase) == "recovery" ? step >= f.step : step == f.step;
+    if (f.slot == slot_ && f.incarnation == incarnation_ && f.step == step && f.phase == "stall" &&
+        std::string(phase) == "forward") {
+      // Slow but alive: longer than the heartbeat deadline, in the step; the heartbeat thread goes on beating.
+      std::fprintf(stderr, "fault injection: rank %d stalls for %lld ms in step %lld\n", slot_,
+                   static_cast<long long>(3 * deadline_.count()), static_cast<long long>(step));
+      std::this_thread::sleep_for(3 * deadline_);
+    }
     if (f.slot == slot_ && f.incarnation == incarnation_ && at_step && f.phase == phase) {
       std::fprintf(stderr, "fault injection: rank %d (incarnation %d) kills itself in %s of step %lld\n", slot_,
                    incarnation_, phase, static_cast<long long>(step));
@@ -185,7 +196,7 @@ void FtTrainer::connect() {
   a.token = env_.token;
   a.job_id = env_.job_id;
   try {
-    store_ = std::make_shared<dist::Store>(a, std::max(std::chrono::milliseconds(10000), 5 * deadline_));
+    store_ = std::make_shared<dist::Store>(a, std::max(std::chrono::milliseconds(2000), 5 * deadline_));
   } catch (const std::exception& e) {
     DDP_FAIL("fault tolerance: rank ", slot_, " (incarnation ", incarnation_, ") cannot reach ddprun's store at ",
              a.host, ":", a.port, ": ", e.what());
@@ -227,13 +238,14 @@ void FtTrainer::set_group(std::shared_ptr<dist::ProcessGroup> pg, int64_t epoch)
 void FtTrainer::wait_for_members(const dist::ft::Membership& m) {
   const std::string base = "ft/here/" + std::to_string(m.epoch) + "/";
   store_->set(base + std::to_string(slot_), "1");
-  const auto limit = Clock::now() + std::max(std::chrono::milliseconds(30000), 10 * deadline_);
+  const auto wait = std::max(std::chrono::milliseconds(30000), 10 * deadline_);
+  const auto limit = Clock::now() + wait;
   for (const auto& member : m.members) {
     while (!store_->try_get(base + std::to_string(member.slot))) {
       DDP_CHECK(client_->latest().epoch == m.epoch, "membership epoch ", m.epoch, " was replaced while its members gathered");
       DDP_CHECK(client_->coordinator_lost().empty(), client_->coordinator_lost());
       DDP_CHECK(Clock::now() < limit, "fault tolerance: rank ", member.slot, " did not arrive for membership epoch ",
-                m.epoch, " within ", std::chrono::duration_cast<std::chrono::seconds>(limit - Clock::now()).count(), " s");
+                m.epoch, " within ", std::chrono::duration_cast<std::chrono::seconds>(wait).count(), " s");
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
   }
@@ -246,11 +258,21 @@ void FtTrainer::recover(const dist::ft::Membership& m) {
   if (!me || me->incarnation != incarnation_) {
     DDP_CHECK(!holds_state_, "fault tolerance: rank ", slot_, " (incarnation ", incarnation_,
               ") was removed from the job at membership epoch ", m.epoch, " (", m.reason, "); it stops here");
-    // A replacement waits to be let in at a step boundary.
-    const auto next = client_->wait_for_epoch_after(m.epoch, std::chrono::seconds(120));
-    DDP_CHECK(next || !client_->coordinator_lost().empty(), "fault tolerance: replacement rank ", slot_,
-              " (incarnation ", incarnation_, ") was not let in within 120 s (newest epoch ", m.epoch, ": ", m.reason, ")");
-    DDP_CHECK(client_->coordinator_lost().empty(), client_->coordinator_lost());
+    // A replacement waits to be let in at a step boundary - unless the job is ending (a member finished).
+    const auto limit = Clock::now() + std::chrono::seconds(120);
+    while (!client_->wait_for_epoch_after(m.epoch, std::chrono::milliseconds(50))) {
+      DDP_CHECK(client_->coordinator_lost().empty(), client_->coordinator_lost());
+      for (const auto& member : m.members) {
+        const auto hb = store_->try_get(dist::ft::heartbeat_key(member.slot));
+        const auto beat = hb ? dist::ft::Heartbeat::decode(*hb) : std::nullopt;
+        if (beat && beat->beat == dist::ft::Heartbeat::kFinished) {
+          job_finished_ = true;
+          return;
+        }
+      }
+      DDP_CHECK(Clock::now() < limit, "fault tolerance: replacement rank ", slot_, " (incarnation ", incarnation_,
+                ") was not let in within 120 s (newest epoch ", m.epoch, ": ", m.reason, ")");
+    }
     return;
   }
   const int rank = m.rank_of(slot_), world = m.size();
@@ -382,6 +404,7 @@ double FtTrainer::attempt_step() {
   }
   dist::set_flight_iteration(number);
   die_if("forward", number);
+  if (test_step_sleep_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(test_step_sleep_ms_));
   optimizer_->set_lr(schedule_.at(step_));
   data::DatasetBatch b = data_.train->get_batch(ids);
   Tensor x = b.x;
@@ -450,7 +473,7 @@ TrainResult FtTrainer::run() {
   build_model();
   std::vector<double> step_times;
   double last_loss = 0;
-  while (!done()) {
+  while (!done() && !job_finished_) {
     const dist::ft::Membership m = client_->latest();
     if (m.epoch != group_epoch_) {
       try {
@@ -479,6 +502,12 @@ TrainResult FtTrainer::run() {
     }
   }
   TrainResult result;
+  if (job_finished_) {
+    std::printf("fault tolerance: replacement rank %d (incarnation %d): the job finished before it could join\n",
+                slot_, incarnation_);
+    client_->finish();
+    return result;
+  }
   result.steps_done = step_;
   result.final_train_loss = last_loss;
   result.wall_s = seconds_since(t_start);
@@ -533,8 +562,8 @@ std::vector<FtFault> parse_ft_faults(const std::string& spec) {
     }
     DDP_CHECK(f.slot >= 0, "--ft-fault: '", one, "' names no slot=");
     DDP_CHECK(f.phase == "forward" || f.phase == "backward" || f.phase == "optimizer" || f.phase == "commit" ||
-                  f.phase == "recovery",
-              "--ft-fault: phase '", f.phase, "' is not forward, backward, optimizer, commit or recovery");
+                  f.phase == "recovery" || f.phase == "stall",
+              "--ft-fault: phase '", f.phase, "' is not forward, backward, optimizer, commit, recovery or stall");
     out.push_back(f);
   }
   return out;

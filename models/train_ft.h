@@ -27,7 +27,8 @@ namespace ddp::models {
 // One injected fault (tests and the fault campaign): the process of (slot, incarnation) kills itself with
 // SIGKILL in `phase` of step `step` (1-based): forward | backward (inside it, buckets in flight) | optimizer
 // (after clipping, before the step) | commit (after the step, before the position moves) | recovery (inside
-// the state transfer of the first recovery at or after that step).
+// the state transfer of the first recovery at or after that step); stall: not a kill, the process sleeps 3 x
+// the heartbeat deadline in the forward of that step (slow but alive: it must not be thrown out).
 struct FtFault {
   int slot = -1;
   int incarnation = 0;

@@ -112,7 +112,7 @@ int main(int argc, char** argv) {
         "replacement joins (docs/fault-tolerance.md)");
   p.add("ft-log", &ft_log, "--fault-tolerant: record the samples of each step and the final parameters in this folder");
   p.add("ft-fault", &ft_fault,
-        "--fault-tolerant tests: 'slot=K,step=S,phase=forward|backward|optimizer|commit|recovery[,incarnation=I]' "
+        "--fault-tolerant tests: 'slot=K,step=S,phase=forward|backward|optimizer|commit|recovery|stall[,incarnation=I]' "
         "(';' between several): that process kills itself there with SIGKILL");
   p.add("ft-check", &ft_check,
         "check the record of a --fault-tolerant run in this folder (--ft-log) against one process trained on "

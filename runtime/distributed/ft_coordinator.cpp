@@ -97,7 +97,10 @@ std::optional<Membership> Coordinator::tick(Clock::time_point now) {
       why.push_back("rank " + std::to_string(m.slot) + " lost (" + reason + ")");
     }
   }
-  for (int slot = 0; slot < opt_.slots; ++slot) {
+  // Once a member finished training the job is ending: nobody joins any more (a late replacement stops).
+  bool finishing = false;
+  for (const Member& m : current_.members) finishing |= slots_[static_cast<size_t>(m.slot)].beat == Heartbeat::kFinished;
+  for (int slot = 0; slot < opt_.slots && !finishing; ++slot) {
     Slot& s = slots_[static_cast<size_t>(slot)];
     const bool member_now =
         std::any_of(keep.begin(), keep.end(), [&](const Member& m) { return m.slot == slot; });

@@ -13,6 +13,7 @@
 // timeout's business.
 #pragma once
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -57,7 +58,7 @@ class Coordinator {
  private:
   struct Slot {
     int incarnation = -1;      // of the newest heartbeat seen
-    int64_t beat = -1;
+    int64_t beat = INT64_MIN;  // none read yet (not Heartbeat::kFinished)
     Clock::time_point moved;   // when the heartbeat last changed (or the incarnation was expected from)
     bool seen = false;         // a heartbeat of `incarnation` was read
     int ended_incarnation = -1;  // the newest incarnation that ended with a failure

@@ -1,0 +1,136 @@
+// test_ft_runs.cpp - fault-tolerant training end to end under `ddprun --fault-tolerant` (docs/fault-tolerance.md):
+// the float64 equivalence (a rank killed at step s and replaced later ends equal to one process on the same
+// batches, checked by `train --ft-check`) on each CPU backend, a world below --min-ranks (a named error on every
+// rank, the lost ranks named), a slow rank that is NOT thrown out, a replacement that cannot reach the store,
+// and the refusals by name. The seeded campaign over many kills is FaultTolerance.Campaign (tools/ft_campaign.py).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+
+#include "tests/support/run_process.h"
+
+namespace ddp {
+namespace {
+
+using testing::ProcessOptions;
+using testing::run_process;
+
+const std::vector<std::string> kModel = {"--model", "mlp", "--hidden", "32", "--depth", "1", "--data", "synthetic",
+                                         "--synthetic-samples", "384", "--batch-size", "8", "--steps", "0",
+                                         "--epochs", "2", "--optimizer", "sgd", "--momentum", "0.9", "--dtype",
+                                         "float64", "--log-interval", "0"};
+
+ProcessOptions with_timeout(double seconds) {
+  ProcessOptions po;
+  po.timeout_s = seconds;
+  return po;
+}
+
+std::string train_path() { return std::string(DDP_BIN_DIR) + "/train"; }
+
+std::string fresh_dir(const std::string& name) {
+  const std::string d = ::testing::TempDir() + "ft_" + name + "_" + std::to_string(::getpid());
+  std::filesystem::remove_all(d);
+  return d;
+}
+
+std::vector<std::string> ddprun_train(std::vector<std::string> launch, const std::vector<std::string>& extra) {
+  std::vector<std::string> argv = {testing::ddprun_path(), "--fault-tolerant", "--standalone"};
+  argv.insert(argv.end(), launch.begin(), launch.end());
+  argv.push_back(train_path());
+  argv.push_back("--fault-tolerant");
+  argv.insert(argv.end(), kModel.begin(), kModel.end());
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  return argv;
+}
+
+testing::ProcessResult check(const std::string& dir) {
+  std::vector<std::string> argv = {train_path()};
+  argv.insert(argv.end(), kModel.begin(), kModel.end());
+  argv.push_back("--ft-check");
+  argv.push_back(dir);
+  return run_process(argv, with_timeout(60));
+}
+
+class FaultTolerantRun : public ::testing::TestWithParam<std::string> {};
+
+// Rank 1 is killed inside backward of step 4 (buckets in flight) and replaced; the run ends with every rank's
+// parameters bitwise equal and equal to one process trained on the committed global batches.
+TEST_P(FaultTolerantRun, KilledAndReplacedEqualsOneProcessOnTheSameBatches) {
+  const std::string dir = fresh_dir("equiv_" + GetParam());
+  ProcessOptions po = with_timeout(90);
+  po.set_env["DDP_FT_TEST_STEP_SLEEP_MS"] = "20";
+  if (GetParam() == "gloo") po.set_env["DDP_SHM"] = "0";
+  const auto r = run_process(ddprun_train({"--nproc-per-node", "3", "--replacements", "1"},
+                                          {"--ft-log", dir, "--ft-fault", "slot=1,step=4,phase=backward"}),
+                             po);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.err.find("membership epoch 1 "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("rank 1 lost (SIGKILL (signal 9)); world 3 -> 2"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("rank 1 joined (incarnation 1); world 2 -> 3"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("step 4 redone over world 2"), std::string::npos) << r.out;
+  const auto c = check(dir);
+  EXPECT_EQ(c.exit_code, 0) << c.out << c.err;
+  EXPECT_NE(c.out.find("final.slot1.inc1.bin: bitwise equal"), std::string::npos) << c.out;
+  EXPECT_NE(c.out.find("each sample used exactly once"), std::string::npos) << c.out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, FaultTolerantRun, ::testing::Values("shm", "gloo"));
+
+TEST(FaultTolerantRuns, BelowMinRanksEveryRankStopsNamingTheLostRanks) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto r = run_process(ddprun_train({"--nproc-per-node", "3", "--min-ranks", "2"},
+                                          {"--ft-fault", "slot=1,step=3,phase=forward;slot=2,step=3,phase=forward"}),
+                             with_timeout(60));
+  EXPECT_NE(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.err.find("below --min-ranks 2 (ranks lost: 1, 2)"), std::string::npos) << r.err;
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 30.0);
+}
+
+TEST(FaultTolerantRuns, ASlowRankThatStillBeatsIsNotThrownOut) {
+  const std::string dir = fresh_dir("slow");
+  // Rank 1 sleeps 3 x the 0.5 s heartbeat deadline inside a step: its heartbeat thread goes on beating.
+  const auto r = run_process(ddprun_train({"--nproc-per-node", "2", "--heartbeat-timeout", "0.5"},
+                                          {"--ft-log", dir, "--ft-fault", "slot=1,step=3,phase=stall"}),
+                             with_timeout(60));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.err.find("stalls for 1500 ms"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("membership epoch 1"), std::string::npos) << r.err;
+  EXPECT_EQ(check(dir).exit_code, 0);
+}
+
+TEST(FaultTolerantRuns, AWorkerThatCannotReachTheStoreSaysWhereItLooked) {
+  ProcessOptions po = with_timeout(30);
+  po.set_env = {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"},
+                {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "9"}, {"DDP_STORE", "agent"},
+                {"DDP_FT_SLOT", "1"}, {"DDP_FT_INCARNATION", "1"}, {"DDP_FT_HEARTBEAT_TIMEOUT_MS", "300"}};
+  std::vector<std::string> argv = {train_path(), "--fault-tolerant"};
+  argv.insert(argv.end(), kModel.begin(), kModel.end());
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto r = run_process(argv, po);
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_NE(r.err.find("cannot reach ddprun's store at 127.0.0.1:9"), std::string::npos) << r.err;
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 15.0);
+}
+
+TEST(FaultTolerantRuns, RefusalsNameTheFlagAndTheFix) {
+  // Not under ddprun --fault-tolerant: the store would be rank 0's.
+  std::vector<std::string> alone = {train_path(), "--fault-tolerant"};
+  alone.insert(alone.end(), kModel.begin(), kModel.end());
+  auto r = run_process(alone, with_timeout(30));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("ddprun --fault-tolerant --nproc-per-node N train --fault-tolerant"), std::string::npos) << r.err;
+  r = run_process(ddprun_train({"--nproc-per-node", "2"}, {"--zero", "1"}), with_timeout(30));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--fault-tolerant does not take --zero"), std::string::npos) << r.err;
+  r = run_process({testing::ddprun_path(), "--replacements", "1", train_path()}, with_timeout(30));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("belong to --fault-tolerant"), std::string::npos) << r.err;
+  r = run_process({testing::ddprun_path(), "--fault-tolerant", "--max-restarts", "1", train_path()}, with_timeout(30));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("use one of them"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace ddp
