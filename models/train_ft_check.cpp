@@ -128,10 +128,25 @@ int check_fault_tolerant_run(const TrainOptions& o, const std::string& dir, doub
     if (twice > 0) problem("epoch " + std::to_string(e) + ": " + std::to_string(twice) + " samples used more than once");
     if (!complete && !last) problem("epoch " + std::to_string(e) + ": " + std::to_string(never) + " samples never used");
   }
+  // Every lost step accounted for: an attempt that did not commit was redone under a later epoch, and each
+  // epoch lost at most the one step in flight when the membership changed.
+  std::map<int64_t, int> lost_per_epoch;
+  size_t lost = 0;
+  for (const auto& [key, ranks] : attempts) {
+    if (commits.count(key)) continue;
+    ++lost;
+    ++lost_per_epoch[key.first];
+    const auto redone = by_step.find(key.second);
+    if (redone == by_step.end() || redone->second.first <= key.first)
+      problem("the attempt of step " + std::to_string(key.second) + " under membership epoch " +
+              std::to_string(key.first) + " did not commit and was not redone under a later epoch");
+  }
+  for (const auto& [epoch, n] : lost_per_epoch)
+    if (n > 1) problem("membership epoch " + std::to_string(epoch) + " lost " + std::to_string(n) + " step attempts");
   std::printf("ft-check: %lld steps committed once each; %lld complete epoch(s) of %lld samples, each sample used "
               "exactly once; %zu attempt(s) not committed\n",
               static_cast<long long>(steps), static_cast<long long>(complete_epochs),
-              static_cast<long long>(epoch_size), attempts.size() - commits.size());
+              static_cast<long long>(epoch_size), lost);
 
   // One process on the same global batches.
   TrainData data = load_data(o);
