@@ -205,7 +205,9 @@ void FtTrainer::connect() {
   co.slot = slot_;
   co.incarnation = incarnation_;
   co.deadline = deadline_;
-  co.period = std::max(std::chrono::milliseconds(10), deadline_ / 20);
+  // A twentieth of the deadline (100 ms by default); DDP_FT_HEARTBEAT_PERIOD_MS (benchmarks) sets it.
+  co.period = std::chrono::milliseconds(
+      env_int("DDP_FT_HEARTBEAT_PERIOD_MS", static_cast<int>(std::max<int64_t>(10, deadline_.count() / 20))));
   client_ = std::make_unique<dist::ft::Client>(store_->clone(), co);
   client_->on_change([this](const std::string& why) {
     const int64_t newest = client_->latest().epoch;

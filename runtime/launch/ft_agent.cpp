@@ -31,6 +31,8 @@ FtAgent::FtAgent(const LaunchConfig& c) : c_(c) {
     current_ = coordinator_->current();
   } else {
     current_ = dist::ft::Membership::decode(store_->get(dist::ft::members_key(std::stoll(store_->get(dist::ft::kEpochKey)))));
+    // From here on the store is node 0's, across the network: a cut link must not hold ddprun's loop.
+    store_->set_timeout(std::chrono::milliseconds(static_cast<int64_t>(c.heartbeat_timeout_s * 1000)));
   }
 }
 
@@ -39,11 +41,11 @@ FtAgent::~FtAgent() = default;
 void FtAgent::worker_ended(int slot, int incarnation, bool failed, const std::string& what) {
   if (coordinator_) {
     coordinator_->worker_ended(slot, incarnation, failed, what);
-  } else if (failed) {
+  } else if (failed && !unreachable_) {
     try {
       store_->set(dist::ft::exit_key(slot, incarnation), what);
     } catch (const std::exception&) {
-      // The coordinator's node is gone; the workers notice it themselves (ft_client.h).
+      unreachable_ = true;  // the coordinator's node is gone; the workers notice it themselves (ft_client.h)
     }
   }
 }
@@ -53,13 +55,14 @@ FtAgent::Tick FtAgent::tick() {
   dist::ft::Membership before = current_;
   if (coordinator_) {
     if (auto m = coordinator_->tick(Clock::now())) t.changed = *m;
-  } else {
+  } else if (!unreachable_) {
     try {
       const auto e = store_->try_get(dist::ft::kEpochKey);
       if (e && std::stoll(*e) > current_.epoch)
         t.changed = dist::ft::Membership::decode(store_->get(dist::ft::members_key(std::stoll(*e))));
     } catch (const std::exception&) {
-      return t;  // unreachable for now: the workers decide that the coordinator is gone
+      unreachable_ = true;  // the workers decide on their own that the coordinator is gone
+      return t;
     }
   }
   if (!t.changed) return t;

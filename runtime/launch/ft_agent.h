@@ -50,6 +50,7 @@ class FtAgent {
   std::unique_ptr<dist::ft::Coordinator> coordinator_;
   dist::ft::Membership current_;
   int changes_ = 0;
+  bool unreachable_ = false;  // not node 0: the store stopped answering; ddprun no longer asks it
 };
 
 }  // namespace ddp::launch

@@ -482,7 +482,9 @@ Supervisor::End Supervisor::monitor() {
       if (workers_[i].outcome.failed() && root_ < 0) root_ = static_cast<int>(i);
     }
     if (ft_->failed() && root_ < 0) root_ = 0;
-    if (!any_member && c_.node_rank == 0 && root_ < 0 && ft_->current().members.empty()) root_ = 0;
+    // No worker of this node is left in the job: this node's part failed (the job may go on elsewhere).
+    for (size_t i = 0; i < workers_.size() && !any_member && root_ < 0; ++i)
+      if (workers_[i].outcome.failed()) root_ = static_cast<int>(i);
   }
   if (root_ >= 0) return End::WorkerFailed;
   return stall_ ? End::Stalled : End::AllSucceeded;
