@@ -215,6 +215,7 @@ void FtTrainer::connect() {
     if (pg_ && (pg_epoch_ < newest || !client_->coordinator_lost().empty())) pg_->abort(why);
   });
   holds_state_ = incarnation_ == 0;
+  record_.line("start " + std::to_string(env_.world_size) + " " + std::to_string(data_.train->size()));
 }
 
 void FtTrainer::build_model() {
@@ -224,7 +225,6 @@ void FtTrainer::build_model() {
   model_ = make_model(o_, dtype_);
   optimizer_ = make_train_optimizer(o_, model_->named_parameters());
   schedule_ = ft_schedule(o_, data_.train->size(), env_.world_size);
-  record_.line("start " + std::to_string(env_.world_size) + " " + std::to_string(data_.train->size()));
 }
 
 void FtTrainer::set_group(std::shared_ptr<dist::ProcessGroup> pg, int64_t epoch) {
@@ -310,13 +310,14 @@ void FtTrainer::recover(const dist::ft::Membership& m) {
   const double took = seconds_since(t0);
   if (m.epoch > 0) {
     recover_s_.push_back(took);
-    const double since_failure = failure_pending_ ? seconds_since(failure_seen_) : took;
+    const std::string since_failure =
+        failure_pending_ ? ", " + std::to_string(seconds_since(failure_seen_)).substr(0, 5) + " s after the failure" : "";
     failure_pending_ = false;
     record_.line("recovered " + std::to_string(m.epoch) + " " + std::to_string(step_) + " " + std::to_string(world));
     if (rank == 0 && !o_.quiet) {
-      std::printf("step %lld: %s; step %lld %s over world %d (recovered in %.3f s, %.3f s after the failure)\n",
+      std::printf("step %lld: %s; step %lld %s over world %d (recovered in %.3f s%s)\n",
                   static_cast<long long>(step_), m.reason.c_str(), static_cast<long long>(step_ + 1),
-                  last_world_ > 0 ? "redone" : "runs", world, took, since_failure);
+                  last_world_ > 0 ? "redone" : "runs", world, took, since_failure.c_str());
       std::fflush(stdout);
     }
     trace::trace_instant("membership epoch " + std::to_string(m.epoch) + ": " + m.reason, "ft");
@@ -471,8 +472,9 @@ void FtTrainer::write_final(TrainResult& result) {
 TrainResult FtTrainer::run() {
   const auto t_start = Clock::now();
   check_ft_options(o_);
-  connect();
+  // Data and model first: a replacement is let in once it beats, and the others wait for it from then on.
   build_model();
+  connect();
   std::vector<double> step_times;
   double last_loss = 0;
   while (!done() && !job_finished_) {
