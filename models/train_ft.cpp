@@ -25,9 +25,11 @@
 #include "runtime/distributed/flight_recorder.h"
 #include "runtime/distributed/ft_client.h"
 #include "runtime/distributed/host_collectives.h"
+#include "runtime/distributed/tensor_comm_buffer.h"
 #include "runtime/distributed/process_group_factory.h"
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/loss.h"
+#include "runtime/ops/mixed_precision.h"
 #include "runtime/optim/lr_schedule.h"
 #include "runtime/trace/trace.h"
 
@@ -36,6 +38,15 @@ namespace ddp::models {
 namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// A broadcast of `t` in place on whatever device it lives (host_broadcast takes host tensors only).
+void broadcast_tensor(dist::ProcessGroup& pg, Tensor& t, int root) {
+  if (t.device().is_cpu()) {
+    host_broadcast(pg, t, root);
+    return;
+  }
+  pg.broadcast(comm_buffer_of(t), root)->wait();
+}
 
 int env_int(const char* name, int fallback) {
   const char* v = std::getenv(name);
@@ -141,6 +152,7 @@ class FtTrainer {
   std::unique_ptr<dist::ft::Client> client_;
   TrainData data_;
   DType dtype_ = DType::F32;
+  Device device_ = Device::cpu();
   std::shared_ptr<nn::Module> model_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   optim::WarmupCosine schedule_;
@@ -221,8 +233,13 @@ void FtTrainer::connect() {
 void FtTrainer::build_model() {
   data_ = load_data(o_);
   dtype_ = o_.dtype == "float64" ? DType::F64 : DType::F32;
+  // --device: this local rank's GPU for cuda/auto (the group is NCCL then: the same recovery, abort by
+  // ncclCommAbort); the CPU otherwise.
+  device_ = device_for_rank(o_.device, train_local_rank(env_.local_rank), cuda_device_count());
+  if (device_.is_cuda()) set_current_cuda_device(device_.index);
   nn::manual_seed(o_.seed);
   model_ = make_model(o_, dtype_);
+  model_->to(device_);
   optimizer_ = make_train_optimizer(o_, model_->named_parameters());
   schedule_ = ft_schedule(o_, data_.train->size(), env_.world_size);
 }
@@ -340,8 +357,8 @@ void FtTrainer::sync_state(dist::ProcessGroup& pg, int64_t epoch) {
   const int root = static_cast<int>(source);
   Tensor scalars = Tensor::from_data<int64_t>({step_, data_epoch_, position_, optimizer_->steps()}, {4});
   host_broadcast(pg, scalars, root);
-  for (auto& p : model_->named_parameters()) host_broadcast(pg, p.tensor, root);
-  for (auto& b : model_->named_buffers()) host_broadcast(pg, b.tensor, root);
+  for (auto& p : model_->named_parameters()) broadcast_tensor(pg, p.tensor, root);
+  for (auto& b : model_->named_buffers()) broadcast_tensor(pg, b.tensor, root);
   // The optimizer's state: its names, dtypes and shapes first (a replacement has none yet), then the tensors.
   std::map<std::string, Tensor> state = optimizer_->state();
   std::string header;
@@ -370,8 +387,8 @@ void FtTrainer::sync_state(dist::ProcessGroup& pg, int64_t epoch) {
   while (in >> name >> dtype >> dims) {
     Shape shape(dims);
     for (auto& d : shape) in >> d;
-    Tensor t = pg.rank() == root ? state.at(name) : Tensor::zeros(shape, static_cast<DType>(dtype));
-    host_broadcast(pg, t, root);
+    Tensor t = pg.rank() == root ? state.at(name) : Tensor::zeros(shape, static_cast<DType>(dtype), device_);
+    broadcast_tensor(pg, t, root);
     received.emplace(name, t);
   }
   const int64_t* s = scalars.data<int64_t>();
@@ -410,9 +427,13 @@ double FtTrainer::attempt_step() {
   if (test_step_sleep_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(test_step_sleep_ms_));
   optimizer_->set_lr(schedule_.at(step_));
   data::DatasetBatch b = data_.train->get_batch(ids);
-  Tensor x = b.x;
+  Tensor x = b.x, y = b.y;
   if (!data_.tokens && x.dtype() != dtype_) x = x.to(dtype_);
-  Tensor loss = ops::cross_entropy(ddp_->forward(x), b.y);
+  if (device_.is_cuda()) {
+    x = x.to(device_);
+    y = y.to(device_);
+  }
+  Tensor loss = ops::cross_entropy(ddp_->forward(x), y);
   const double value = loss.item();
   if (weight != 1.0) loss = loss * weight;
   bool kill_in_backward = false;
@@ -472,6 +493,7 @@ void FtTrainer::write_final(TrainResult& result) {
 TrainResult FtTrainer::run() {
   const auto t_start = Clock::now();
   check_ft_options(o_);
+  ops::Bf16Compute bf16_compute(o_.dtype == "bfloat16");  // --dtype bfloat16: bf16 matmul/linear/attention
   // Data and model first: a replacement is let in once it beats, and the others wait for it from then on.
   build_model();
   connect();

@@ -117,6 +117,10 @@ int main(int argc, char** argv) {
   p.add("ft-check", &ft_check,
         "check the record of a --fault-tolerant run in this folder (--ft-log) against one process trained on "
         "the same batches, with the same other flags; exit 0 when it holds");
+  double ft_check_tolerance = 1e-12;
+  p.add("ft-check-tolerance", &ft_check_tolerance,
+        "--ft-check: the largest |difference| to the one-process reference (1e-12; a GPU run's float64 differs "
+        "from the CPU reference's by more)", B::above(0));
   p.add("threads", &threads, "threads per rank, shared by BLAS and the intra-op pool (0: OPENBLAS_NUM_THREADS or the library default)", B::at_least(0));
   // "--zero N" as well as "--zero=N": the optional-value choice takes its value only after '=' (a bare
   // "--zero" is stage 1), so a stage given as the next word is joined to it here.
@@ -140,7 +144,7 @@ int main(int argc, char** argv) {
     p.parse(static_cast<int>(args.size()), args.data());
     o.seed = static_cast<uint64_t>(seed);
     o.zero = std::stoi(zero);
-    if (!ft_check.empty()) return models::check_fault_tolerant_run(o, ft_check);
+    if (!ft_check.empty()) return models::check_fault_tolerant_run(o, ft_check, ft_check_tolerance);
     dist::DistEnv env = dist::init_from_env();
     log::set_rank(env.world_size > 1 ? env.rank : -1);
     if (threads > 0) kernels::cpu::set_thread_budget(threads);  // OpenBLAS + the intra-op pool
