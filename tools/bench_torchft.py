@@ -52,9 +52,6 @@ import tempfile
 import threading
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-
 IN_FEATURES, CLASSES = 28 * 28, 10
 
 
@@ -166,6 +163,9 @@ def worker(a):
             fut.set_result(buf)
             return fut
         net.register_comm_hook(manager, hook)
+    if a.mark_backward:  # a line as each backward pass starts: the driver's cue to kill inside the allreduce
+        model[-1].register_full_backward_pre_hook(
+            lambda mod, g: emit({"bwd": manager.current_step(), "r": rid, "t": time.time()}))
     if a.barrier:
         time.sleep(0.5)  # both Managers heartbeat to the Lighthouse before either asks for a quorum
     fopt = OptimizerWrapper(manager, opt)
@@ -307,10 +307,11 @@ def run_ddp(a, logdir, tag):
     return procs, rcs
 
 
-def run_torchft(a, logdir, tag, on_line=None):
+def run_torchft(a, logdir, tag, on_line=None, extra=None):
     lh, lhlog, addr, lh_argv = start_lighthouse(a, logdir, tag + "_lighthouse")
+    extra = extra or {}
     procs = [Proc(f"{tag}_replica{r}", worker_argv(a, "torchft", ["--replica", str(r), "--lighthouse", addr,
-                                                                   "--barrier"]),
+                                                                   "--barrier"] + extra.get(r, [])),
                   child_env(), logdir, on_line) for r in range(2)]
     deadline = time.time() + a.run_timeout_s
     while time.time() < deadline and not all(any(l.get("waiting") for l in p.lines) or p.p.poll() is not None
@@ -440,17 +441,22 @@ def fault(a, logdir, tag):
 
     def on_line(proc, rec):
         with lock:
-            if (proc.name.endswith("replica1") and state["killed_at"] is None and rec.get("commit")
-                    and rec.get("step", 0) >= a.kill_step):
-                if a.kill_offset_ms > 0:  # into the next step (its forward/backward/allreduce)
-                    time.sleep(a.kill_offset_ms / 1e3)
-                proc.p.send_signal(signal.SIGKILL)
-                state["killed_at"] = time.time()
-                state["killed_after_step"] = rec["step"]
-                state["victim"] = proc
+            if not proc.name.endswith("replica1") or state["killed_at"] is not None:
+                return
+            if a.kill_at == "backward" and rec.get("bwd", -1) >= a.kill_step:
+                rec = {"step": rec["bwd"]}  # inside step kill_step + 1, its backward pass just begun
+            elif not (a.kill_at == "step" and rec.get("commit") and rec.get("step", 0) >= a.kill_step):
+                return
+            if a.kill_offset_ms > 0:  # later into the next step
+                time.sleep(a.kill_offset_ms / 1e3)
+            proc.p.send_signal(signal.SIGKILL)
+            state["killed_at"] = time.time()
+            state["killed_after_step"] = rec["step"]
+            state["victim"] = proc
 
     load0 = loadavg()
-    lh, lhlog, addr, lh_argv, procs = run_torchft(a, logdir, tag, on_line)
+    lh, lhlog, addr, lh_argv, procs = run_torchft(a, logdir, tag, on_line,
+                                                  {1: ["--mark-backward"]} if a.kill_at == "backward" else None)
     survivor, victim = procs
     deadline = time.time() + a.run_timeout_s
     while state["killed_at"] is None and time.time() < deadline and victim.p.poll() is None:
@@ -509,7 +515,7 @@ def fault(a, logdir, tag):
         "steps": a.steps, "wrapper": a.wrapper,
         "load_before": load0, "load_after": loadavg(),
         "lighthouse": lh_argv[1:],
-        "kill_step": a.kill_step, "kill_offset_ms": a.kill_offset_ms, "killed_after_committed_step": state["killed_after_step"],
+        "kill_step": a.kill_step, "kill_at": a.kill_at, "kill_offset_ms": a.kill_offset_ms, "killed_after_committed_step": state["killed_after_step"],
         "restart_delay_s": a.restart_delay,
         "kill_to_survivor_next_commit_s": first_commit["t"] - tk if first_commit else None,
         "survivor_next_commit_step": first_commit["step"] if first_commit else None,
@@ -610,6 +616,9 @@ def main():
     ap.add_argument("--repeats", type=int, default=3, help="healthy: runs of each kind, alternated (default 3)")
     ap.add_argument("--warmup", type=int, default=5, help="healthy: world-2 steps left out of the median")
     ap.add_argument("--kill-step", type=int, default=20, help="fault: SIGKILL replica 1 after this committed step")
+    ap.add_argument("--kill-at", choices=("step", "backward"), default="step",
+                    help="fault: step: once replica 1 printed committed step --kill-step (between steps); "
+                         "backward: as its backward pass of the next step begins (its allreduce then fails)")
     ap.add_argument("--kill-offset-ms", type=float, default=0,
                     help="fault: kill this long after replica 1 printed the step (0: at once, between steps)")
     ap.add_argument("--restart-delay", type=float, default=2.0, help="fault: seconds from the kill to the restart")
@@ -640,24 +649,24 @@ def main():
     ap.add_argument("--replica", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--lighthouse", help=argparse.SUPPRESS)
     ap.add_argument("--barrier", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--mark-backward", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker:
         return worker(a)
 
-    from python_deps import require
-    require("torch", "python3-torch", "bench_torchft.py")
-    try:
-        import torchft  # noqa: F401
+    try:  # one line instead of a traceback (as tools/python_deps.py does); no Debian package has torchft
+        import torchft  # noqa: F401  (imports torch too)
     except ImportError as e:
-        sys.exit(f"bench_torchft.py needs torchft, which {sys.executable} cannot import ({e}): run "
-                 f"tools/setup_torch2.sh --with-torchft and use the python it prints with --path")
+        sys.exit(f"bench_torchft.py needs PyTorch 2.x and torchft, which {sys.executable} cannot import "
+                 f"({' '.join(str(e).split())}): run tools/setup_torch2.sh --with-torchft, then this script with "
+                 f"the python that tools/setup_torch2.sh --path prints")
     if not lighthouse_bin():
         sys.exit("bench_torchft.py: no torchft_lighthouse next to " + sys.executable)
     logdir = a.logs or tempfile.mkdtemp(prefix="bench_torchft.")
     os.makedirs(logdir, exist_ok=True)
     summary = {"machine": machine(a), "uptime_before": subprocess.run(["uptime"], capture_output=True,
                                                                       text=True).stdout.strip(),
-               "args": {k: v for k, v in vars(a).items() if k not in ("worker", "replica", "lighthouse", "barrier")},
+               "args": {k: v for k, v in vars(a).items() if k not in ("worker", "replica", "lighthouse", "barrier", "mark_backward")},
                "logs": logdir}
     ok = True
     if a.part in ("all", "healthy"):
