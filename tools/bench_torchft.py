@@ -15,13 +15,20 @@ should_commit is True (the OptimizerWrapper then steps; Manager.current_step() c
 
   healthy   torchft vs plain torch DDP (gloo, 2 processes, torchrun's env: MASTER_ADDR/PORT, RANK, WORLD_SIZE),
             the runs alternated (--repeats of each): median step time of each over the steps where the world is
-            2, the per-step overhead of torchft (medians of the per-run medians, and their spread).
-  fault     torchft only: the driver SIGKILLs replica 1 once it prints committed step --kill-step (one flushed
-            JSON line per step), restarts it --restart-delay seconds later, and measures from the survivor's
-            lines: kill -> the survivor's next committed step, kill (and restart) -> the first step with 2
-            participants again, the survivor's uncommitted steps, and, with every sample given an id and each
-            replica logging the ids of its committed steps, over the epoch (dataset = steps x 2 x batch rows,
-            one epoch when nothing fails) the ids never trained on and the ids trained on more than once.
+            2, the per-step overhead of torchft (medians of the per-run medians, and their spread); also each
+            process's CPU time per step (time.process_time: all its threads, torchft's Rust ones included),
+            which other jobs on the machine disturb far less than wall time, and the step's phases.
+  fault     torchft only, --fault-repeats runs of --fault-steps (default 200: the survivor must still be training
+            when the restarted replica is back): the driver SIGKILLs replica 1 once it prints committed step
+            --kill-step (one flushed JSON line per step; --kill-at backward: as its next backward pass begins, so
+            that the survivor's allreduce fails), restarts it --restart-delay seconds later, and measures from the
+            survivor's lines: kill -> the survivor's first committed step without the victim (new quorum), kill
+            (and restart) -> the first step with 2 participants again, the survivor's uncommitted steps, and,
+            with every sample given an id and each replica logging the ids of its committed steps, over the
+            epoch (dataset = steps x 2 x batch rows, one epoch when nothing fails) the ids never trained on and
+            the ids trained on more than once. --wrapper ours: torch's DDP with our own comm hook through the
+            Manager instead of torchft.ddp.DistributedDataParallel (which 0.2.0 lets crash the survivor when the
+            peer dies inside the allreduce: an AssertionError in its comm hook).
             --data sampler (default): each replica iterates torchft's DistributedSampler like torchft's example
             train_ddp.py, a restarted one from the start of its shard; --data step: the batch is chosen by the
             committed step (Manager.current_step(), restored when a replica heals).
@@ -32,6 +39,7 @@ Run (the venv of tools/setup_torch2.sh; `tools/setup_torch2.sh --with-torchft` a
   $PY tools/bench_torchft.py                      # both parts, defaults; prints a table and a JSON summary
   $PY tools/bench_torchft.py --part healthy --repeats 5 --steps 60
   $PY tools/bench_torchft.py --part fault --kill-step 20 --restart-delay 2 --heartbeat-timeout-ms 5000
+  $PY tools/bench_torchft.py --part fault --kill-at backward --wrapper ours   # a kill inside the allreduce
   $PY tools/bench_torchft.py --json out.json      # the summary to a file too; --logs DIR keeps every process's log
 
 The lighthouse knobs (--quorum-tick-ms, --join-timeout-ms, --heartbeat-timeout-ms) default to torchft's own
@@ -515,7 +523,8 @@ def fault(a, logdir, tag):
         "steps": a.steps, "wrapper": a.wrapper,
         "load_before": load0, "load_after": loadavg(),
         "lighthouse": lh_argv[1:],
-        "kill_step": a.kill_step, "kill_at": a.kill_at, "kill_offset_ms": a.kill_offset_ms, "killed_after_committed_step": state["killed_after_step"],
+        "kill_step": a.kill_step, "kill_at": a.kill_at, "kill_offset_ms": a.kill_offset_ms,
+        "killed_after_committed_step": state["killed_after_step"],
         "restart_delay_s": a.restart_delay,
         "kill_to_survivor_next_commit_s": first_commit["t"] - tk if first_commit else None,
         "survivor_next_commit_step": first_commit["step"] if first_commit else None,
@@ -666,7 +675,8 @@ def main():
     os.makedirs(logdir, exist_ok=True)
     summary = {"machine": machine(a), "uptime_before": subprocess.run(["uptime"], capture_output=True,
                                                                       text=True).stdout.strip(),
-               "args": {k: v for k, v in vars(a).items() if k not in ("worker", "replica", "lighthouse", "barrier", "mark_backward")},
+               "args": {k: v for k, v in vars(a).items()
+                        if k not in ("worker", "replica", "lighthouse", "barrier", "mark_backward")},
                "logs": logdir}
     ok = True
     if a.part in ("all", "healthy"):
