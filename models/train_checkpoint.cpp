@@ -60,6 +60,9 @@ ResumePoint resume_training(const TrainOptions& o, TrainSetup& s, bool talk) {
   DDP_CHECK(st.seed == o.seed, "checkpoint ", path, " was written with --seed ", st.seed,
             ", this run has --seed ", o.seed, "; resume with the same seed");
   check_resume_mode(st.config_json, o.deterministic, path);
+  DDP_CHECK(!st.extra.count("data_rule"), "checkpoint '", path, "' was written by train --fault-tolerant, whose data ",
+            "position counts samples of the epoch's whole order (docs/fault-tolerance.md); resume it with "
+            "--fault-tolerant under ddprun --fault-tolerant");
   at.path = path;
   at.step = st.step;
   at.epoch = st.epoch;

@@ -16,6 +16,9 @@
 #include <thread>
 
 #include "models/make_model.h"
+#include "runtime/checkpoint/atomic_file.h"
+#include "runtime/checkpoint/checkpoint_dir.h"
+#include "runtime/checkpoint/training_checkpoint.h"
 #include "models/train_setup.h"
 #include "runtime/autograd/engine.h"
 #include "runtime/core/error.h"
@@ -105,8 +108,7 @@ void check_ft_options(const TrainOptions& o) {
   refuse(o.comm_hook != "allreduce", "--comm-hook", "PowerSGD's error feedback is per-rank state a replacement "
          "could not receive; use the default allreduce");
   refuse(o.uneven_steps != 0, "--uneven-steps", "every member runs every step (the sampler deals the data)");
-  refuse(!o.resume.empty(), "--resume", "not yet: start fresh (the state heals from live peers, not files)");
-  refuse(!o.checkpoint_dir.empty(), "--checkpoint-dir", "not yet: the run survives rank failures without one");
+  refuse(o.reset_optimizer, "--reset-optimizer", "a fault-tolerant resume takes the whole state of its checkpoint");
   refuse(o.gradient_as_bucket_view, "--gradient-as-bucket-view", "the buckets are rebuilt with every group");
 }
 
@@ -137,8 +139,14 @@ class FtTrainer {
   // A step or a recovery failed: the membership change that explains it (bounded wait), or the error.
   void after_failure(const std::exception& e, int64_t epoch);
   void die_if(const char* phase, int64_t step);
+  void die_now(const char* phase, int64_t step);
   void set_group(std::shared_ptr<dist::ProcessGroup> pg, int64_t epoch);
   void write_final(TrainResult& result);
+  // --checkpoint-dir: rank 0 of the current group writes the state it holds (every member holds the same),
+  // atomically; no collective, so a writer that dies mid-write costs the others nothing.
+  void save_checkpoint();
+  // --resume: every member that starts with the job reads the same file (a replacement heals from a peer).
+  void resume();
 
   const TrainOptions& o_;
   dist::DistEnv env_;
@@ -178,6 +186,14 @@ class FtTrainer {
   bool failure_pending_ = false;
 };
 
+void FtTrainer::die_now(const char* phase, int64_t step) {
+  std::fprintf(stderr, "fault injection: rank %d (incarnation %d) kills itself in %s of step %lld\n", slot_,
+               incarnation_, phase, static_cast<long long>(step));
+  std::fflush(stderr);
+  std::fflush(stdout);
+  ::raise(SIGKILL);
+}
+
 void FtTrainer::die_if(const char* phase, int64_t step) {
   for (const auto& f : ft_.faults) {
     const bool at_step = std::string(phase) == "recovery" ? step >= f.step : step == f.step;
@@ -188,13 +204,7 @@ void FtTrainer::die_if(const char* phase, int64_t step) {
                    static_cast<long long>(3 * deadline_.count()), static_cast<long long>(step));
       std::this_thread::sleep_for(3 * deadline_);
     }
-    if (f.slot == slot_ && f.incarnation == incarnation_ && at_step && f.phase == phase) {
-      std::fprintf(stderr, "fault injection: rank %d (incarnation %d) kills itself in %s of step %lld\n", slot_,
-                   incarnation_, phase, static_cast<long long>(step));
-      std::fflush(stderr);
-      std::fflush(stdout);
-      ::raise(SIGKILL);
-    }
+    if (f.slot == slot_ && f.incarnation == incarnation_ && at_step && f.phase == phase) die_now(phase, step);
   }
 }
 
@@ -476,6 +486,58 @@ void FtTrainer::after_failure(const std::exception& e, int64_t epoch) {
            " ms of this error, so it is not one a membership change repairs)");
 }
 
+
+void FtTrainer::save_checkpoint() {
+  const std::string name = "ckpt-step" + std::to_string(step_) + ".safetensors";
+  const std::string file = o_.checkpoint_dir + "/" + name;
+  std::thread killer;
+  for (const auto& f : ft_.faults) {
+    if (f.slot != slot_ || f.incarnation != incarnation_ || f.step != step_ || f.phase != "checkpoint") continue;
+    // The fault lands while the file is being written: as soon as its temp file (or the file) exists.
+    killer = std::thread([file, this] {
+      const std::string temp = checkpoint::atomic_temp_path(file);
+      for (int i = 0; i < 250000; ++i) {
+        std::error_code ec;
+        if (std::filesystem::exists(temp, ec) || std::filesystem::exists(file, ec)) break;
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
+      }
+      die_now("checkpoint", step_);
+    });
+  }
+  std::filesystem::create_directories(o_.checkpoint_dir);
+  checkpoint::remove_stale_temp_files(o_.checkpoint_dir);
+  checkpoint::TrainingState st{step_, data_epoch_, 0, o_.seed, options_json(o_),
+                               {{"data_rule", "elastic"}, {"ft_position", std::to_string(position_)}}, {}};
+  checkpoint::save_training_checkpoint(file, *model_, optimizer_.get(), st);
+  checkpoint::write_latest(o_.checkpoint_dir, name);
+  record_.line("checkpoint " + std::to_string(step_) + " " + name);
+  if (killer.joinable()) killer.join();
+}
+
+void FtTrainer::resume() {
+  const std::string path =
+      o_.resume == "auto" ? checkpoint::read_latest(o_.checkpoint_dir) : o_.resume;
+  checkpoint::LoadOptions load;
+  load.live_config = options_json(o_);
+  const checkpoint::TrainingState st = checkpoint::load_training_checkpoint(path, *model_, optimizer_.get(), load);
+  const auto rule = st.extra.find("data_rule");
+  const auto pos = st.extra.find("ft_position");
+  DDP_CHECK(rule != st.extra.end() && rule->second == "elastic" && pos != st.extra.end(), "checkpoint '", path,
+            "' was not written by train --fault-tolerant: the two modes count the data position differently; "
+            "resume it without --fault-tolerant");
+  DDP_CHECK(st.seed == o_.seed, "checkpoint ", path, " was written with --seed ", st.seed, ", this run has --seed ",
+            o_.seed, "; resume with the same seed");
+  step_ = st.step;
+  data_epoch_ = st.epoch;
+  position_ = std::stoll(pos->second);
+  record_.line("resumed " + std::to_string(step_) + " " + path);
+  if (slot_ == 0 && !o_.quiet) {
+    std::printf("resumed from %s at step %lld (epoch %lld, sample %lld of its order)\n", path.c_str(),
+                static_cast<long long>(step_), static_cast<long long>(data_epoch_), static_cast<long long>(position_));
+    std::fflush(stdout);
+  }
+}
+
 void FtTrainer::write_final(TrainResult& result) {
   std::vector<double> all;
   for (auto& p : model_->named_parameters()) {
@@ -497,6 +559,7 @@ TrainResult FtTrainer::run() {
   // Data and model first: a replacement is let in once it beats, and the others wait for it from then on.
   build_model();
   connect();
+  if (!o_.resume.empty() && holds_state_) resume();
   std::vector<double> step_times;
   double last_loss = 0;
   while (!done() && !job_finished_) {
@@ -519,6 +582,9 @@ TrainResult FtTrainer::run() {
       continue;
     }
     step_times.push_back(seconds_since(t0));
+    if (!o_.checkpoint_dir.empty() && pg_->rank() == 0 &&
+        ((o_.checkpoint_interval > 0 && step_ % o_.checkpoint_interval == 0) || done()))
+      save_checkpoint();
     const bool log_now = o_.log_interval > 0 && step_ % o_.log_interval == 0;
     if (log_now && pg_->rank() == 0 && !o_.quiet) {
       std::printf("step %5lld  loss %.4f (rank %d)  world %d  epoch %lld  step %.1f ms\n",
@@ -588,8 +654,9 @@ std::vector<FtFault> parse_ft_faults(const std::string& spec) {
     }
     DDP_CHECK(f.slot >= 0, "--ft-fault: '", one, "' names no slot=");
     DDP_CHECK(f.phase == "forward" || f.phase == "backward" || f.phase == "optimizer" || f.phase == "commit" ||
-                  f.phase == "recovery" || f.phase == "stall",
-              "--ft-fault: phase '", f.phase, "' is not forward, backward, optimizer, commit, recovery or stall");
+                  f.phase == "recovery" || f.phase == "checkpoint" || f.phase == "stall",
+              "--ft-fault: phase '", f.phase,
+              "' is not forward, backward, optimizer, commit, recovery, checkpoint or stall");
     out.push_back(f);
   }
   return out;

@@ -14,6 +14,8 @@
 #include "models/make_model.h"
 #include "models/train_ft.h"
 #include "models/train_setup.h"
+#include "runtime/checkpoint/checkpoint_dir.h"
+#include "runtime/checkpoint/training_checkpoint.h"
 #include "runtime/autograd/engine.h"
 #include "runtime/core/error.h"
 #include "runtime/data/distributed_sampler.h"
@@ -158,6 +160,40 @@ int check_fault_tolerant_run(const TrainOptions& o, const std::string& dir, doub
   const int64_t total = o.steps > 0 ? o.steps : std::max<int64_t>(1, o.epochs) * per_epoch;
   const optim::WarmupCosine schedule{o.lr, o.lr * o.min_lr_ratio, std::min(o.warmup_steps, total), total,
                                      o.schedule != "constant"};
+  // --checkpoint-dir: the newest checkpoint (whoever wrote it, killed writers included) must load and equal
+  // the reference at its step.
+  std::string ckpt_path;
+  int64_t ckpt_step = -1;
+  std::vector<double> at_ckpt;
+  if (!o.checkpoint_dir.empty()) {
+    ckpt_path = checkpoint::read_latest(o.checkpoint_dir);
+    nn::manual_seed(o.seed);
+    auto loaded = make_model(o, dtype);
+    auto loaded_opt = make_train_optimizer(o, loaded->named_parameters());
+    ckpt_step = checkpoint::load_training_checkpoint(ckpt_path, *loaded, loaded_opt.get()).step;
+    for (auto& p : loaded->named_parameters()) {
+      auto v = p.tensor.to_double_vector();
+      at_ckpt.insert(at_ckpt.end(), v.begin(), v.end());
+    }
+    nn::manual_seed(o.seed);
+    model = make_model(o, dtype);
+    optimizer = make_train_optimizer(o, model->named_parameters());
+  }
+  auto compare_checkpoint = [&] {
+    std::vector<double> ref;
+    for (auto& p : model->named_parameters()) {
+      auto v = p.tensor.to_double_vector();
+      ref.insert(ref.end(), v.begin(), v.end());
+    }
+    double worst = 0;
+    for (size_t i = 0; i < ref.size() && i < at_ckpt.size(); ++i) worst = std::max(worst, std::fabs(ref[i] - at_ckpt[i]));
+    if (ref.size() != at_ckpt.size() || !(worst <= tolerance))
+      problem("checkpoint " + ckpt_path + " (step " + std::to_string(ckpt_step) + ") differs from the reference at that step by " + std::to_string(worst));
+    else
+      std::printf("ft-check: checkpoint %s (step %lld) loads and equals the reference at its step (max |difference| %.3g)\n",
+                  ckpt_path.c_str(), static_cast<long long>(ckpt_step), worst);
+  };
+  if (ckpt_step == 0) compare_checkpoint();
   for (size_t s = 0; s < batches.size(); ++s) {
     optimizer->set_lr(schedule.at(static_cast<int64_t>(s)));
     data::DatasetBatch b = data.train->get_batch(batches[s]);
@@ -168,7 +204,9 @@ int check_fault_tolerant_run(const TrainOptions& o, const std::string& dir, doub
     if (o.clip_grad > 0) optim::clip_grad_norm_(model->parameters(), o.clip_grad);
     optimizer->step();
     optimizer->zero_grad();
+    if (static_cast<int64_t>(s) + 1 == ckpt_step) compare_checkpoint();
   }
+  if (ckpt_step > static_cast<int64_t>(batches.size())) problem("checkpoint " + ckpt_path + " is at step " + std::to_string(ckpt_step) + ", past the committed steps");
   std::vector<double> reference;
   for (auto& p : model->named_parameters()) {
     auto v = p.tensor.to_double_vector();

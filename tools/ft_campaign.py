@@ -4,7 +4,8 @@
 Each trial starts `ddprun --fault-tolerant` over a world of 2-4 ranks on shm or gloo with a small float64 MLP,
 and kills one or two ranks with SIGKILL (train --ft-fault) at a random step, in a random phase: forward,
 inside backward (buckets in flight), inside the optimizer step (after clipping), after the step before it
-commits, or during the state transfer of a recovery (a second kill). Some trials start replacements
+commits, during the state transfer of a recovery (a second kill), or while rank 0 writes a checkpoint (every 4 steps:
+the newest checkpoint must then load and equal the reference at its step). Some trials start replacements
 (--replacements) that join mid-run and heal from a live peer. A trial passes when
 
   - ddprun exits 0 within the trial's time limit (nothing hangs),
@@ -43,6 +44,10 @@ def plan(rng):
     step = rng.randint(2, 10)
     for i, slot in enumerate(victims):
         phase = rng.choice(PHASES)
+        if i == 0 and rng.random() < 0.15:
+            # rank 0 (the writer: slot 0 is rank 0 until it dies) killed while it writes a checkpoint
+            faults.append({"slot": 0, "step": rng.choice([4, 8]), "phase": "checkpoint"})
+            continue
         if i == 1 and rng.random() < 0.4:
             phase = "recovery"  # dies while the others heal from the first loss
         faults.append({"slot": slot, "step": step if i == 0 or rng.random() < 0.5 else step + rng.randint(1, 4),
@@ -68,8 +73,9 @@ def run_trial(build, trial, logdir, limit_s, verbose):
            "--grace-period", "1"]
     if trial["replacements"]:
         cmd += ["--replacements", str(trial["replacements"]), "--replace-delay", str(trial["delay"])]
+    ckpt = ["--checkpoint-dir", logdir + "/ckpt", "--checkpoint-interval", "4"]
     cmd += [train, "--fault-tolerant", "--log-interval", "0", "--ft-log", logdir, "--ft-fault",
-            spec(trial["faults"])] + MODEL
+            spec(trial["faults"])] + MODEL + ckpt
     t0 = time.monotonic()
     try:
         p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -80,7 +86,7 @@ def run_trial(build, trial, logdir, limit_s, verbose):
     out = p.stdout
     if p.returncode != 0:
         return False, f"ddprun exited {p.returncode} after {took:.1f} s", out
-    check = subprocess.run([train] + MODEL + ["--ft-check", logdir], stdout=subprocess.PIPE,
+    check = subprocess.run([train] + MODEL + ckpt + ["--ft-check", logdir], stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True, timeout=120)
     if check.returncode != 0:
         return False, "ft-check failed", out + check.stdout

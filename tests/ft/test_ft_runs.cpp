@@ -7,6 +7,8 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 
 #include "tests/support/run_process.h"
 
@@ -130,6 +132,49 @@ TEST(FaultTolerantRuns, RefusalsNameTheFlagAndTheFix) {
   r = run_process({testing::ddprun_path(), "--fault-tolerant", "--max-restarts", "1", train_path()}, with_timeout(30));
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("use one of them"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace ddp
+
+namespace ddp {
+namespace {
+
+// A fault-tolerant run stopped after 10 steps (its checkpoint) and resumed to 20 ends bitwise equal to one
+// that ran the 20 steps at once; plain train refuses that checkpoint by name (its data position differs).
+TEST(FaultTolerantRuns, ResumeFromItsCheckpointEqualsTheUninterruptedRun) {
+  const std::string base = fresh_dir("resume");
+  auto run = [&](const std::string& name, const std::string& steps, bool resume) {
+    std::vector<std::string> extra = {"--ft-log", base + "/" + name, "--checkpoint-dir", base + "/ckpt_" + name,
+                                      "--checkpoint-interval", "5", "--epochs", "0", "--steps", steps,
+                                      // the schedule's length is --steps: constant, so 10 + 10 == 20
+                                      "--schedule", "constant", "--warmup-steps", "0"};
+    if (resume) {
+      extra.push_back("--resume");
+      extra.push_back("auto");
+    }
+    return run_process(ddprun_train({"--nproc-per-node", "2"}, extra), with_timeout(60));
+  };
+  auto r = run("whole", "20", false);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  r = run("split", "10", false);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  r = run("split", "20", true);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("resumed from"), std::string::npos) << r.out;
+  auto read = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string whole = read(base + "/whole/final.slot0.inc0.bin");
+  ASSERT_FALSE(whole.empty());
+  EXPECT_TRUE(whole == read(base + "/split/final.slot0.inc0.bin")) << "the resumed run differs from the uninterrupted one";
+  EXPECT_TRUE(whole == read(base + "/split/final.slot1.inc0.bin")) << "the resumed ranks differ";
+  std::vector<std::string> plain = {train_path(), "--resume", "auto", "--checkpoint-dir", base + "/ckpt_split"};
+  plain.insert(plain.end(), kModel.begin(), kModel.end());
+  const auto p = run_process(plain, with_timeout(30));
+  EXPECT_NE(p.exit_code, 0);
+  EXPECT_NE(p.err.find("was written by train --fault-tolerant"), std::string::npos) << p.err;
 }
 
 }  // namespace
