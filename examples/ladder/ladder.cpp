@@ -66,6 +66,8 @@ std::shared_ptr<dist::Work> CountingGroup::barrier() { return inner_->barrier();
 uint64_t CountingGroup::next_sequence_number() const { return inner_->next_sequence_number(); }
 std::string CountingGroup::backend_name() const { return inner_->backend_name(); }
 const dist::FlightRecorder* CountingGroup::flight_recorder() const { return inner_->flight_recorder(); }
+void CountingGroup::abort(const std::string& why) { inner_->abort(why); }
+bool CountingGroup::aborted() const { return inner_->aborted(); }
 bool CountingGroup::device_memory_only() const { return inner_->device_memory_only(); }
 bool CountingGroup::records_device_events() const { return inner_->records_device_events(); }
 dist::CommBuffer CountingGroup::allocate_comm_buffer(int64_t numel, DType dtype, Device device) {

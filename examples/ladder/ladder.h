@@ -82,6 +82,8 @@ class CountingGroup final : public dist::ProcessGroup {
   uint64_t next_sequence_number() const override;
   std::string backend_name() const override;
   const dist::FlightRecorder* flight_recorder() const override;
+  void abort(const std::string& why) override;
+  bool aborted() const override;
   bool device_memory_only() const override;
   bool records_device_events() const override;
   dist::CommBuffer allocate_comm_buffer(int64_t numel, DType dtype, Device device) override;

@@ -10,13 +10,18 @@
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/rendezvous/context.h>
+#include <gloo/transport/pair.h>
 #include <gloo/transport/tcp/device.h>
+
+#include <dlfcn.h>
 
 #include <atomic>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <string>
+#include <typeinfo>
 #include <vector>
 
 #include "runtime/core/error.h"
@@ -92,6 +97,53 @@ uint32_t gloo_tag(const CollectiveDesc& d) {
   return (static_cast<uint32_t>(d.seq & 0xfffu) << 20) | (h & 0xfffffu);
 }
 
+// Ends the Gloo operations blocked on one connection, from any thread.
+//
+// The Gloo this builds against (Debian's 2022 snapshot, libgloo0 0.0~git20220518) has no public call for it:
+// Pair::close() (and Context::closeConnections(), which calls it) closes the socket but leaves an operation
+// blocked in UnboundBuffer::waitRecv asleep until its own timeout. What Gloo itself calls when an operation
+// times out, tcp::Pair::signalExceptionExternal(msg), does it: under the pair's lock it fails every operation
+// pending on the pair with an IoException (waking the waiter, whose collective then throws), closes the
+// socket (the peer reads end-of-file: its operations fail too) and makes later operations on the pair throw
+// at once. It is protected, and the package lacks a header tcp/pair.h includes (gloo/common/memory.h), so it
+// is found by its exported name in libgloo and called on a pair whose dynamic type is tcp::Pair (its first
+// base is transport::Pair: the same address). Where the symbol is missing (another Gloo build) this falls
+// back to close(): the peers still see the connection end at once, this rank's blocked operation ends at its
+// timeout.
+class PairInterrupt {
+ public:
+  static void fail(gloo::transport::Pair& pair, const std::string& why) {
+    static const Fn fn = lookup();
+    if (fn && is_tcp_pair(pair)) {
+      fn(&pair, why);
+      return;
+    }
+    pair.close();
+  }
+
+ private:
+  // A non-virtual member function returning a class, as the Itanium C++ ABI passes it: the return slot, then
+  // `this`, then the arguments - the same registers as this free function.
+  using Fn = std::exception_ptr (*)(void* self, const std::string& msg);
+  static Fn lookup() {
+    void* sym = ::dlsym(RTLD_DEFAULT,
+                        "_ZN4gloo9transport3tcp4Pair23signalExceptionExternal"
+                        "ERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE");
+    if (!sym)
+      DDP_LOG(Warn,
+              "gloo: tcp::Pair::signalExceptionExternal not found in this Gloo; abort() closes the "
+              "connections but a blocked collective of this rank ends only at its timeout");
+    return reinterpret_cast<Fn>(sym);
+  }
+  // Whether the pair's dynamic type is gloo::transport::tcp::Pair (by its mangled name: no header declares
+  // it).
+  static bool is_tcp_pair(const gloo::transport::Pair& pair) {
+    const char* name = typeid(pair).name();
+    if (*name == '*') ++name;
+    return std::strcmp(name, "N4gloo9transport3tcp4PairE") == 0;
+  }
+};
+
 }  // namespace
 
 struct GlooProcessGroup::Impl {
@@ -103,9 +155,29 @@ struct GlooProcessGroup::Impl {
   std::shared_ptr<gloo::transport::Device> device;
   std::shared_ptr<gloo::rendezvous::Context> context;
   std::unique_ptr<CollectiveTracker> tracker;
+  std::atomic<bool> aborted{false};  // abort() was called: run() starts no more Gloo operations
 
   void execute(const CollectiveDesc& d, void* in, void* out);
+  // Fails the operations pending on every connection of this rank and closes them (PairInterrupt).
+  void close_connections(const std::string& why);
 };
+
+void GlooProcessGroup::Impl::close_connections(const std::string& why) {
+  if (!context) return;  // world of one, or not connected
+  for (int q = 0; q < size; ++q) {
+    if (q == rank) continue;
+    auto& pair = context->getPair(q);
+    if (pair) PairInterrupt::fail(*pair, why);
+  }
+}
+
+void GlooProcessGroup::on_failure(const std::string& why) { impl_->close_connections(why); }
+
+void GlooProcessGroup::interrupt(const std::string& why) {
+  impl_->aborted.store(true, std::memory_order_release);
+  impl_->close_connections("gloo group '" + impl_->prefix + "' aborted on rank " + std::to_string(rank()) +
+                           ": " + why);
+}
 
 GlooProcessGroup::GlooProcessGroup(std::shared_ptr<Store> store, int rank, int size,
                                    const ProcessGroupOptions& options, const std::string& master_addr)
@@ -180,6 +252,8 @@ std::shared_ptr<Work> GlooProcessGroup::make_work(Task& t) {
 void GlooProcessGroup::run(Task& t) {
   Impl& s = *impl_;
   const CollectiveDesc& d = t.desc;
+  // abort() closed the connections; the base turns this into the error that names its reason.
+  DDP_CHECK(!s.aborted.load(std::memory_order_acquire), "gloo: ", d.str(false), " not started: aborted");
   if (s.size > 1) {
     s.tracker->mark_arrived(d);
     if (s.options.debug_collectives) s.tracker->check_same_call(d);
@@ -199,6 +273,7 @@ void GlooProcessGroup::run(Task& t) {
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {  // gloo::IoException, gloo::Exception: timeout or transport failure
+    if (s.aborted.load(std::memory_order_acquire)) throw;  // the base names the abort's reason
     throw Error(s.tracker->failure_message(d, "gloo", e.what()));
   }
 #ifdef DDP_WITH_CUDA

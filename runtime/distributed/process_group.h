@@ -4,7 +4,8 @@
 // ranks that did not arrive - never a silent hang. Backends: shm/shm_group.h (CPU, ranks on one host),
 // shm/hier_group.h (CPU, several hosts), gloo_group.h (CPU, and CUDA buffers staged through host memory),
 // cuda/nccl_group.h (CUDA). Create them with new_process_group() (process_group_factory.h). Callers ask a
-// group's capabilities (device_memory_only, ...), never its backend name.
+// group's capabilities (device_memory_only, ...), never its backend name. abort() ends a group at once (fault
+// tolerance: a rank died, the survivors stop and rebuild a new group over the live ranks).
 #pragma once
 #include <chrono>
 #include <condition_variable>
@@ -125,6 +126,16 @@ class ProcessGroup {
   virtual std::string backend_name() const = 0;
   // The record of this group's recent collectives (flight_recorder.h), or nullptr when the backend keeps none.
   virtual const FlightRecorder* flight_recorder() const { return nullptr; }
+
+  // Ends this rank's use of the group at once, for per-step fault tolerance (a peer died; the survivors stop
+  // and later build a new group over the live ranks under another ProcessGroupOptions::name). Any thread,
+  // idempotent (the first reason counts), returns within ~100 ms: the collective in progress ends with an
+  // error containing `why`, queued and later collectives fail at once with it; peers waiting on this rank see
+  // it gone (their collectives fail too). The group can only be destroyed afterwards, and its destruction
+  // does not wait for peers.
+  virtual void abort(const std::string& why) = 0;
+  // True once abort() was called.
+  virtual bool aborted() const = 0;
 
   // ---- capabilities ----
   // True when collectives take GPU memory only (NCCL): host data must be staged through a GPU

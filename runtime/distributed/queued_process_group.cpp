@@ -54,6 +54,39 @@ uint64_t QueuedProcessGroup::next_sequence_number() const {
   return next_seq_;
 }
 
+std::string QueuedProcessGroup::aborted_message(const CollectiveDesc& d, const char* verb) const {
+  return label_ + " " + d.str() + " " + verb + ": the process group was aborted on rank " +
+         std::to_string(rank()) + " of " + std::to_string(size()) + ": " + abort_reason_;
+}
+
+bool QueuedProcessGroup::aborted() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return aborted_;
+}
+
+void QueuedProcessGroup::abort(const std::string& why) {
+  std::deque<Task> dropped;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (aborted_) return;
+    aborted_ = true;
+    abort_reason_ = why.empty() ? std::string("abort() was called") : why;
+    dropped.swap(queue_);
+  }
+  cv_.notify_all();
+  DDP_LOG(Warn, label_, " group '", flight_->group_name(), "': rank ", rank(), " of ", size(),
+          " aborted: ", abort_reason_);
+  for (Task& t : dropped) {
+    const std::string msg = aborted_message(t.desc, "not run");
+    flight_->failed(t.desc.seq, msg);
+    t.in = {};
+    t.out = {};
+    t.staging.reset();
+    t.work->finish(std::make_exception_ptr(Error(msg)));
+  }
+  interrupt(abort_reason_);
+}
+
 std::shared_ptr<Work> QueuedProcessGroup::enqueue(CollectiveDesc d, CommBuffer in, CommBuffer out) {
   Task t;
   t.in = std::move(in);
@@ -67,6 +100,12 @@ std::shared_ptr<Work> QueuedProcessGroup::enqueue(CollectiveDesc d, CommBuffer i
   flight_->issued(t.desc);
   t.work = make_work(t);
   auto work = t.work;
+  if (aborted_) {  // fails at once, never reaches the worker
+    const std::string msg = aborted_message(t.desc, "not run");
+    flight_->failed(t.desc.seq, msg);
+    work->finish(std::make_exception_ptr(Error(msg)));
+    return work;
+  }
   queue_.push_back(std::move(t));
   cv_.notify_all();
   return work;
@@ -82,7 +121,7 @@ void QueuedProcessGroup::loop() {
       if (queue_.empty()) return;  // stopping and drained
       t = std::move(queue_.front());
       queue_.pop_front();
-      drop = stopping_ && on_stop_ == OnStop::FailQueued;
+      drop = stopping_ && on_stop_ == OnStop::FailQueued;  // (abort() empties the queue itself)
     }
     if (drop) {
       flight_->failed(t.desc.seq, "the process group was destroyed before it ran");
@@ -95,6 +134,16 @@ void QueuedProcessGroup::loop() {
 }
 
 void QueuedProcessGroup::run_one(Task& t) {
+  {
+    std::unique_lock<std::mutex> g(mu_);
+    if (aborted_) {  // taken from the queue just before abort() emptied it
+      const std::string msg = aborted_message(t.desc, "not run");
+      g.unlock();
+      flight_->failed(t.desc.seq, msg);
+      t.work->finish(std::make_exception_ptr(Error(msg)));
+      return;
+    }
+  }
   if (!broken_.empty()) {
     flight_->failed(t.desc.seq, broken_);
     t.work->finish(std::make_exception_ptr(
@@ -112,15 +161,31 @@ void QueuedProcessGroup::run_one(Task& t) {
     t.staging.reset();
     t.work->finish();
   } catch (const std::exception& e) {
-    broken_ = e.what();
-    on_failure(broken_);
+    std::exception_ptr err = std::current_exception();
+    bool was_aborted = false;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      if (aborted_) {
+        // Interrupted by abort() (or failed meanwhile): the error names the reason, and what the backend saw.
+        was_aborted = true;
+        broken_ = aborted_message(t.desc, "ended") + " (the backend reported: " + e.what() + ")";
+        err = std::make_exception_ptr(Error(broken_));
+      } else {
+        broken_ = e.what();
+      }
+    }
+    if (!was_aborted) on_failure(broken_);
     t.in = {};
     t.out = {};
     t.staging.reset();
-    DDP_LOG(Error, e.what());
+    if (was_aborted) {
+      DDP_LOG(Warn, broken_);
+    } else {
+      DDP_LOG(Error, e.what());
+    }
     flight_->failed(t.desc.seq, broken_);
     write_failure_record();
-    t.work->finish(std::current_exception());
+    t.work->finish(err);
   }
 }
 

@@ -4,7 +4,8 @@
 // failure rule (the first failure makes the group unusable; later collectives fail at once, saying why).
 // A backend implements run() (the collective itself, on the worker thread) and may refuse buffers or attach
 // state in prepare() and choose its Work type in make_work(). Derived destructors call stop_worker() first,
-// so no collective runs while the derived part is torn down.
+// so no collective runs while the derived part is torn down. abort() fails the queued collectives and every
+// later one at once with its reason, and asks the backend (interrupt()) to end the one running on the worker.
 #pragma once
 #include <condition_variable>
 #include <deque>
@@ -32,6 +33,10 @@ class QueuedProcessGroup : public ProcessGroup {
   // Every collective of this group, recorded (flight_recorder.h); on a failure it is written to
   // $DDP_FLIGHT_RECORDER_DIR/flight.rank<R>.json when that variable is set.
   const FlightRecorder* flight_recorder() const override { return flight_.get(); }
+  // Records the reason, fails the queued collectives, makes later ones fail at once, then calls interrupt()
+  // for the collective running on the worker thread (whose error then names the reason).
+  void abort(const std::string& why) override;
+  bool aborted() const override;
 
  protected:
   // What happens to collectives still queued when the group is destroyed.
@@ -60,8 +65,13 @@ class QueuedProcessGroup : public ProcessGroup {
   virtual std::shared_ptr<Work> make_work(Task& t) { return std::make_shared<Work>(t.desc.str()); }
   // Worker thread: runs the collective; an exception fails it and the group (its what() is the reason).
   virtual void run(Task& t) = 0;
-  // Worker thread, after run() threw: tell the peers (shm marks itself failed).
+  // Worker thread, after run() threw: tell the peers (shm marks itself failed). Not called after abort():
+  // interrupt() told them.
   virtual void on_failure(const std::string& why) { (void)why; }
+  // The thread that calls abort(), once, without the queue lock, while the worker may be inside run(): make
+  // the running collective (if any) throw soon (~100 ms at most) and tell the peers this rank is gone. The
+  // collectives run() starts afterwards must fail at once too (aborted() is true before this is called).
+  virtual void interrupt(const std::string& why) { (void)why; }
 
   const std::string& label() const { return label_; }
 
@@ -73,11 +83,16 @@ class QueuedProcessGroup : public ProcessGroup {
 
   std::string label_;
   OnStop on_stop_;
-  mutable std::mutex mu_;  // guards queue_, next_seq_, stopping_
+  // The text every collective failed by abort() carries: "<label> <collective> <verb>: ... aborted ...: why".
+  std::string aborted_message(const CollectiveDesc& d, const char* verb) const;
+
+  mutable std::mutex mu_;  // guards queue_, next_seq_, stopping_, aborted_, abort_reason_
   std::condition_variable cv_;
   std::deque<Task> queue_;
   uint64_t next_seq_ = 0;
   bool stopping_ = false;
+  bool aborted_ = false;
+  std::string abort_reason_;
   std::string broken_;  // worker thread only: the first failure
   std::unique_ptr<FlightRecorder> flight_;
   std::thread worker_;

@@ -188,6 +188,8 @@ class DelayingGroup : public dist::ProcessGroup {
   std::shared_ptr<dist::Work> barrier() override { return inner_.barrier(); }
   uint64_t next_sequence_number() const override { return inner_.next_sequence_number(); }
   std::string backend_name() const override { return inner_.backend_name(); }
+  void abort(const std::string& why) override { inner_.abort(why); }
+  bool aborted() const override { return inner_.aborted(); }
   bool device_memory_only() const override { return inner_.device_memory_only(); }
   bool records_device_events() const override { return inner_.records_device_events(); }
   bool all_issued_completed() {

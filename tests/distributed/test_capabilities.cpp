@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,15 +37,22 @@ class DeviceOnlyGroup : public dist::ProcessGroup {
   uint64_t next_sequence_number() const override { return 0; }
   std::string backend_name() const override { return "somegpu"; }
   bool device_memory_only() const override { return true; }
+  void abort(const std::string& why) override { abort_reason_ = why; }
+  bool aborted() const override { return abort_reason_.has_value(); }
 
  private:
+  std::optional<std::string> abort_reason_;  // collectives after abort() fail with it
+
   std::shared_ptr<dist::Work> seen(const dist::CommBuffer& b) {
     devices_seen.push_back(b.device);
     return done();
   }
-  static std::shared_ptr<dist::Work> done() {
+  std::shared_ptr<dist::Work> done() const {
     auto w = std::make_shared<dist::Work>("fake");
-    w->finish();
+    if (abort_reason_)
+      w->finish(std::make_exception_ptr(Error("somegpu: the group was aborted: " + *abort_reason_)));
+    else
+      w->finish();
     return w;
   }
 };

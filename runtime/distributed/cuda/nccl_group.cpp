@@ -165,7 +165,8 @@ struct NcclProcessGroup::Impl {
   int64_t last_published = -1;
   std::string broken;
   bool stopping = false;
-  bool aborted = false;
+  bool aborted = false;       // the communicator was aborted (a failure or abort())
+  bool user_aborted = false;  // abort() was called
   std::thread watchdog;
 
   std::shared_ptr<Work> issue(CollectiveDesc d, CommBuffer in, CommBuffer out, bool host_blocking,
@@ -173,6 +174,9 @@ struct NcclProcessGroup::Impl {
   void watchdog_loop();
   // Fails every pending work (the first with `first_error`) and aborts the communicator. Called with mu held.
   void fail_all(const std::string& first_error);
+  // ncclCommAbort once (the error, with its file:line, is logged: the callers are failing already). Called
+  // with mu held.
+  void abort_communicator();
   // The communicator is non-blocking (ncclConfig_t::blocking = 0): an NCCL call may return ncclInProgress and
   // the communicator is usable again once ncclCommGetAsyncError says so. Waits for that until `deadline`;
   // returns the final state, ncclInProgress when the deadline passed.
@@ -377,11 +381,7 @@ std::shared_ptr<Work> NcclProcessGroup::Impl::issue(CollectiveDesc d, CommBuffer
 void NcclProcessGroup::Impl::fail_all(const std::string& first_error) {
   broken = first_error;
   DDP_LOG(Error, first_error);
-  if (comm && !aborted) {
-    ncclResult_t r = ncclCommAbort(comm);  // unblocks the kernels of this communicator
-    if (r != ncclSuccess) DDP_LOG(Error, "nccl: ncclCommAbort failed: ", ncclGetErrorString(r));
-    aborted = true;
-  }
+  abort_communicator();
   bool first = true;
   for (auto& w : pending) {
     std::string msg =
@@ -394,6 +394,41 @@ void NcclProcessGroup::Impl::fail_all(const std::string& first_error) {
   }
   pending.clear();
   flight->dump_to_dir("failure");
+}
+
+void NcclProcessGroup::Impl::abort_communicator() {
+  if (!comm || aborted) return;
+  aborted = true;
+  try {
+    DeviceGuard dg(device);
+    DDP_NCCL_CHECK(ncclCommAbort(comm));  // unblocks the kernels of this communicator
+  } catch (const std::exception& e) {
+    DDP_LOG(Error, "nccl: ", e.what());
+  }
+}
+
+void NcclProcessGroup::abort(const std::string& why) {
+  Impl& s = *impl_;
+  {
+    std::lock_guard<std::mutex> g(s.mu);
+    if (s.user_aborted) return;
+    s.user_aborted = true;
+    const std::string msg = "nccl group '" + s.prefix + "' aborted on rank " + std::to_string(s.rank) +
+                            " of " + std::to_string(s.size) + ": " +
+                            (why.empty() ? "abort() was called" : why);
+    if (s.broken.empty()) {
+      s.fail_all(msg);  // aborts the communicator; the pending works fail with msg
+    } else {
+      s.broken = msg + " (after an earlier failure: " + s.broken + ")";  // what later collectives say
+      s.abort_communicator();
+    }
+  }
+  s.cv.notify_all();
+}
+
+bool NcclProcessGroup::aborted() const {
+  std::lock_guard<std::mutex> g(impl_->mu);
+  return impl_->user_aborted;
 }
 
 void NcclProcessGroup::Impl::watchdog_loop() {

@@ -9,11 +9,14 @@
 // A watchdog thread marks completions, polls ncclCommGetAsyncError, publishes this rank's progress to the
 // store, and aborts the communicator (ncclCommAbort) when a collective passes its timeout, failing it with an
 // error naming the collective, its sequence number, count, dtype and the ranks that did not arrive.
-// The communicator is non-blocking (ncclConfig_t::blocking = 0): its creation is polled against the same
+// abort() does the same at once with the caller's reason: ncclCommAbort ends the kernels in flight (peers
+// blocked on this rank then fail by their async error or timeout), every pending and later Work fails with
+// it. The communicator is non-blocking (ncclConfig_t::blocking = 0): its creation is polled against the same
 // timeout and aborted when a rank never completes it (one that died after the unique-id exchange), with an
 // error worded like a collective timeout, instead of hanging in ncclCommInitRank.
 #pragma once
 #include <memory>
+#include <string>
 
 #include "runtime/distributed/process_group.h"
 #include "runtime/distributed/store.h"
@@ -42,6 +45,8 @@ class NcclProcessGroup : public ProcessGroup {
   // Every collective of this group (flight_recorder.h): issued by the caller, started and completed as the
   // watchdog sees the CUDA events (with the GPU's own duration), failed on a timeout or NCCL error.
   const FlightRecorder* flight_recorder() const override;
+  void abort(const std::string& why) override;
+  bool aborted() const override;
   // The GPU this group runs on.
   int device() const;
 

@@ -86,6 +86,18 @@ HierProcessGroup::~HierProcessGroup() {
 
 int HierProcessGroup::num_hosts() const { return impl_->n_hosts; }
 
+// Both sub-groups end what they run and tell their peers (shm: this rank failed; gloo: connections closed).
+void HierProcessGroup::interrupt(const std::string& why) {
+  if (impl_->leaders) impl_->leaders->abort(why);
+  impl_->local->abort(why);
+}
+
+// A failure in one sub-group (a leader's gloo connection broke) would leave this host's ranks waiting in the
+// other until their timeout: end both.
+void HierProcessGroup::on_failure(const std::string& why) {
+  interrupt("hier group failed on rank " + std::to_string(rank()) + ": " + why);
+}
+
 void HierProcessGroup::prepare(Task& t) {
   DDP_CHECK(t.in.device.is_cpu() && t.out.device.is_cpu(), "hier: ", t.desc.str(false),
             ": the hierarchical backend moves CPU memory only; use nccl for CUDA buffers");

@@ -3,7 +3,8 @@
 // All-reduce = reduce inside the host, all-reduce between leaders, broadcast inside the host; the other
 // collectives are built the same way. Issuing queues the collective for one background thread
 // (queued_process_group.h), which runs it on the two sub-groups in issue order; a sub-group's error fails the
-// collective and the group.
+// collective and the group. abort(), or a failure, aborts both sub-groups: the ranks of this host and the
+// other hosts' leaders blocked on this rank fail at once.
 #pragma once
 #include <memory>
 #include <string>
@@ -31,6 +32,8 @@ class HierProcessGroup : public QueuedProcessGroup {
  protected:
   void prepare(Task& t) override;
   void run(Task& t) override;
+  void on_failure(const std::string& why) override;
+  void interrupt(const std::string& why) override;
 
  private:
   std::unique_ptr<Impl> impl_;

@@ -168,8 +168,27 @@ ShmProcessGroup::~ShmProcessGroup() {
   Impl& s = *impl_;
   stop_worker();
   s.unlink_buffers();  // registered buffers that outlive the group stay usable memory; their names go now
-  if (static_cast<PeerState>(s.cb[s.rank]->state.load()) == PeerState::Alive)
-    publish_state(*s.cb[s.rank], PeerState::Closed);
+  s.publish_own_state(PeerState::Closed);  // unless it failed or aborted: peers keep that reason
+}
+
+void ShmProcessGroup::Impl::publish_own_state(PeerState st, const std::string& why) {
+  std::lock_guard<std::mutex> g(state_mu);
+  if (static_cast<PeerState>(cb[rank]->state.load()) != PeerState::Alive) return;
+  publish_state(*cb[rank], st, why);
+}
+
+void ShmProcessGroup::interrupt(const std::string& why) {
+  Impl& s = *impl_;
+  s.aborted.store(true, std::memory_order_release);
+  s.publish_own_state(PeerState::Failed, "aborted the group: " + why);
+  // The worker may sleep on a peer's progress word or on a verdict word: wake it now rather than at the end
+  // of its slice (other sleepers on those words wake for nothing and sleep again).
+  for (int q = 0; q < s.size; ++q)
+    if (q != s.rank) futex_wake_shared(&s.cb[q]->progress);
+  if (s.size > 1) {
+    futex_wake_shared(&s.cb[0]->verdict[0]);
+    futex_wake_shared(&s.cb[0]->verdict[1]);
+  }
 }
 
 // ----------------------------------------------------------------------------------- running a collective
@@ -218,7 +237,9 @@ void ShmProcessGroup::Impl::agree_on_outcome(const CollectiveDesc& d) {
   VerdictState v = vote_completed(rank0, d.seq, size);
   while (v.verdict == Verdict::Pending) {
     const bool caller_waits = waiters->load(std::memory_order_relaxed) > 0;
-    wait_verdict_change(rank0, d.seq, v.word, caller_waits ? policy.waited_spin : policy.spin, policy.slice);
+    if (!aborted.load(std::memory_order_acquire))
+      wait_verdict_change(rank0, d.seq, v.word, caller_waits ? policy.waited_spin : policy.spin,
+                          policy.slice);
     v = read_verdict(rank0, d.seq, size);
     if (v.verdict != Verdict::Pending) break;
     std::optional<PeerProblem> problem = peer_problem(d);
@@ -230,7 +251,8 @@ void ShmProcessGroup::Impl::agree_on_outcome(const CollectiveDesc& d) {
   // Failed by a peer: its failure state (published right after its vote) carries the reason.
   const int q = v.failed_by;
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-  while (static_cast<PeerState>(cb[q]->state.load()) == PeerState::Alive && std::chrono::steady_clock::now() < until)
+  while (static_cast<PeerState>(cb[q]->state.load()) == PeerState::Alive &&
+         std::chrono::steady_clock::now() < until && !aborted.load(std::memory_order_acquire))
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   throw PeerProblem{q, WaitEnd::PeerFailed};
 }
@@ -239,6 +261,7 @@ void ShmProcessGroup::Impl::agree_on_outcome(const CollectiveDesc& d) {
 // or the deadline passed (blamed on a peer that has not finished its part; its progress shows it).
 std::optional<PeerProblem> ShmProcessGroup::Impl::peer_problem(const CollectiveDesc& d) const {
   (void)d;
+  if (aborted.load(std::memory_order_acquire)) return PeerProblem{rank, WaitEnd::Aborted};
   for (int q = 0; q < size; ++q) {
     if (q == rank) continue;
     switch (static_cast<PeerState>(cb[q]->state.load(std::memory_order_acquire))) {
@@ -259,9 +282,7 @@ std::optional<PeerProblem> ShmProcessGroup::Impl::peer_problem(const CollectiveD
   return PeerProblem{rank == 0 ? 1 : 0, WaitEnd::Deadline};
 }
 
-void ShmProcessGroup::on_failure(const std::string& why) {
-  publish_state(*impl_->cb[impl_->rank], PeerState::Failed, why);
-}
+void ShmProcessGroup::on_failure(const std::string& why) { impl_->publish_own_state(PeerState::Failed, why); }
 
 std::string ShmProcessGroup::Impl::failure_message(const CollectiveDesc& d, const PeerProblem& p) {
   std::string msg = "shm " + d.str() + " failed on rank " + std::to_string(rank) + " of " +
@@ -300,6 +321,9 @@ std::string ShmProcessGroup::Impl::failure_message(const CollectiveDesc& d, cons
       break;
     case WaitEnd::PeerFailed:
       cause = q + " failed: " + std::string(cb[p.rank]->failure);
+      break;
+    case WaitEnd::Aborted:
+      cause = "this rank aborted the process group";
       break;
     case WaitEnd::Reached:
       break;

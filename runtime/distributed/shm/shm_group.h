@@ -12,9 +12,9 @@
 // Same contract as the Gloo group: issuing queues the collective for one background thread (issue order,
 // sequence numbers, queued_process_group.h; collectives still queued when the group is destroyed fail), each
 // collective ends within its timeout with an error naming the ranks that did not arrive, and a peer that
-// dies, fails or leaves is noticed within ~20 ms. The ranks' calls are compared through the segment on every
-// collective (a mismatch is an error, not a wrong result). Segments are unlinked from /dev/shm as soon as
-// every rank mapped them; ones left by killed jobs are removed by the next group created on the host.
+// dies, fails, aborts or leaves is noticed within ~20 ms. The ranks' calls are compared through the segment
+// on every collective (a mismatch is an error, not a wrong result). Segments are unlinked from /dev/shm as
+// soon as every rank mapped them; ones left by killed jobs are removed by the next group created on the host.
 //
 // Registered buffers (allocate_comm_buffer, used by the DDP reducer for its gradient buckets): each is its
 // own segment "<this rank's segment name>.b<index>", indices counted per rank in allocation order, so a peer
@@ -65,6 +65,9 @@ class ShmProcessGroup : public QueuedProcessGroup {
   std::shared_ptr<Work> make_work(Task& t) override;
   void run(Task& t) override;
   void on_failure(const std::string& why) override;
+  // Sets the abort flag every wait checks, wakes this rank's sleeping waits and publishes this rank as failed
+  // (with the reason) so that peers waiting on it end within one wait slice.
+  void interrupt(const std::string& why) override;
 
  private:
   std::unique_ptr<Impl> impl_;

@@ -65,6 +65,8 @@ struct ShmProcessGroup::Impl {
   std::unique_ptr<CollectiveTracker> tracker;  // debug mode only
   WaitPolicy policy;
   std::shared_ptr<std::atomic<int>> waiters = std::make_shared<std::atomic<int>>(0);  // callers in wait()
+  std::atomic<bool> aborted{false};  // set by abort() (any thread): every wait on a peer ends
+  std::mutex state_mu;  // one writer of this rank's published state (worker, abort(), destructor)
 
   size_t slot_bytes = kDefaultSlotBytes;
   size_t direct_min_bytes = kDefaultDirectMinBytes;
@@ -105,8 +107,11 @@ struct ShmProcessGroup::Impl {
   // Each step has four marks: 1 written (or stamped), 2 written after a fallback, 3 reduced, 4 done.
   uint32_t base() const { return static_cast<uint32_t>(step * 4); }
   void publish(uint32_t v) { publish_progress(*cb[rank], v); }
+  // Publishes this rank's state (and the failure text) unless it left the Alive state already: the text is
+  // written once, before peers can see the state.
+  void publish_own_state(PeerState st, const std::string& why = "");
   void wait_rank(int q, uint32_t target) {
-    WaitEnd e = wait_progress(*cb[q], target, deadline, policy, same_process[q], waiters.get());
+    WaitEnd e = wait_progress(*cb[q], target, deadline, policy, same_process[q], waiters.get(), &aborted);
     if (e != WaitEnd::Reached) throw PeerProblem{q, e};
   }
   void wait_all(uint32_t target) {

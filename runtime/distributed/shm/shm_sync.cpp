@@ -84,7 +84,9 @@ WaitPolicy wait_policy_from_env() {
 }
 
 WaitEnd wait_progress(ControlBlock& peer, uint32_t target, std::chrono::steady_clock::time_point deadline,
-                      const WaitPolicy& policy, bool same_process, const std::atomic<int>* waiters) {
+                      const WaitPolicy& policy, bool same_process, const std::atomic<int>* waiters,
+                      const std::atomic<bool>* aborted) {
+  auto is_aborted = [&] { return aborted && aborted->load(std::memory_order_acquire); };
   using Clock = std::chrono::steady_clock;
   if (reached(peer.progress.load(std::memory_order_acquire), target)) return WaitEnd::Reached;
   // Bounded spin: the peer is usually a few microseconds away. Its length follows whether a caller blocks
@@ -110,7 +112,7 @@ WaitEnd wait_progress(ControlBlock& peer, uint32_t target, std::chrono::steady_c
     peer.sleepers.fetch_add(1, std::memory_order_seq_cst);
     const uint32_t seen = peer.progress.load(std::memory_order_seq_cst);
     const auto state = static_cast<PeerState>(peer.state.load(std::memory_order_seq_cst));
-    if (!reached(seen, target) && state == PeerState::Alive) {
+    if (!reached(seen, target) && state == PeerState::Alive && !is_aborted()) {
       const auto now = Clock::now();
       if (now < deadline) {
         auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - now);
@@ -119,6 +121,7 @@ WaitEnd wait_progress(ControlBlock& peer, uint32_t target, std::chrono::steady_c
     }
     peer.sleepers.fetch_sub(1, std::memory_order_seq_cst);
     if (reached(peer.progress.load(std::memory_order_acquire), target)) return WaitEnd::Reached;
+    if (is_aborted()) return WaitEnd::Aborted;
     switch (static_cast<PeerState>(peer.state.load(std::memory_order_acquire))) {
       case PeerState::Closed:
         return WaitEnd::PeerClosed;

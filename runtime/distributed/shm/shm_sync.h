@@ -6,8 +6,9 @@
 // flag and the collective's deadline. The spin is short (each rank here may own a single core, so a long spin
 // would steal it from the computation) unless a caller of this rank is blocked waiting for the collective:
 // then the core has nothing else to do, and spinning saves the futex wake-up (50-100 us on a virtual
-// machine). Writers wake the futex only when someone sleeps on it (a waiter count), so a step with no
-// sleeper costs no system call.
+// machine). An abort flag of the waiting rank (ProcessGroup::abort) is checked between slices too: an aborted
+// wait ends within one slice (at once when the aborting thread also wakes the futex). Writers wake the futex
+// only when someone sleeps on it (a waiter count), so a step with no sleeper costs no system call.
 #pragma once
 #include <sys/types.h>
 
@@ -67,7 +68,7 @@ inline bool reached(uint32_t progress, uint32_t target) {
 }
 
 // Why a wait ended without the peer reaching the target.
-enum class WaitEnd { Reached, Deadline, PeerDied, PeerClosed, PeerFailed };
+enum class WaitEnd { Reached, Deadline, PeerDied, PeerClosed, PeerFailed, Aborted };
 
 struct WaitPolicy {
   std::chrono::microseconds spin{20};          // DDP_SHM_SPIN_US: while the caller computes
@@ -78,9 +79,11 @@ WaitPolicy wait_policy_from_env();
 
 // Waits until peer.progress reaches target, or one of the other endings. `same_process` skips the pid check
 // (thread ranks share the pid). `waiters` (may be null): how many callers block on this rank's collectives;
-// while it is > 0 the spin lasts policy.waited_spin instead of policy.spin.
+// while it is > 0 the spin lasts policy.waited_spin instead of policy.spin. `aborted` (may be null): set by
+// this rank's abort(); the wait then ends with WaitEnd::Aborted.
 WaitEnd wait_progress(ControlBlock& peer, uint32_t target, std::chrono::steady_clock::time_point deadline,
-                      const WaitPolicy& policy, bool same_process, const std::atomic<int>* waiters = nullptr);
+                      const WaitPolicy& policy, bool same_process, const std::atomic<int>* waiters = nullptr,
+                      const std::atomic<bool>* aborted = nullptr);
 
 // Whether process `pid` runs: false once it exited, a zombie included (a peer that died is gone for a
 // collective).
