@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "models/make_model.h"
+#include "models/train_ft_zero.h"
 #include "runtime/checkpoint/atomic_file.h"
 #include "runtime/checkpoint/checkpoint_dir.h"
 #include "runtime/checkpoint/training_checkpoint.h"
@@ -41,15 +42,6 @@ namespace ddp::models {
 namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-// A broadcast of `t` in place on whatever device it lives (host_broadcast takes host tensors only).
-void broadcast_tensor(dist::ProcessGroup& pg, Tensor& t, int root) {
-  if (t.device().is_cpu()) {
-    host_broadcast(pg, t, root);
-    return;
-  }
-  pg.broadcast(comm_buffer_of(t), root)->wait();
-}
 
 int env_int(const char* name, int fallback) {
   const char* v = std::getenv(name);
@@ -97,10 +89,12 @@ void check_ft_options(const TrainOptions& o) {
   auto refuse = [](bool bad, const char* flag, const char* why) {
     DDP_CHECK(!bad, "--fault-tolerant does not take ", flag, ": ", why);
   };
-  refuse(o.zero != 0, "--zero",
-         "ZeRO-1/2/3 keep each optimizer (or gradient, parameter) shard on one rank only, so a lost rank would "
-         "take its shard with it; train without --zero (every rank holds the whole state, so any live rank "
-         "can heal the others)");
+  refuse(o.zero >= 2, "--zero 2/3",
+         "ZeRO-2/3 keep gradient (and parameter) shards on one rank only, so a lost rank would take them with "
+         "it; use --zero 1 (each optimizer shard also lives on a buddy rank) or no --zero");
+  refuse(o.zero == 1 && (!o.checkpoint_dir.empty() || !o.resume.empty()), "--checkpoint-dir or --resume with --zero 1",
+         "not yet: a ZeRO-1 checkpoint gathers the shards, a collective the writer cannot make alone; "
+         "without --zero they work");
   refuse(o.grad_accum != 1, "--grad-accum > 1", "a step is one micro-batch per rank; raise --batch-size instead");
   refuse(o.sync_bn, "--sync-bn", "SyncBatchNorm's statistics all-reduce in forward is a second collective per "
          "step the recovery does not cover yet");
@@ -140,6 +134,12 @@ class FtTrainer {
   void after_failure(const std::exception& e, int64_t epoch);
   void die_if(const char* phase, int64_t step);
   void die_now(const char* phase, int64_t step);
+  void zero_grad() {
+    if (zero1_)
+      zero1_->zero_grad();
+    else
+      optimizer_->zero_grad();
+  }
   void set_group(std::shared_ptr<dist::ProcessGroup> pg, int64_t epoch);
   void write_final(TrainResult& result);
   // --checkpoint-dir: rank 0 of the current group writes the state it holds (every member holds the same),
@@ -162,7 +162,8 @@ class FtTrainer {
   DType dtype_ = DType::F32;
   Device device_ = Device::cpu();
   std::shared_ptr<nn::Module> model_;
-  std::unique_ptr<optim::Optimizer> optimizer_;
+  std::unique_ptr<optim::Optimizer> optimizer_;   // without --zero
+  std::unique_ptr<FtZeroOne> zero1_;              // --zero 1 (rebuilt over each epoch's group)
   optim::WarmupCosine schedule_;
 
   std::mutex group_mu_;                    // pg_ and pg_epoch_: the heartbeat thread aborts the group
@@ -250,7 +251,10 @@ void FtTrainer::build_model() {
   nn::manual_seed(o_.seed);
   model_ = make_model(o_, dtype_);
   model_->to(device_);
-  optimizer_ = make_train_optimizer(o_, model_->named_parameters());
+  if (o_.zero == 1)
+    zero1_ = std::make_unique<FtZeroOne>(o_, model_);
+  else
+    optimizer_ = make_train_optimizer(o_, model_->named_parameters());
   schedule_ = ft_schedule(o_, data_.train->size(), env_.world_size);
 }
 
@@ -312,7 +316,7 @@ void FtTrainer::recover(const dist::ft::Membership& m) {
   }
   ddp_.reset();
   set_group(nullptr, -1);
-  optimizer_->zero_grad();
+  zero_grad();
   wait_for_members(m);
   dist::DistEnv e = env_;
   e.rank = rank;
@@ -365,44 +369,44 @@ void FtTrainer::sync_state(dist::ProcessGroup& pg, int64_t epoch) {
             " holds the training state (every rank that trained before was lost); restart the job");
   const int64_t source = agree(holds_state_ && step_ == newest ? pg.rank() : pg.size(), dist::ReduceOp::Min);
   const int root = static_cast<int>(source);
-  Tensor scalars = Tensor::from_data<int64_t>({step_, data_epoch_, position_, optimizer_->steps()}, {4});
+  // --zero 1: what this rank holds of the optimizer state at `newest` (which may put its parameters back to
+  // before a step nobody committed) - before anything is broadcast.
+  std::map<std::string, Tensor> held;
+  if (zero1_) held = zero1_->state_at(newest, holds_state_ ? step_ : -2);
+  const int64_t opt_steps = zero1_ ? zero1_->steps() : optimizer_->steps();
+  Tensor scalars = Tensor::from_data<int64_t>({step_, data_epoch_, position_, opt_steps}, {4});
+  // A rank behind the source is about to have its parameters overwritten; should this transfer break off
+  // half-way, they are a mix of two steps, and it must not be anyone's source in the next try.
+  if (pg.rank() != root && step_ != newest) holds_state_ = false;
   host_broadcast(pg, scalars, root);
   for (auto& p : model_->named_parameters()) broadcast_tensor(pg, p.tensor, root);
   for (auto& b : model_->named_buffers()) broadcast_tensor(pg, b.tensor, root);
-  // The optimizer's state: its names, dtypes and shapes first (a replacement has none yet), then the tensors.
-  std::map<std::string, Tensor> state = optimizer_->state();
-  std::string header;
-  if (pg.rank() == root) {
-    std::ostringstream h;
-    for (auto& [name, t] : state) {
-      h << name << ' ' << static_cast<int>(t.dtype()) << ' ' << t.shape().size();
-      for (int64_t d : t.shape()) h << ' ' << d;
-      h << '\n';
-    }
-    header = h.str();
-  }
-  // (one character per int64: collectives take no bytes; the header is a few hundred characters)
-  Tensor length = Tensor::from_data<int64_t>({static_cast<int64_t>(header.size())}, {1});
-  host_broadcast(pg, length, root);
-  Tensor chars = Tensor::zeros({length.data<int64_t>()[0]}, DType::I64);
-  for (size_t i = 0; pg.rank() == root && i < header.size(); ++i) chars.data<int64_t>()[i] = static_cast<unsigned char>(header[i]);
-  if (chars.numel() > 0) host_broadcast(pg, chars, root);
-  header.resize(static_cast<size_t>(chars.numel()));
-  for (size_t i = 0; i < header.size(); ++i) header[i] = static_cast<char>(chars.data<int64_t>()[i]);
-  std::map<std::string, Tensor> received;
-  std::istringstream in(header);
-  std::string name;
-  int dtype = 0;
-  size_t dims = 0;
-  while (in >> name >> dtype >> dims) {
-    Shape shape(dims);
-    for (auto& d : shape) in >> d;
-    Tensor t = pg.rank() == root ? state.at(name) : Tensor::zeros(shape, static_cast<DType>(dtype), device_);
-    broadcast_tensor(pg, t, root);
-    received.emplace(name, t);
-  }
   const int64_t* s = scalars.data<int64_t>();
-  if (pg.rank() != root) optimizer_->load_state(received, s[3]);
+  if (!zero1_) {
+    // The whole optimizer state from the source (a replacement has none yet).
+    auto received = broadcast_state_map(pg, optimizer_->state(), root, device_);
+    if (pg.rank() != root) optimizer_->load_state(received, s[3]);
+  } else {
+    // ZeRO-1: every parameter's state from the lowest rank that holds it at `newest` (its owner or its buddy
+    // of the world before), then ZeRO-1 and the buddy shard over this group.
+    std::map<std::string, Tensor> full;
+    for (int r = 0; r < pg.size(); ++r)
+      for (auto& [k, t] : broadcast_state_map(pg, held, r, device_)) full.emplace(k, t);
+    if (newest > 0) {
+      std::vector<std::string> lost;
+      const bool stateful = !full.empty();
+      for (auto& p : model_->named_parameters()) {
+        bool has = false;
+        for (auto it = full.lower_bound(p.name + "."); it != full.end() && it->first.rfind(p.name + ".", 0) == 0; ++it)
+          has = has || it->first.find('.', p.name.size() + 1) == std::string::npos;
+        if (stateful && !has) lost.push_back(p.name);
+      }
+      DDP_CHECK(lost.empty(), "fault tolerance, --zero 1: the optimizer state of ", lost.size(), " parameter(s) (",
+                lost.front(), ", ...) is lost: the rank that owned it and its buddy were both lost in membership "
+                "epoch ", epoch, ". Restart the job (or run without --zero: every rank then holds the whole state)");
+    }
+    zero1_->rebuild(pg_, full, s[3]);
+  }
   step_ = s[0];
   data_epoch_ = s[1];
   position_ = s[2];
@@ -435,7 +439,8 @@ double FtTrainer::attempt_step() {
   dist::set_flight_iteration(number);
   die_if("forward", number);
   if (test_step_sleep_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(test_step_sleep_ms_));
-  optimizer_->set_lr(schedule_.at(step_));
+  const double lr = schedule_.at(step_);
+  if (optimizer_) optimizer_->set_lr(lr);
   data::DatasetBatch b = data_.train->get_batch(ids);
   Tensor x = b.x, y = b.y;
   if (!data_.tokens && x.dtype() != dtype_) x = x.to(dtype_);
@@ -456,9 +461,14 @@ double FtTrainer::attempt_step() {
   if (kill_in_backward) first.impl()->remove_post_accumulate_hooks(this);
   if (o_.clip_grad > 0) optim::clip_grad_norm_(model_->parameters(), o_.clip_grad);
   die_if("optimizer", number);
-  optimizer_->step();
-  optimizer_->zero_grad();
+  if (zero1_) {
+    zero1_->step(lr);  // the buddy shard, then ZeRO-1's own shard and its broadcasts
+  } else {
+    optimizer_->step();
+  }
+  zero_grad();
   die_if("commit", number);
+  if (zero1_) zero1_->committed();
   step_ = number;
   position_ = share.step_end;
   if (position_ == n) {
@@ -577,7 +587,7 @@ TrainResult FtTrainer::run() {
       last_loss = attempt_step();
     } catch (const std::exception& e) {
       ++attempts_lost_;
-      optimizer_->zero_grad();
+      zero_grad();
       after_failure(e, group_epoch_);
       continue;
     }

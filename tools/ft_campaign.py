@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """ft_campaign.py - a seeded fault campaign for per-step fault tolerance (docs/fault-tolerance.md).
 
-Each trial starts `ddprun --fault-tolerant` over a world of 2-4 ranks on shm or gloo with a small float64 MLP,
+Each trial starts `ddprun --fault-tolerant` over a world of 2-4 ranks on shm or gloo with a small float64 MLP
+(a third of them with --zero 1),
 and kills one or two ranks with SIGKILL (train --ft-fault) at a random step, in a random phase: forward,
 inside backward (buckets in flight), inside the optimizer step (after clipping), after the step before it
 commits, during the state transfer of a recovery (a second kill), or while rank 0 writes a checkpoint (every 4 steps:
@@ -15,7 +16,7 @@ the newest checkpoint must then load and equal the reference at its step). Some 
   - every lost step is accounted for (ft-check): each attempt that did not commit was redone under a later
     membership epoch, and no epoch lost more than the one step in flight.
 
-    tools/ft_campaign.py BUILD_DIR [--trials 45] [--seed 1] [--keep DIR] [-v]
+    tools/ft_campaign.py BUILD_DIR [--trials 48] [--seed 1] [--keep DIR] [-v]
 
 Prints one line per trial and 'N passed, N failed' (K kills); exit 0 when every trial passed. ctest runs it
 as FaultTolerance.Campaign (tests/CMakeLists.txt); a longer campaign is `--trials 500 --seed 7`.
@@ -39,12 +40,20 @@ def plan(rng):
     """One trial: world, backend, faults, replacements."""
     world = rng.choice([2, 3, 4])
     backend = rng.choice(["shm", "gloo"])
+    zero = rng.choice([0, 0, 1])  # ZeRO-1: each optimizer shard also on a buddy rank
     victims = rng.sample(range(world), k=min(world - 1, rng.choice([1, 1, 2])))  # someone always survives
+    if zero and len(victims) == 2:
+        # ZeRO-1 holds each shard on two neighbouring ranks: two kills must spare one holder of each (world 4,
+        # ranks two apart, in the same step; losing both holders is a named error, tested in test_ft_runs.cpp).
+        victims = rng.choice([[0, 2], [1, 3]]) if world == 4 else victims[:1]
     faults = []
     step = rng.randint(2, 10)
     for i, slot in enumerate(victims):
         phase = rng.choice(PHASES)
-        if i == 0 and rng.random() < 0.15:
+        if zero and i == 1:
+            faults.append({"slot": slot, "step": step, "phase": faults[0]["phase"]})
+            continue
+        if i == 0 and not zero and rng.random() < 0.15:
             # rank 0 (the writer: slot 0 is rank 0 until it dies) killed while it writes a checkpoint
             faults.append({"slot": 0, "step": rng.choice([4, 8]), "phase": "checkpoint"})
             continue
@@ -54,7 +63,8 @@ def plan(rng):
                        "phase": phase})
     replacements = rng.choice([0, 0, 1, 2])
     delay = round(rng.uniform(0.0, 0.3), 2)
-    return {"world": world, "backend": backend, "faults": faults, "replacements": replacements, "delay": delay}
+    return {"world": world, "backend": backend, "zero": zero, "faults": faults, "replacements": replacements,
+            "delay": delay}
 
 
 def spec(faults):
@@ -73,7 +83,8 @@ def run_trial(build, trial, logdir, limit_s, verbose):
            "--grace-period", "1"]
     if trial["replacements"]:
         cmd += ["--replacements", str(trial["replacements"]), "--replace-delay", str(trial["delay"])]
-    ckpt = ["--checkpoint-dir", logdir + "/ckpt", "--checkpoint-interval", "4"]
+    # ZeRO-1 (refuses checkpoints under --fault-tolerant) or checkpoints every 4 steps
+    ckpt = ["--zero", "1"] if trial["zero"] else ["--checkpoint-dir", logdir + "/ckpt", "--checkpoint-interval", "4"]
     cmd += [train, "--fault-tolerant", "--log-interval", "0", "--ft-log", logdir, "--ft-fault",
             spec(trial["faults"])] + MODEL + ckpt
     t0 = time.monotonic()
@@ -103,7 +114,7 @@ def run_trial(build, trial, logdir, limit_s, verbose):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("build")
-    ap.add_argument("--trials", type=int, default=45)
+    ap.add_argument("--trials", type=int, default=48)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--limit", type=float, default=90.0, help="seconds before a trial counts as hung")
     ap.add_argument("--keep", help="keep each trial's record under this folder")
@@ -120,7 +131,7 @@ def main():
         ok, what, out = run_trial(a.build, trial, logdir, a.limit, a.verbose)
         passed += ok
         failed += not ok
-        desc = (f"world {trial['world']} {trial['backend']}, kill {spec(trial['faults'])}, "
+        desc = (f"world {trial['world']} {trial['backend']}{' zero1' if trial['zero'] else ''}, kill {spec(trial['faults'])}, "
                 f"replacements {trial['replacements']}")
         print(f"trial {i:3d} {'pass' if ok else 'FAIL'}: {desc}: {what}", flush=True)
         if not ok or a.verbose:

@@ -120,8 +120,6 @@ class ProcessGroup {
   virtual std::shared_ptr<Work> barrier() = 0;
   // The sequence number the next collective issued here will carry (0 for the first).
   virtual uint64_t next_sequence_number() const = 0;
-  // Ends this rank's use of the group (any thread): the collective in flight ends with an error naming `why`.
-  virtual void abort(const std::string& why) { (void)why; }
   // For messages and records only: callers ask the capabilities below, never compare names.
   virtual std::string backend_name() const = 0;
   // The record of this group's recent collectives (flight_recorder.h), or nullptr when the backend keeps none.
