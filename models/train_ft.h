@@ -13,8 +13,9 @@
 // lost or used twice). No rank ever applies a partially reduced gradient: the optimizer runs only after
 // every all-reduce of the step completed.
 //
-// Refused by name: --zero (ZeRO-1's optimizer shards would die with their rank), --grad-accum > 1, --sync-bn,
-// --deterministic, --comm-hook other than allreduce, --uneven-steps, --resume, --checkpoint-dir.
+// --zero 1: each optimizer shard also lives on a buddy rank (train_ft_zero.h). Checkpoints: rank 0 of the group
+// writes them alone (atomically); --resume reads one. Refused by name: --zero 2/3, --grad-accum > 1, --sync-bn,
+// --deterministic, --comm-hook other than allreduce, --uneven-steps, --reset-optimizer, checkpoints with --zero 1.
 #pragma once
 #include <string>
 #include <vector>
@@ -27,7 +28,8 @@ namespace ddp::models {
 // One injected fault (tests and the fault campaign): the process of (slot, incarnation) kills itself with
 // SIGKILL in `phase` of step `step` (1-based): forward | backward (inside it, buckets in flight) | optimizer
 // (after clipping, before the step) | commit (after the step, before the position moves) | recovery (inside
-// the state transfer of the first recovery at or after that step); stall: not a kill, the process sleeps 3 x
+// the state transfer of the first recovery at or after that step) | checkpoint (while it writes the checkpoint
+// of that step); stall: not a kill, the process sleeps 3 x
 // the heartbeat deadline in the forward of that step (slow but alive: it must not be thrown out).
 struct FtFault {
   int slot = -1;
