@@ -629,6 +629,9 @@ TrainResult FtTrainer::run() {
                 "(longest %.3f s); median step %.1f ms\n",
                 slot_, recover_s_.size(), static_cast<long long>(attempts_lost_), recovered_total, recovered_max,
                 sorted.empty() ? 0.0 : sorted[sorted.size() / 2] * 1e3);
+    std::printf("   heartbeats: %lld, %.1f ms of CPU on their thread (%.3f%% of the run's wall time)\n",
+                static_cast<long long>(client_->beats()), client_->cpu_seconds() * 1e3,
+                100 * client_->cpu_seconds() / std::max(1e-9, result.wall_s));
     std::fflush(stdout);
   }
   ddp_.reset();

@@ -1,6 +1,8 @@
 // ft_client.cpp - the heartbeat and epoch-watch thread of a fault-tolerant worker (see ft_client.h).
 #include "runtime/distributed/ft_client.h"
 
+#include <time.h>
+
 #include <algorithm>
 
 #include "runtime/core/error.h"
@@ -93,9 +95,13 @@ void Client::loop() {
       store_->set(heartbeat_key(opt_.slot), Heartbeat{opt_.incarnation, beat_++, committed_step_.load()}.encode());
       poll_epochs();
       last_answer = Clock::now();
+      ++beats_;
     } catch (const std::exception& e) {
       last_error = e.what();
     }
+    timespec cpu{};
+    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu);
+    cpu_ns_ = static_cast<int64_t>(cpu.tv_sec) * 1'000'000'000 + cpu.tv_nsec;
     lock.lock();
     if (Clock::now() - last_answer > opt_.deadline && lost_.empty()) {
       lost_ = "the fault-tolerance coordinator (ddprun's store at " + store_->host() + ":" +

@@ -54,6 +54,10 @@ class Client {
   std::optional<Membership> wait_for_epoch_after(int64_t after, std::chrono::milliseconds timeout);
   // "" while the coordinator answers; else why it counts as gone.
   std::string coordinator_lost();
+  // CPU time the heartbeat thread has used so far: what fault tolerance takes from a healthy run's cores (the
+  // step itself does nothing more than plain DDP).
+  double cpu_seconds() const { return static_cast<double>(cpu_ns_.load()) * 1e-9; }
+  int64_t beats() const { return beats_.load(); }
   const ClientOptions& options() const { return opt_; }
 
  private:
@@ -63,6 +67,7 @@ class Client {
   std::shared_ptr<Store> store_;
   ClientOptions opt_;
   std::atomic<int64_t> committed_step_{0};
+  std::atomic<int64_t> cpu_ns_{0}, beats_{0};
   std::mutex mu_;
   std::condition_variable cv_;
   Membership latest_;
