@@ -572,6 +572,15 @@ TrainResult FtTrainer::run() {
   if (!o_.resume.empty() && holds_state_) resume();
   std::vector<double> step_times;
   double last_loss = 0;
+  // --trace: each process writes its own Chrome trace (trace.rank<slot>[.inc<i>].json: a replacement is another
+  // process), with the steps as iterations and an instant event at each membership change; not merged (merging
+  // is a collective, and the membership may be down to one).
+  auto& tracer = trace::global_tracer();
+  if (!o_.trace.empty()) {
+    tracer.set_rank(slot_);
+    tracer.set_world_size(env_.world_size);
+    tracer.set_enabled(true);
+  }
   while (!done() && !job_finished_) {
     const dist::ft::Membership m = client_->latest();
     if (m.epoch != group_epoch_) {
@@ -583,8 +592,10 @@ TrainResult FtTrainer::run() {
       continue;
     }
     const auto t0 = Clock::now();
+    if (!o_.trace.empty()) tracer.begin_iteration(step_ + 1);
     try {
       last_loss = attempt_step();
+      if (!o_.trace.empty()) tracer.end_iteration(step_);
     } catch (const std::exception& e) {
       ++attempts_lost_;
       zero_grad();
@@ -602,6 +613,12 @@ TrainResult FtTrainer::run() {
                   static_cast<long long>(data_epoch_), step_times.back() * 1e3);
       std::fflush(stdout);
     }
+  }
+  if (!o_.trace.empty()) {
+    std::string path = trace::rank_trace_path(o_.trace, slot_);
+    if (incarnation_ > 0) path += ".inc" + std::to_string(incarnation_) + ".json";
+    tracer.write_chrome_trace(path);
+    tracer.set_enabled(false);
   }
   TrainResult result;
   if (job_finished_) {
