@@ -107,6 +107,8 @@ def main():
     ap.add_argument("--kill-at", type=int, default=60)
     ap.add_argument("--checkpoint-interval", type=int, default=25)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--replace-delay", type=float, default=0.0,
+                    help="seconds before ddprun starts the replacement (bench_torchft.py restarts after 2)")
     ap.add_argument("--model", choices=sorted(MODELS), default="gpt")
     ap.add_argument("--backend", choices=["shm", "gloo"], default="shm", help="gloo: DDP_SHM=0 (as torchft's runs)")
     ap.add_argument("--json")
@@ -140,7 +142,8 @@ def main():
 
     # A kill under fault tolerance.
     ftlog = tempfile.mkdtemp(prefix="bench-ft-log-")
-    ftk = [ddprun, "--fault-tolerant", "--replacements", "1", "--nproc-per-node", "2", "--standalone", train,
+    ftk = [ddprun, "--fault-tolerant", "--replacements", "1", "--replace-delay", str(a.replace_delay),
+           "--nproc-per-node", "2", "--standalone", train,
            "--fault-tolerant", "--ft-log", ftlog] + GPT + steps + ["--log-interval", "1"]
     lines, killed = run(ftk, env, kill_at=a.kill_at)
     check = subprocess.run([train] + GPT + steps + ["--ft-check", ftlog, "--ft-check-tolerance", "1e-3"],

@@ -79,8 +79,10 @@ bool Client::poll_epochs() {
     latest_ = m;
     callback = callback_;
   }
-  cv_.notify_all();
+  // The callback (the trainer aborts its group there) runs before the waiters wake: whoever sees the new
+  // epoch through wait_for_epoch_after() finds the old group already aborted.
   if (callback) callback("membership epoch " + std::to_string(m.epoch) + ": " + m.reason);
+  cv_.notify_all();
   return true;
 }
 
@@ -109,9 +111,10 @@ void Client::loop() {
               std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - last_answer).count()) +
               " ms (--heartbeat-timeout): ddprun on the first node is gone or unreachable (" + last_error + ")";
       auto callback = callback_;
+      const std::string why = lost_;
       lock.unlock();
+      if (callback) callback(why);
       cv_.notify_all();
-      if (callback) callback(lost_);
       lock.lock();
     }
     cv_.wait_for(lock, opt_.period, [&] { return stop_; });

@@ -210,6 +210,7 @@ TEST(FtClientLost, AStoreThatGoesAwayIsNamedWithinTheDeadline) {
   const double waited = std::chrono::duration<double>(Clock::now() - t0).count();
   EXPECT_LT(waited, 3.0);
   EXPECT_NE(client.coordinator_lost().find("has not answered"), std::string::npos) << client.coordinator_lost();
+  for (int i = 0; i < 100 && !called.load(); ++i) std::this_thread::sleep_for(milliseconds(10));
   EXPECT_TRUE(called.load());
 }
 
