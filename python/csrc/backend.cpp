@@ -82,6 +82,11 @@ c10::intrusive_ptr<c10d::Backend> DdpCppBackend::split(const c10::intrusive_ptr<
 
 uint64_t DdpCppBackend::getSequenceNumberForGroup() { return group_->next_sequence_number(); }
 
+void DdpCppBackend::abort() {
+  GilRelease nogil;  // the Completer may be running a Python callback of a collective that now fails
+  group_->abort("torch.distributed aborted the process group (Backend::abort)");
+}
+
 std::string DdpCppBackend::flight_record_json() const {
   const dist::FlightRecorder* r = group_->flight_recorder();
   return r ? r->to_json("demand") : "{}";

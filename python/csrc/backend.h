@@ -37,6 +37,9 @@ class DdpCppBackend : public c10d::Backend {
   // new_group call it on plugin backends), getting is the number the next collective will carry.
   void setSequenceNumberForGroup() override {}
   uint64_t getSequenceNumberForGroup() override;
+  // torch.distributed's abort of this group: ends the ddp.cpp group at once (ProcessGroup::abort): the
+  // collectives in flight and later ones fail, the peers blocked on this rank fail too.
+  void abort() override;
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override;

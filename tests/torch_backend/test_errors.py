@@ -8,6 +8,8 @@ each case runs 2 ranks with a 4 s collective timeout, and the harness kills a ra
   a dead peer (os._exit before the collective): the live rank raises within the timeout, naming the peer;
   a stopped peer (SIGSTOP): the live rank raises when the timeout ends, naming the peer;
   an unsupported collective (send/recv): RuntimeError naming it;
+  an abort (the backend's abort(), as torch.distributed's _abort_process_group calls it) while rank 0 waits in
+      an all-reduce its peer never calls: the Work raises within a second, saying it was aborted;
   the flight record: with only PyTorch's TORCH_FR_DUMP_TEMP_FILE set, both ranks of the wrong-dtype case write
       flight.rank<R>.json beside it, with the failed allreduce.
 
@@ -55,6 +57,15 @@ def body(rank, world, store, case):
                 dist.send(torch.ones(2), 1)
             else:
                 dist.recv(torch.ones(2), 0)
+        elif case == "aborted":
+            if rank == 1:
+                time.sleep(1.5)  # never calls the all-reduce; alive until rank 0 is through
+                return ("no error", time.monotonic() - t0)
+            work = dist.all_reduce(torch.ones(4), async_op=True)
+            time.sleep(0.3)
+            t0 = time.monotonic()
+            dist.group.WORLD._get_backend(torch.device("cpu")).abort()
+            work.wait()
         return ("no error", time.monotonic() - t0)
     except Exception as e:  # noqa: BLE001
         return (f"{type(e).__name__}: {e}", time.monotonic() - t0)
@@ -69,6 +80,7 @@ EXPECT = {
     "dead_peer": [(0, ["DistBackendError", "allreduce", "rank 1"], 3)],
     "stopped_peer": [(0, ["DistBackendError", "allreduce", "rank 1"], TIMEOUT_S + 5)],
     "unsupported": [(0, ["send", "ddpcpp"], 3), (1, ["recv", "ddpcpp"], 3)],
+    "aborted": [(0, ["allreduce", "torch.distributed aborted the process group"], 1)],
 }
 
 
