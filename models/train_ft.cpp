@@ -142,6 +142,8 @@ class FtTrainer {
   }
   void set_group(std::shared_ptr<dist::ProcessGroup> pg, int64_t epoch);
   void write_final(TrainResult& result);
+  // The coordinator saw every member of this rank's epoch finished (ft_membership.h, kFinishedKey).
+  bool coordinator_says_finished();
   // --checkpoint-dir: rank 0 of the current group writes the state it holds (every member holds the same),
   // atomically; no collective, so a writer that dies mid-write costs the others nothing.
   void save_checkpoint();
@@ -299,8 +301,14 @@ void FtTrainer::recover(const dist::ft::Membership& m) {
         const auto hb = store_->try_get(dist::ft::heartbeat_key(member.slot));
         const auto beat = hb ? dist::ft::Heartbeat::decode(*hb) : std::nullopt;
         if (beat && beat->beat == dist::ft::Heartbeat::kFinished) {
-          job_finished_ = true;
-          return;
+          // The job is finishing. Leave - unless the coordinator let this rank in first (then an epoch with it
+          // is on its way, and the members, finished or not, will recover with it).
+          const std::string admit = dist::ft::admit_key(slot_, incarnation_);
+          if (store_->compare_set(admit, "", dist::ft::kGaveUp) == dist::ft::kGaveUp) {
+            job_finished_ = true;
+            return;
+          }
+          break;
         }
       }
       DDP_CHECK(Clock::now() < limit, "fault tolerance: replacement rank ", slot_, " (incarnation ", incarnation_,
@@ -548,6 +556,11 @@ void FtTrainer::resume() {
   }
 }
 
+bool FtTrainer::coordinator_says_finished() {
+  const auto text = store_->try_get(dist::ft::kFinishedKey);
+  return text && std::stoll(*text) == group_epoch_;
+}
+
 void FtTrainer::write_final(TrainResult& result) {
   std::vector<double> all;
   for (auto& p : model_->named_parameters()) {
@@ -581,7 +594,8 @@ TrainResult FtTrainer::run() {
     tracer.set_world_size(env_.world_size);
     tracer.set_enabled(true);
   }
-  while (!done() && !job_finished_) {
+  Clock::time_point finished_at{};
+  while (!job_finished_) {
     const dist::ft::Membership m = client_->latest();
     if (m.epoch != group_epoch_) {
       try {
@@ -589,6 +603,21 @@ TrainResult FtTrainer::run() {
       } catch (const std::exception& e) {
         after_failure(e, m.epoch);
       }
+      continue;
+    }
+    if (done()) {
+      // Finished here - but a member may still need this rank's state: one aborted in the last step (by a
+      // change that came at the very end) heals from the ranks that committed it. So this rank says it has
+      // finished (no one joins any more) and leaves only once the coordinator says every member of its epoch
+      // has, taking part in any recovery meanwhile.
+      if (finished_at == Clock::time_point{}) {
+        finished_at = Clock::now();
+        client_->mark_finished();
+      }
+      if (coordinator_says_finished() || !client_->coordinator_lost().empty() ||
+          Clock::now() - finished_at > std::chrono::seconds(120))
+        break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
       continue;
     }
     const auto t0 = Clock::now();

@@ -94,7 +94,8 @@ void Client::loop() {
   while (!stop_) {
     lock.unlock();
     try {
-      store_->set(heartbeat_key(opt_.slot), Heartbeat{opt_.incarnation, beat_++, committed_step_.load()}.encode());
+      const int64_t beat = finished_.load() ? Heartbeat::kFinished : beat_++;
+      store_->set(heartbeat_key(opt_.slot), Heartbeat{opt_.incarnation, beat, committed_step_.load()}.encode());
       poll_epochs();
       last_answer = Clock::now();
       ++beats_;

@@ -47,6 +47,9 @@ class Client {
   // Training ended well here: a last heartbeat says so (the coordinator never counts a finished worker as
   // lost) and the thread stops.
   void finish();
+  // Training ended here, but the thread goes on (the others may still need this rank in a recovery): every
+  // heartbeat from now on says "finished" (Heartbeat::kFinished), and the coordinator lets nobody join.
+  void mark_finished() { finished_.store(true); }
 
   Membership latest();
   // Waits until an epoch newer than `after` is known (returns it), or `timeout` passes (nullopt). Returns at
@@ -68,6 +71,7 @@ class Client {
   ClientOptions opt_;
   std::atomic<int64_t> committed_step_{0};
   std::atomic<int64_t> cpu_ns_{0}, beats_{0};
+  std::atomic<bool> finished_{false};
   std::mutex mu_;
   std::condition_variable cv_;
   Membership latest_;

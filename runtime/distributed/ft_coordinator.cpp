@@ -93,6 +93,7 @@ std::optional<Membership> Coordinator::tick(Clock::time_point now) {
     if (reason.empty()) {
       keep.push_back(m);
     } else {
+      s.lost_incarnation = std::max(s.lost_incarnation, m.incarnation);
       lost.push_back(m);
       why.push_back("rank " + std::to_string(m.slot) + " lost (" + reason + ")");
     }
@@ -104,13 +105,30 @@ std::optional<Membership> Coordinator::tick(Clock::time_point now) {
     Slot& s = slots_[static_cast<size_t>(slot)];
     const bool member_now =
         std::any_of(keep.begin(), keep.end(), [&](const Member& m) { return m.slot == slot; });
-    if (member_now || !s.seen || s.ended_incarnation >= s.incarnation || now - s.moved > opt_.deadline) continue;
+    // Only a newer incarnation joins: one that was removed (a silent heartbeat, a cut link) stays out even if
+    // it beats again - its ddprun kills it, or it stops itself when it sees it is no member.
+    if (member_now || !s.seen || s.ended_incarnation >= s.incarnation || s.lost_incarnation >= s.incarnation ||
+        now - s.moved > opt_.deadline)
+      continue;
     const auto was = current_.member_of(slot);
     if (was && was->incarnation >= s.incarnation) continue;  // the lost incarnation's own last beats
+    // A replacement that already gave up (the job was finishing) is not let in.
+    if (store_->compare_set(admit_key(slot, s.incarnation), "", kAdmitted) != kAdmitted) continue;
     joined.push_back({slot, s.incarnation});
     why.push_back("rank " + std::to_string(slot) + " joined (incarnation " + std::to_string(s.incarnation) + ")");
   }
-  if (lost.empty() && joined.empty()) return std::nullopt;
+  if (lost.empty() && joined.empty()) {
+    bool all_finished = !current_.members.empty();
+    for (const Member& m : current_.members) {
+      const Slot& s = slots_[static_cast<size_t>(m.slot)];
+      all_finished = all_finished && s.incarnation == m.incarnation && s.beat == Heartbeat::kFinished;
+    }
+    if (all_finished && !finished_published_) {
+      store_->set(kFinishedKey, std::to_string(current_.epoch));
+      finished_published_ = true;
+    }
+    return std::nullopt;
+  }
 
   Membership next;
   next.epoch = current_.epoch + 1;

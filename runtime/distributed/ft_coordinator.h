@@ -62,6 +62,7 @@ class Coordinator {
     Clock::time_point moved;   // when the heartbeat last changed (or the incarnation was expected from)
     bool seen = false;         // a heartbeat of `incarnation` was read
     int ended_incarnation = -1;  // the newest incarnation that ended with a failure
+    int lost_incarnation = -1;   // the newest incarnation removed from the job: it never comes back
     std::string ended_what;
   };
   void publish(Membership m);
@@ -71,6 +72,7 @@ class Coordinator {
   std::vector<Slot> slots_;
   Membership current_;
   std::vector<Member> removed_last_;
+  bool finished_published_ = false;
   int64_t newest_step_ = 0;
   Clock::time_point started_;
 };

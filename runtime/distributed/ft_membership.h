@@ -7,6 +7,8 @@
 //   ft/epoch            "<e>"                                     the coordinator: the newest epoch
 //   ft/members/<e>      Membership::encode()                      the coordinator, once per epoch
 //   ft/exit/<slot>.<i>  "<what ended it>"                         ddprun of another node: its worker ended
+//   ft/admit/<slot>.<i> "admitted" | "gave-up"                    the coordinator or the replacement, once
+//   ft/finished         "<e>"                                     the coordinator: every member of e finished
 //
 // A slot is a launch position (the RANK ddprun gave the first process of it); an incarnation counts the
 // processes that held it (0 the first, +1 per replacement). A worker's rank in the group of epoch e is its
@@ -58,9 +60,22 @@ struct Heartbeat {
 inline std::string heartbeat_key(int slot) { return "ft/hb/" + std::to_string(slot); }
 inline std::string members_key(int64_t epoch) { return "ft/members/" + std::to_string(epoch); }
 inline const char* kEpochKey = "ft/epoch";
+// Set once by the coordinator to the epoch whose every member has finished training: then (and only then) the
+// members leave. Deciding it in the coordinator, which also decides joins, means a join and the end never
+// cross: a rank that finished keeps taking part in recoveries until this key names its epoch.
+inline const char* kFinishedKey = "ft/finished";
 inline std::string exit_key(int slot, int incarnation) {
   return "ft/exit/" + std::to_string(slot) + "." + std::to_string(incarnation);
 }
+// A replacement's admission, decided once by compare_set: "admitted" (the coordinator let it in) or "gave-up"
+// (it saw the job finishing first and left). Whoever sets it first wins, so a replacement never leaves after
+// being let in, and is never let in after leaving.
+inline std::string admit_key(int slot, int incarnation) {
+  return "ft/admit/" + std::to_string(slot) + "." + std::to_string(incarnation);
+}
+inline const char* kAdmitted = "admitted";
+inline const char* kGaveUp = "gave-up";
+
 // The store name of the process group of epoch e (ProcessGroupOptions::name): each epoch's group has keys
 // of its own, so an aborted group's leftovers never meet the next one's.
 inline std::string group_name_of_epoch(int64_t epoch) { return "ft/e" + std::to_string(epoch); }

@@ -110,6 +110,29 @@ TEST_F(FtCoordinator, ASlowRankThatBeatsIsNeverLost) {
   }
 }
 
+// A rank removed for a silent heartbeat (a cut link) that beats again is not let back in: only a newer
+// incarnation (a replacement) joins.
+TEST_F(FtCoordinator, ARemovedIncarnationThatBeatsAgainStaysOut) {
+  Coordinator c(store, {.slots = 2, .deadline = milliseconds(100)});
+  auto t = Clock::now();
+  c.start(t);
+  beat(0, 0, 1);
+  beat(1, 0, 1);
+  c.tick(t);
+  beat(0, 0, 2);
+  auto m = c.tick(t + milliseconds(150));  // slot 1 silent past the deadline
+  ASSERT_TRUE(m.has_value());
+  EXPECT_EQ(m->rank_of(1), -1);
+  beat(0, 0, 3);
+  beat(1, 0, 2);  // the link is back
+  EXPECT_FALSE(c.tick(t + milliseconds(200)).has_value());
+  beat(0, 0, 4);
+  beat(1, 1, 0);  // its replacement
+  m = c.tick(t + milliseconds(250));
+  ASSERT_TRUE(m.has_value());
+  EXPECT_EQ(m->member_of(1)->incarnation, 1);
+}
+
 TEST_F(FtCoordinator, TwoLostInOneTickMakeOneEpochAndBelowMinRanksFails) {
   Coordinator c(store, {.slots = 4, .min_ranks = 3});
   auto t = Clock::now();
@@ -150,6 +173,22 @@ TEST_F(FtCoordinator, AReplacementJoinsAndAFinishedJobTakesNoMore) {
   beat(1, 1, 0);
   EXPECT_FALSE(c.tick(t + milliseconds(4)).has_value());
   EXPECT_FALSE(c.tick(t + std::chrono::seconds(10)).has_value()) << "a finished member must never be lost";
+}
+
+// The end: once every member's heartbeat says finished, the coordinator names the epoch (the members leave
+// only then, so a join decided just before and the end never cross); not before.
+TEST_F(FtCoordinator, TheEndIsDeclaredOnceEveryMemberFinished) {
+  store->delete_key(kFinishedKey);
+  Coordinator c(store, {.slots = 2});
+  auto t = Clock::now();
+  c.start(t);
+  beat(0, 0, Heartbeat::kFinished, 9);
+  beat(1, 0, 5, 8);
+  EXPECT_FALSE(c.tick(t).has_value());
+  EXPECT_FALSE(store->try_get(kFinishedKey).has_value());
+  beat(1, 0, Heartbeat::kFinished, 9);
+  EXPECT_FALSE(c.tick(t + milliseconds(1)).has_value());
+  EXPECT_EQ(store->try_get(kFinishedKey).value_or(""), "0");
 }
 
 TEST_F(FtCoordinator, AnotherNodesExitReportLosesItsRank) {
