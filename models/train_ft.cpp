@@ -22,6 +22,7 @@
 #include "runtime/checkpoint/training_checkpoint.h"
 #include "models/train_setup.h"
 #include "runtime/autograd/engine.h"
+#include "runtime/core/env_number.h"
 #include "runtime/core/error.h"
 #include "runtime/data/distributed_sampler.h"
 #include "runtime/data/elastic_sampler.h"
@@ -43,9 +44,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
+// A whole-number setting from the environment (a bad value is an error naming it), or `fallback` when unset.
 int env_int(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? std::atoi(v) : fallback;
+  return static_cast<int>(integer_from_env(name, 0, 1 << 30, "a non-negative whole number").value_or(fallback));
 }
 
 // The run's record (FtRunOptions::log_dir): one file per process, each line written with one write() on an
@@ -76,14 +77,16 @@ class FtRecord {
   int fd_ = -1;
 };
 
-// The learning-rate schedule of a fault-tolerant run: its length is planned at the launch world (the steps
-// of an epoch change with the world; the schedule must not).
+}  // namespace
+
 optim::WarmupCosine ft_schedule(const TrainOptions& o, int64_t epoch_size, int launch_world) {
   const int64_t per_epoch = (epoch_size + launch_world * o.batch_size - 1) / (launch_world * o.batch_size);
   const int64_t total = o.steps > 0 ? o.steps : std::max<int64_t>(1, o.epochs) * per_epoch;
   return optim::WarmupCosine{o.lr, o.lr * o.min_lr_ratio, std::min(o.warmup_steps, total), total,
                              o.schedule != "constant"};
 }
+
+namespace {
 
 void check_ft_options(const TrainOptions& o) {
   auto refuse = [](bool bad, const char* flag, const char* why) {
@@ -179,10 +182,10 @@ class FtTrainer {
   int64_t order_epoch_ = -1;
   int last_world_ = 0;
 
-  bool job_finished_ = false;
+  bool job_finished_ = false;  // a replacement that came too late: the job ended before it could join
   // DDP_FT_TEST_STEP_SLEEP_MS (tests only): each step sleeps this long, so a replacement that takes a second to
   // start joins a run of a tiny model mid-way.
-  int test_step_sleep_ms_ = env_int("DDP_FT_TEST_STEP_SLEEP_MS", 0);  // a replacement that came too late: the job ended before it could join
+  int test_step_sleep_ms_ = env_int("DDP_FT_TEST_STEP_SLEEP_MS", 0);
   int64_t attempts_lost_ = 0;
   std::vector<double> recover_s_;
   Clock::time_point failure_seen_{};

@@ -22,6 +22,7 @@
 
 #include "models/train.h"
 #include "runtime/distributed/env.h"
+#include "runtime/optim/lr_schedule.h"
 
 namespace ddp::models {
 
@@ -47,6 +48,10 @@ struct FtRunOptions {
   std::string log_dir;
   std::vector<FtFault> faults;
 };
+
+// The learning-rate schedule of a fault-tolerant run (and of --ft-check's reference): its length is planned at
+// the launch world, since the steps of an epoch change with the world and the schedule must not.
+optim::WarmupCosine ft_schedule(const TrainOptions& o, int64_t epoch_size, int launch_world);
 
 // Runs this worker under ddprun --fault-tolerant (DDP_FT=1 in the environment). Returns when training ends;
 // throws ddp::Error naming the cause when the job cannot go on (below --min-ranks, coordinator lost, removed).

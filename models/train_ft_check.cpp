@@ -156,10 +156,7 @@ int check_fault_tolerant_run(const TrainOptions& o, const std::string& dir, doub
   nn::manual_seed(o.seed);
   auto model = make_model(o, dtype);
   auto optimizer = make_train_optimizer(o, model->named_parameters());
-  const int64_t per_epoch = (epoch_size + launch_world * o.batch_size - 1) / (launch_world * o.batch_size);
-  const int64_t total = o.steps > 0 ? o.steps : std::max<int64_t>(1, o.epochs) * per_epoch;
-  const optim::WarmupCosine schedule{o.lr, o.lr * o.min_lr_ratio, std::min(o.warmup_steps, total), total,
-                                     o.schedule != "constant"};
+  const optim::WarmupCosine schedule = ft_schedule(o, epoch_size, launch_world);
   // --checkpoint-dir: the newest checkpoint (whoever wrote it, killed writers included) must load and equal
   // the reference at its step.
   std::string ckpt_path;

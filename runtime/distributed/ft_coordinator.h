@@ -52,8 +52,6 @@ class Coordinator {
   // The members the last published epoch removed (ddprun kills any of its own still running: a rank thrown out
   // for a silent heartbeat must not come back as a zombie).
   const std::vector<Member>& removed_last() const { return removed_last_; }
-  // The newest committed step any heartbeat reported.
-  int64_t newest_step() const { return newest_step_; }
 
  private:
   struct Slot {
