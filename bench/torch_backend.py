@@ -3,21 +3,29 @@
 
   1. all_reduce (float32 sum) bus bandwidth, 4 KiB to 64 MiB: per size, ROUNDS rounds of ITERS calls on each
      group in turn; the median call (slowest rank's), busbw = 2 (w-1)/w x bytes / time;
-  2. PyTorch DDP's training step of the mlp (784-1024-1024-10 ReLU, float32, batch 64 per rank, SGD lr 0.01;
-     bench/pytorch_twin.py's config): median step of DDP over Gloo and DDP over ddpcpp (the same model and data),
+  2. PyTorch DDP's training step of the mlp (784-1024-1024-10 ReLU, float32, batch 64 per rank, SGD lr 0.01) and
+     of the tiny gpt (vocab 256, context 64, d 128, 4 heads, 2 blocks, batch 16 per rank, AdamW lr 3e-4) -
+     bench/pytorch_twin.py's configs: median step of DDP over Gloo and DDP over ddpcpp (the same model and data),
      one step each in turn (ABBA), and the same step under no_sync() (no communication): step minus that is the
-     communication the step waits for.
+     communication the step waits for;
+  3. FSDP2's step (fully_shard on every Linear and the root, over a device mesh of each group) of the mlp: the
+     median step over Gloo and over ddpcpp, ABBA. FSDP2 gathers parameters inside forward and backward, so there
+     is no communication-free twin: the step alone is compared.
 
     PYTHONPATH=build/ddp_cpp_py ~/.cache/ddp.cpp/torch2/bin/python bench/torch_backend.py [--quick] [--json F]
 
 Needs the ddp_cpp package (tests/torch_backend/run.sh BUILD build, or pip install --no-build-isolation ./python).
-One torch thread per rank. Prints markdown tables (docs/pytorch.md).
+One torch thread per rank; ddpcpp's collectives run as DDP_TORCH_COLLECTIVES says (auto by default: on the
+calling thread when the ranks keep every core busy, as here - docs/pytorch.md). Prints markdown tables
+(docs/pytorch.md) after the machine line.
 """
 import argparse
 import datetime
 import json
 import multiprocessing as mp
+import os
 import statistics
+import sys
 import time
 
 import torch
@@ -60,47 +68,97 @@ def mlp():
     return nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10))
 
 
-def bench_ddp(groups, blocks, steps, rank):
+def model_and_batch(name, rank):
+    """(model, x, y, optimizer factory) of bench/pytorch_twin.py's config `name` for this rank."""
+    if name == "mlp":
+        gen = torch.Generator().manual_seed(rank)
+        torch.manual_seed(0)
+        return (mlp(), torch.randn(64, 784, generator=gen), torch.randint(0, 10, (64,), generator=gen),
+                lambda params: torch.optim.SGD(params, lr=0.01))
+    import types
+    import torch.nn.functional as F
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import pytorch_twin
+    args = types.SimpleNamespace(device="cpu", gpt_width=None, gpt_heads=None, gpt_depth=None, gpt_context=None,
+                                 batch_size=None)
+    model, x, y, _ = pytorch_twin.build(name, rank, torch, nn, F, args)
+    return model, x, y, lambda params: torch.optim.AdamW(params, lr=3e-4, weight_decay=0.01)
+
+
+def loss_of(out, y):
+    return nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
+
+
+def bench_ddp(groups, name, blocks, steps, rank):
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     runs = {}
-    for name, g in groups.items():
-        torch.manual_seed(0)
-        model = DDP(mlp(), process_group=g)
-        runs[name] = (model, torch.optim.SGD(model.parameters(), lr=0.01))
-    gen = torch.Generator().manual_seed(rank)
-    x = torch.randn(64, 784, generator=gen)
-    y = torch.randint(0, 10, (64,), generator=gen)
-    loss_fn = nn.CrossEntropyLoss()
+    for g_name, g in groups.items():
+        model, x, y, make_opt = model_and_batch(name, rank)
+        model = DDP(model, process_group=g)
+        runs[g_name] = (model, make_opt(model.parameters()))
 
     def step(model, opt, sync):
         t0 = time.perf_counter()
         if sync:
-            loss_fn(model(x), y).backward()
+            loss_of(model(x), y).backward()
         else:
             with model.no_sync():
-                loss_fn(model(x), y).backward()
+                loss_of(model(x), y).backward()
         opt.step()
         opt.zero_grad()
         return time.perf_counter() - t0
 
-    for name, (model, opt) in runs.items():  # warm-up, and DDP's bucket rebuild after the first step
+    for g_name, (model, opt) in runs.items():  # warm-up, and DDP's bucket rebuild after the first step
         for _ in range(3):
             step(model, opt, True)
     # Step by step, ABBA order, each step after a barrier of its group: load drift hits both backends alike.
-    times = {name: {"step": [], "no_sync": []} for name in runs}
+    times = {g_name: {"step": [], "no_sync": []} for g_name in runs}
     names = list(runs)
     for i in range(blocks * steps):
         for kind in ("step", "no_sync"):
-            for name in (names if i % 2 == 0 else names[::-1]):
-                model, opt = runs[name]
-                dist.barrier(group=groups[name])
-                times[name][kind].append(step(model, opt, kind == "step"))
+            for g_name in (names if i % 2 == 0 else names[::-1]):
+                model, opt = runs[g_name]
+                dist.barrier(group=groups[g_name])
+                times[g_name][kind].append(step(model, opt, kind == "step"))
     out = {}
-    for name in runs:
-        s, c = median_max(times[name]["step"]), median_max(times[name]["no_sync"])
-        out[name] = {"step_ms": s * 1e3, "no_sync_ms": c * 1e3, "comm_ms": (s - c) * 1e3}
+    for g_name in runs:
+        s, c = median_max(times[g_name]["step"]), median_max(times[g_name]["no_sync"])
+        out[g_name] = {"step_ms": s * 1e3, "no_sync_ms": c * 1e3, "comm_ms": (s - c) * 1e3}
     return out
+
+
+def bench_fsdp2(groups, name, blocks, steps, rank):
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.fsdp import fully_shard
+
+    runs = {}
+    for g_name, g in groups.items():
+        model, x, y, make_opt = model_and_batch(name, rank)
+        mesh = DeviceMesh.from_group(g, "cpu")
+        for m in model.modules():
+            if isinstance(m, nn.Linear):
+                fully_shard(m, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        runs[g_name] = (model, make_opt(model.parameters()))
+
+    def step(model, opt):
+        t0 = time.perf_counter()
+        loss_of(model(x), y).backward()
+        opt.step()
+        opt.zero_grad()
+        return time.perf_counter() - t0
+
+    for model, opt in runs.values():
+        for _ in range(3):
+            step(model, opt)
+    times = {g_name: [] for g_name in runs}
+    names = list(runs)
+    for i in range(blocks * steps):
+        for g_name in (names if i % 2 == 0 else names[::-1]):
+            dist.barrier(group=groups[g_name])
+            times[g_name].append(step(*runs[g_name]))
+    return {g_name: {"step_ms": median_max(t) * 1e3} for g_name, t in times.items()}
 
 
 def worker(rank, world, port, args, q):
@@ -114,10 +172,30 @@ def worker(rank, world, port, args, q):
     if args.quick:
         sizes = [4 << 10, 1 << 20]
     ar = bench_allreduce(groups, sizes, rounds=2 if args.quick else 5, iters=3 if args.quick else 6)
-    ddp = bench_ddp(groups, blocks=2 if args.quick else 6, steps=3 if args.quick else 10, rank=rank)
+    blocks, steps = (2, 3) if args.quick else (6, 10)
+    res = {"allreduce": ar, "collectives_run_on": groups["ddpcpp"]._get_backend(torch.device("cpu")).collectives_run_on()}
+    for name in ("mlp", "gpt"):
+        res[f"ddp_{name}"] = bench_ddp(groups, name, blocks, steps, rank)
+    res["fsdp2_mlp"] = bench_fsdp2(groups, "mlp", blocks, steps, rank)
     if rank == 0:
-        q.put({"allreduce": ar, "ddp_mlp": ddp})
+        q.put(res)
     dist.destroy_process_group()
+
+
+def machine_line():
+    """CPU model, the widest vector ISA, cores this process may use, PyTorch's version: figures depend on them."""
+    model, flags = "unknown CPU", set()
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name") and model == "unknown CPU":
+                model = line.split(":", 1)[1].strip()
+            elif line.startswith("flags") and not flags:
+                flags = set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    isa = "AVX-512" if "avx512f" in flags else "AVX2+FMA" if {"avx2", "fma"} <= flags else "no AVX2"
+    return (f"machine: {model}, {isa}, {len(os.sched_getaffinity(0))} cores for this process; "
+            f"PyTorch {torch.__version__}; {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
 
 
 def main():
@@ -135,6 +213,8 @@ def main():
     res = q.get(timeout=1800)
     for pr in procs:
         pr.join()
+    print(machine_line())
+    print()
     print(f"| size | gloo ms | gloo busbw GB/s | ddpcpp ms | ddpcpp busbw GB/s | ddpcpp speed-up |")
     print("| ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in res["allreduce"]:
@@ -142,15 +222,21 @@ def main():
         g, d = r["gloo"], r["ddpcpp"]
         print(f"| {size} | {g['ms']:.3f} | {g['busbw_gbs']:.2f} | {d['ms']:.3f} | {d['busbw_gbs']:.2f} | "
               f"{g['ms'] / d['ms']:.2f}x |")
-    print()
-    print("| DDP mlp, world 2 | step ms | no_sync step ms | communication ms (step - no_sync) |")
-    print("| --- | ---: | ---: | ---: |")
-    for name, v in res["ddp_mlp"].items():
-        print(f"| {name} | {v['step_ms']:.2f} | {v['no_sync_ms']:.2f} | {v['comm_ms']:.2f} |")
-    g, d = res["ddp_mlp"]["gloo"], res["ddp_mlp"]["ddpcpp"]
-    comm = f"{g['comm_ms'] / d['comm_ms']:.2f}x" if d["comm_ms"] > 0 else "n/a (ddpcpp's is within the noise of 0)"
-    print(f"\nstep: ddpcpp {g['step_ms'] / d['step_ms']:.2f}x faster than gloo; communication {comm}")
+    for name in ("mlp", "gpt"):
+        print()
+        print(f"| DDP {name}, world 2 | step ms | no_sync step ms | communication ms (step - no_sync) |")
+        print("| --- | ---: | ---: | ---: |")
+        for g_name, v in res[f"ddp_{name}"].items():
+            print(f"| {g_name} | {v['step_ms']:.2f} | {v['no_sync_ms']:.2f} | {v['comm_ms']:.2f} |")
+        g, d = res[f"ddp_{name}"]["gloo"], res[f"ddp_{name}"]["ddpcpp"]
+        comm = f"{g['comm_ms'] / d['comm_ms']:.2f}x" if d["comm_ms"] > 0 else "n/a (ddpcpp's is within the noise of 0)"
+        print(f"\nDDP {name} step: ddpcpp {g['step_ms'] / d['step_ms']:.2f}x faster than gloo; communication {comm}")
+    g, d = res["fsdp2_mlp"]["gloo"], res["fsdp2_mlp"]["ddpcpp"]
+    print(f"\n| FSDP2 mlp, world 2 | step ms |\n| --- | ---: |\n| gloo | {g['step_ms']:.2f} |\n| ddpcpp | {d['step_ms']:.2f} |")
+    print(f"\nFSDP2 mlp step: ddpcpp {g['step_ms'] / d['step_ms']:.2f}x faster than gloo")
+    print(f"(ddpcpp's collectives ran on the {res['collectives_run_on']})")
     if args.json:
+        res["machine"] = machine_line()
         with open(args.json, "w") as f:
             json.dump(res, f, indent=1)
 

@@ -8,7 +8,13 @@
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
+#include <ATen/Parallel.h>
+#include <sched.h>
+
 #include <algorithm>
+#include <cstdlib>
+#include <optional>
+#include <string>
 
 #include "c10d_store_client.h"
 #include "staging.h"
@@ -26,7 +32,8 @@ namespace {
 // need the GIL for a future's Python callback while this thread waits for it.
 class GilRelease {
  public:
-  GilRelease() : state_(Py_IsInitialized() && PyGILState_Check() ? PyEval_SaveThread() : nullptr) {}
+  explicit GilRelease(bool when = true)
+      : state_(when && Py_IsInitialized() && PyGILState_Check() ? PyEval_SaveThread() : nullptr) {}
   ~GilRelease() {
     if (state_) PyEval_RestoreThread(state_);
   }
@@ -37,19 +44,55 @@ class GilRelease {
   PyThreadState* state_;
 };
 
+// A collective's own `timeout` (c10d's options; kUnsetTimeout: the group's) for the ddp.cpp collectives
+// issued while this lives.
+class CallTimeout {
+ public:
+  explicit CallTimeout(std::chrono::milliseconds t) {
+    if (t != c10d::kUnsetTimeout) {
+      TORCH_CHECK_VALUE(t.count() > 0, "ddpcpp: a collective's timeout must be positive, got ", t.count(), " ms");
+      guard_.emplace(t);
+    }
+  }
+
+ private:
+  std::optional<dist::ScopedCollectiveTimeout> guard_;
+};
+
+// DDP_TORCH_COLLECTIVES: "caller" runs each collective on the thread that issues it (the Work returned is
+// complete), "thread" on the group's background thread, "auto" (the default) picks "caller" when this host's
+// ranks keep every core this process may use busy: world size x torch's intra-op threads >= those cores.
+// Then no core is left for the background thread to overlap on, and each hand-off costs a wake-up.
+bool collectives_on_caller(int size) {
+  const char* env = std::getenv("DDP_TORCH_COLLECTIVES");
+  const std::string mode = env && *env ? env : "auto";
+  if (mode == "caller") return true;
+  if (mode == "thread") return false;
+  TORCH_CHECK_VALUE(mode == "auto", "ddpcpp: DDP_TORCH_COLLECTIVES=", mode,
+                    " is not a mode; use caller (run each collective on the thread that issues it), thread (on "
+                    "the group's background thread) or auto (caller when the ranks keep every core busy)");
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const int cores = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+  return static_cast<int64_t>(size) * at::get_num_threads() >= cores;
+}
+
 }  // namespace
 
 // ------------------------------------------------------------------------------------------------ set-up
 
 DdpCppBackend::DdpCppBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                              std::chrono::milliseconds timeout)
-    : c10d::Backend(rank, size), options_(c10::make_intrusive<Options>("ddpcpp", timeout)) {
+    : c10d::Backend(rank, size),
+      options_(c10::make_intrusive<Options>("ddpcpp", timeout)),
+      on_caller_(collectives_on_caller(size)) {
   TORCH_CHECK_VALUE(store, "ddpcpp: no store was given to the backend");
   TORCH_CHECK_VALUE(timeout.count() > 0, "ddpcpp: the timeout must be positive, got ", timeout.count(), " ms");
   auto ddp_store = std::make_shared<dist::Store>(std::make_unique<C10dStoreClient>(store), timeout);
   dist::ProcessGroupOptions options;
   options.timeout = timeout;
   options.name = "ddpcpp";  // the store is already this group's own (torch.distributed prefixes it)
+  options.run_on_caller = on_caller_;
   try {
     group_ = std::make_unique<dist::ShmProcessGroup>(ddp_store, rank, size, options);
   } catch (const std::exception& e) {
@@ -102,8 +145,16 @@ c10::intrusive_ptr<c10d::Work> DdpCppBackend::submit(c10::intrusive_ptr<TorchWor
     coalesced_parts_.insert(coalesced_parts_.end(), w->parts.begin(), w->parts.end());
     for (auto& t : w->result()) coalesced_outputs_.push_back(t);
   }
-  completer_->push(w);
+  finish(w);
   return w;
+}
+
+void DdpCppBackend::finish(const c10::intrusive_ptr<TorchWork>& w) {
+  if (on_caller_) {
+    w->complete();  // its collectives ran on this thread already: copy back and complete the future here
+  } else {
+    completer_->push(w);
+  }
 }
 
 void DdpCppBackend::startCoalescing() {
@@ -121,7 +172,7 @@ c10::intrusive_ptr<c10d::Work> DdpCppBackend::endCoalescing() {
   done->parts = std::move(coalesced_parts_);
   coalesced_parts_.clear();
   coalesced_outputs_.clear();
-  completer_->push(done);
+  finish(done);
   return done;
 }
 
@@ -161,6 +212,8 @@ void DdpCppBackend::add_allreduce(TorchWork& w, const at::Tensor& t, const c10d:
 
 c10::intrusive_ptr<c10d::Work> DdpCppBackend::allreduce(std::vector<at::Tensor>& tensors,
                                                         const c10d::AllreduceOptions& opts) {
+  GilRelease nogil(on_caller_);  // with run_on_caller the collective runs (and waits) here
+  CallTimeout timeout(opts.timeout);
   auto w = start(c10d::OpType::ALLREDUCE, "allreduce", tensors);
   for (const auto& t : tensors) add_allreduce(*w, t, opts.reduceOp);
   return submit(w);
@@ -168,6 +221,8 @@ c10::intrusive_ptr<c10d::Work> DdpCppBackend::allreduce(std::vector<at::Tensor>&
 
 c10::intrusive_ptr<c10d::Work> DdpCppBackend::allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                                                   const c10d::AllreduceCoalescedOptions& opts) {
+  GilRelease nogil(on_caller_);  // with run_on_caller the collective runs (and waits) here
+  CallTimeout timeout(opts.timeout);
   auto w = start(c10d::OpType::ALLREDUCE_COALESCED, "allreduce_coalesced", tensors);
   for (const auto& t : tensors) add_allreduce(*w, t, opts.reduceOp);
   return submit(w);
@@ -175,6 +230,8 @@ c10::intrusive_ptr<c10d::Work> DdpCppBackend::allreduce_coalesced(std::vector<at
 
 c10::intrusive_ptr<c10d::Work> DdpCppBackend::broadcast(std::vector<at::Tensor>& tensors,
                                                         const c10d::BroadcastOptions& opts) {
+  GilRelease nogil(on_caller_);  // with run_on_caller the collective runs (and waits) here
+  CallTimeout timeout(opts.timeout);
   TORCH_CHECK_VALUE(opts.rootRank >= 0 && opts.rootRank < getSize(), "ddpcpp: broadcast from rank ",
                     opts.rootRank, ", which is not in this group of ", getSize(), " ranks");
   TORCH_CHECK_VALUE(opts.rootTensor == 0, "ddpcpp: broadcast takes one tensor per rank (rootTensor 0), got "
@@ -197,7 +254,9 @@ c10::intrusive_ptr<c10d::Work> DdpCppBackend::broadcast(std::vector<at::Tensor>&
 
 c10::intrusive_ptr<c10d::Work> DdpCppBackend::allgather(std::vector<std::vector<at::Tensor>>& outputs,
                                                         std::vector<at::Tensor>& inputs,
-                                                        const c10d::AllgatherOptions&) {
+                                                        const c10d::AllgatherOptions& opts) {
+  GilRelease nogil(on_caller_);  // with run_on_caller the collective runs (and waits) here
+  CallTimeout timeout(opts.timeout);
   TORCH_CHECK_VALUE(inputs.size() == 1 && outputs.size() == 1, "ddpcpp: allgather takes one input tensor and "
                     "one output list per rank, got ", inputs.size(), " inputs and ", outputs.size(), " lists");
   const at::Tensor& in = inputs[0];
@@ -241,7 +300,9 @@ void DdpCppBackend::add_allgather_base(TorchWork& w, const at::Tensor& output, c
 }
 
 c10::intrusive_ptr<c10d::Work> DdpCppBackend::_allgather_base(at::Tensor& output, at::Tensor& input,
-                                                              const c10d::AllgatherOptions&) {
+                                                              const c10d::AllgatherOptions& opts) {
+  GilRelease nogil(on_caller_);  // with run_on_caller the collective runs (and waits) here
+  CallTimeout timeout(opts.timeout);
   auto w = start(c10d::OpType::_ALLGATHER_BASE, "all_gather_into_tensor", {output});
   add_allgather_base(*w, output, input);
   return submit(w);
@@ -249,7 +310,9 @@ c10::intrusive_ptr<c10d::Work> DdpCppBackend::_allgather_base(at::Tensor& output
 
 c10::intrusive_ptr<c10d::Work> DdpCppBackend::allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
                                                                                std::vector<at::Tensor>& inputs,
-                                                                               const c10d::AllgatherOptions&) {
+                                                                               const c10d::AllgatherOptions& opts) {
+  GilRelease nogil(on_caller_);  // with run_on_caller the collective runs (and waits) here
+  CallTimeout timeout(opts.timeout);
   TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "ddpcpp: allgather_into_tensor_coalesced got ",
                     outputs.size(), " outputs for ", inputs.size(), " inputs; expected one output per input");
   auto w = start(c10d::OpType::COALESCED, "allgather_into_tensor_coalesced", outputs);
@@ -299,6 +362,8 @@ void DdpCppBackend::add_reduce_scatter_base(TorchWork& w, const at::Tensor& outp
 c10::intrusive_ptr<c10d::Work> DdpCppBackend::reduce_scatter(std::vector<at::Tensor>& outputs,
                                                              std::vector<std::vector<at::Tensor>>& inputs,
                                                              const c10d::ReduceScatterOptions& opts) {
+  GilRelease nogil(on_caller_);  // with run_on_caller the collective runs (and waits) here
+  CallTimeout timeout(opts.timeout);
   TORCH_CHECK_VALUE(outputs.size() == 1 && inputs.size() == 1, "ddpcpp: reduce_scatter takes one output tensor "
                     "and one input list per rank, got ", outputs.size(), " outputs and ", inputs.size(), " lists");
   auto& ins = inputs[0];
@@ -322,6 +387,8 @@ c10::intrusive_ptr<c10d::Work> DdpCppBackend::reduce_scatter(std::vector<at::Ten
 
 c10::intrusive_ptr<c10d::Work> DdpCppBackend::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                                    const c10d::ReduceScatterOptions& opts) {
+  GilRelease nogil(on_caller_);  // with run_on_caller the collective runs (and waits) here
+  CallTimeout timeout(opts.timeout);
   auto w = start(c10d::OpType::_REDUCE_SCATTER_BASE, "reduce_scatter_tensor", {output});
   add_reduce_scatter_base(*w, output, input, opts.reduceOp);
   return submit(w);
@@ -329,6 +396,8 @@ c10::intrusive_ptr<c10d::Work> DdpCppBackend::_reduce_scatter_base(at::Tensor& o
 
 c10::intrusive_ptr<c10d::Work> DdpCppBackend::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::ReduceScatterOptions& opts) {
+  GilRelease nogil(on_caller_);  // with run_on_caller the collective runs (and waits) here
+  CallTimeout timeout(opts.timeout);
   TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "ddpcpp: reduce_scatter_tensor_coalesced got ",
                     outputs.size(), " outputs for ", inputs.size(), " inputs; expected one output per input");
   auto w = start(c10d::OpType::COALESCED, "reduce_scatter_tensor_coalesced", outputs);
@@ -336,7 +405,9 @@ c10::intrusive_ptr<c10d::Work> DdpCppBackend::reduce_scatter_tensor_coalesced(
   return submit(w);
 }
 
-c10::intrusive_ptr<c10d::Work> DdpCppBackend::barrier(const c10d::BarrierOptions&) {
+c10::intrusive_ptr<c10d::Work> DdpCppBackend::barrier(const c10d::BarrierOptions& opts) {
+  GilRelease nogil(on_caller_);  // with run_on_caller the collective runs (and waits) here
+  CallTimeout timeout(opts.timeout);
   auto w = start(c10d::OpType::BARRIER, "barrier", {});
   w->parts.push_back(group_->barrier());
   return submit(w);

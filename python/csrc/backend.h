@@ -69,11 +69,16 @@ class DdpCppBackend : public c10d::Backend {
   std::string flight_record_json() const;
   // The ddp.cpp group underneath, for tests: "shm".
   std::string inner_backend() const { return group_->backend_name(); }
+  // Whether collectives run on the issuing thread (DDP_TORCH_COLLECTIVES, backend.cpp) - "caller" - or on the
+  // group's background thread - "thread".
+  std::string collectives_run_on() const { return on_caller_ ? "caller" : "thread"; }
 
  private:
   // One collective's TorchWork: parts and after-step are added by the caller, then submit() queues it.
   c10::intrusive_ptr<TorchWork> start(c10d::OpType op, const char* name, std::vector<at::Tensor> outputs);
   c10::intrusive_ptr<c10d::Work> submit(c10::intrusive_ptr<TorchWork> w);
+  // Completes `w` here when its collectives ran on this thread, else hands it to the Completer.
+  void finish(const c10::intrusive_ptr<TorchWork>& w);
   // Adds to `w` the all-reduce of one tensor.
   void add_allreduce(TorchWork& w, const at::Tensor& t, const c10d::ReduceOp& op);
   void add_allgather_base(TorchWork& w, const at::Tensor& output, const at::Tensor& input);
@@ -81,6 +86,7 @@ class DdpCppBackend : public c10d::Backend {
                                const c10d::ReduceOp& op);
 
   c10::intrusive_ptr<Options> options_;  // the timeout, for getBackendOptions and split
+  const bool on_caller_;                  // collectives run on the issuing thread (DDP_TORCH_COLLECTIVES)
   std::unique_ptr<ddp::dist::ProcessGroup> group_;
   std::unique_ptr<Completer> completer_;
   bool coalescing_ = false;

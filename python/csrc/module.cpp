@@ -23,7 +23,10 @@ PYBIND11_MODULE(_C, m) {
   py::class_<ddp_torch::DdpCppBackend, c10::intrusive_ptr<ddp_torch::DdpCppBackend>>(m, "DdpCppBackend", backend)
       .def("flight_record_json", &ddp_torch::DdpCppBackend::flight_record_json,
            "This group's recent collectives as JSON (docs/debugging.md, 'Flight recorder')")
-      .def("inner_backend", &ddp_torch::DdpCppBackend::inner_backend);
+      .def("inner_backend", &ddp_torch::DdpCppBackend::inner_backend)
+      .def("collectives_run_on", &ddp_torch::DdpCppBackend::collectives_run_on,
+           "'caller' when collectives run on the thread that issues them, 'thread' on the group's own thread "
+           "(DDP_TORCH_COLLECTIVES)");
   m.def("create_backend", &create, py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout_s"),
         "Makes the ddpcpp backend of one group (torch.distributed calls it through ddp_cpp.torch)");
   m.def("dump_flight_record", &ddp::dist::dump_flight_record, py::arg("path"),

@@ -1,6 +1,7 @@
 // collective.h - what a collective call is (op, sequence number, count, dtype, reduce op, root), its one-line
 // description for errors, and the argument checks every backend applies before issuing it.
 #pragma once
+#include <chrono>
 #include <cstdint>
 #include <string>
 
@@ -20,6 +21,8 @@ struct CollectiveDesc {
   ReduceOp op = ReduceOp::Sum;
   int root = -1;
   Device device = Device::cpu();
+  // This collective's own timeout (ScopedCollectiveTimeout, process_group.h); 0: the group's.
+  std::chrono::milliseconds timeout{0};
 
   // "allreduce #3 (1024 x float32, sum)"; the sequence number is left out with with_seq = false, so that two
   // ranks' calls can be compared.

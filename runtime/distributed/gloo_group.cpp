@@ -292,7 +292,7 @@ void GlooProcessGroup::Impl::execute(const CollectiveDesc& d, void* in, void* ou
     with_element_type(d.dtype, [&]<class T>() { opts.setOutput<T>(static_cast<T*>(data), count); });
     opts.setReduceFunction(host_reduce_fn(d.dtype, d.op));
     opts.setTag(tag);
-    opts.setTimeout(options.timeout);
+    opts.setTimeout(d.timeout.count() > 0 ? d.timeout : options.timeout);
     gloo::allreduce(opts);
   };
   switch (d.kind) {
@@ -306,7 +306,7 @@ void GlooProcessGroup::Impl::execute(const CollectiveDesc& d, void* in, void* ou
       with_element_type(d.dtype, [&]<class T>() { opts.setOutput<T>(static_cast<T*>(out), n); });
       opts.setRoot(d.root);
       opts.setTag(tag);
-      opts.setTimeout(options.timeout);
+      opts.setTimeout(d.timeout.count() > 0 ? d.timeout : options.timeout);
       gloo::broadcast(opts);
       return;
     }
@@ -322,7 +322,7 @@ void GlooProcessGroup::Impl::execute(const CollectiveDesc& d, void* in, void* ou
         opts.setOutput<T>(static_cast<T*>(out), n * static_cast<size_t>(size));
       });
       opts.setTag(tag);
-      opts.setTimeout(options.timeout);
+      opts.setTimeout(d.timeout.count() > 0 ? d.timeout : options.timeout);
       gloo::allgather(opts);
       return;
     }
@@ -341,7 +341,7 @@ void GlooProcessGroup::Impl::execute(const CollectiveDesc& d, void* in, void* ou
       if (size == 1) return;
       gloo::BarrierOptions opts(context);
       opts.setTag(tag);
-      opts.setTimeout(options.timeout);
+      opts.setTimeout(d.timeout.count() > 0 ? d.timeout : options.timeout);
       gloo::barrier(opts);
       return;
     }

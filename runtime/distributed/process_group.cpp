@@ -65,6 +65,20 @@ bool Work::wait_for(std::chrono::milliseconds timeout) {
   return true;
 }
 
+namespace {
+thread_local std::chrono::milliseconds t_collective_timeout{0};
+}  // namespace
+
+ScopedCollectiveTimeout::ScopedCollectiveTimeout(std::chrono::milliseconds timeout)
+    : previous_(t_collective_timeout) {
+  DDP_CHECK(timeout.count() > 0, "a collective's timeout must be positive, got ", timeout.count(), " ms");
+  t_collective_timeout = timeout;
+}
+
+ScopedCollectiveTimeout::~ScopedCollectiveTimeout() { t_collective_timeout = previous_; }
+
+std::chrono::milliseconds ScopedCollectiveTimeout::current() { return t_collective_timeout; }
+
 std::chrono::milliseconds ProcessGroupOptions::default_collective_timeout() {
   const char* v = std::getenv("DDP_COLLECTIVE_TIMEOUT_S");
   if (!v || !*v) return std::chrono::minutes(10);

@@ -84,9 +84,30 @@ struct ProcessGroupOptions {
   std::string gloo_interface;
   // NCCL: GPU to use; -1 -> local_rank % device_count.
   int cuda_device = -1;
+  // CPU groups (gloo, shm, hier): run each collective on the thread that issues it, before the call returns
+  // (the Work it returns is complete), instead of on the group's background thread. For ranks that keep
+  // every core busy computing: no core is left for the background thread to overlap on, and each hand-off
+  // to and from it costs a wake-up. Collectives still run in issue order (concurrent callers take turns).
+  bool run_on_caller = false;
 
   static std::chrono::milliseconds default_collective_timeout();
   static bool debug_collectives_from_env();
+};
+
+// Collectives that this thread issues while the guard lives get `timeout` instead of their group's
+// (ProcessGroupOptions::timeout): for callers with a timeout per call, like torch.distributed's `timeout`
+// argument. Honoured by the CPU groups (gloo, shm, hier); guards nest (the innermost applies).
+class ScopedCollectiveTimeout {
+ public:
+  explicit ScopedCollectiveTimeout(std::chrono::milliseconds timeout);
+  ~ScopedCollectiveTimeout();
+  ScopedCollectiveTimeout(const ScopedCollectiveTimeout&) = delete;
+  ScopedCollectiveTimeout& operator=(const ScopedCollectiveTimeout&) = delete;
+  // The innermost live guard's timeout on this thread; 0 when there is none.
+  static std::chrono::milliseconds current();
+
+ private:
+  std::chrono::milliseconds previous_;
 };
 
 class Store;

@@ -26,6 +26,7 @@ QueuedProcessGroup::QueuedProcessGroup(const Store* store, int rank, int size,
     : ProcessGroup(rank, size),
       label_(checked_label(std::move(label), store, rank, size, options)),
       on_stop_(on_stop),
+      run_on_caller_(options.run_on_caller),
       flight_(std::make_unique<FlightRecorder>(label_, rank, size, flight_recorder_entries_from_env())) {}
 
 QueuedProcessGroup::~QueuedProcessGroup() {
@@ -37,7 +38,7 @@ QueuedProcessGroup::~QueuedProcessGroup() {
 
 void QueuedProcessGroup::start_worker(const std::string& group_name) {
   flight_->set_group_name(group_name);
-  worker_ = std::thread([this] { loop(); });
+  if (!run_on_caller_) worker_ = std::thread([this] { loop(); });
 }
 
 void QueuedProcessGroup::stop_worker() {
@@ -92,8 +93,23 @@ std::shared_ptr<Work> QueuedProcessGroup::enqueue(CollectiveDesc d, CommBuffer i
   t.in = std::move(in);
   t.out = std::move(out);
   d.device = t.in.device;
+  d.timeout = ScopedCollectiveTimeout::current();
   t.desc = d;
   prepare(t);
+  if (run_on_caller_) {
+    // The caller runs it now: the sequence number is taken under caller_mu_, so collectives run in its order.
+    std::lock_guard<std::mutex> turn(caller_mu_);
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      DDP_CHECK(!stopping_, label_, ": ", d.str(false), " issued while the process group is being destroyed");
+      t.desc.seq = next_seq_++;
+      flight_->issued(t.desc);
+      t.work = make_work(t);
+    }
+    auto work = t.work;
+    run_one(t);  // an abort() meanwhile fails it there, with the reason
+    return work;
+  }
   std::lock_guard<std::mutex> g(mu_);
   DDP_CHECK(!stopping_, label_, ": ", d.str(false), " issued while the process group is being destroyed");
   t.desc.seq = next_seq_++;

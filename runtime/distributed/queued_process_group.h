@@ -6,6 +6,9 @@
 // state in prepare() and choose its Work type in make_work(). Derived destructors call stop_worker() first,
 // so no collective runs while the derived part is torn down. abort() fails the queued collectives and every
 // later one at once with its reason, and asks the backend (interrupt()) to end the one running on the worker.
+// With ProcessGroupOptions::run_on_caller there is no worker thread: each collective runs on the thread that
+// issues it, before the entry point returns (callers take turns in issue order); abort() from another thread
+// ends it the same way.
 #pragma once
 #include <condition_variable>
 #include <deque>
@@ -74,6 +77,8 @@ class QueuedProcessGroup : public ProcessGroup {
   virtual void interrupt(const std::string& why) { (void)why; }
 
   const std::string& label() const { return label_; }
+  // ProcessGroupOptions::run_on_caller: run() is called on the issuing thread, which waits for it.
+  bool runs_on_caller() const { return run_on_caller_; }
 
  private:
   std::shared_ptr<Work> enqueue(CollectiveDesc d, CommBuffer in, CommBuffer out);
@@ -83,6 +88,8 @@ class QueuedProcessGroup : public ProcessGroup {
 
   std::string label_;
   OnStop on_stop_;
+  bool run_on_caller_ = false;
+  std::mutex caller_mu_;  // run_on_caller: one collective at a time, in issue order
   // The text every collective failed by abort() carries: "<label> <collective> <verb>: ... aborted ...: why".
   std::string aborted_message(const CollectiveDesc& d, const char* verb) const;
 
@@ -93,7 +100,7 @@ class QueuedProcessGroup : public ProcessGroup {
   bool stopping_ = false;
   bool aborted_ = false;
   std::string abort_reason_;
-  std::string broken_;  // worker thread only: the first failure
+  std::string broken_;  // the thread running collectives (worker, or callers in turn): the first failure
   std::unique_ptr<FlightRecorder> flight_;
   std::thread worker_;
 };

@@ -4,6 +4,8 @@
 // the peers blocked on the aborting rank fail within seconds, not at their timeout; abort is idempotent,
 // works before any collective and from another thread while the owner waits; and a new group of the same
 // ranks under another name over the same store works afterwards (how fault-tolerant training rebuilds).
+// RunOnCaller: the same backends with ProcessGroupOptions::run_on_caller (no worker thread): complete Works,
+// abort from another thread, a peer that never comes.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -60,11 +62,12 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 
 std::unique_ptr<ProcessGroup> make_group(const std::string& backend, Store& store, int rank, int world,
                                          const std::string& name,
-                                         std::chrono::milliseconds timeout = kTimeout) {
+                                         std::chrono::milliseconds timeout = kTimeout, bool on_caller = false) {
   ProcessGroupOptions opts;
   opts.timeout = timeout;
   opts.name = name;
   opts.debug_collectives = false;
+  opts.run_on_caller = on_caller;
   if (backend == "shm") return std::make_unique<ShmProcessGroup>(store.clone(), rank, world, opts);
   if (backend == "gloo")
     return std::make_unique<GlooProcessGroup>(store.clone(), rank, world, opts, "127.0.0.1");
@@ -281,5 +284,123 @@ TEST_P(Abort, NewGroupUnderAnotherNameWorksAfterwards) {
 }
 
 INSTANTIATE_TEST_SUITE_P(CpuBackends, Abort, ::testing::ValuesIn(all_cases()), case_name);
+
+// ---------------------------------------------------------------- collectives run on the caller's thread
+
+// ProcessGroupOptions::run_on_caller: each collective runs before its entry point returns (the Work is
+// complete, with the right result); a caller blocked in one (its peers never come) is ended by abort() from
+// another thread within 1 s, with the reason, and later collectives fail at once; a peer that never comes
+// ends the call at the timeout, naming it.
+class RunOnCaller : public ::testing::TestWithParam<Case> {};
+
+TEST_P(RunOnCaller, WorkIsCompleteWhenTheCallReturns) {
+  const Case c = GetParam();
+  run_ranks(c.world, [&](int rank, Store& store) {
+    auto pg = make_group(c.backend, store, rank, c.world, "oc", kTimeout, /*on_caller=*/true);
+    for (int round = 0; round < 3; ++round) {
+      std::vector<float> buf(1000 + round, static_cast<float>(rank + 1));
+      auto w = pg->allreduce(comm_buffer(buf.data(), static_cast<int64_t>(buf.size())));
+      EXPECT_TRUE(w->is_completed()) << "round " << round;
+      w->wait();
+      const float sum = static_cast<float>(c.world * (c.world + 1) / 2);
+      for (float v : buf) ASSERT_EQ(v, sum) << "round " << round << " rank " << rank;
+      std::vector<float> b(7, static_cast<float>(rank));
+      auto wb = pg->broadcast(comm_buffer(b.data(), 7), round % c.world);
+      EXPECT_TRUE(wb->is_completed());
+      for (float v : b) ASSERT_EQ(v, static_cast<float>(round % c.world));
+      auto wbar = pg->barrier();
+      EXPECT_TRUE(wbar->is_completed());
+    }
+    EXPECT_EQ(pg->next_sequence_number(), 9u);
+  });
+}
+
+TEST_P(RunOnCaller, AbortFromAnotherThreadEndsTheBlockedCall) {
+  const Case c = GetParam();
+  std::latch rank0_done(1);
+  run_ranks(c.world, [&](int rank, Store& store) {
+    auto pg = make_group(c.backend, store, rank, c.world, "oa", kTimeout, /*on_caller=*/true);
+    if (rank != 0) {
+      rank0_done.wait();
+      pg.reset();
+      return;
+    }
+    std::atomic<int64_t> aborted_at{0};
+    std::thread aborter([&] {
+      std::this_thread::sleep_for(150ms);  // rank 0 is blocked inside allreduce() by now
+      aborted_at = Clock::now().time_since_epoch().count();
+      pg->abort("stopped from another thread (run on caller)");
+    });
+    std::vector<float> buf(64, 1.0f);
+    auto w = pg->allreduce(comm_buffer(buf.data(), 64));  // returns once aborted
+    const auto returned = Clock::now();
+    aborter.join();
+    EXPECT_TRUE(w->is_completed());
+    const double after_abort = std::chrono::duration<double>(
+        returned - Clock::time_point(Clock::duration(aborted_at.load()))).count();
+    EXPECT_LT(after_abort, 1.0);
+    const std::string err = error_of(w);
+    EXPECT_HAS(err, "stopped from another thread (run on caller)");
+    EXPECT_HAS(prompt_error(pg->barrier()), "stopped from another thread (run on caller)");
+    destroy_promptly(pg, "rank 0");
+    rank0_done.count_down();
+  });
+}
+
+TEST_P(RunOnCaller, PeerThatNeverComesEndsTheCallAtTheTimeout) {
+  const Case c = GetParam();
+  std::latch rank0_done(1);
+  run_ranks(c.world, [&](int rank, Store& store) {
+    auto pg = make_group(c.backend, store, rank, c.world, "ot", 1s, /*on_caller=*/true);
+    if (rank != 0) {
+      rank0_done.wait();
+      return;
+    }
+    std::vector<float> buf(64, 1.0f);
+    const auto t0 = Clock::now();
+    auto w = pg->allreduce(comm_buffer(buf.data(), 64));
+    const double took = seconds_since(t0);
+    EXPECT_TRUE(w->is_completed());
+    EXPECT_GE(took, 0.9);
+    EXPECT_LT(took, 5.0);
+    const std::string err = error_of(w);
+    EXPECT_HAS(err, "allreduce #0");
+    EXPECT_HAS(err, "rank");
+    rank0_done.count_down();
+  });
+}
+
+// A collective issued under ScopedCollectiveTimeout ends at its own timeout (0.5 s), not the group's (5 s),
+// naming it - on the worker thread and on the caller's; the guard is per thread and ends with its scope.
+TEST_P(RunOnCaller, CollectiveOwnTimeoutEndsIt) {
+  const Case c = GetParam();
+  for (bool on_caller : {false, true}) {
+    std::latch rank0_done(1);
+    run_ranks(c.world, [&](int rank, Store& store) {
+      auto pg = make_group(c.backend, store, rank, c.world, on_caller ? "tc" : "tw", kTimeout, on_caller);
+      if (rank != 0) {
+        rank0_done.wait();
+        return;
+      }
+      std::vector<float> buf(64, 1.0f);
+      std::shared_ptr<Work> w;
+      const auto t0 = Clock::now();
+      {
+        ScopedCollectiveTimeout own(500ms);
+        EXPECT_EQ(ScopedCollectiveTimeout::current(), 500ms);
+        w = pg->allreduce(comm_buffer(buf.data(), 64));
+      }
+      EXPECT_EQ(ScopedCollectiveTimeout::current(), 0ms);
+      const std::string err = error_of(w);
+      const double took = seconds_since(t0);
+      EXPECT_GE(took, 0.45) << err;
+      EXPECT_LT(took, 3.0) << (on_caller ? "on the caller: " : "on the worker: ") << err;
+      EXPECT_HAS(err, "allreduce #0");
+      rank0_done.count_down();
+    });
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(CpuBackends, RunOnCaller, ::testing::ValuesIn(all_cases()), case_name);
 
 }  // namespace

@@ -36,11 +36,23 @@ namespace {
 
 // ----------------------------------------------------------------------------------- the test harness
 
-ProcessGroupOptions options() {
+// `on_caller`: the "<backend>_caller" parameters run every collective on the issuing thread
+// (ProcessGroupOptions::run_on_caller) instead of the group's worker thread.
+ProcessGroupOptions options(bool on_caller) {
   ProcessGroupOptions o;
   o.timeout = 60s;
   o.debug_collectives = false;
+  o.run_on_caller = on_caller;
   return o;
+}
+
+const std::string kCallerSuffix = "_caller";
+bool runs_on_caller(const std::string& param) {
+  return param.size() > kCallerSuffix.size() && param.ends_with(kCallerSuffix);
+}
+// The backend of a parameter: "shm_caller" -> "shm".
+std::string backend_of(const std::string& param) {
+  return runs_on_caller(param) ? param.substr(0, param.size() - kCallerSuffix.size()) : param;
 }
 
 std::string where(const char* what, int world, const std::string& backend, DType t, int64_t n) {
@@ -71,7 +83,8 @@ struct Results {
 
 class CollectiveSpace : public ::testing::TestWithParam<std::tuple<std::string, int>> {
  protected:
-  const std::string backend = std::get<0>(GetParam());
+  const bool on_caller = runs_on_caller(std::get<0>(GetParam()));
+  const std::string backend = backend_of(std::get<0>(GetParam()));
   const int world = std::get<1>(GetParam());
   // Counts up to a little more than one shm slot past its last boundary (the step after a full slot is
   // swept with small slots, AllreduceSmallShmSlots); gloo has no steps of its own size and is the slowest
@@ -145,7 +158,7 @@ class CollectiveSpace : public ::testing::TestWithParam<std::tuple<std::string, 
             }
           }
         },
-        options(), backend);
+        options(on_caller), backend);
     results.expect_ranks_agree("all-reduce on " + backend);
   }
 };
@@ -191,7 +204,7 @@ TEST_P(CollectiveSpace, BroadcastFromEveryRoot) {
           }
         }
       },
-      options(), backend);
+      options(on_caller), backend);
   results.expect_ranks_agree("broadcast on " + backend);
 }
 
@@ -316,7 +329,7 @@ class GatherScatterSpace : public CollectiveSpace {
             }
           }
         },
-        options(), backend);
+        options(on_caller), backend);
     results.expect_ranks_agree("all-gather on " + backend);
   }
 
@@ -373,7 +386,7 @@ class GatherScatterSpace : public CollectiveSpace {
             }
           }
         },
-        options(), backend);
+        options(on_caller), backend);
   }
 };
 
@@ -396,11 +409,11 @@ std::string param_name(const ::testing::TestParamInfo<std::tuple<std::string, in
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, CollectiveSpace,
-                         ::testing::Combine(::testing::Values("gloo", "shm", "hier"),
+                         ::testing::Combine(::testing::Values("gloo", "shm", "hier", "gloo_caller", "shm_caller"),
                                             ::testing::Values(1, 2, 3, 4)),
                          param_name);
 INSTANTIATE_TEST_SUITE_P(Backends, GatherScatterSpace,
-                         ::testing::Combine(::testing::Values("gloo", "shm", "hier"),
+                         ::testing::Combine(::testing::Values("gloo", "shm", "hier", "gloo_caller", "shm_caller"),
                                             ::testing::Values(1, 2, 3, 4)),
                          param_name);
 

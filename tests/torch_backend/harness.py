@@ -14,6 +14,7 @@ import queue
 import sys
 import traceback
 
+import torch
 import torch.distributed as dist
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -69,6 +70,19 @@ def init(backend, rank, world, store, timeout_s=60):
     import ddp_cpp.torch  # noqa: F401
     dist.init_process_group(backend, store=store, rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=timeout_s))
+    if backend == "ddpcpp":
+        check_collectives_mode()
+
+
+def check_collectives_mode(group=None):
+    """With DDP_TORCH_COLLECTIVES=caller or thread set (ctest's variants of each test), the ddpcpp group runs its
+    collectives that way: raises otherwise, so a variant cannot pass by testing the other mode."""
+    want = os.environ.get("DDP_TORCH_COLLECTIVES", "")
+    if want in ("caller", "thread"):
+        pg = group if group is not None else dist.distributed_c10d._get_default_group()
+        got = pg._get_backend(torch.device("cpu")).collectives_run_on()
+        if got != want:
+            raise AssertionError(f"DDP_TORCH_COLLECTIVES={want} but the ddpcpp group runs its collectives on the {got}")
 
 
 def expect_all_ok(results, what):

@@ -81,6 +81,7 @@ def train(case, pg, rank):
 def body(rank, world, store):
     harness.init("gloo", rank, world, store)
     ours = dist.new_group(backend="ddpcpp")
+    harness.check_collectives_mode(ours)
     report = {}
     for case in CASES:
         if os.environ.get("DDP_TEST_VERBOSE"):

@@ -8,18 +8,23 @@ each case runs 2 ranks with a 4 s collective timeout, and the harness kills a ra
   a dead peer (os._exit before the collective): the live rank raises within the timeout, naming the peer;
   a stopped peer (SIGSTOP): the live rank raises when the timeout ends, naming the peer;
   an unsupported collective (send/recv): RuntimeError naming it;
+  a collective's own timeout (AllreduceOptions.timeout, 1 s under the group's 4 s) while the peer never calls:
+      raised at 1 s, naming the timeout and the rank;
   an abort (the backend's abort(), as torch.distributed's _abort_process_group calls it) while rank 0 waits in
-      an all-reduce its peer never calls: the Work raises within a second, saying it was aborted;
+      an all-reduce its peer never calls: the Work raises within a second, saying it was aborted (when the
+      collectives run on the caller, DDP_TORCH_COLLECTIVES, another thread aborts while the call blocks);
   the flight record: with only PyTorch's TORCH_FR_DUMP_TEMP_FILE set, both ranks of the wrong-dtype case write
       flight.rank<R>.json beside it, with the failed allreduce.
 
     python test_errors.py     # one line per case; exits 1 when a rank hung or an exception lacked its words
 """
+import datetime
 import os
 import shutil
 import signal
 import sys
 import tempfile
+import threading
 import time
 
 import torch
@@ -57,14 +62,31 @@ def body(rank, world, store, case):
                 dist.send(torch.ones(2), 1)
             else:
                 dist.recv(torch.ones(2), 0)
+        elif case == "call_timeout":
+            if rank == 1:
+                time.sleep(2.5)  # never calls the all-reduce; alive until rank 0 is through
+                return ("no error", time.monotonic() - t0)
+            opts = dist.AllreduceOptions()
+            opts.timeout = datetime.timedelta(seconds=1)  # the group's is TIMEOUT_S
+            t0 = time.monotonic()
+            dist.group.WORLD.allreduce([torch.ones(4)], opts).wait()
         elif case == "aborted":
             if rank == 1:
                 time.sleep(1.5)  # never calls the all-reduce; alive until rank 0 is through
                 return ("no error", time.monotonic() - t0)
-            work = dist.all_reduce(torch.ones(4), async_op=True)
-            time.sleep(0.3)
-            t0 = time.monotonic()
-            dist.group.WORLD._get_backend(torch.device("cpu")).abort()
+            backend = dist.group.WORLD._get_backend(torch.device("cpu"))
+            if backend.collectives_run_on() == "caller":
+                # The all-reduce runs inside the call: another thread aborts while this one is blocked there.
+                aborter = threading.Timer(0.3, backend.abort)
+                aborter.start()
+                t0 = time.monotonic() + 0.3
+                work = dist.all_reduce(torch.ones(4), async_op=True)
+                aborter.join()
+            else:
+                work = dist.all_reduce(torch.ones(4), async_op=True)
+                time.sleep(0.3)
+                t0 = time.monotonic()
+                backend.abort()
             work.wait()
         return ("no error", time.monotonic() - t0)
     except Exception as e:  # noqa: BLE001
@@ -80,6 +102,7 @@ EXPECT = {
     "dead_peer": [(0, ["DistBackendError", "allreduce", "rank 1"], 3)],
     "stopped_peer": [(0, ["DistBackendError", "allreduce", "rank 1"], TIMEOUT_S + 5)],
     "unsupported": [(0, ["send", "ddpcpp"], 3), (1, ["recv", "ddpcpp"], 3)],
+    "call_timeout": [(0, ["DistBackendError", "allreduce", "timeout 1000 ms", "rank(s) 1"], 2.5)],
     "aborted": [(0, ["allreduce", "torch.distributed aborted the process group"], 1)],
 }
 

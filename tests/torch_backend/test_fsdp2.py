@@ -47,6 +47,7 @@ def train(group, rank):
 def body(rank, world, store):
     harness.init("gloo", rank, world, store)
     ours = dist.new_group(backend="ddpcpp")
+    harness.check_collectives_mode(ours)
     p_gloo, l_gloo = train(dist.group.WORLD, rank)
     p_ours, l_ours = train(ours, rank)
     diff = max((a - b).abs().max().item() for a, b in zip(p_gloo, p_ours))

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "runtime/core/error.h"
@@ -105,6 +106,9 @@ void HierProcessGroup::prepare(Task& t) {
 
 void HierProcessGroup::run(Task& t) {
   const CollectiveDesc& d = t.desc;
+  // The inner groups' collectives, issued from here, carry this one's own timeout.
+  std::optional<ScopedCollectiveTimeout> own_timeout;
+  if (d.timeout.count() > 0) own_timeout.emplace(d.timeout);
   try {
     impl_->execute(d, static_cast<char*>(t.in.data), static_cast<char*>(t.out.data));
   } catch (const std::exception& e) {

@@ -33,6 +33,15 @@ size_t slot_bytes_from_env() {
                                  .value_or(kDefaultSlotBytes));
 }
 
+// Counts a caller that waits for the collectives (in wait(), or running one itself with run_on_caller).
+struct CallerWaits {
+  explicit CallerWaits(std::atomic<int>& n) : n_(n) { n_.fetch_add(1, std::memory_order_relaxed); }
+  ~CallerWaits() { n_.fetch_sub(1, std::memory_order_relaxed); }
+  CallerWaits(const CallerWaits&) = delete;
+  CallerWaits& operator=(const CallerWaits&) = delete;
+  std::atomic<int>& n_;
+};
+
 // While a caller blocks in wait(), the worker's waits on peers spin longer: nothing else needs this rank's
 // core then, and a futex wake-up is slow. The counter outlives the group (a Work may).
 class ShmWork : public Work {
@@ -49,11 +58,7 @@ class ShmWork : public Work {
   }
 
  private:
-  struct Waiting {
-    explicit Waiting(std::atomic<int>& n) : n_(n) { n_.fetch_add(1, std::memory_order_relaxed); }
-    ~Waiting() { n_.fetch_sub(1, std::memory_order_relaxed); }
-    std::atomic<int>& n_;
-  };
+  using Waiting = CallerWaits;
   std::shared_ptr<std::atomic<int>> waiters_;
 };
 
@@ -212,8 +217,11 @@ std::shared_ptr<Work> ShmProcessGroup::make_work(Task& t) {
 void ShmProcessGroup::run(Task& t) {
   Impl& s = *impl_;
   const CollectiveDesc& d = t.desc;
+  // Run on the issuing thread, the caller waits for it: the long spin applies, as for a caller in wait().
+  std::optional<CallerWaits> caller;
+  if (runs_on_caller()) caller.emplace(*s.waiters);
   if (s.tracker) s.tracker->check_same_call(d);
-  s.deadline = std::chrono::steady_clock::now() + s.options.timeout;
+  s.deadline = std::chrono::steady_clock::now() + s.timeout_of(d);
   try {
     s.execute(d, static_cast<char*>(t.in.data), static_cast<char*>(t.out.data),
               static_cast<const DirectRef*>(t.staging.get()));
@@ -286,7 +294,7 @@ void ShmProcessGroup::on_failure(const std::string& why) { impl_->publish_own_st
 
 std::string ShmProcessGroup::Impl::failure_message(const CollectiveDesc& d, const PeerProblem& p) {
   std::string msg = "shm " + d.str() + " failed on rank " + std::to_string(rank) + " of " +
-                    std::to_string(size) + " (timeout " + std::to_string(options.timeout.count()) + " ms): ";
+                    std::to_string(size) + " (timeout " + std::to_string(timeout_of(d).count()) + " ms): ";
   std::string missing;
   for (int q = 0; q < size; ++q) {
     if (q == rank) continue;

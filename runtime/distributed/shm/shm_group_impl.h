@@ -93,6 +93,10 @@ struct ShmProcessGroup::Impl {
   std::chrono::steady_clock::time_point deadline;
 
   void setup();
+  // d's own timeout (ScopedCollectiveTimeout) or the group's.
+  std::chrono::milliseconds timeout_of(const CollectiveDesc& d) const {
+    return d.timeout.count() > 0 ? d.timeout : options.timeout;
+  }
   void execute(const CollectiveDesc& d, char* in, char* out, const DirectRef* direct);
   std::string failure_message(const CollectiveDesc& d, const PeerProblem& p);
   void agree_on_outcome(const CollectiveDesc& d);                 // throws PeerProblem when it failed
