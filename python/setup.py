@@ -9,7 +9,8 @@ from torch.utils.cpp_extension import BuildExtension, CppExtension
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
-# The runtime files the shm group needs, and nothing that needs the tensor library, BLAS or Gloo.
+# The runtime files the shm and hier groups need, and nothing that needs the tensor library, BLAS or Gloo (across
+# hosts the leaders talk through PyTorch's own Gloo: csrc/c10d_group.h).
 RUNTIME = [
     "runtime/core/device.cpp",
     "runtime/core/env_number.cpp",
@@ -28,6 +29,9 @@ RUNTIME = [
     "runtime/distributed/store_frame_auth.cpp",
     "runtime/distributed/store_protocol.cpp",
     "runtime/distributed/torch_store_client.cpp",
+    "runtime/distributed/host_reduce.cpp",
+    "runtime/distributed/shm/hier_group.cpp",
+    "runtime/distributed/shm/host_identity.cpp",
     "runtime/distributed/shm/shm_group.cpp",
     "runtime/distributed/shm/shm_inplace.cpp",
     "runtime/distributed/shm/shm_reduce.cpp",
@@ -35,7 +39,7 @@ RUNTIME = [
     "runtime/distributed/shm/shm_sync.cpp",
     "runtime/distributed/shm/shm_verdict.cpp",
 ]
-BACKEND = ["csrc/backend.cpp", "csrc/c10d_store_client.cpp", "csrc/module.cpp", "csrc/staging.cpp", "csrc/torch_work.cpp"]
+BACKEND = ["csrc/backend.cpp", "csrc/c10d_group.cpp", "csrc/c10d_store_client.cpp", "csrc/module.cpp", "csrc/staging.cpp", "csrc/torch_work.cpp"]
 
 setup(
     ext_modules=[

@@ -16,9 +16,12 @@
 #include <optional>
 #include <string>
 
+#include "c10d_group.h"
 #include "c10d_store_client.h"
 #include "staging.h"
 #include "runtime/distributed/flight_recorder.h"
+#include "runtime/core/error.h"
+#include "runtime/distributed/shm/hier_group.h"
 #include "runtime/distributed/shm/shm_group.h"
 #include "runtime/distributed/store.h"
 
@@ -61,9 +64,9 @@ class CallTimeout {
 
 // DDP_TORCH_COLLECTIVES: "caller" runs each collective on the thread that issues it (the Work returned is
 // complete), "thread" on the group's background thread, "auto" (the default) picks "caller" when this host's
-// ranks keep every core this process may use busy: world size x torch's intra-op threads >= those cores.
+// ranks keep every core this process may use busy: ranks on this host x torch's intra-op threads >= those cores.
 // Then no core is left for the background thread to overlap on, and each hand-off costs a wake-up.
-bool collectives_on_caller(int size) {
+bool collectives_on_caller(int local_ranks) {
   const char* env = std::getenv("DDP_TORCH_COLLECTIVES");
   const std::string mode = env && *env ? env : "auto";
   if (mode == "caller") return true;
@@ -74,25 +77,58 @@ bool collectives_on_caller(int size) {
   cpu_set_t set;
   CPU_ZERO(&set);
   const int cores = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
-  return static_cast<int64_t>(size) * at::get_num_threads() >= cores;
+  return static_cast<int64_t>(local_ranks) * at::get_num_threads() >= cores;
 }
 
 }  // namespace
 
 // ------------------------------------------------------------------------------------------------ set-up
 
+namespace {
+// The ranks of this rank's host (all of them when `hosts` is empty).
+int ranks_on_my_host(const std::vector<int>& hosts, int rank, int size) {
+  if (hosts.empty()) return size;
+  return static_cast<int>(std::count(hosts.begin(), hosts.end(), hosts[rank]));
+}
+}  // namespace
+
 DdpCppBackend::DdpCppBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                             std::chrono::milliseconds timeout)
+                             std::chrono::milliseconds timeout, std::vector<int> hosts,
+                             c10::intrusive_ptr<c10d::Backend> leaders)
     : c10d::Backend(rank, size),
       options_(c10::make_intrusive<Options>("ddpcpp", timeout)),
-      on_caller_(collectives_on_caller(size)) {
+      on_caller_(collectives_on_caller(ranks_on_my_host(hosts, rank, size))) {
   TORCH_CHECK_VALUE(store, "ddpcpp: no store was given to the backend");
   TORCH_CHECK_VALUE(timeout.count() > 0, "ddpcpp: the timeout must be positive, got ", timeout.count(), " ms");
+  TORCH_CHECK_VALUE(hosts.empty() || static_cast<int>(hosts.size()) == size, "ddpcpp: ", hosts.size(),
+                    " host indices for a group of ", size, " ranks");
   auto ddp_store = std::make_shared<dist::Store>(std::make_unique<C10dStoreClient>(store), timeout);
   dist::ProcessGroupOptions options;
   options.timeout = timeout;
   options.name = "ddpcpp";  // the store is already this group's own (torch.distributed prefixes it)
   options.run_on_caller = on_caller_;
+  const bool one_host = hosts.empty() || std::count(hosts.begin(), hosts.end(), hosts[0]) == size;
+  if (!one_host) {
+    hosts_ = hosts;
+    // Several hosts: shm inside each, the leaders' collectives on PyTorch's Gloo (made by ddp_cpp/torch.py).
+    try {
+      group_ = std::make_unique<dist::HierProcessGroup>(
+          ddp_store, rank, size, options,
+          [leaders, timeout](std::shared_ptr<dist::Store>, int host, int n_hosts, const dist::ProcessGroupOptions&)
+              -> std::unique_ptr<dist::ProcessGroup> {
+            DDP_CHECK(leaders && leaders->getRank() == host && leaders->getSize() == n_hosts,
+                      "ddpcpp: the leaders' Gloo group must be rank ", host, " of ", n_hosts);
+            return std::make_unique<C10dGroup>(leaders, timeout);
+          },
+          std::move(hosts));
+    } catch (const std::exception& e) {
+      TORCH_CHECK_WITH(DistBackendError, false, "ddpcpp: rank ", rank, " of ", size,
+                       " could not set up the group across hosts (shared memory inside each host, Gloo between "
+                       "their leaders): ", e.what());
+    }
+    completer_ = std::make_unique<Completer>();
+    return;
+  }
   try {
     group_ = std::make_unique<dist::ShmProcessGroup>(ddp_store, rank, size, options);
   } catch (const std::exception& e) {
@@ -117,6 +153,13 @@ c10::intrusive_ptr<c10d::Backend> DdpCppBackend::split(const c10::intrusive_ptr<
                                                        const c10::intrusive_ptr<Options>& opts) {
   const auto me = std::find(ranks.begin(), ranks.end(), getRank());
   if (me == ranks.end()) return nullptr;  // not in this split
+  if (!hosts_.empty()) {
+    for (int r : ranks)
+      TORCH_CHECK_VALUE(r >= 0 && r < getSize() && hosts_[r] == hosts_[getRank()], "ddpcpp: split_group: ranks ",
+                        getRank(), " and ", r, " are on different hosts; a split across hosts is not supported "
+                        "(each split's ranks must share a host): make that subgroup with dist.new_group(ranks, "
+                        "backend='ddpcpp')");
+  }
   const auto timeout = opts && opts->timeout.count() > 0 ? opts->timeout : options_->timeout;
   GilRelease nogil;
   return c10::make_intrusive<DdpCppBackend>(store, static_cast<int>(me - ranks.begin()),

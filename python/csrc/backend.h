@@ -10,6 +10,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <memory>
+#include <vector>
 
 #include "runtime/distributed/process_group.h"
 #include "torch_work.h"
@@ -19,9 +20,12 @@ namespace ddp_torch {
 class DdpCppBackend : public c10d::Backend {
  public:
   // Rendezvous through `store` (torch.distributed's prefixed store of this group); `timeout` bounds every
-  // collective and the set-up.
+  // collective and the set-up. `hosts` (the host index of every rank; empty: one host): ranks on several
+  // hosts make a hierarchical group - shm inside each host, `leaders` (PyTorch's Gloo group of the lowest
+  // rank of each host, rank = host index; null on the other ranks) between hosts.
   DdpCppBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                std::chrono::milliseconds timeout);
+                std::chrono::milliseconds timeout, std::vector<int> hosts = {},
+                c10::intrusive_ptr<c10d::Backend> leaders = {});
   ~DdpCppBackend() override;
 
   const std::string getBackendName() const override { return "ddpcpp"; }
@@ -67,7 +71,7 @@ class DdpCppBackend : public c10d::Backend {
 
   // The flight record of this group's recent collectives as JSON (docs/debugging.md's schema).
   std::string flight_record_json() const;
-  // The ddp.cpp group underneath, for tests: "shm".
+  // The ddp.cpp group underneath, for tests: "shm" (one host) or "hier" (several).
   std::string inner_backend() const { return group_->backend_name(); }
   // Whether collectives run on the issuing thread (DDP_TORCH_COLLECTIVES, backend.cpp) - "caller" - or on the
   // group's background thread - "thread".
@@ -87,6 +91,7 @@ class DdpCppBackend : public c10d::Backend {
 
   c10::intrusive_ptr<Options> options_;  // the timeout, for getBackendOptions and split
   const bool on_caller_;                  // collectives run on the issuing thread (DDP_TORCH_COLLECTIVES)
+  std::vector<int> hosts_;                // across hosts: the host index of every rank; empty on one host
   std::unique_ptr<ddp::dist::ProcessGroup> group_;
   std::unique_ptr<Completer> completer_;
   bool coalescing_ = false;

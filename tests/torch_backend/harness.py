@@ -66,7 +66,12 @@ def run_ranks(fn, world=2, timeout_s=120, args=(), wait_for=None):
 
 
 def init(backend, rank, world, store, timeout_s=60):
-    """init_process_group on the harness's store (importing ddp_cpp.torch first)."""
+    """init_process_group on the harness's store (importing ddp_cpp.torch first). With DDP_TEST_HOSTS=H (ctest's
+    .hosts variants) the ranks play H hosts, consecutive ranks on one (DDP_TORCH_PRETEND_HOST): ddpcpp groups
+    then run across hosts (shared memory inside each, PyTorch's Gloo between them)."""
+    hosts = int(os.environ.get("DDP_TEST_HOSTS", "0"))
+    if hosts:
+        os.environ["DDP_TORCH_PRETEND_HOST"] = f"test-host-{rank * hosts // world}"
     import ddp_cpp.torch  # noqa: F401
     dist.init_process_group(backend, store=store, rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=timeout_s))
@@ -76,13 +81,17 @@ def init(backend, rank, world, store, timeout_s=60):
 
 def check_collectives_mode(group=None):
     """With DDP_TORCH_COLLECTIVES=caller or thread set (ctest's variants of each test), the ddpcpp group runs its
-    collectives that way: raises otherwise, so a variant cannot pass by testing the other mode."""
+    collectives that way, and with DDP_TEST_HOSTS it is the group across hosts: raises otherwise, so a variant
+    cannot pass by testing another path."""
     want = os.environ.get("DDP_TORCH_COLLECTIVES", "")
+    backend = (group if group is not None else dist.distributed_c10d._get_default_group())._get_backend(
+        torch.device("cpu"))
     if want in ("caller", "thread"):
-        pg = group if group is not None else dist.distributed_c10d._get_default_group()
-        got = pg._get_backend(torch.device("cpu")).collectives_run_on()
+        got = backend.collectives_run_on()
         if got != want:
             raise AssertionError(f"DDP_TORCH_COLLECTIVES={want} but the ddpcpp group runs its collectives on the {got}")
+    if int(os.environ.get("DDP_TEST_HOSTS", "0")) > 1 and backend.inner_backend() != "hier":
+        raise AssertionError(f"DDP_TEST_HOSTS is set but the ddpcpp group is {backend.inner_backend()}, not hier")
 
 
 def expect_all_ok(results, what):

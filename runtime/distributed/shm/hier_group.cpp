@@ -9,7 +9,6 @@
 #include "runtime/core/error.h"
 #include "runtime/core/log.h"
 #include "runtime/distributed/collective.h"
-#include "runtime/distributed/gloo_group.h"
 #include "runtime/distributed/host_reduce.h"
 #include "runtime/distributed/shm/host_identity.h"
 #include "runtime/distributed/shm/shm_group.h"
@@ -32,7 +31,7 @@ struct HierProcessGroup::Impl {
   std::vector<int> leader_of_host;  // lowest global rank of each host
   std::vector<std::vector<int>> ranks_of_host;
   std::unique_ptr<ShmProcessGroup> local;
-  std::unique_ptr<GlooProcessGroup> leaders;  // leaders only, and only with several hosts
+  std::unique_ptr<ProcessGroup> leaders;  // leaders only, and only with several hosts
 
   bool is_leader() const { return local_index == 0; }
   void execute(const CollectiveDesc& d, char* in, char* out);
@@ -40,7 +39,7 @@ struct HierProcessGroup::Impl {
 };
 
 HierProcessGroup::HierProcessGroup(std::shared_ptr<Store> store, int rank, int size,
-                                   const ProcessGroupOptions& options, const std::string& master_addr,
+                                   const ProcessGroupOptions& options, LeadersFactory make_leaders,
                                    std::vector<int> hosts)
     : QueuedProcessGroup(store.get(), rank, size, options, "hier", OnStop::RunQueued),
       impl_(std::make_unique<Impl>()) {
@@ -71,8 +70,9 @@ HierProcessGroup::HierProcessGroup(std::shared_ptr<Store> store, int rank, int s
   if (s.n_hosts > 1 && s.is_leader()) {
     ProcessGroupOptions leader_opts = options;
     leader_opts.name = s.prefix + "/leaders";
-    s.leaders =
-        std::make_unique<GlooProcessGroup>(store->clone(), s.host[rank], s.n_hosts, leader_opts, master_addr);
+    s.leaders = make_leaders(store->clone(), s.host[rank], s.n_hosts, leader_opts);
+    DDP_CHECK(s.leaders && s.leaders->rank() == s.host[rank] && s.leaders->size() == s.n_hosts,
+              "hier: the leaders' group of host ", s.host[rank], " must be rank ", s.host[rank], " of ", s.n_hosts);
   }
   DDP_LOG(Info, "hier group '", s.prefix, "': rank ", rank, " of ", size, " on host ", s.host[rank], " of ",
           s.n_hosts, " (", s.local_ranks.size(), " local ranks)");

@@ -31,13 +31,14 @@ std::string host_identity() {
 }
 
 std::vector<int> host_of_ranks(Store& store, const std::string& prefix, int rank, int size,
-                               std::chrono::milliseconds timeout) {
+                               std::chrono::milliseconds timeout, const std::string& identity) {
   const auto key = [&](int r) { return prefix + "/host/" + std::to_string(r); };
-  store.set(key(rank), host_identity());
+  const std::string mine = identity.empty() ? host_identity() : identity;
+  store.set(key(rank), mine);
   std::vector<int> host(size);
   std::map<std::string, int> index;
   for (int r = 0; r < size; ++r) {
-    const std::string id = r == rank ? host_identity() : store.get(key(r), timeout);
+    const std::string id = r == rank ? mine : store.get(key(r), timeout);
     auto it = index.emplace(id, static_cast<int>(index.size())).first;
     host[r] = it->second;
   }

@@ -14,10 +14,10 @@ namespace ddp::dist::shm {
 // "hostname/boot-id/ipc:[...]/net:[...]/pid:[...]" of this process.
 std::string host_identity();
 
-// Every rank publishes its identity under "<prefix>/host/<rank>" and reads all; returns, for each rank, the
-// index of its host (hosts numbered in order of their lowest rank). Collective over the store: every rank of
-// the group must call it with the same prefix.
+// Every rank publishes its identity (`identity`, or host_identity() when empty) under "<prefix>/host/<rank>" and
+// reads all; returns, for each rank, the index of its host (hosts numbered in order of their lowest rank).
+// Collective over the store: every rank of the group must call it with the same prefix.
 std::vector<int> host_of_ranks(Store& store, const std::string& prefix, int rank, int size,
-                               std::chrono::milliseconds timeout);
+                               std::chrono::milliseconds timeout, const std::string& identity = "");
 
 }  // namespace ddp::dist::shm
