@@ -88,6 +88,13 @@ void QueuedProcessGroup::abort(const std::string& why) {
   interrupt(abort_reason_);
 }
 
+void QueuedProcessGroup::number_locked(Task& t) {
+  DDP_CHECK(!stopping_, label_, ": ", t.desc.str(false), " issued while the process group is being destroyed");
+  t.desc.seq = next_seq_++;
+  flight_->issued(t.desc);
+  t.work = make_work(t);
+}
+
 std::shared_ptr<Work> QueuedProcessGroup::enqueue(CollectiveDesc d, CommBuffer in, CommBuffer out) {
   Task t;
   t.in = std::move(in);
@@ -101,20 +108,14 @@ std::shared_ptr<Work> QueuedProcessGroup::enqueue(CollectiveDesc d, CommBuffer i
     std::lock_guard<std::mutex> turn(caller_mu_);
     {
       std::lock_guard<std::mutex> g(mu_);
-      DDP_CHECK(!stopping_, label_, ": ", d.str(false), " issued while the process group is being destroyed");
-      t.desc.seq = next_seq_++;
-      flight_->issued(t.desc);
-      t.work = make_work(t);
+      number_locked(t);
     }
     auto work = t.work;
     run_one(t);  // an abort() meanwhile fails it there, with the reason
     return work;
   }
   std::lock_guard<std::mutex> g(mu_);
-  DDP_CHECK(!stopping_, label_, ": ", d.str(false), " issued while the process group is being destroyed");
-  t.desc.seq = next_seq_++;
-  flight_->issued(t.desc);
-  t.work = make_work(t);
+  number_locked(t);
   auto work = t.work;
   if (aborted_) {  // fails at once, never reaches the worker
     const std::string msg = aborted_message(t.desc, "not run");

@@ -82,6 +82,8 @@ class QueuedProcessGroup : public ProcessGroup {
 
  private:
   std::shared_ptr<Work> enqueue(CollectiveDesc d, CommBuffer in, CommBuffer out);
+  // With mu_ held: refuses a group being destroyed, gives t the next sequence number, records it, makes its Work.
+  void number_locked(Task& t);
   void loop();
   void run_one(Task& t);
   void write_failure_record();

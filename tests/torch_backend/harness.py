@@ -94,6 +94,18 @@ def check_collectives_mode(group=None):
         raise AssertionError(f"DDP_TEST_HOSTS is set but the ddpcpp group is {backend.inner_backend()}, not hier")
 
 
+def report_launch(what, rc, out, lines, want_lines):
+    """One launcher run's verdict: ok when it exited 0 and printed `want_lines` of the expected `lines` (found in
+    its output); prints "ok"/"FAIL", the lines, and the output's tail when it failed. Returns ok."""
+    ok = rc == 0 and len(lines) == want_lines
+    print(f"{'ok  ' if ok else 'FAIL'} {what}: exit {rc}")
+    for line in lines:
+        print("     " + line)
+    if not ok:
+        print(out[-4000:])
+    return ok
+
+
 def expect_all_ok(results, what):
     """Raises with every failing rank's text unless all ranks returned."""
     bad = {r: v for r, v in results.items() if v[0] != "ok"}

@@ -16,6 +16,9 @@ import subprocess
 import sys
 import threading
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+
 PREFIX = "ddptest_"
 ADDRESS = ["198.18.0.1", "198.18.0.2"]
 IFACE = ["veth0", "veth1"]
@@ -121,13 +124,7 @@ def main():
     for node in (0, 1):
         rc, out = results[node]
         lines = sorted(line.strip() for line in out.splitlines() if "ddpcpp over hier" in line)
-        ok = rc == 0 and len(lines) == 2
-        failed |= not ok
-        print(f"{'ok  ' if ok else 'FAIL'} node {node} ({names[node]}): torchrun exit {rc}")
-        for line in lines:
-            print("     " + line)
-        if not ok:
-            print(out[-4000:])
+        failed |= not harness.report_launch(f"node {node} ({names[node]}): torchrun", rc, out, lines, 2)
     if failed:
         sys.exit(1)
 

@@ -10,6 +10,9 @@ import re
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+
 
 def worker():
     import torch
@@ -48,13 +51,7 @@ def main():
             out, rc = f"{e.stdout or ''}{e.stderr or ''}\ntimed out after 90 s", -1
         # The two ranks' lines may interleave in the pipe: find each rank's sentence, not each line.
         lines = sorted(set(re.findall(r"rank \d of 2: backend \S+ over \w+, all_reduce and a DDP step agree", out)))
-        ok = rc == 0 and len(lines) == 2
-        failed |= not ok
-        print(f"{'ok  ' if ok else 'FAIL'} torchrun with init_process_group({backend!r}): exit {rc}")
-        for line in lines:
-            print("     " + line)
-        if not ok:
-            print(out[-4000:])
+        failed |= not harness.report_launch(f"torchrun with init_process_group({backend!r})", rc, out, lines, 2)
     if failed:
         sys.exit(1)
 
