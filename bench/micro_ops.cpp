@@ -12,14 +12,14 @@
 //      Kernel_Threads/<k>/<n>: each kernel at 16K-16M elements with 1 and 2 threads interleaved, the split
 //      forced: the second thread's speedup per size (the split thresholds of kernels/cpu/parallel.h).
 //  (d) Gemm_Library/<shape>/<library>: each float32 product of the models (MLP 784-1024-1024-10 at batch 64,
-//      GPT d128 at 1024 tokens, its 64x64x32 attention blocks) on OpenBLAS, on oneDNN and under the auto rule
-//      (kernels/cpu/gemm_backend.h), against Gemm_Peak: a 1024^3 product on each library measured in the same
+//      GPT d128 at 1024 tokens, its 64x64x32 attention blocks) on OpenBLAS, on oneDNN, under the auto rule
+//      (kernels/cpu/gemm_backend.h) and on BLIS (when libblis4 loads), against Gemm_Peak: a 1024^3 product on each library measured in the same
 //      run (the best of them is "peak"). The table after the run gives GFLOP/s per library and % of peak.
 //      Entries of one library run back to back (alternating the libraries call by call at > 1 thread would
 //      measure their thread pools fighting, not the kernels): add --benchmark_repetitions=N
 //      --benchmark_enable_random_interleaving=true to interleave them.
 //      Gemm_StepSequence/<0 mlp, 1 gpt>: every linear-layer product of one training step (forward, input and
-//      weight gradients) on each library, the three interleaved in one loop, in CPU time of the calling
+//      weight gradients) on each library, all interleaved in one loop, in CPU time of the calling
 //      thread (steady on a loaded machine); run it with --blas_threads=1 (one thread: no thread pools to
 //      fight).
 //  (e) Peak_Fma: the single-core float32 FMA peak (an unrolled loop of 12 independent multiply-adds at the
@@ -51,6 +51,7 @@
 #include "kernels/cpu/embedding.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_backend.h"
+#include "kernels/cpu/gemm_blis.h"
 #include "kernels/cpu/layernorm.h"
 #include "kernels/cpu/loss.h"
 #include "kernels/cpu/optim.h"
@@ -516,12 +517,17 @@ const GemmShape kGemmShapes[] = {
 constexpr int kNumGemmShapes = sizeof(kGemmShapes) / sizeof(kGemmShapes[0]);
 const kernels::cpu::GemmBackend kGemmLibraries[] = {kernels::cpu::GemmBackend::OpenBLAS,
                                                     kernels::cpu::GemmBackend::OneDNN,
-                                                    kernels::cpu::GemmBackend::Auto};
+                                                    kernels::cpu::GemmBackend::Auto,
+                                                    kernels::cpu::GemmBackend::BLIS};
 
 // Times `state` products of one shape on one library (wall time: the library's own threads do the work).
 void run_gemm(benchmark::State& state, const GemmShape& g, kernels::cpu::GemmBackend library) {
   if (library == kernels::cpu::GemmBackend::OneDNN && !kernels::cpu::onednn_available()) {
     state.SkipWithError("this build has no oneDNN (install libdnnl-dev and reconfigure)");
+    return;
+  }
+  if (library == kernels::cpu::GemmBackend::BLIS && !kernels::cpu::blis_available()) {
+    state.SkipWithError(kernels::cpu::blis_version().c_str());
     return;
   }
   const kernels::cpu::GemmBackend saved = kernels::cpu::gemm_backend();
@@ -547,12 +553,12 @@ void run_gemm(benchmark::State& state, const GemmShape& g, kernels::cpu::GemmBac
                       : std::string()));
 }
 
-// Args: shape index, library index (0 openblas, 1 onednn, 2 auto).
+// Args: shape index, library index (0 openblas, 1 onednn, 2 auto, 3 blis).
 void Gemm_Library(benchmark::State& state) {
   run_gemm(state, kGemmShapes[state.range(0)], kGemmLibraries[state.range(1)]);
 }
 BENCHMARK(Gemm_Library)
-    ->ArgsProduct({benchmark::CreateDenseRange(0, kNumGemmShapes - 1, 1), {0, 1, 2}})
+    ->ArgsProduct({benchmark::CreateDenseRange(0, kNumGemmShapes - 1, 1), {0, 1, 2, 3}})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 
@@ -582,35 +588,38 @@ double thread_cpu_seconds() {
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
-// Args: 0 mlp, 1 gpt. Counters: median thread-CPU ms of the step's products per library and auto/openblas.
+// Args: 0 mlp, 1 gpt. Counters: median thread-CPU ms of the step's products per library (those this machine has:
+// OpenBLAS always, oneDNN and auto when built in, BLIS when it loads) and auto/openblas, blis/openblas.
 void Gemm_StepSequence(benchmark::State& state) {
   const std::vector<GemmShape> seq = step_sequence(state.range(0) == 1);
   const kernels::cpu::GemmBackend saved = kernels::cpu::gemm_backend();
   AlignedVector<float> A(1 << 20), B(1 << 20), C(1 << 20);
   for (size_t i = 0; i < A.size(); ++i)
     A[i] = 0.01f * static_cast<float>(i % 17), B[i] = 0.02f * static_cast<float>(i % 13);
-  const int n_lib = kernels::cpu::onednn_available() ? 3 : 1;
-  std::vector<double> t[3];
+  std::vector<kernels::cpu::GemmBackend> libs = {kernels::cpu::GemmBackend::OpenBLAS};
+  if (kernels::cpu::onednn_available())
+    libs.insert(libs.end(), {kernels::cpu::GemmBackend::OneDNN, kernels::cpu::GemmBackend::Auto});
+  if (kernels::cpu::blis_available()) libs.push_back(kernels::cpu::GemmBackend::BLIS);
+  std::vector<std::vector<double>> t(libs.size());
   auto run_all = [&] {
     for (const GemmShape& g : seq)
       kernels::cpu::gemm(g.ta, g.tb, g.M, g.N, g.K, 1.0f, A.data(), B.data(), 0.0f, C.data());
   };
-  for (int lib = 0; lib < n_lib; ++lib) kernels::cpu::set_gemm_backend(kGemmLibraries[lib]), run_all();  // warm-up
+  for (auto lib : libs) kernels::cpu::set_gemm_backend(lib), run_all();  // warm-up
   for (auto _ : state) {
-    for (int lib = 0; lib < n_lib; ++lib) {
-      kernels::cpu::set_gemm_backend(n_lib == 1 ? kernels::cpu::GemmBackend::OpenBLAS : kGemmLibraries[lib]);
+    for (size_t l = 0; l < libs.size(); ++l) {  // interleaved: load drift hits every library alike
+      kernels::cpu::set_gemm_backend(libs[l]);
       const double t0 = thread_cpu_seconds();
       run_all();
-      t[lib].push_back(thread_cpu_seconds() - t0);
+      t[l].push_back(thread_cpu_seconds() - t0);
     }
     benchmark::DoNotOptimize(C.data());
   }
   kernels::cpu::set_gemm_backend(saved);
-  state.counters["openblas_ms"] = median(t[0]) * 1e3;
-  if (n_lib == 3) {
-    state.counters["onednn_ms"] = median(t[1]) * 1e3;
-    state.counters["auto_ms"] = median(t[2]) * 1e3;
-    state.counters["auto/openblas"] = median(t[2]) / median(t[0]);
+  for (size_t l = 0; l < libs.size(); ++l) {
+    const std::string name = kernels::cpu::gemm_backend_name(libs[l]);
+    state.counters[name + "_ms"] = median(t[l]) * 1e3;
+    if (l > 0) state.counters[name + "/openblas"] = median(t[l]) / median(t[0]);
   }
   state.SetLabel(state.range(0) == 1 ? "gpt step's linear GEMMs" : "mlp step's GEMMs");
 }
@@ -620,7 +629,7 @@ BENCHMARK(Gemm_StepSequence)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
 void Gemm_Peak(benchmark::State& state) {
   run_gemm(state, {"peak 1024x1024 k1024", false, false, 1024, 1024, 1024}, kGemmLibraries[state.range(0)]);
 }
-BENCHMARK(Gemm_Peak)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(Gemm_Peak)->Arg(0)->Arg(1)->Arg(3)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // (e) The machine's own ceilings on one core (kernels/cpu/peak_probe.h).
 void Peak_Fma(benchmark::State& state) {
@@ -698,17 +707,19 @@ class RatioReporter : public benchmark::ConsoleReporter {
     if (!gemm_order_.empty()) {
       std::printf("\nfloat32 GEMMs at the model shapes, %d thread(s), %s\n", kernels::cpu::blas_threads(),
                   kernels::cpu::gemm_libraries().c_str());
-      std::printf("  peak (1024^3 product): openblas %.1f GFLOP/s, onednn %.1f GFLOP/s\n", at(peak_by_, "openblas"),
-                  at(peak_by_, "onednn"));
-      std::printf("  %-30s %9s %9s %9s %-9s %8s %8s\n", "shape", "openblas", "onednn", "auto", "auto ->",
+      std::printf("  peak (1024^3 product): openblas %.1f GFLOP/s, onednn %.1f GFLOP/s, blis %.1f GFLOP/s\n",
+                  at(peak_by_, "openblas"), at(peak_by_, "onednn"), at(peak_by_, "blis"));
+      std::printf("  %-30s %9s %9s %9s %9s %-9s %8s %8s\n", "shape", "openblas", "onednn", "blis", "auto", "auto ->",
                   "best/pk", "auto/pk");
       for (const std::string& shape : gemm_order_) {
         const auto& row = gemm_.at(shape);
-        const double ob = at(row, "openblas").gflops, od = at(row, "onednn").gflops, au = at(row, "auto").gflops;
+        const double ob = at(row, "openblas").gflops, od = at(row, "onednn").gflops, bl = at(row, "blis").gflops,
+                     au = at(row, "auto").gflops;
         const std::string& label = at(row, "auto").label;
         const std::string pick = label.find("->") == std::string::npos ? "" : label.substr(label.find("->") + 2);
-        std::printf("  %-30s %9.1f %9.1f %9.1f %-9s %7.0f%% %7.0f%%\n", shape.c_str(), ob, od, au, pick.c_str(),
-                    peak_ > 0 ? 100 * std::max(ob, od) / peak_ : 0.0, peak_ > 0 ? 100 * au / peak_ : 0.0);
+        std::printf("  %-30s %9.1f %9.1f %9.1f %9.1f %-9s %7.0f%% %7.0f%%\n", shape.c_str(), ob, od, bl, au,
+                    pick.c_str(), peak_ > 0 ? 100 * std::max({ob, od, bl}) / peak_ : 0.0,
+                    peak_ > 0 ? 100 * au / peak_ : 0.0);
       }
     }
     if (!kernels_.empty()) {

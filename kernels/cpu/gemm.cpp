@@ -1,5 +1,6 @@
 // gemm.cpp - the library calls behind gemm/gemm_ld/gemm_batched: float through OpenBLAS's sgemm or oneDNN's
-// dnnl_sgemm (gemm_backend_for picks), double through OpenBLAS's dgemm; the bias helper and the thread budget.
+// dnnl_sgemm (gemm_backend_for picks) or BLIS's bli_sgemm (when forced), double through OpenBLAS's dgemm; the
+// bias helper and the thread budget.
 #include "kernels/cpu/gemm.h"
 
 #include <cblas.h>
@@ -10,6 +11,7 @@
 #include <cstring>
 
 #include "kernels/cpu/gemm_backend.h"
+#include "kernels/cpu/gemm_blis.h"
 #include "runtime/core/error.h"
 
 #ifdef DDP_WITH_ONEDNN
@@ -23,7 +25,7 @@ blasint as_blas_int(int64_t v, const char* what) {
   return static_cast<blasint>(v);
 }
 
-std::atomic<int64_t> openblas_calls{0}, onednn_calls{0};
+std::atomic<int64_t> openblas_calls{0}, onednn_calls{0}, blis_calls{0};
 
 template <class T>
 void call_library(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
@@ -33,6 +35,10 @@ void call_library(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T
                 lc = as_blas_int(std::max<int64_t>(ldc, 1), "ldc");
   const CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans, tb = trans_b ? CblasTrans : CblasNoTrans;
   if constexpr (sizeof(T) == sizeof(float)) {
+    if (gemm_backend() == GemmBackend::BLIS) {  // forced only (not in the automatic rule); one thread
+      blis_calls.fetch_add(1, std::memory_order_relaxed);
+      return blis_sgemm(trans_a, trans_b, M, N, K, alpha, A, la, B, lb, beta, C, lc);
+    }
 #ifdef DDP_WITH_ONEDNN
     const int threads = openblas_get_num_threads();
     if (gemm_backend_for(M, N, K, threads) == GemmBackend::OneDNN) {
@@ -49,7 +55,7 @@ void call_library(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T
 }
 }  // namespace
 
-GemmCounts gemm_counts() { return {openblas_calls.load(), onednn_calls.load()}; }
+GemmCounts gemm_counts() { return {openblas_calls.load(), onednn_calls.load(), blis_calls.load()}; }
 
 int onednn_threads_of_this_thread() {
 #ifdef DDP_WITH_ONEDNN

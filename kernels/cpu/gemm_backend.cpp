@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdlib>
 
+#include "kernels/cpu/gemm_blis.h"
 #include "runtime/core/error.h"
 
 #ifdef DDP_WITH_ONEDNN
@@ -20,13 +21,15 @@ void check_available(GemmBackend backend, std::string_view what) {
   DDP_CHECK(backend != GemmBackend::OneDNN || onednn_available(), what,
             " asks for oneDNN, but this build has no oneDNN: install libdnnl-dev (tools/ddp build does) and "
             "reconfigure, or use DDP_GEMM=openblas or auto");
+  DDP_CHECK(backend != GemmBackend::BLIS || blis_available(), what, " asks for BLIS, but it is not available (",
+            blis_version(), "): install libblis4 (tools/ddp build does), or use DDP_GEMM=openblas or auto");
 }
 
 GemmBackend from_environment() {
   const char* env = std::getenv("DDP_GEMM");
   if (env == nullptr || *env == '\0') return GemmBackend::Auto;
   const GemmBackend b = parse_gemm_backend(env, "DDP_GEMM");
-  check_available(b, "DDP_GEMM=onednn");
+  check_available(b, b == GemmBackend::BLIS ? "DDP_GEMM=blis" : "DDP_GEMM=onednn");
   return b;
 }
 
@@ -48,7 +51,8 @@ GemmBackend parse_gemm_backend(std::string_view text, std::string_view what) {
   if (text == "auto") return GemmBackend::Auto;
   if (text == "openblas") return GemmBackend::OpenBLAS;
   if (text == "onednn") return GemmBackend::OneDNN;
-  DDP_FAIL(what, "='", text, "' is not a GEMM backend: use auto (per shape), openblas or onednn");
+  if (text == "blis") return GemmBackend::BLIS;
+  DDP_FAIL(what, "='", text, "' is not a GEMM backend: use auto (per shape), openblas, onednn or blis");
 }
 
 const char* gemm_backend_name(GemmBackend backend) {
@@ -57,13 +61,15 @@ const char* gemm_backend_name(GemmBackend backend) {
       return "openblas";
     case GemmBackend::OneDNN:
       return "onednn";
+    case GemmBackend::BLIS:
+      return "blis";
     default:
       return "auto";
   }
 }
 
 void set_gemm_backend(GemmBackend backend) {
-  check_available(backend, "set_gemm_backend(onednn)");
+  check_available(backend, backend == GemmBackend::BLIS ? "set_gemm_backend(blis)" : "set_gemm_backend(onednn)");
   setting().store(static_cast<int>(backend));
 }
 GemmBackend gemm_backend() { return static_cast<GemmBackend>(setting().load(std::memory_order_relaxed)); }
@@ -86,6 +92,7 @@ std::string gemm_libraries() {
 #ifdef DDP_WITH_ONEDNN
   s += std::string(" + ") + onednn_version();
 #endif
+  if (blis_available()) s += " + " + blis_version();
   return s + ", DDP_GEMM " + gemm_backend_name(gemm_backend());
 }
 

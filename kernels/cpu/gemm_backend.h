@@ -1,7 +1,8 @@
 // gemm_backend.h - which library runs a CPU float32 matrix product: OpenBLAS or oneDNN (dnnl_sgemm), chosen
 // per shape class and thread budget by a fixed rule measured on the development machine (docs/benchmarks.md,
-// "GEMM backends"), or forced by DDP_GEMM / set_gemm_backend. float64 products always run on OpenBLAS
-// (oneDNN has no double-precision GEMM), so the float64 exactness suites see one library.
+// "GEMM backends"), or forced by DDP_GEMM / set_gemm_backend - which also offers BLIS (loaded at run time when
+// libblis4 is installed, gemm_blis.h; measured beside the others, not in the automatic rule). float64 products
+// always run on OpenBLAS (oneDNN has no double-precision GEMM), so the float64 exactness suites see one library.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -9,18 +10,18 @@
 
 namespace ddp::kernels::cpu {
 
-enum class GemmBackend { Auto, OpenBLAS, OneDNN };
+enum class GemmBackend { Auto, OpenBLAS, OneDNN, BLIS };
 
 // The process-wide setting. Until set_gemm_backend is called it comes from the environment variable
-// DDP_GEMM=auto|openblas|onednn (read once; default auto). Asking for oneDNN in a build without it is an error
-// naming the fix.
+// DDP_GEMM=auto|openblas|onednn|blis (read once; default auto). Asking for oneDNN in a build without it, or for
+// BLIS where libblis.so.4 does not load, is an error naming the fix.
 void set_gemm_backend(GemmBackend backend);
 GemmBackend gemm_backend();
 
-// Parses "auto", "openblas" or "onednn"; anything else is an error listing the three (`what` names the source,
-// e.g. "DDP_GEMM").
+// Parses "auto", "openblas", "onednn" or "blis"; anything else is an error listing them (`what` names the
+// source, e.g. "DDP_GEMM").
 GemmBackend parse_gemm_backend(std::string_view text, std::string_view what);
-const char* gemm_backend_name(GemmBackend backend);  // "auto", "openblas", "onednn"
+const char* gemm_backend_name(GemmBackend backend);  // "auto", "openblas", "onednn", "blis"
 
 // True when this build links oneDNN (CMake found libdnnl-dev).
 bool onednn_available();
@@ -43,7 +44,7 @@ GemmBackend gemm_backend_for(int64_t M, int64_t N, int64_t K, int threads);
 // Products run so far in this process by each library (float32 and float64 together; gemm.cpp counts them),
 // for tests and benchmark reports.
 struct GemmCounts {
-  int64_t openblas = 0, onednn = 0;
+  int64_t openblas = 0, onednn = 0, blis = 0;
 };
 GemmCounts gemm_counts();
 
@@ -51,7 +52,8 @@ GemmCounts gemm_counts();
 // omp_get_max_threads(); gemm sets it to the budget before each oneDNN product); 0 without oneDNN.
 int onednn_threads_of_this_thread();
 
-// One line for benchmark headers: "OpenBLAS 0.3.21 + oneDNN 2.6.3 (OpenMP), DDP_GEMM auto".
+// One line for benchmark headers: "OpenBLAS 0.3.21 + oneDNN 2.6.3 (OpenMP) + BLIS 0.9.0 (zen3 kernels), DDP_GEMM
+// auto" (BLIS when it loads).
 std::string gemm_libraries();
 // The kernels OpenBLAS runs on this CPU: "Haswell (OPENBLAS_CORETYPE=Haswell; config: OpenBLAS 0.3.21
 // DYNAMIC_ARCH NO_AFFINITY Haswell MAX_THREADS=64)" - openblas_get_corename(), the environment's choice

@@ -1,4 +1,5 @@
-// test_gemm_backends.cpp - the two CPU GEMM libraries (kernels/cpu/gemm_backend.h): each one forced in turn
+// test_gemm_backends.cpp - the CPU GEMM libraries (kernels/cpu/gemm_backend.h: OpenBLAS, oneDNN, BLIS loaded at
+// run time): each one forced in turn
 // against a float64 reference over every transpose combination, leading dimensions wider than the rows, alpha
 // and beta, and the model shapes; the per-shape rule of DDP_GEMM=auto; oneDNN's thread count following the
 // rank's budget in every calling thread; the error messages. Tests that need oneDNN skip without it.
@@ -13,6 +14,7 @@
 
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_backend.h"
+#include "kernels/cpu/gemm_blis.h"
 #include "tests/support/run_process.h"
 
 using namespace ddp::kernels::cpu;
@@ -102,13 +104,9 @@ void expect_all_match(GemmBackend backend) {
   const GemmCounts after = gemm_counts();
   // Every product ran on the forced library.
   const int64_t n = static_cast<int64_t>(all.size());
-  if (backend == GemmBackend::OneDNN) {
-    EXPECT_EQ(after.onednn - before.onednn, n);
-    EXPECT_EQ(after.openblas, before.openblas);
-  } else {
-    EXPECT_EQ(after.openblas - before.openblas, n);
-    EXPECT_EQ(after.onednn, before.onednn);
-  }
+  EXPECT_EQ(after.onednn - before.onednn, backend == GemmBackend::OneDNN ? n : 0);
+  EXPECT_EQ(after.blis - before.blis, backend == GemmBackend::BLIS ? n : 0);
+  EXPECT_EQ(after.openblas - before.openblas, backend == GemmBackend::OpenBLAS ? n : 0);
 }
 }  // namespace
 
@@ -123,6 +121,15 @@ TEST_F(GemmBackendTest, OneDnnFloat32MatchesFloat64OnEveryLayout) {
   expect_all_match(GemmBackend::OneDNN);
   set_blas_threads(2);
   expect_all_match(GemmBackend::OneDNN);
+}
+
+// BLIS (libblis4, dlopen'ed: gemm_blis.h): the transpose codes and integer width taken from its documentation
+// are right if every layout matches the float64 reference.
+TEST_F(GemmBackendTest, BlisFloat32MatchesFloat64OnEveryLayout) {
+  if (!blis_available()) GTEST_SKIP() << blis_version();
+  set_blas_threads(1);
+  expect_all_match(GemmBackend::BLIS);
+  EXPECT_NE(gemm_libraries().find("BLIS"), std::string::npos) << gemm_libraries();
 }
 
 TEST_F(GemmBackendTest, Float64AlwaysRunsOnOpenBlas) {
@@ -185,13 +192,14 @@ TEST(GemmBackendNames, ParseAndErrors) {
   EXPECT_EQ(parse_gemm_backend("auto", "DDP_GEMM"), GemmBackend::Auto);
   EXPECT_EQ(parse_gemm_backend("openblas", "DDP_GEMM"), GemmBackend::OpenBLAS);
   EXPECT_EQ(parse_gemm_backend("onednn", "DDP_GEMM"), GemmBackend::OneDNN);
+  EXPECT_EQ(parse_gemm_backend("blis", "DDP_GEMM"), GemmBackend::BLIS);
   try {
     parse_gemm_backend("mkl", "DDP_GEMM");
     FAIL() << "no error";
   } catch (const std::exception& e) {
     const std::string msg = e.what();
     EXPECT_NE(msg.find("DDP_GEMM='mkl' is not a GEMM backend"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("openblas or onednn"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("openblas, onednn or blis"), std::string::npos) << msg;
   }
   if (!onednn_available()) {
     try {
@@ -224,7 +232,7 @@ TEST(GemmBackendNames, WrongDdpGemmValueStopsTheProgramNamingIt) {
   const auto r = ddp::testing::run_process(
       {bench, "--config", "mlp", "--steps", "1", "--warmup", "1", "--threads", "1", "--device", "cpu"}, po);
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE((r.out + r.err).find("DDP_GEMM='blas' is not a GEMM backend: use auto (per shape), openblas or onednn"),
+  EXPECT_NE((r.out + r.err).find("DDP_GEMM='blas' is not a GEMM backend: use auto (per shape), openblas, onednn or blis"),
             std::string::npos)
       << r.out << r.err;
 }
