@@ -11,6 +11,7 @@ cannot be made (no root, no iproute2), 1 when a node fails; 120 s at most per no
     python test_multinode.py
 """
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -123,7 +124,9 @@ def main():
     failed = False
     for node in (0, 1):
         rc, out = results[node]
-        lines = sorted(line.strip() for line in out.splitlines() if "ddpcpp over hier" in line)
+        # The ranks' lines may interleave in the pipe (seen: two on one line): find each rank's sentence.
+        lines = sorted(set(re.findall(r"rank \d of 4: ddpcpp over hier, all_reduce, all_gather and DDP agree "
+                                      r"\(vs gloo [0-9.e+-]+\)", out)))
         failed |= not harness.report_launch(f"node {node} ({names[node]}): torchrun", rc, out, lines, 2)
     if failed:
         sys.exit(1)
