@@ -74,15 +74,24 @@ void set_gemm_backend(GemmBackend backend) {
 }
 GemmBackend gemm_backend() { return static_cast<GemmBackend>(setting().load(std::memory_order_relaxed)); }
 
-GemmBackend gemm_backend_for(int64_t M, int64_t N, int64_t K, int threads) {
-  const GemmBackend forced = gemm_backend();
-  if (forced != GemmBackend::Auto) return forced;
-  if (!onednn_available()) return GemmBackend::OpenBLAS;
+bool cpu_has_avx512() {
+  static const bool yes = __builtin_cpu_supports("avx512f");
+  return yes;
+}
+
+GemmBackend auto_gemm_backend(int64_t M, int64_t N, int64_t K, int threads, bool with_onednn, bool avx512) {
+  if (!with_onednn || !avx512) return GemmBackend::OpenBLAS;
   if (threads > 1) return GemmBackend::OpenBLAS;
   int64_t d[3] = {M, N, K};
   std::sort(d, d + 3);
   const bool short_and_wide = d[0] >= 32 && d[0] <= 64 && d[1] >= 512;
   return short_and_wide ? GemmBackend::OneDNN : GemmBackend::OpenBLAS;
+}
+
+GemmBackend gemm_backend_for(int64_t M, int64_t N, int64_t K, int threads) {
+  const GemmBackend forced = gemm_backend();
+  if (forced != GemmBackend::Auto) return forced;
+  return auto_gemm_backend(M, N, K, threads, onednn_available(), cpu_has_avx512());
 }
 
 std::string gemm_libraries() {

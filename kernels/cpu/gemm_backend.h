@@ -39,7 +39,14 @@ bool onednn_available();
 //    10-wide output layer and the 64x64x32 attention blocks (OpenBLAS up to 2x faster there) and the GPT's
 //    1024-token linears (oneDNN only ~5% faster there, and inside the training step it regenerated code,
 //    ~120 page faults per step, where OpenBLAS makes none).
+//  - and the short-and-wide products go to oneDNN only where the CPU has AVX-512: on an AVX2-only CPU (AMD EPYC
+//    Zen 2, measured 2026-12-03) OpenBLAS's Haswell kernels ran the MLP step's GEMMs in 8.7-8.9 ms, oneDNN in
+//    10.8-11.1 ms and BLIS in 11.2-11.5 ms at 1 thread, so OpenBLAS takes every product there.
 GemmBackend gemm_backend_for(int64_t M, int64_t N, int64_t K, int threads);
+// The rule of DDP_GEMM=auto itself, for a given machine: whether oneDNN is built in and the CPU has AVX-512.
+GemmBackend auto_gemm_backend(int64_t M, int64_t N, int64_t K, int threads, bool with_onednn, bool avx512);
+// True when this CPU runs AVX-512F (the automatic rule's machine key).
+bool cpu_has_avx512();
 
 // Products run so far in this process by each library (float32 and float64 together; gemm.cpp counts them),
 // for tests and benchmark reports.

@@ -143,24 +143,35 @@ TEST_F(GemmBackendTest, Float64AlwaysRunsOnOpenBlas) {
 }
 
 TEST_F(GemmBackendTest, AutoPicksPerShapeAndThreadBudget) {
-  set_gemm_backend(GemmBackend::Auto);
-  if (!onednn_available()) {
-    EXPECT_EQ(gemm_backend_for(64, 1024, 1024, 1), GemmBackend::OpenBLAS);
-    EXPECT_EQ(gemm_backend_for(64, 1024, 1024, 2), GemmBackend::OpenBLAS);
-    return;
-  }
-  // One thread: the short-and-wide MLP products on oneDNN; skinny, tiny and the GPT's linears on OpenBLAS.
-  EXPECT_EQ(gemm_backend_for(64, 1024, 784, 1), GemmBackend::OneDNN);    // forward x W^T
-  EXPECT_EQ(gemm_backend_for(64, 1024, 1024, 1), GemmBackend::OneDNN);   // input gradient
-  EXPECT_EQ(gemm_backend_for(1024, 784, 64, 1), GemmBackend::OneDNN);    // weight gradient
-  EXPECT_EQ(gemm_backend_for(1024, 128, 128, 1), GemmBackend::OpenBLAS);  // GPT linears
-  EXPECT_EQ(gemm_backend_for(1024, 128, 512, 1), GemmBackend::OpenBLAS);
-  EXPECT_EQ(gemm_backend_for(64, 10, 1024, 1), GemmBackend::OpenBLAS);   // output layer
-  EXPECT_EQ(gemm_backend_for(64, 1024, 10, 1), GemmBackend::OpenBLAS);
-  EXPECT_EQ(gemm_backend_for(64, 64, 32, 1), GemmBackend::OpenBLAS);     // attention blocks
+  // The rule on each kind of machine (auto_gemm_backend), whatever this one is.
+  auto on = [](bool avx512, int64_t M, int64_t N, int64_t K, int threads) {
+    return auto_gemm_backend(M, N, K, threads, /*with_onednn=*/true, avx512);
+  };
+  // AVX-512, one thread: the short-and-wide MLP products on oneDNN; skinny, tiny and the GPT's linears on
+  // OpenBLAS.
+  EXPECT_EQ(on(true, 64, 1024, 784, 1), GemmBackend::OneDNN);    // forward x W^T
+  EXPECT_EQ(on(true, 64, 1024, 1024, 1), GemmBackend::OneDNN);   // input gradient
+  EXPECT_EQ(on(true, 1024, 784, 64, 1), GemmBackend::OneDNN);    // weight gradient
+  EXPECT_EQ(on(true, 1024, 128, 128, 1), GemmBackend::OpenBLAS);  // GPT linears
+  EXPECT_EQ(on(true, 1024, 128, 512, 1), GemmBackend::OpenBLAS);
+  EXPECT_EQ(on(true, 64, 10, 1024, 1), GemmBackend::OpenBLAS);   // output layer
+  EXPECT_EQ(on(true, 64, 1024, 10, 1), GemmBackend::OpenBLAS);
+  EXPECT_EQ(on(true, 64, 64, 32, 1), GemmBackend::OpenBLAS);     // attention blocks
   // More threads: OpenBLAS's thread pool for every product (never two pools in one process).
-  EXPECT_EQ(gemm_backend_for(64, 1024, 784, 2), GemmBackend::OpenBLAS);
-  EXPECT_EQ(gemm_backend_for(64, 64, 32, 2), GemmBackend::OpenBLAS);
+  EXPECT_EQ(on(true, 64, 1024, 784, 2), GemmBackend::OpenBLAS);
+  EXPECT_EQ(on(true, 64, 64, 32, 2), GemmBackend::OpenBLAS);
+  // AVX2 only: OpenBLAS for every product (its Haswell kernels were the fastest there on the MLP too).
+  for (int threads : {1, 2}) {
+    EXPECT_EQ(on(false, 64, 1024, 784, threads), GemmBackend::OpenBLAS);
+    EXPECT_EQ(on(false, 1024, 784, 64, threads), GemmBackend::OpenBLAS);
+    EXPECT_EQ(on(false, 1024, 128, 128, threads), GemmBackend::OpenBLAS);
+  }
+  // Without oneDNN in the build: OpenBLAS.
+  EXPECT_EQ(auto_gemm_backend(64, 1024, 784, 1, false, true), GemmBackend::OpenBLAS);
+  // This machine follows the rule with its own key.
+  set_gemm_backend(GemmBackend::Auto);
+  EXPECT_EQ(gemm_backend_for(64, 1024, 784, 1), auto_gemm_backend(64, 1024, 784, 1, onednn_available(), cpu_has_avx512()));
+  if (!onednn_available()) return;
   // A forced setting wins over the rule.
   set_gemm_backend(GemmBackend::OneDNN);
   EXPECT_EQ(gemm_backend_for(64, 64, 32, 2), GemmBackend::OneDNN);
