@@ -46,6 +46,11 @@ c10d::ReduceOp c10d_op(dist::ReduceOp op) {
 C10dGroup::C10dGroup(c10::intrusive_ptr<c10d::Backend> backend, std::chrono::milliseconds timeout)
     : dist::ProcessGroup(backend->getRank(), backend->getSize()), backend_(std::move(backend)), timeout_(timeout) {}
 
+std::chrono::milliseconds C10dGroup::timeout_now() const {
+  const auto own = dist::ScopedCollectiveTimeout::current();  // set by the hier group for a call's own timeout
+  return own.count() > 0 ? own : timeout_;
+}
+
 template <class Issue>
 std::shared_ptr<dist::Work> C10dGroup::run(const std::string& what, Issue issue) {
   const uint64_t seq = seq_.fetch_add(1);
@@ -55,7 +60,7 @@ std::shared_ptr<dist::Work> C10dGroup::run(const std::string& what, Issue issue)
     return work;
   }
   try {
-    issue()->wait(timeout_);
+    issue()->wait(timeout_now());
     work->finish();
   } catch (const std::exception& e) {
     work->finish(std::make_exception_ptr(ddp::Error(work->description() + " failed: " + e.what())));
@@ -68,7 +73,7 @@ std::shared_ptr<dist::Work> C10dGroup::allreduce(dist::CommBuffer buf, dist::Red
     std::vector<at::Tensor> t{tensor_of(buf)};
     c10d::AllreduceOptions o;
     o.reduceOp = c10d_op(op);
-    o.timeout = timeout_;
+    o.timeout = timeout_now();
     return backend_->allreduce(t, o);
   });
 }
@@ -78,7 +83,7 @@ std::shared_ptr<dist::Work> C10dGroup::broadcast(dist::CommBuffer buf, int root)
     std::vector<at::Tensor> t{tensor_of(buf)};
     c10d::BroadcastOptions o;
     o.rootRank = root;
-    o.timeout = timeout_;
+    o.timeout = timeout_now();
     return backend_->broadcast(t, o);
   });
 }
@@ -87,7 +92,7 @@ std::shared_ptr<dist::Work> C10dGroup::allgather(dist::CommBuffer in, dist::Comm
   return run("allgather", [&] {
     at::Tensor input = tensor_of(in), output = tensor_of(out);
     c10d::AllgatherOptions o;
-    o.timeout = timeout_;
+    o.timeout = timeout_now();
     return backend_->_allgather_base(output, input, o);
   });
 }
@@ -98,7 +103,7 @@ std::shared_ptr<dist::Work> C10dGroup::reduce_scatter(dist::CommBuffer in, dist:
     at::Tensor input = tensor_of(in), output = tensor_of(out);
     c10d::ReduceScatterOptions o;
     o.reduceOp = c10d_op(op);
-    o.timeout = timeout_;
+    o.timeout = timeout_now();
     return backend_->_reduce_scatter_base(output, input, o);
   });
 }
@@ -106,7 +111,7 @@ std::shared_ptr<dist::Work> C10dGroup::reduce_scatter(dist::CommBuffer in, dist:
 std::shared_ptr<dist::Work> C10dGroup::barrier() {
   return run("barrier", [&] {
     c10d::BarrierOptions o;
-    o.timeout = timeout_;
+    o.timeout = timeout_now();
     return backend_->barrier(o);
   });
 }

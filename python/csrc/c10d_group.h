@@ -2,7 +2,7 @@
 // the hierarchical ddpcpp backend across hosts is PyTorch's own Gloo (ProcessGroupGloo, made in Python by
 // ddp_cpp/torch.py), so the extension links no second Gloo next to the one inside libtorch. Each collective
 // runs at once on the calling thread (the hier group's) and returns a finished Work; c10d's error becomes the
-// Work's error. abort() aborts the c10d backend.
+// Work's error; a collective's own timeout (ScopedCollectiveTimeout) applies. abort() aborts the c10d backend.
 #pragma once
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 
@@ -31,6 +31,8 @@ class C10dGroup : public ddp::dist::ProcessGroup {
   bool aborted() const override { return aborted_.load(); }
 
  private:
+  // The collective's own timeout (ScopedCollectiveTimeout) when one is set, else the group's.
+  std::chrono::milliseconds timeout_now() const;
   // Runs `issue` (one c10d collective) and waits for it; the returned Work is finished, with c10d's error.
   template <class Issue>
   std::shared_ptr<ddp::dist::Work> run(const std::string& what, Issue issue);
