@@ -9,7 +9,8 @@
 // (DDP_SHM_WAITED_SPIN_US, 300 us) while a caller blocks in Work::wait() - then this rank's core has nothing
 // else to do, and a futex wake-up costs 50-100 us on a virtual machine.
 //
-// Same contract as the Gloo group: issuing queues the collective for one background thread (issue order,
+// Same contract as the Gloo group: issuing queues the collective for one background thread (or, with
+// ProcessGroupOptions::run_on_caller, runs it on the issuing thread before returning; issue order,
 // sequence numbers, queued_process_group.h; collectives still queued when the group is destroyed fail), each
 // collective ends within its timeout with an error naming the ranks that did not arrive, and a peer that
 // dies, fails, aborts or leaves is noticed within ~20 ms. The ranks' calls are compared through the segment
