@@ -80,17 +80,15 @@ bool collectives_on_caller(int local_ranks) {
   return static_cast<int64_t>(local_ranks) * at::get_num_threads() >= cores;
 }
 
-}  // namespace
-
-// ------------------------------------------------------------------------------------------------ set-up
-
-namespace {
 // The ranks of this rank's host (all of them when `hosts` is empty).
 int ranks_on_my_host(const std::vector<int>& hosts, int rank, int size) {
   if (hosts.empty()) return size;
   return static_cast<int>(std::count(hosts.begin(), hosts.end(), hosts[rank]));
 }
+
 }  // namespace
+
+// ------------------------------------------------------------------------------------------------ set-up
 
 DdpCppBackend::DdpCppBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                              std::chrono::milliseconds timeout, std::vector<int> hosts,
@@ -108,6 +106,8 @@ DdpCppBackend::DdpCppBackend(const c10::intrusive_ptr<c10d::Store>& store, int r
   options.name = "ddpcpp";  // the store is already this group's own (torch.distributed prefixes it)
   options.run_on_caller = on_caller_;
   const bool one_host = hosts.empty() || std::count(hosts.begin(), hosts.end(), hosts[0]) == size;
+  // Completes the works of the background-thread mode; with run_on_caller each work completes on its caller.
+  if (!on_caller_) completer_ = std::make_unique<Completer>();
   if (!one_host) {
     hosts_ = hosts;
     // Several hosts: shm inside each, the leaders' collectives on PyTorch's Gloo (made by ddp_cpp/torch.py).
@@ -126,7 +126,6 @@ DdpCppBackend::DdpCppBackend(const c10::intrusive_ptr<c10d::Store>& store, int r
                        " could not set up the group across hosts (shared memory inside each host, Gloo between "
                        "their leaders): ", e.what());
     }
-    completer_ = std::make_unique<Completer>();
     return;
   }
   try {
@@ -134,10 +133,9 @@ DdpCppBackend::DdpCppBackend(const c10::intrusive_ptr<c10d::Store>& store, int r
   } catch (const std::exception& e) {
     TORCH_CHECK_WITH(DistBackendError, false, "ddpcpp: rank ", rank, " of ", size,
                      " could not set up the shared-memory group: ", e.what(),
-                     ". All ranks of a ddpcpp group must run on one host and share /dev/shm; across hosts use "
-                     "gloo (init_process_group('gloo'))");
+                     ". These ranks reported one host identity, so they must share /dev/shm (a container "
+                     "without the host's /dev/shm counts as another host only when its namespaces differ)");
   }
-  completer_ = std::make_unique<Completer>();
 }
 
 DdpCppBackend::~DdpCppBackend() {
