@@ -41,6 +41,7 @@
 #include "models/train_step.h"
 #include "runtime/core/cli.h"
 #include "runtime/core/device_memory.h"
+#include "runtime/core/float32_math.h"
 #include "runtime/core/peak_flops.h"
 #include "runtime/ddp/distributed_data_parallel.h"
 #include "runtime/distributed/host_collectives.h"
@@ -206,7 +207,7 @@ nlohmann::ordered_json stats_json(const ddp::sim::SampleStats& s) {
 int main(int argc, char** argv) {
   try {
     std::string config = "mlp", mode = "ddp", device_s = "auto", backend = "auto", json_path, trace_path,
-                dtype_s = "f32", allreduce_dtype = "f32", optimizer_s = "default", label;
+                dtype_s = "f32", allreduce_dtype = "f32", matmul_precision = "highest", optimizer_s = "default", label;
     int warmup = 3, steps = 20, threads = 0, zero = 0, prefetch = 1;
     int64_t batch = 0;
     double cap_mb = 25.0, first_mb = 1.0, peak_tflops = 0, lr = 0;
@@ -260,6 +261,8 @@ int main(int argc, char** argv) {
     p.add_choice("dtype", &dtype_s, {"f32", "bf16"},
                  "compute dtype; bf16: float32 weights and optimizer, bf16 matmul/linear/attention "
                  "(cuBLAS tensor cores on GPU, emulated on CPU; runtime/ops/mixed_precision.h)");
+    p.add_choice("float32-matmul-precision", &matmul_precision, {"highest", "high"},
+                 "float32 GEMMs on the GPU: highest (IEEE, PyTorch's default) or high (TF32 tensor cores)");
     p.add_choice("allreduce-dtype", &allreduce_dtype, {"f32", "bf16"},
                  "gradient all-reduce dtype (bf16: the BF16Compress comm hook)");
     p.add_choice("optimizer", &optimizer_s, {"default", "sgd", "adamw"},
@@ -289,6 +292,7 @@ int main(int argc, char** argv) {
                " (GPT-2 small, 124M-163M parameters, context 1024) is meant for a GPU; on "
                "this CPU one step takes minutes. Use --config gpt here, or pass --force to run it anyway.");
     const bool bf16 = dtype_s == "bf16";
+    ddp::set_float32_matmul_precision(matmul_precision);
     const ddp::DType dtype = ddp::DType::F32;  // parameters (master weights) stay float32 in both modes
     ddp::ops::Bf16Compute bf16_compute(bf16);
     if (threads <= 0)
@@ -338,7 +342,8 @@ int main(int argc, char** argv) {
                                   optimizer_bytes_per_param);
     std::string peak_source = "--peak-tflops";
     if (peak_tflops <= 0 && gpu) {
-      const ddp::PeakFlops peak = ddp::datasheet_peak(ddp::cuda_device_name(dev.index), bf16);
+      const ddp::PeakFlops peak =
+          ddp::datasheet_peak(ddp::cuda_device_name(dev.index), bf16, ddp::float32_gemm_may_use_tf32());
       peak_tflops = peak.tflops;
       peak_source = peak.source;
     }

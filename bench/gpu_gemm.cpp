@@ -10,6 +10,7 @@
 
 #include "runtime/autograd/node.h"
 #include "runtime/core/cli.h"
+#include "runtime/core/float32_math.h"
 #include "runtime/core/peak_flops.h"
 #include "runtime/ops/linalg.h"
 #include "runtime/ops/mixed_precision.h"
@@ -23,7 +24,10 @@ int main(int argc, char** argv) {
   cli::Parser p("bench_gpu_gemm", "GEMM TFLOP/s through ops::matmul on cuda:0");
   p.add("n", &n, "matrix size", cli::Bounds::at_least(1));
   p.add("reps", &reps, "timed calls", cli::Bounds::at_least(1));
-  p.add_choice("dtype", &dtype, {"f32", "bf16"}, "f32: cuBLAS SGEMM; bf16: the mixed-precision matmul");
+  std::string precision = "highest";
+  p.add_choice("dtype", &dtype, {"f32", "bf16"}, "f32: cuBLAS float32 GEMM; bf16: the mixed-precision matmul");
+  p.add_choice("float32-matmul-precision", &precision, {"highest", "high"},
+               "f32: highest (IEEE FMAs, PyTorch's default) or high (TF32 tensor cores)");
   p.add("peak-tflops", &peak, "the device's peak for this dtype (0: datasheet figure for H100/H200 SXM)");
   try {
     p.parse(argc, argv);
@@ -32,9 +36,10 @@ int main(int argc, char** argv) {
       return 0;
     }
     const bool bf16 = dtype == "bf16";
+    set_float32_matmul_precision(precision);
     std::string source = "--peak-tflops";
     if (peak <= 0) {
-      const PeakFlops pf = datasheet_peak(cuda_device_name(0), bf16);
+      const PeakFlops pf = datasheet_peak(cuda_device_name(0), bf16, float32_gemm_may_use_tf32());
       peak = pf.tflops;
       source = pf.source;
     }

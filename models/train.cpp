@@ -19,6 +19,7 @@
 #include "models/train_deterministic.h"
 #include "models/train_step.h"
 #include "kernels/cpu/gemm.h"
+#include "runtime/core/float32_math.h"
 #include "runtime/core/peak_flops.h"
 #include "runtime/distributed/flight_recorder.h"
 #include "runtime/distributed/host_collectives.h"
@@ -122,7 +123,7 @@ void measure(const TrainOptions& o, TrainSetup& s, RunRecord& run, TrainResult& 
     flops_per_rank_step = 6 * static_cast<double>(s.model->num_parameters()) * rank_rows;
   run.peak = PeakFlops{o.peak_tflops, "--peak-tflops"};
   if (run.peak.tflops <= 0 && s.device.is_cuda())
-    run.peak = datasheet_peak(cuda_device_name(s.device.index), o.dtype == "bfloat16");
+    run.peak = datasheet_peak(cuda_device_name(s.device.index), o.dtype == "bfloat16", float32_gemm_may_use_tf32());
   if (med > 0 && flops_per_rank_step > 0) {
     result.model_tflops = flops_per_rank_step / med / 1e12;
     if (run.peak.tflops > 0) result.mfu = result.model_tflops / run.peak.tflops;
@@ -239,6 +240,7 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg,
   const auto t_start = Clock::now();
   const bool talk = pg->rank() == 0 && !o.quiet;
   ops::Bf16Compute bf16_compute(o.dtype == "bfloat16");  // --dtype bfloat16: bf16 matmul/linear/attention
+  if (o.float32_matmul_precision != "auto") set_float32_matmul_precision(o.float32_matmul_precision);
   GemmOnOneThread gemm_pin(o.deterministic);
   TrainSetup s = set_up_training(o, pg, std::move(gather_group));
   const ResumePoint resumed = resume_training(o, s, talk);

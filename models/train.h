@@ -18,6 +18,9 @@ struct TrainOptions {
   std::string data = "auto";      // auto | fashion-mnist | moby-dick | synthetic
   std::string dtype = "float32";  // float32 | float64 | bfloat16 (float32 weights, bf16 compute)
   std::string device = "auto";    // auto | cpu | cuda
+  // float32 GEMMs on the GPU: auto keeps the process's setting (default highest, or DDP_FLOAT32_MATMUL_PRECISION);
+  // highest | high | medium sets it for the process (core/float32_math.h: high allows TF32 tensor cores).
+  std::string float32_matmul_precision = "auto";
   int64_t batch_size = 16;        // per rank, per micro-step
   int64_t grad_accum = 1;         // micro-steps per optimizer step (all but the last under no_sync)
   int64_t steps = 200;            // optimizer steps (0: use epochs)

@@ -33,6 +33,10 @@ int main(int argc, char** argv) {
   p.add_choice(
       "dtype", &o.dtype, {"float32", "float64", "bfloat16"},
       "parameter dtype; bfloat16: float32 weights and optimizer, bf16 compute in matmul/linear/attention");
+  p.add_choice("float32-matmul-precision", &o.float32_matmul_precision, {"auto", "highest", "high", "medium"},
+               "float32 GEMMs on the GPU: highest (IEEE float32, the default, as PyTorch's), high or medium (TF32 "
+               "tensor cores; as torch.set_float32_matmul_precision); auto: DDP_FLOAT32_MATMUL_PRECISION or "
+               "highest");
   p.add("peak-tflops", &o.peak_tflops,
         "peak TFLOP/s per rank for MFU (0: the NVIDIA datasheet figure of an H100/H200 SXM; none on CPU)");
   p.add("device", &o.device,

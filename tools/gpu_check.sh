@@ -411,16 +411,18 @@ torch_row() {  # ddp.cpp row label, eager|compile, seconds, pytorch_twin args...
 }
 
 # ---- 5. the rest ------------------------------------------------------------------------------------------------------------
-gemm() {  # dtype, n
-  usable bench_gpu_gemm "GEMM $1 (ops::matmul)" || return
-  local lim rc n="$2"; lim=$(limit_for 40)
-  [ "$lim" -eq 0 ] && { row "GEMM $1 (ops::matmul)" "SKIPPED (deadline)"; return; }
+gemm() {  # dtype, n[, float32 matmul precision]
+  local label="GEMM $1${3:+ $3} (ops::matmul)" tag="$1${3:+-$3}"
+  usable bench_gpu_gemm "$label" || return
+  local lim rc n="$2" extra=(); lim=$(limit_for 40)
+  [ "$lim" -eq 0 ] && { row "$label" "SKIPPED (deadline)"; return; }
   [ "$DRY" = 1 ] && n=64
-  log "bench: GEMM $1 n=$n"
-  gc_bounded "$lim" "$BIN/bench_gpu_gemm" --dtype "$1" --n "$n" >"$WORK/gemm-$1.log" 2>&1
+  [ -n "${3:-}" ] && extra=(--float32-matmul-precision "$3")
+  log "bench: $label n=$n"
+  gc_bounded "$lim" "$BIN/bench_gpu_gemm" --dtype "$1" --n "$n" "${extra[@]}" >"$WORK/gemm-$tag.log" 2>&1
   rc=$?
-  if [ "$rc" -eq 0 ]; then row "GEMM $1 (ops::matmul)" "$(tail -1 "$WORK/gemm-$1.log")"
-  else row "GEMM $1 (ops::matmul)" "FAIL: $(gc_rc_text "$rc" "$lim") (gemm-$1.log): $(tail -1 "$WORK/gemm-$1.log")"; fi
+  if [ "$rc" -eq 0 ]; then row "$label" "$(tail -1 "$WORK/gemm-$tag.log")"
+  else row "$label" "FAIL: $(gc_rc_text "$rc" "$lim") (gemm-$tag.log): $(tail -1 "$WORK/gemm-$tag.log")"; fi
 }
 two_ranks_gloo() {
   local label="gpt tiny, 2 ranks on 1 GPU (Gloo staged)"
@@ -475,6 +477,7 @@ torch_row gpt2-small-bf16 compile 180 --config gpt2-small --dtype bf16 --warmup 
 log "5. GEMMs, Gloo-staged ranks, train, unused parameters, bf16 all-reduce"
 gemm bf16 8192
 gemm f32 4096
+gemm f32 4096 high   # TF32 tensor cores (core/float32_math.h)
 two_ranks_gloo
 train_mfu
 bench gpt-tiny-f32-unused-params 45 --config gpt --mode unused --warmup 5 --steps 30

@@ -1,5 +1,6 @@
 // conv.cu - cuDNN convolution: descriptors built per call (cheap), algorithm choice from the v7 heuristics
-// cached per (device, dtype, geometry) on each thread, workspace from the caller's allocator.
+// cached per (device, dtype, geometry, TF32 switch) on each thread (core/float32_math.h: float32 without TF32 keeps
+// the algorithms rated without tensor cores, run with FMA math), workspace from the caller's allocator.
 #include <algorithm>
 #include <array>
 #include <iterator>
@@ -9,6 +10,7 @@
 #include "runtime/core/cuda/handles.h"
 #include "runtime/core/cuda/stream.h"
 #include "runtime/core/cuda_check.h"
+#include "runtime/core/float32_math.h"
 
 namespace ddp::kernels::cuda {
 namespace {
@@ -73,23 +75,55 @@ struct ConvAlgos {
   cudnnMathType_t bwd_filter_math;
 };
 
+ConvMathType mirror(cudnnMathType_t m) {
+  switch (m) {
+    case CUDNN_TENSOR_OP_MATH: return ConvMathType::TensorOp;
+    case CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION: return ConvMathType::TensorOpAllowConversion;
+    case CUDNN_FMA_MATH: return ConvMathType::Fma;
+    default: return ConvMathType::Default;
+  }
+}
+cudnnMathType_t to_cudnn(ConvMathType m) {
+  switch (m) {
+    case ConvMathType::TensorOp: return CUDNN_TENSOR_OP_MATH;
+    case ConvMathType::TensorOpAllowConversion: return CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
+    case ConvMathType::Fma: return CUDNN_FMA_MATH;
+    default: return CUDNN_DEFAULT_MATH;
+  }
+}
+
+// The algorithm to run and the math type to run it with.
+template <class Algo>
+struct Choice {
+  Algo algo;
+  cudnnMathType_t math;
+};
+
 // The first deterministic algorithm cuDNN's heuristics rate as usable (they come sorted by expected speed),
-// else the first usable one.
+// else the first usable one; an algorithm rated with a math type the TF32 switch forbids (core/float32_math.h)
+// is passed over.
 template <class Perf>
-const Perf& first_usable(const Perf* perf, int count, const char* direction) {
+auto first_usable(const Perf* perf, int count, const char* direction, cudnnDataType_t type)
+    -> Choice<decltype(perf->algo)> {
+  const bool is_float32 = type == CUDNN_DATA_FLOAT, allow_tf32 = cudnn_allow_tf32();
   // Deterministic algorithms first (same bits every run, as the bitwise resume needs), in cuDNN's order.
-  for (int i = 0; i < count; ++i)
-    if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].determinism == CUDNN_DETERMINISTIC) return perf[i];
-  for (int i = 0; i < count; ++i)
-    if (perf[i].status == CUDNN_STATUS_SUCCESS) return perf[i];
-  DDP_FAIL("conv2d: cuDNN offers no ", direction, " algorithm for this geometry");
+  for (bool need_deterministic : {true, false})
+    for (int i = 0; i < count; ++i) {
+      if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
+      if (need_deterministic && perf[i].determinism != CUDNN_DETERMINISTIC) continue;
+      if (auto math = conv_math_for(mirror(perf[i].mathType), is_float32, allow_tf32))
+        return {perf[i].algo, to_cudnn(*math)};
+    }
+  DDP_FAIL("conv2d: cuDNN offers no ", direction, " algorithm for this geometry",
+           is_float32 && !allow_tf32 ? " without TF32 (set_cudnn_allow_tf32(true) / DDP_CUDNN_ALLOW_TF32=1)" : "");
 }
 
 ConvAlgos choose_algos(cudnnHandle_t handle, const ConvDescriptors& d, const ConvGeometry& g,
                        cudnnDataType_t type) {
-  using Key = std::array<int64_t, 11>;  // device, dtype, then the geometry
+  using Key = std::array<int64_t, 12>;  // device, dtype, then the geometry, then the TF32 switch
   thread_local std::map<Key, ConvAlgos> cache;
   Key key{ddp::cuda::current_device(), int64_t(type)};
+  key[11] = cudnn_allow_tf32() ? 1 : 0;
   const int64_t sizes[] = {g.batch,    g.in_channels, g.in_h,   g.in_w,   g.out_channels,
                            g.kernel_h, g.kernel_w,    g.stride, g.padding};
   std::copy(std::begin(sizes), std::end(sizes), key.begin() + 2);
@@ -102,25 +136,25 @@ ConvAlgos choose_algos(cudnnHandle_t handle, const ConvDescriptors& d, const Con
     cudnnConvolutionFwdAlgoPerf_t perf[kMaxAlgos];
     DDP_CUDNN_CHECK(
         cudnnGetConvolutionForwardAlgorithm_v7(handle, d.x, d.w, d.conv, d.y, kMaxAlgos, &returned, perf));
-    const auto& best = first_usable(perf, returned, "forward");
+    const auto best = first_usable(perf, returned, "forward", type);
     a.fwd = best.algo;
-    a.fwd_math = best.mathType;
+    a.fwd_math = best.math;
   }
   {
     cudnnConvolutionBwdDataAlgoPerf_t perf[kMaxAlgos];
     DDP_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, d.w, d.y, d.conv, d.x, kMaxAlgos,
                                                                 &returned, perf));
-    const auto& best = first_usable(perf, returned, "backward-data");
+    const auto best = first_usable(perf, returned, "backward-data", type);
     a.bwd_data = best.algo;
-    a.bwd_data_math = best.mathType;
+    a.bwd_data_math = best.math;
   }
   {
     cudnnConvolutionBwdFilterAlgoPerf_t perf[kMaxAlgos];
     DDP_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, d.x, d.y, d.conv, d.w, kMaxAlgos,
                                                                   &returned, perf));
-    const auto& best = first_usable(perf, returned, "backward-filter");
+    const auto best = first_usable(perf, returned, "backward-filter", type);
     a.bwd_filter = best.algo;
-    a.bwd_filter_math = best.mathType;
+    a.bwd_filter_math = best.math;
   }
   cache.emplace(key, a);
   return a;

@@ -1,10 +1,11 @@
-// gemm.cu - cuBLAS calls behind the row-major gemm wrappers (operand swap, see
-// gemm.h) and the bias fill kernel.
+// gemm.cu - cuBLAS calls behind the row-major gemm wrappers (operand swap, see gemm.h; float32 with or without
+// TF32 tensor cores as core/float32_math.h says) and the bias fill kernel.
 #include <climits>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gemm.h"
 #include "runtime/core/cuda/handles.h"
+#include "runtime/core/float32_math.h"
 #include "runtime/core/cuda/stream.h"
 #include "runtime/core/cuda_check.h"
 
@@ -43,11 +44,16 @@ void gemm_batched(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t 
   cublasHandle_t h = ddp::cuda::cublas_handle();
   // Column-major view: C^T (N, M) = op(B)^T (N, K) * op(A)^T (K, M).
   if constexpr (sizeof(T) == sizeof(float)) {
+    // float32: IEEE FMAs, or TF32 tensor cores when the matmul precision allows them (core/float32_math.h).
+    const cublasComputeType_t compute =
+        float32_gemm_may_use_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     if (batch == 1) {
-      DDP_CUBLAS_CHECK(cublasSgemm(h, tb, ta, n, m, k, &alpha, B, ldb, A, lda, &beta, C, ldc));
+      DDP_CUBLAS_CHECK(cublasGemmEx(h, tb, ta, n, m, k, &alpha, B, CUDA_R_32F, ldb, A, CUDA_R_32F, lda, &beta, C,
+                                    CUDA_R_32F, ldc, compute, CUBLAS_GEMM_DEFAULT));
     } else {
-      DDP_CUBLAS_CHECK(cublasSgemmStridedBatched(h, tb, ta, n, m, k, &alpha, B, ldb, stride_b, A, lda,
-                                                 stride_a, &beta, C, ldc, stride_c, b));
+      DDP_CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, tb, ta, n, m, k, &alpha, B, CUDA_R_32F, ldb, stride_b, A,
+                                                  CUDA_R_32F, lda, stride_a, &beta, C, CUDA_R_32F, ldc, stride_c,
+                                                  b, compute, CUBLAS_GEMM_DEFAULT));
     }
   } else {
     if (batch == 1) {

@@ -7,13 +7,15 @@
 
 namespace ddp {
 
-PeakFlops datasheet_peak(const std::string& gpu_name, bool bf16) {
+PeakFlops datasheet_peak(const std::string& gpu_name, bool bf16, bool tf32) {
   for (const char* model : {"H200", "H100"}) {
     // SXM parts (the "NVL"/"PCIe" variants have lower clocks and other figures: not in the table).
     if (gpu_name.find(model) != std::string::npos && gpu_name.find("PCIe") == std::string::npos &&
         gpu_name.find("NVL") == std::string::npos) {
-      return bf16 ? PeakFlops{989, std::string("NVIDIA ") + model + " SXM datasheet, BF16 Tensor Core dense"}
-                  : PeakFlops{67, std::string("NVIDIA ") + model + " SXM datasheet, FP32"};
+      const std::string sheet = std::string("NVIDIA ") + model + " SXM datasheet, ";
+      if (bf16) return {989, sheet + "BF16 Tensor Core dense"};
+      if (tf32) return {494.5, sheet + "TF32 Tensor Core dense"};  // 989 "with sparsity", halved
+      return {67, sheet + "FP32"};
     }
   }
   return {};

@@ -16,6 +16,10 @@ TEST(PeakFlops, H100AndH200SxmGetTheDatasheetFiguresWithTheirSource) {
     EXPECT_NE(f32.source.find("datasheet, FP32"), std::string::npos) << f32.source;
     EXPECT_NE(bf16.source.find("datasheet, BF16 Tensor Core dense"), std::string::npos) << bf16.source;
     EXPECT_EQ(bf16.source.find("measured"), std::string::npos) << "a datasheet figure is not a measurement";
+    const auto tf32 = datasheet_peak(name, false, /*tf32=*/true);
+    EXPECT_EQ(tf32.tflops, 494.5) << name << ": TF32 dense, the datasheet's 989 is with sparsity";
+    EXPECT_NE(tf32.source.find("datasheet, TF32 Tensor Core dense"), std::string::npos) << tf32.source;
+    EXPECT_EQ(datasheet_peak(name, true, true).tflops, 989) << "bf16 runs ignore the float32 switch";
   }
 }
 
