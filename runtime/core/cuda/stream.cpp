@@ -1,8 +1,9 @@
-// stream.cpp - per-thread current stream; the default compute stream of each device is created once.
+// stream.cpp - per-thread current stream; the default compute stream of each device is created once and then
+// read without a lock.
 #include "runtime/core/cuda/stream.h"
 
+#include <atomic>
 #include <mutex>
-#include <vector>
 
 #include "runtime/core/cuda_check.h"
 
@@ -11,13 +12,22 @@ namespace {
 thread_local cudaStream_t t_override = nullptr;
 thread_local bool t_has_override = false;
 
+// Read on every op launch: a lock-free load once the device's stream exists (the mutex only guards creation).
+constexpr int kMaxDevices = 256;
+std::atomic<cudaStream_t> g_compute_streams[kMaxDevices];
+
 cudaStream_t compute_stream(int dev) {
+  DDP_CHECK(dev >= 0 && dev < kMaxDevices, "cuda: device ", dev, " is beyond the ", kMaxDevices,
+            " devices this build supports");
+  if (cudaStream_t s = g_compute_streams[dev].load(std::memory_order_acquire)) return s;
   static std::mutex mu;
-  static std::vector<cudaStream_t> streams;
   std::lock_guard<std::mutex> g(mu);
-  if (static_cast<int>(streams.size()) <= dev) streams.resize(dev + 1, nullptr);
-  if (!streams[dev]) DDP_CUDA_CHECK(cudaStreamCreateWithFlags(&streams[dev], cudaStreamNonBlocking));
-  return streams[dev];
+  cudaStream_t s = g_compute_streams[dev].load(std::memory_order_relaxed);
+  if (!s) {
+    DDP_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    g_compute_streams[dev].store(s, std::memory_order_release);
+  }
+  return s;
 }
 }  // namespace
 
