@@ -21,6 +21,7 @@ struct GraphTask {
   std::unordered_map<const Node*, NodeTask> nodes;
   std::vector<std::function<void()>> callbacks;
   GraphTask* outer = nullptr;
+  bool retain_graph = false;
 };
 thread_local GraphTask* t_state = nullptr;
 
@@ -54,6 +55,7 @@ void queue_end_of_outermost_backward_callback(std::function<void()> fn) {
 }
 
 bool in_backward() { return t_state != nullptr; }
+bool saved_tensors_die_after_apply() { return t_state != nullptr && !t_state->retain_graph; }
 
 NodeTask* current_node_task(const Node* node) {
   if (!t_state) return nullptr;
@@ -96,6 +98,7 @@ void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& gra
 
   GraphTask task;
   task.outer = t_state;
+  task.retain_graph = options.retain_graph;
   t_state = &task;
   struct Restore {
     GraphTask* outer;

@@ -31,6 +31,10 @@ void queue_end_of_backward_callback(std::function<void()> fn);
 void queue_end_of_outermost_backward_callback(std::function<void()> fn);
 // True while a backward runs on this thread.
 bool in_backward();
+// True inside a backward that drops each node's saved tensors after the node ran (retain_graph false): a
+// node may then write its result into a saved tensor that nothing else holds (cross_entropy writes the
+// logits' gradient over the logits).
+bool saved_tensors_die_after_apply();
 
 // The leaves (TensorImpl of tensors with requires_grad and no grad_fn) reachable from outputs through the
 // graph: the DDP reducer's unused-parameter query. Linear in graph size; marks nodes with a visit epoch,

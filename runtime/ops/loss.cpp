@@ -1,10 +1,12 @@
 // loss.cpp - forward and backward of cross_entropy and mse_loss, dispatching to kernels/{cpu,cuda}/loss.
 #include "runtime/ops/loss.h"
 
+#include <atomic>
 #include <cmath>
 #include <limits>
 
 #include "kernels/cpu/loss.h"
+#include "runtime/autograd/engine.h"
 #include "runtime/autograd/node.h"
 #include "runtime/ops/device_kernel.h"
 #ifdef DDP_WITH_CUDA
@@ -14,6 +16,7 @@
 
 namespace ddp::ops {
 namespace {
+std::atomic<int64_t> g_gradients_over_logits{0};
 
 [[noreturn]] void fail_bad_target(const Tensor& targets, int64_t pos, int64_t cols,
                                   const CrossEntropyOptions& o) {
@@ -34,7 +37,7 @@ struct CrossEntropyBackward final : autograd::Node {
 
   std::vector<Tensor> apply(std::vector<Tensor>& grads) override {
     if (!grads[0].defined()) return {Tensor()};
-    Tensor dlogits = Tensor::empty_like(logits);
+    Tensor dlogits = logits_memory_or_new();
     const bool mean = options.reduction == LossReduction::Mean;
     const bool has_ignore = options.ignore_index.has_value();
     const int64_t ignore = options.ignore_index.value_or(0);
@@ -57,6 +60,21 @@ struct CrossEntropyBackward final : autograd::Node {
   }
   const char* name() const override { return "cross_entropy"; }
   void release_saved() override { logits = targets = lse = count_device = Tensor(); }
+
+  // The gradient is written over the logits when nothing else can see them: this node holds the only handle
+  // and the only view of their memory, and the backward drops saved tensors after this node (no
+  // retain_graph). Each element is read before it is written at the same index (kernels/{cpu,cuda}/loss), so
+  // the values are bitwise those of a separate buffer; the classifier's (B, T, vocab) gradient then costs no
+  // memory beyond its logits (llm.c fuses the same way). Otherwise a new buffer.
+  Tensor logits_memory_or_new() {
+    const bool only_holder =
+        logits.impl_ptr().use_count() == 1 && logits.storage() && logits.storage().use_count() == 1;
+    if (only_holder && autograd::saved_tensors_die_after_apply()) {
+      g_gradients_over_logits.fetch_add(1, std::memory_order_relaxed);
+      return logits;
+    }
+    return Tensor::empty_like(logits);
+  }
 };
 
 struct MseBackward final : autograd::Node {
@@ -79,6 +97,8 @@ struct MseBackward final : autograd::Node {
   void release_saved() override { pred = target = Tensor(); }
 };
 }  // namespace
+
+int64_t cross_entropy_gradients_over_logits() { return g_gradients_over_logits.load(); }
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEntropyOptions& options) {
   DDP_CHECK(logits.defined() && targets.defined(), "cross_entropy: logits or targets is undefined");

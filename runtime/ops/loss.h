@@ -21,9 +21,13 @@ struct CrossEntropyOptions {
 // logits: (..., C) float, targets: (...) int64 with values in [0, C) (or the ignore index) -> ().
 // Fused log-softmax + negative log-likelihood; stable for any logit magnitude. The backward is
 // (softmax - onehot) * dloss / count, recomputed from a saved per-row log-sum-exp (no (N, C) probabilities
-// kept). A target outside [0, C) is a ddp::Error naming its value and position (on CUDA this check copies one
-// int64 back to the host, a sync of the current stream per call).
+// kept); it is written over the logits when nothing else holds them and the backward frees saved tensors
+// (the usual `loss = cross_entropy(model(x), y); backward(loss)`), so a (B, T, vocab) classifier needs one such
+// buffer, not two. A target outside [0, C) is a ddp::Error naming its value and position (on CUDA this check
+// copies one int64 back to the host, a sync of the current stream per call).
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEntropyOptions& options = {});
+// How many cross_entropy backwards wrote the gradient over the logits in this process (tests, benchmarks).
+int64_t cross_entropy_gradients_over_logits();
 
 // pred, target: same shape and dtype -> (), mean((pred - target)^2). Both inputs are differentiable. Empty
 // inputs give NaN (the mean of nothing, as PyTorch) and empty gradients.

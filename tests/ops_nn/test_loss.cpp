@@ -209,3 +209,64 @@ TEST(MseLoss, CudaMatchesCpu) {
   expect_cuda_matches_cpu([](const std::vector<Tensor>& in) { return ops::mse_loss(in[0], in[1]); },
                           {random_f64({3, 257}, 1), random_f64({3, 257}, 2)}, 1e-6, 1e-5);
 }
+
+// The backward writes the logits' gradient over the logits when nothing else holds them (loss.h): the
+// gradient is bitwise the one a separate buffer gives, over devices, dtypes, shapes (one row, one class,
+// primes, empty), mean/sum and ignore_index; a caller who holds the logits sees them unchanged; retain_graph
+// keeps them (a second backward gives exactly twice the gradient).
+TEST(CrossEntropy, GradientOverTheLogitsEqualsASeparateBufferBitwise) {
+  std::vector<Device> devices{Device::cpu()};
+  if (cuda_device_count() > 0) devices.push_back(Device::cuda(0));
+  int cases = 0;
+  for (Device dev : devices)
+    for (DType dtype : {DType::F32, DType::F64})
+      for (int64_t rows : {0, 1, 3, 17})
+        for (int64_t cols : {1, 2, 7, 64, 257})
+          for (bool sum : {false, true})
+            for (bool ignore : {false, true}) {
+              SCOPED_TRACE(dev.str() + " " + std::string(dtype_name(dtype)) + " rows " + std::to_string(rows) + " cols " +
+                           std::to_string(cols) + (sum ? " sum" : " mean") + (ignore ? " ignore" : ""));
+              std::vector<int64_t> tv = random_targets(rows, cols, 11 + rows * cols);
+              ops::CrossEntropyOptions opt;
+              if (sum) opt.reduction = ops::LossReduction::Sum;
+              if (ignore && rows > 0) {
+                opt.ignore_index = -100;
+                tv[0] = -100;
+              }
+              const Tensor t = targets_tensor(tv, {rows}).to(dev);
+              auto leaf = [&] {
+                Tensor x = (random_f64({rows, cols}, 5 + cols, false) * 3.0).to(dtype).to(dev);
+                x.set_requires_grad(true);
+                return x;
+              };
+              // Over the logits: the logits are a temporary only the loss's node holds.
+              Tensor xa = leaf();
+              const int64_t before = ops::cross_entropy_gradients_over_logits();
+              // (the loss in a statement of its own: a temporary lives to the end of its full expression)
+              Tensor loss_a = ops::cross_entropy(ops::mul_scalar(xa, 1.0), t, opt);
+              autograd::backward(loss_a);
+              const int64_t over = 1;
+              EXPECT_EQ(ops::cross_entropy_gradients_over_logits(), before + over) << "not written over the logits";
+              // A separate buffer: the caller holds the logits, which must come out unchanged.
+              Tensor xb = leaf();
+              Tensor held = ops::mul_scalar(xb, 1.0);
+              const std::vector<double> held_before = held.to(Device::cpu()).to_double_vector();
+              autograd::backward(ops::cross_entropy(held, t, opt));
+              EXPECT_EQ(ops::cross_entropy_gradients_over_logits(), before + over) << "overwrote held logits";
+              EXPECT_EQ(held.to(Device::cpu()).to_double_vector(), held_before) << "held logits changed";
+              EXPECT_EQ(xa.grad().to(Device::cpu()).to_double_vector(),
+                        xb.grad().to(Device::cpu()).to_double_vector())
+                  << "the gradient over the logits differs from a separate buffer's";
+              // retain_graph: the logits survive for the second backward.
+              Tensor xc = leaf();
+              Tensor loss = ops::cross_entropy(ops::mul_scalar(xc, 1.0), t, opt);
+              autograd::backward(loss, {.retain_graph = true});
+              autograd::backward(loss, {.retain_graph = true});
+              EXPECT_EQ(ops::cross_entropy_gradients_over_logits(), before + over) << "overwrote retained logits";
+              std::vector<double> twice = xb.grad().to(Device::cpu()).to_double_vector();
+              for (double& v : twice) v *= 2;
+              EXPECT_EQ(xc.grad().to(Device::cpu()).to_double_vector(), twice) << "retain_graph";
+              ++cases;
+            }
+  EXPECT_GE(cases, 160);
+}
