@@ -1,5 +1,8 @@
 // layernorm.cu - CUDA layer norm: forward and dx with one block per row (two-pass mean/variance);
-// dweight/dbias with one block per 32 columns summing over rows in a fixed order (deterministic, no atomics).
+// dweight/dbias with one block per 32 columns and row chunk (column_sum_plan.h: enough blocks for every SM),
+// the chunks then added in chunk order (deterministic, no atomics).
+#include "kernels/cuda/column_sum_plan.h"
+#include "kernels/cuda/common.cuh"
 #include "kernels/cuda/layernorm.h"
 #include "kernels/cuda/softmax.cuh"
 #include "runtime/core/cuda_check.h"
@@ -51,16 +54,21 @@ __global__ void layernorm_dx_kernel(const T* dy, const T* x, const T* weight, co
 }
 
 constexpr int kColTile = 32, kRowLanes = 8;
-// block (32, 8): threadIdx.x picks a column of the tile, threadIdx.y strides over rows.
+static_assert(kColTile == kColumnTile && kRowLanes == kRowLanesPerBlock, "column_sum_plan.h's block shape");
+// block (32, 8): threadIdx.x picks a column of the tile, threadIdx.y strides over the rows [begin, end) of one
+// chunk (column_sum_plan.h; one chunk: all rows). Writes the chunk's sums to dweight/dbias + chunk * cols
+// (the results themselves when there is one chunk, else the scratch rows the total pass adds up).
 template <class T>
 __global__ void layernorm_dparams_kernel(const T* dy, const T* x, const T* mean, const T* rstd, T* dweight,
-                                         T* dbias, int64_t rows, int64_t cols) {
+                                         T* dbias, int64_t rows, int64_t cols, int64_t rows_per_chunk) {
   __shared__ T sw[kRowLanes][kColTile];
   __shared__ T sb[kRowLanes][kColTile];
   const int64_t c = blockIdx.x * int64_t(kColTile) + threadIdx.x;
+  const int64_t chunk = blockIdx.y;
+  const int64_t begin = chunk * rows_per_chunk, end = begin + rows_per_chunk < rows ? begin + rows_per_chunk : rows;
   T aw = 0, ab = 0;
   if (c < cols) {
-    for (int64_t r = threadIdx.y; r < rows; r += kRowLanes) {
+    for (int64_t r = begin + threadIdx.y; r < end; r += kRowLanes) {
       const T g = dy[r * cols + c];
       aw += g * (x[r * cols + c] - mean[r]) * rstd[r];
       ab += g;
@@ -74,8 +82,23 @@ __global__ void layernorm_dparams_kernel(const T* dy, const T* x, const T* mean,
       aw += sw[k][threadIdx.x];
       ab += sb[k][threadIdx.x];
     }
-    if (dweight) dweight[c] = aw;
-    if (dbias) dbias[c] = ab;
+    if (dweight) dweight[chunk * cols + c] = aw;
+    if (dbias) dbias[chunk * cols + c] = ab;
+  }
+}
+
+// The chunks' sums added in chunk order (the same order every run).
+template <class T>
+__global__ void layernorm_dparams_total_kernel(const T* partial_w, const T* partial_b, int64_t chunks,
+                                               int64_t cols, T* dweight, T* dbias) {
+  DDP_CUDA_KERNEL_LOOP(c, cols) {
+    T w = 0, b = 0;
+    for (int64_t k = 0; k < chunks; ++k) {
+      w += partial_w[k * cols + c];
+      b += partial_b[k * cols + c];
+    }
+    if (dweight) dweight[c] = w;
+    if (dbias) dbias[c] = b;
   }
 }
 }  // namespace
@@ -99,9 +122,23 @@ void layernorm_backward(const T* dy, const T* x, const T* weight, const T* mean,
     DDP_CUDA_CHECK_LAUNCH();
   }
   if (dweight || dbias) {
-    const int grid = static_cast<int>((cols + kColTile - 1) / kColTile);
+    const ColumnSumPlan plan = plan_column_sum(1, rows, cols, multiprocessor_count());
+    if (plan.chunks == 1) {
+      layernorm_dparams_kernel<T><<<dim3(static_cast<unsigned>(plan.col_tiles), 1), dim3(kColTile, kRowLanes), 0,
+                                    stream>>>(dy, x, mean, rstd, dweight, dbias, rows, cols, rows);
+      DDP_CUDA_CHECK_LAUNCH();
+      return;
+    }
+    // Both partial sums (also when only one of dweight/dbias is wanted: the kernel computes both anyway).
+    StreamScratch partial(static_cast<size_t>(2 * plan.chunks * cols) * sizeof(T));
+    T* pw = static_cast<T*>(partial.ptr);
+    T* pb = pw + plan.chunks * cols;
     layernorm_dparams_kernel<T>
-        <<<grid, dim3(kColTile, kRowLanes), 0, stream>>>(dy, x, mean, rstd, dweight, dbias, rows, cols);
+        <<<dim3(static_cast<unsigned>(plan.col_tiles), static_cast<unsigned>(plan.chunks)), dim3(kColTile, kRowLanes),
+           0, stream>>>(dy, x, mean, rstd, pw, pb, rows, cols, plan.rows_per_chunk);
+    DDP_CUDA_CHECK_LAUNCH();
+    layernorm_dparams_total_kernel<T>
+        <<<grid_for(cols), kBlock, 0, stream>>>(pw, pb, plan.chunks, cols, dweight, dbias);
     DDP_CUDA_CHECK_LAUNCH();
   }
 }

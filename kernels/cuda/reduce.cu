@@ -1,9 +1,11 @@
 // reduce.cu - reduction kernels: block-wide tree sums in double for contiguous rows (two passes when there
-// are few long rows, e.g. a sum of everything), a 32x8 tiled column sum for (outer, r, inner > 1), and an
+// are few long rows, e.g. a sum of everything), a 32x8 tiled column sum for (outer, r, inner > 1) (two passes
+// over row chunks when the tiles alone would leave SMs idle: column_sum_plan.h), and an
 // index-mapping broadcast kernel for the backward. Temporaries come from the stream-ordered pool.
 #include <memory>
 
 #include "kernels/cpu/reduce.h"
+#include "kernels/cuda/column_sum_plan.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/reduce.h"
 #include "runtime/core/cuda/stream.h"
@@ -48,9 +50,8 @@ __global__ void column_sum_kernel(const In* x, int64_t outer, int64_t r, int64_t
   __shared__ double shared[8][33];
   const int64_t j = blockIdx.x * 32 + threadIdx.x;
   for (int64_t o = blockIdx.y; o < outer; o += gridDim.y) {
-    double acc = 0;
-    if (j < inner)
-      for (int64_t k = threadIdx.y; k < r; k += 8) acc += static_cast<double>(x[(o * r + k) * inner + j]);
+    const double acc =
+        j < inner ? column_lane_sum<double>(x + o * r * inner, inner, j, 0, r, threadIdx.y, kRowLanesPerBlock) : 0;
     shared[threadIdx.y][threadIdx.x] = acc;
     __syncthreads();
     if (threadIdx.y == 0 && j < inner) {
@@ -59,6 +60,42 @@ __global__ void column_sum_kernel(const In* x, int64_t outer, int64_t r, int64_t
       out[o * inner + j] = static_cast<Out>(s * scale);
     }
     __syncthreads();
+  }
+}
+
+// The chunked first pass (column_sum_plan.h): partial[(o * chunks + c) * inner + j] = sum of x[o, k, j] over
+// the rows k of chunk c, summed as column_sum_kernel sums a whole slice.
+template <class In>
+__global__ void column_chunk_sum_kernel(const In* x, int64_t outer, int64_t r, int64_t inner, int64_t chunks,
+                                        int64_t rows_per_chunk, double* partial) {
+  __shared__ double shared[8][33];
+  const int64_t j = blockIdx.x * 32 + threadIdx.x;
+  for (int64_t job = blockIdx.y; job < outer * chunks; job += gridDim.y) {
+    const int64_t o = job / chunks, c = job - o * chunks;
+    const int64_t begin = c * rows_per_chunk, end = begin + rows_per_chunk < r ? begin + rows_per_chunk : r;
+    const double acc = j < inner ? column_lane_sum<double>(x + o * r * inner, inner, j, begin, end, threadIdx.y,
+                                                           kRowLanesPerBlock)
+                                 : 0;
+    shared[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && j < inner) {
+      double s = 0;
+      for (int t = 0; t < 8; ++t) s += shared[t][threadIdx.x];
+      partial[job * inner + j] = s;
+    }
+    __syncthreads();
+  }
+}
+
+// The second pass: out[o, j] = scale * (the chunks' partial sums added in chunk order).
+template <class Out>
+__global__ void column_chunks_total_kernel(const double* partial, int64_t outer, int64_t chunks, int64_t inner,
+                                           Out* out, double scale) {
+  DDP_CUDA_KERNEL_LOOP(i, outer * inner) {
+    const int64_t o = i / inner, j = i - o * inner;
+    double s = 0;
+    for (int64_t c = 0; c < chunks; ++c) s += partial[(o * chunks + c) * inner + j];
+    out[i] = static_cast<Out>(s * scale);
   }
 }
 
@@ -80,16 +117,6 @@ __global__ void expand_kernel(const T* g, ExpandPlan p, int64_t total, T* out, T
   }
 }
 
-// Stream-ordered scratch memory for intermediate sums.
-struct Scratch {
-  void* ptr = nullptr;
-  explicit Scratch(size_t bytes) {
-    DDP_CUDA_CHECK(cudaMallocAsync(&ptr, bytes > 0 ? bytes : 1, ddp::cuda::current_stream()));
-  }
-  ~Scratch() { cudaFreeAsync(ptr, ddp::cuda::current_stream()); }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-};
 }  // namespace
 
 template <class In, class Out>
@@ -107,7 +134,7 @@ void sum_middle(const In* x, int64_t outer, int64_t r, int64_t inner, Out* out, 
       DDP_CUDA_CHECK_LAUNCH();
       return;
     }
-    Scratch partial(static_cast<size_t>(outer * parts) * sizeof(double));
+    StreamScratch partial(static_cast<size_t>(outer * parts) * sizeof(double));
     double* pp = static_cast<double*>(partial.ptr);
     row_sum_kernel<In, double><<<grid, kBlock, 0, stream>>>(x, outer, r, parts, pp, 1.0);
     DDP_CUDA_CHECK_LAUNCH();
@@ -116,11 +143,24 @@ void sum_middle(const In* x, int64_t outer, int64_t r, int64_t inner, Out* out, 
     DDP_CUDA_CHECK_LAUNCH();
     return;
   }
+  const ColumnSumPlan plan = plan_column_sum(outer, r, inner, multiprocessor_count());
   const dim3 block(32, 8);
-  const dim3 grid(static_cast<unsigned>((inner + 31) / 32),
-                  static_cast<unsigned>(std::min<int64_t>(outer, 65535)));
-  DDP_CHECK(grid.x <= 2147483647u, "cuda sum: inner size ", inner, " too large");
-  column_sum_kernel<In, Out><<<grid, block, 0, stream>>>(x, outer, r, inner, out, scale);
+  DDP_CHECK(plan.col_tiles <= 2147483647, "cuda sum: inner size ", inner, " too large");
+  if (plan.chunks == 1) {
+    const dim3 grid(static_cast<unsigned>(plan.col_tiles), static_cast<unsigned>(std::min<int64_t>(outer, 65535)));
+    column_sum_kernel<In, Out><<<grid, block, 0, stream>>>(x, outer, r, inner, out, scale);
+    DDP_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  StreamScratch partial(static_cast<size_t>(outer * plan.chunks * inner) * sizeof(double));
+  double* pp = static_cast<double*>(partial.ptr);
+  const dim3 grid(static_cast<unsigned>(plan.col_tiles),
+                  static_cast<unsigned>(std::min<int64_t>(outer * plan.chunks, 65535)));
+  column_chunk_sum_kernel<In>
+      <<<grid, block, 0, stream>>>(x, outer, r, inner, plan.chunks, plan.rows_per_chunk, pp);
+  DDP_CUDA_CHECK_LAUNCH();
+  column_chunks_total_kernel<Out><<<grid_for(outer * inner), kBlock, 0, stream>>>(pp, outer, plan.chunks, inner,
+                                                                                  out, scale);
   DDP_CUDA_CHECK_LAUNCH();
 }
 
@@ -138,7 +178,7 @@ void sum_dims(const T* x, const Dims& shape, const std::vector<bool>& reduced, T
     return;
   }
   // Innermost reduced run first; intermediates in double scratch buffers.
-  std::unique_ptr<Scratch> cur;
+  std::unique_ptr<StreamScratch> cur;
   while (true) {
     int last = static_cast<int>(groups.size()) - 1;
     while (!groups[last].reduced) --last;
@@ -154,7 +194,7 @@ void sum_dims(const T* x, const Dims& shape, const std::vector<bool>& reduced, T
         sum_middle(static_cast<const double*>(cur->ptr), outer, r, inner, out, scale);
       return;
     }
-    auto next = std::make_unique<Scratch>(static_cast<size_t>(outer * inner) * sizeof(double));
+    auto next = std::make_unique<StreamScratch>(static_cast<size_t>(outer * inner) * sizeof(double));
     if (!cur)
       sum_middle(x, outer, r, inner, static_cast<double*>(next->ptr), 1.0);
     else

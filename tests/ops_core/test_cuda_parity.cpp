@@ -105,6 +105,12 @@ TEST(CudaParity, Reductions) {
   expect_parity(
       "row sums", [](const std::vector<Tensor>& in) { return ops::sum(in[0], {1}); }, {rnd({3, 100000}, 33)},
       1e-4);
+  // column sums cut into row chunks (kernels/cuda/column_sum_plan.h): a GPT-2 bias gradient's shape, a prime
+  // row count, and (outer > 1) chunks of several slices
+  for (const Shape& shape : std::vector<Shape>{{8192, 768}, {4099, 97}, {3, 4099, 33}})
+    expect_parity(
+        "column sums", [](const std::vector<Tensor>& in) { return ops::sum(in[0], {in[0].dim() - 2}); },
+        {rnd(shape, 34)}, 1e-4);
 }
 
 TEST(CudaParity, ElementwiseBroadcasting) {

@@ -75,7 +75,9 @@ TEST(LayerNorm, RejectsBadParameters) {
 TEST(LayerNorm, CudaMatchesCpu) {
   DDP_SKIP_WITHOUT_GPU();
   // float32 on both sides: bound 1e-5 relative + 1e-5 absolute (dweight sums over rows in a different order).
-  for (const Shape& s : std::vector<Shape>{{3, 5}, {4, 16, 768}, {2, 1000}}) {
+  // {8, 1024, 768}: GPT-2 small's rows, dweight/dbias in row chunks (kernels/cuda/column_sum_plan.h); {4099, 33}
+  // a prime row count.
+  for (const Shape& s : std::vector<Shape>{{3, 5}, {4, 16, 768}, {2, 1000}, {8, 1024, 768}, {4099, 33}}) {
     const int64_t c = s.back();
     expect_cuda_matches_cpu(
         [](const std::vector<Tensor>& in) { return ops::layer_norm(in[0], in[1], in[2]); },
