@@ -1,29 +1,51 @@
-// convert.cu - elementwise dtype conversion and fill kernels (float32, float64,
-// bfloat16, int32, int64, uint8).
+// convert.cu - elementwise dtype conversion (one kernel per type pair, converting as the CPU does) and fill
+// kernels (float32, float64, bfloat16, int32, int64, uint8).
 #include <cuda_bf16.h>
+
+#include <climits>
+#include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/convert.h"
 #include "runtime/core/cuda_check.h"
 
 namespace ddp::kernels::cuda {
 namespace {
-__device__ double load_as_double(const void* p, DType t, int64_t i) {
-  switch (t) {
-    case DType::F32:
-      return static_cast<const float*>(p)[i];
-    case DType::F64:
-      return static_cast<const double*>(p)[i];
-    case DType::BF16:
-      return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
-    case DType::I32:
-      return static_cast<const int32_t*>(p)[i];
-    case DType::I64:
-      return static_cast<double>(static_cast<const int64_t*>(p)[i]);
-    case DType::U8:
-      return static_cast<const uint8_t*>(p)[i];
+// One element from S to D as the CPU converts it (runtime/tensor/tensor.cpp's host_convert: a static_cast,
+// bfloat16 through float32 on either side) - never through double, which would round an int64 above 2^53 and
+// round int64 -> float32 twice.
+template <class D, class S>
+__device__ D convert_value(S v) {
+  if constexpr (std::is_same_v<S, __nv_bfloat16>) {
+    return convert_value<D>(__bfloat162float(v));
+  } else if constexpr (std::is_same_v<D, __nv_bfloat16>) {
+    return __float2bfloat16(static_cast<float>(v));
+  } else {
+    return static_cast<D>(v);
   }
-  return 0;
 }
+
+// One kernel per (source, destination) type pair; 32-bit index math when n fits.
+template <class S, class D, class Index>
+__global__ void convert_kernel(const S* __restrict__ src, D* __restrict__ dst, Index n) {
+  for (Index i = blockIdx.x * Index(blockDim.x) + threadIdx.x; i < n; i += Index(gridDim.x) * blockDim.x)
+    dst[i] = convert_value<D>(src[i]);
+}
+
+// Calls f(T{}) with the C++ type of dtype t (a null pointer of it, to carry the type).
+template <class F>
+void with_type(DType t, F&& f) {
+  switch (t) {
+    case DType::F32: return f(static_cast<float*>(nullptr));
+    case DType::F64: return f(static_cast<double*>(nullptr));
+    case DType::BF16: return f(static_cast<__nv_bfloat16*>(nullptr));
+    case DType::I32: return f(static_cast<int32_t*>(nullptr));
+    case DType::I64: return f(static_cast<int64_t*>(nullptr));
+    case DType::U8: return f(static_cast<uint8_t*>(nullptr));
+  }
+  DDP_FAIL("cuda convert: unknown dtype ", static_cast<int>(t));
+}
+
 __device__ void store_from_double(void* p, DType t, int64_t i, double v) {
   switch (t) {
     case DType::F32:
@@ -46,11 +68,6 @@ __device__ void store_from_double(void* p, DType t, int64_t i, double v) {
       break;
   }
 }
-__global__ void convert_kernel(const void* src, DType st, void* dst, DType dt, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x)
-    store_from_double(dst, dt, i, load_as_double(src, st, i));
-}
 __global__ void fill_kernel(void* dst, DType dt, double v, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
@@ -61,8 +78,19 @@ int grid_for(int64_t n) { return static_cast<int>(std::min<int64_t>((n + 255) / 
 
 void convert(const void* src, DType st, void* dst, DType dt, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  convert_kernel<<<grid_for(n), 256, 0, stream>>>(src, st, dst, dt, n);
-  DDP_CUDA_CHECK_LAUNCH();
+  with_type(st, [&](auto* s_type) {
+    with_type(dt, [&](auto* d_type) {
+      using S = std::remove_pointer_t<decltype(s_type)>;
+      using D = std::remove_pointer_t<decltype(d_type)>;
+      const S* x = static_cast<const S*>(src);
+      D* y = static_cast<D*>(dst);
+      if (n <= INT32_MAX - 65535 * 256)
+        convert_kernel<S, D, int32_t><<<grid_for(n), 256, 0, stream>>>(x, y, static_cast<int32_t>(n));
+      else
+        convert_kernel<S, D, int64_t><<<grid_for(n), 256, 0, stream>>>(x, y, n);
+      DDP_CUDA_CHECK_LAUNCH();
+    });
+  });
 }
 void fill(void* dst, DType dt, double v, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
