@@ -57,19 +57,25 @@ __global__ void cross_entropy_reduce_kernel(const T* row_loss, const int64_t* ta
   }
 }
 
+// One block per row (grid-stride over rows), its threads over the columns: no per-element division to find
+// the row, and the row's target and lse read once.
 template <class T>
 __global__ void cross_entropy_backward_kernel(const T* logits, const int64_t* targets, const T* lse,
                                               const T* dloss, const int64_t* count, int64_t rows,
                                               int64_t cols, bool has_ignore, int64_t ignore_index,
                                               T* dlogits) {
   const T scale = dloss[0] / (count ? static_cast<T>(count[0]) : T(1));
-  DDP_CUDA_KERNEL_LOOP(i, rows * cols) {
-    const int64_t r = i / cols, c = i - r * cols, t = targets[r];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const int64_t t = targets[r];
+    const T* xr = logits + r * cols;
+    T* dr = dlogits + r * cols;
     if (has_ignore && t == ignore_index) {
-      dlogits[i] = T(0);
-    } else {
-      dlogits[i] = scale * (dev_exp(logits[i] - lse[r]) - (c == t ? T(1) : T(0)));
+      for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) dr[c] = T(0);
+      continue;
     }
+    const T l = lse[r];
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
+      dr[c] = scale * (dev_exp(xr[c] - l) - (c == t ? T(1) : T(0)));
   }
 }
 
@@ -117,7 +123,7 @@ void cross_entropy_backward(const T* logits, const int64_t* targets, const T* ls
                             const int64_t* count, int64_t rows, int64_t cols, bool has_ignore,
                             int64_t ignore_index, T* dlogits, cudaStream_t stream) {
   if (rows * cols == 0) return;
-  cross_entropy_backward_kernel<T><<<grid_for(rows * cols), kBlock, 0, stream>>>(
+  cross_entropy_backward_kernel<T><<<row_grid(rows), kBlock, 0, stream>>>(
       logits, targets, lse, dloss, count, rows, cols, has_ignore, ignore_index, dlogits);
   DDP_CUDA_CHECK_LAUNCH();
 }
