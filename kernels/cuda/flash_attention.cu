@@ -125,12 +125,10 @@ __global__ void __launch_bounds__(flash::kTile* kLanes)
     }
     __syncthreads();
     for (int ii = 0; ii < kTile; ++ii) {
-      const S s = lanes_sum(flash::lane_dot(k, q_tile + ii * hs, hs, lane)) * scale;
+      const S qk = lanes_sum(flash::lane_dot(k, q_tile + ii * hs, hs, lane));
       const S dp = lanes_sum(flash::lane_dot(v, dy_tile + ii * hs, hs, lane));
-      const S p = flash::recomputed_prob(s, lse_tile[ii], i0 + ii, j, T);
-      const S ds = flash::score_grad(p, dp, D_tile[ii]);
-      flash::lane_axpy(p, dy_tile + ii * hs, hs, lane, dv);
-      flash::lane_axpy(ds, q_tile + ii * hs, hs, lane, dk);
+      flash::key_row_update(qk, dp, scale, lse_tile[ii], D_tile[ii], i0 + ii, j, T, q_tile + ii * hs,
+                            dy_tile + ii * hs, hs, lane, dk, dv);
     }
   }
   if (kt * kTile + row < T) {
@@ -166,10 +164,9 @@ __global__ void __launch_bounds__(flash::kTile* kLanes)
     load_tile<S>(q_base + 2 * C, ld, k0, T, hs, v_tile);
     __syncthreads();
     for (int jj = 0; jj < kTile; ++jj) {
-      const S s = lanes_sum(flash::lane_dot(q, k_tile + jj * hs, hs, lane)) * scale;
+      const S qk = lanes_sum(flash::lane_dot(q, k_tile + jj * hs, hs, lane));
       const S dp = lanes_sum(flash::lane_dot(g, v_tile + jj * hs, hs, lane));
-      const S p = flash::recomputed_prob(s, row_lse, i, k0 + jj, T);
-      flash::lane_axpy(flash::score_grad(p, dp, row_D), k_tile + jj * hs, hs, lane, dq);
+      flash::query_row_update(qk, dp, scale, row_lse, row_D, i, k0 + jj, T, k_tile + jj * hs, hs, lane, dq);
     }
   }
   if (qt * kTile + row < T) flash::lane_store(dq, scale, hs, lane, dqkv + (b * T + i) * ld + h * hs);

@@ -173,6 +173,25 @@ DDP_FLASH_HD inline S score_grad(S p, S dp, S D) {
   return p * (dp - D);
 }
 
+
+// dK/dV pass, key row j meets query i (qk = q_i . k_j and dp = dy_i . v_j already summed over the lanes):
+// dv_j += p_ij dy_i and dk_j += dS_ij q_i on this lane's dimensions (dk is scaled by 1/sqrt(hs) once, at the end).
+template <class S, int kDpt>
+DDP_FLASH_HD inline void key_row_update(S qk, S dp, S scale, S lse_i, S D_i, int64_t i, int64_t j, int64_t T,
+                                        const S* q_row, const S* dy_row, int hs, int lane, S (&dk)[kDpt],
+                                        S (&dv)[kDpt]) {
+  const S p = recomputed_prob(qk * scale, lse_i, i, j, T);
+  lane_axpy(p, dy_row, hs, lane, dv);
+  lane_axpy(score_grad(p, dp, D_i), q_row, hs, lane, dk);
+}
+// dQ pass, query row i meets key j: dq_i += dS_ij k_j (scaled at the end, like dk).
+template <class S, int kDpt>
+DDP_FLASH_HD inline void query_row_update(S qk, S dp, S scale, S lse_i, S D_i, int64_t i, int64_t j, int64_t T,
+                                          const S* k_row, int hs, int lane, S (&dq)[kDpt]) {
+  const S p = recomputed_prob(qk * scale, lse_i, i, j, T);
+  lane_axpy(score_grad(p, dp, D_i), k_row, hs, lane, dq);
+}
+
 }  // namespace ddp::kernels::cuda::flash
 
 #if defined(__CUDA_ARCH__)

@@ -141,12 +141,9 @@ void emulate_backward(const S* dy, const S* qkv, const S* y, const S* lse, S* dq
             S sc[kLanes], dp[kLanes];
             lanes_sum([&](int lane) { return flash::lane_dot(k[row][lane], &q_tile[ii * hs], hs, lane); }, sc);
             lanes_sum([&](int lane) { return flash::lane_dot(v[row][lane], &dy_tile[ii * hs], hs, lane); }, dp);
-            for (int lane = 0; lane < kLanes; ++lane) {
-              const S p = flash::recomputed_prob(sc[lane] * scale, lse_tile[ii], i0 + ii, row_j[row], T);
-              const S ds = flash::score_grad(p, dp[lane], D_tile[ii]);
-              flash::lane_axpy(p, &dy_tile[ii * hs], hs, lane, dv[row][lane]);
-              flash::lane_axpy(ds, &q_tile[ii * hs], hs, lane, dk[row][lane]);
-            }
+            for (int lane = 0; lane < kLanes; ++lane)
+              flash::key_row_update(sc[lane], dp[lane], scale, lse_tile[ii], D_tile[ii], i0 + ii, row_j[row], T,
+                                    &q_tile[ii * hs], &dy_tile[ii * hs], hs, lane, dk[row][lane], dv[row][lane]);
           }
       }
       for (int row = 0; row < kTile; ++row)
@@ -182,10 +179,9 @@ void emulate_backward(const S* dy, const S* qkv, const S* y, const S* lse, S* dq
             S sc[kLanes], dp[kLanes];
             lanes_sum([&](int lane) { return flash::lane_dot(q[row][lane], &k_tile[jj * hs], hs, lane); }, sc);
             lanes_sum([&](int lane) { return flash::lane_dot(g[row][lane], &v_tile[jj * hs], hs, lane); }, dp);
-            for (int lane = 0; lane < kLanes; ++lane) {
-              const S p = flash::recomputed_prob(sc[lane] * scale, row_lse, row_i[row], k0 + jj, T);
-              flash::lane_axpy(flash::score_grad(p, dp[lane], row_D), &k_tile[jj * hs], hs, lane, dq[row][lane]);
-            }
+            for (int lane = 0; lane < kLanes; ++lane)
+              flash::query_row_update(sc[lane], dp[lane], scale, row_lse, row_D, row_i[row], k0 + jj, T,
+                                      &k_tile[jj * hs], hs, lane, dq[row][lane]);
           }
         }
       }
