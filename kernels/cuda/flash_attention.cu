@@ -1,11 +1,11 @@
 // flash_attention.cu - CUDA causal self-attention tiled over query and key blocks, no (T, T) buffer.
-// Forward: one block per (batch * head, query tile); K and V tiles go through shared memory and each query row
-// keeps an online softmax (running max m, running sum l, rescaled output) in registers; tiles above the
-// diagonal are never loaded. Backward, deterministic (no atomics): a pre-pass D = rowsum(dy * y); one block per
-// (batch * head, key tile) accumulates dK and dV over the query tiles at or below the diagonal; one block per
-// (batch * head, query tile) accumulates dQ over the key tiles. Both recompute p = exp(s - lse) tile by tile, so
-// the scores cost twice, the price of writing each gradient row from one block. The per-tile arithmetic is in
-// flash_attention_tile.h (tested on the CPU by tests/ops_nn/test_flash_attention_tiles.cpp).
+// Forward: one block per (batch * head, query tile); K and V tiles go through shared memory and each query
+// row keeps an online softmax (running max m, running sum l, rescaled output) in registers; tiles above the
+// diagonal are never loaded. Backward, deterministic (no atomics): a pre-pass D = rowsum(dy * y); one block
+// per (batch * head, key tile) accumulates dK and dV over the query tiles at or below the diagonal; one block
+// per (batch * head, query tile) accumulates dQ over the key tiles. Both recompute p = exp(s - lse) tile by
+// tile, so the scores cost twice, the price of writing each gradient row from one block. The per-tile
+// arithmetic is in flash_attention_tile.h (tested on the CPU by tests/ops_nn/test_flash_attention_tiles.cpp).
 #include <climits>
 #include <cmath>
 
@@ -65,7 +65,8 @@ __global__ void __launch_bounds__(flash::kTile* kLanes)
     __syncthreads();
     S s[kTile];
 #pragma unroll
-    for (int jj = 0; jj < kTile; ++jj) s[jj] = lanes_sum(flash::lane_dot(q, k_tile + jj * hs, hs, lane)) * scale;
+    for (int jj = 0; jj < kTile; ++jj)
+      s[jj] = lanes_sum(flash::lane_dot(q, k_tile + jj * hs, hs, lane)) * scale;
     flash::forward_tile_update<S, kDpt>(s, v_tile, hs, lane, i, k0, T, m, l, o);
   }
   const S row_lse = flash::forward_finish(m, l, o);
@@ -141,8 +142,8 @@ __global__ void __launch_bounds__(flash::kTile* kLanes)
 // dQ of one query tile. Grid (B * nh, query tiles), block kTile * kLanes. Shared: K and V tiles.
 template <class S, int kDpt>
 __global__ void __launch_bounds__(flash::kTile* kLanes)
-    flash_backward_dq_kernel(const S* dy, const S* qkv, const S* lse, const S* D, S* dqkv, int64_t T, int64_t C,
-                             int64_t nh, S scale) {
+    flash_backward_dq_kernel(const S* dy, const S* qkv, const S* lse, const S* D, S* dqkv, int64_t T,
+                             int64_t C, int64_t nh, S scale) {
   const int hs = static_cast<int>(C / nh);
   S* k_tile = reinterpret_cast<S*>(flash_smem);
   S* v_tile = k_tile + kTile * hs;
@@ -182,16 +183,18 @@ template <class S>
 dim3 flash_grid(int64_t B, int64_t T, int64_t C, int64_t n_head) {
   DDP_CHECK(n_head > 0 && C % n_head == 0, "flash attention: n_head = ", n_head, " must divide C = ", C);
   DDP_CHECK(flash_attention_supports(C / n_head), "flash attention: head size ", C / n_head,
-            " is not supported (1..", flash::kMaxHeadSize, "); use the materialising kernels (kernels/cuda/attention.h)");
+            " is not supported (1..", flash::kMaxHeadSize,
+            "); use the materialising kernels (kernels/cuda/attention.h)");
   const int64_t tiles = flash::num_tiles(T, flash::kTile);
-  DDP_CHECK(B * n_head <= INT_MAX && tiles <= 65535, "flash attention: B * n_head = ", B * n_head, " and T = ", T,
-            " give a grid of (", B * n_head, ", ", tiles, ") blocks; CUDA allows (", INT_MAX,
+  DDP_CHECK(B * n_head <= INT_MAX && tiles <= 65535, "flash attention: B * n_head = ", B * n_head,
+            " and T = ", T, " give a grid of (", B * n_head, ", ", tiles, ") blocks; CUDA allows (", INT_MAX,
             ", 65535): split the batch or shorten the sequence");
   return dim3(static_cast<unsigned>(B * n_head), static_cast<unsigned>(tiles));
 }
 
 template <class S, int kDpt>
-void forward_with(const S* qkv, S* y, S* lse, int64_t B, int64_t T, int64_t C, int64_t nh, cudaStream_t stream) {
+void forward_with(const S* qkv, S* y, S* lse, int64_t B, int64_t T, int64_t C, int64_t nh,
+                  cudaStream_t stream) {
   const int64_t hs = C / nh;
   const size_t smem = 2 * kTile * hs * sizeof(S);
   flash_forward_kernel<S, kDpt><<<flash_grid<S>(B, T, C, nh), kTile * kLanes, smem, stream>>>(
@@ -212,12 +215,15 @@ void backward_with(const S* dy, const S* qkv, const S* y, const S* lse, S* dqkv,
       <<<grid, kTile * kLanes, dkdv_smem, stream>>>(dy, qkv, lse, D, dqkv, T, C, nh, scale);
   DDP_CUDA_CHECK_LAUNCH();
   const size_t dq_smem = 2 * kTile * hs * sizeof(S);
-  flash_backward_dq_kernel<S, kDpt><<<grid, kTile * kLanes, dq_smem, stream>>>(dy, qkv, lse, D, dqkv, T, C, nh, scale);
+  flash_backward_dq_kernel<S, kDpt>
+      <<<grid, kTile * kLanes, dq_smem, stream>>>(dy, qkv, lse, D, dqkv, T, C, nh, scale);
   DDP_CUDA_CHECK_LAUNCH();
 }
 }  // namespace
 
-bool flash_attention_supports(int64_t head_size) { return head_size >= 1 && head_size <= flash::kMaxHeadSize; }
+bool flash_attention_supports(int64_t head_size) {
+  return head_size >= 1 && head_size <= flash::kMaxHeadSize;
+}
 
 template <class S>
 void flash_attention_forward(const S* qkv, S* y, S* lse, int64_t B, int64_t T, int64_t C, int64_t n_head,

@@ -1,14 +1,16 @@
-// flash_attention_tile.h - the per-tile arithmetic of the CUDA flash attention (kernels/cuda/flash_attention.cu)
-// as inline functions that nvcc compiles for host and device and g++ compiles for the host, so that the CPU test
-// tests/ops_nn/test_flash_attention_tiles.cpp runs the same tiled algorithm, with the same tile sizes and these
-// same functions, block by block and lane by lane, and compares it with kernels/cpu/attention.
+// flash_attention_tile.h - the per-tile arithmetic of the CUDA flash attention
+// (kernels/cuda/flash_attention.cu) as inline functions that nvcc compiles for host and device and g++
+// compiles for the host, so that the CPU test tests/ops_nn/test_flash_attention_tiles.cpp runs the same tiled
+// algorithm, with the same tile sizes and these same functions, block by block and lane by lane, and compares
+// it with kernels/cpu/attention.
 //
-// Work split (both sides): a row (one query in the forward and dQ passes, one key in the dK/dV pass) belongs to
-// kLanes threads of one warp; lane l owns the head dimensions d = l + kLanes * r (r < kDpt, d < hs) of that row's
-// vectors, held in registers. A dot product is each lane's partial sum over its dimensions (lane_dot) followed by
-// a butterfly sum over the kLanes lanes (on the GPU __shfl_xor_sync, here lanes_butterfly_sum: the same pairs in
-// the same order, so every lane ends with the same bits). Key and value tiles (forward, dQ) or query and dO tiles
-// (dK/dV) sit in shared memory as (tile, hs) row-major blocks.
+// Work split (both sides): a row (one query in the forward and dQ passes, one key in the dK/dV pass) belongs
+// to kLanes threads of one warp; lane l owns the head dimensions d = l + kLanes * r (r < kDpt, d < hs) of
+// that row's vectors, held in registers. A dot product is each lane's partial sum over its dimensions
+// (lane_dot) followed by a butterfly sum over the kLanes lanes (on the GPU __shfl_xor_sync, here
+// lanes_butterfly_sum: the same pairs in the same order, so every lane ends with the same bits). Key and
+// value tiles (forward, dQ) or query and dO tiles (dK/dV) sit in shared memory as (tile, hs) row-major
+// blocks.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -18,9 +20,9 @@
 #else
 #define DDP_FLASH_HD
 #endif
-// Loops over a tile or over a lane's dimensions unroll on the GPU, so that the small arrays stay in registers.
-// The device pass's preprocessor (the host compiler, with -Wall) would call the pragma unknown: silenced for
-// this header only.
+// Loops over a tile or over a lane's dimensions unroll on the GPU, so that the small arrays stay in
+// registers. The device pass's preprocessor (the host compiler, with -Wall) would call the pragma unknown:
+// silenced for this header only.
 #if defined(__CUDA_ARCH__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunknown-pragmas"
@@ -31,11 +33,11 @@
 
 namespace ddp::kernels::cuda::flash {
 
-constexpr int kLanes = 8;           // threads per row
-constexpr int kMaxHeadSize = 128;   // 16 dimensions per lane at most
-// Rows per query tile = keys per key tile (equal, so the diagonal tiles are the only masked ones), both dtypes:
-// 128 threads a block; K and V tiles of 2 * 16 * 128 * 8 B = 32 KiB at most. Tiles of 32 rows took the float32
-// forward to 255 registers a thread (ptxas -v), a quarter of the occupancy.
+constexpr int kLanes = 8;          // threads per row
+constexpr int kMaxHeadSize = 128;  // 16 dimensions per lane at most
+// Rows per query tile = keys per key tile (equal, so the diagonal tiles are the only masked ones), both
+// dtypes: 128 threads a block; K and V tiles of 2 * 16 * 128 * 8 B = 32 KiB at most. Tiles of 32 rows took
+// the float32 forward to 255 registers a thread (ptxas -v), a quarter of the occupancy.
 constexpr int kTile = 16;
 
 // Dimensions each lane holds for head size hs (a compile-time choice: 4, 8 or 16). hs <= kMaxHeadSize.
@@ -114,8 +116,8 @@ DDP_FLASH_HD inline void lane_axpy(S c, const S* row, int hs, int lane, S (&acc)
     if (d < hs) acc[r] += c * row[d];
   }
 }
-// The host's picture of the GPU's butterfly: v[l] <- v[l] + v[l ^ offset] for offset = kLanes/2, ..., 1 (on the
-// GPU each lane adds the value __shfl_xor_sync brings). a + b == b + a exactly, so all lanes end equal.
+// The host's picture of the GPU's butterfly: v[l] <- v[l] + v[l ^ offset] for offset = kLanes/2, ..., 1 (on
+// the GPU each lane adds the value __shfl_xor_sync brings). a + b == b + a exactly, so all lanes end equal.
 template <class S>
 inline S lanes_butterfly_sum(S (&v)[kLanes]) {
   for (int offset = kLanes / 2; offset > 0; offset /= 2) {
@@ -127,9 +129,10 @@ inline S lanes_butterfly_sum(S (&v)[kLanes]) {
 }
 
 // ---- forward: online softmax of one query row over one key tile ----
-// On entry s[jj] is the scaled score of key k0 + jj for query i (row sums already over all lanes). Masked keys
-// drop out; (m, l) become the running max and the running sum of exp(score - m); this lane's o is rescaled by
-// exp(m_old - m_new) and gains sum_j p_j v_j. Every tile the kernel visits holds at least one visible key (key k0
+// On entry s[jj] is the scaled score of key k0 + jj for query i (row sums already over all lanes). Masked
+// keys drop out; (m, l) become the running max and the running sum of exp(score - m); this lane's o is
+// rescaled by exp(m_old - m_new) and gains sum_j p_j v_j. Every tile the kernel visits holds at least one
+// visible key (key k0
 // <= i), so m_new is finite; on the first tile m_old = -inf and the rescale factor is exactly 0.
 template <class S, int kDpt>
 DDP_FLASH_HD inline void forward_tile_update(S (&s)[kTile], const S* v_tile, int hs, int lane, int64_t i,
@@ -173,9 +176,9 @@ DDP_FLASH_HD inline S score_grad(S p, S dp, S D) {
   return p * (dp - D);
 }
 
-
 // dK/dV pass, key row j meets query i (qk = q_i . k_j and dp = dy_i . v_j already summed over the lanes):
-// dv_j += p_ij dy_i and dk_j += dS_ij q_i on this lane's dimensions (dk is scaled by 1/sqrt(hs) once, at the end).
+// dv_j += p_ij dy_i and dk_j += dS_ij q_i on this lane's dimensions (dk is scaled by 1/sqrt(hs) once, at the
+// end).
 template <class S, int kDpt>
 DDP_FLASH_HD inline void key_row_update(S qk, S dp, S scale, S lse_i, S D_i, int64_t i, int64_t j, int64_t T,
                                         const S* q_row, const S* dy_row, int hs, int lane, S (&dk)[kDpt],
@@ -186,8 +189,8 @@ DDP_FLASH_HD inline void key_row_update(S qk, S dp, S scale, S lse_i, S D_i, int
 }
 // dQ pass, query row i meets key j: dq_i += dS_ij k_j (scaled at the end, like dk).
 template <class S, int kDpt>
-DDP_FLASH_HD inline void query_row_update(S qk, S dp, S scale, S lse_i, S D_i, int64_t i, int64_t j, int64_t T,
-                                          const S* k_row, int hs, int lane, S (&dq)[kDpt]) {
+DDP_FLASH_HD inline void query_row_update(S qk, S dp, S scale, S lse_i, S D_i, int64_t i, int64_t j,
+                                          int64_t T, const S* k_row, int hs, int lane, S (&dq)[kDpt]) {
   const S p = recomputed_prob(qk * scale, lse_i, i, j, T);
   lane_axpy(score_grad(p, dp, D_i), k_row, hs, lane, dq);
 }

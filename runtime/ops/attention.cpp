@@ -1,7 +1,8 @@
 // attention.cpp - forward and backward of causal_self_attention as one fused node, dispatching to
-// kernels/cpu/attention (strided gemms per (batch, head); saves the (B, n_head, T, T) probabilities) or, on CUDA,
-// kernels/cuda/flash_attention (tiled, online softmax; saves y and the (B, n_head, T) log-sum-exp, no (T, T)
-// buffer). CUDA heads larger than the flash kernels take (> 128) use the materialising kernels/cuda/attention.
+// kernels/cpu/attention (strided gemms per (batch, head); saves the (B, n_head, T, T) probabilities) or, on
+// CUDA, kernels/cuda/flash_attention (tiled, online softmax; saves y and the (B, n_head, T) log-sum-exp, no
+// (T, T) buffer). CUDA heads larger than the flash kernels take (> 128) use the materialising
+// kernels/cuda/attention.
 #include "runtime/ops/attention.h"
 
 #include "kernels/cpu/attention.h"
@@ -28,8 +29,9 @@ bool uses_flash(const Tensor& qkv, int64_t n_head) {
 
 struct AttentionBackward final : autograd::Node {
   Tensor qkv;
-  Tensor att;     // (B, n_head, T, T) probabilities; the materialising kernels only
-  Tensor y, lse;  // y (detached: saving y itself would make y -> node -> y a cycle) and (B, n_head, T); flash only
+  Tensor att;  // (B, n_head, T, T) probabilities; the materialising kernels only
+  Tensor y,
+      lse;  // y (detached: saving y itself would make y -> node -> y a cycle) and (B, n_head, T); flash only
   int64_t n_head = 1;
   std::vector<Tensor> apply(std::vector<Tensor>& grads) override {
     if (!grads[0].defined()) return {Tensor()};
@@ -42,9 +44,9 @@ struct AttentionBackward final : autograd::Node {
       if (lse.defined()) {
         Tensor scratch = Tensor::empty({kernels::cuda::flash_attention_backward_scratch_elems(B, T, n_head)},
                                        qkv.dtype(), qkv.device());
-        kernels::cuda::flash_attention_backward(dy.data<scalar_t>(), qkv.data<scalar_t>(), y.data<scalar_t>(),
-                                                lse.data<scalar_t>(), dqkv.data<scalar_t>(),
-                                                scratch.data<scalar_t>(), B, T, C, n_head, cuda::current_stream());
+        kernels::cuda::flash_attention_backward(
+            dy.data<scalar_t>(), qkv.data<scalar_t>(), y.data<scalar_t>(), lse.data<scalar_t>(),
+            dqkv.data<scalar_t>(), scratch.data<scalar_t>(), B, T, C, n_head, cuda::current_stream());
         return;
       }
       if (qkv.device().is_cuda()) {
@@ -85,8 +87,8 @@ Tensor causal_self_attention(const Tensor& qkv, int64_t n_head) {
     DDP_DISPATCH_FLOATING(qkv.dtype(), "causal_self_attention", [&] {
 #ifdef DDP_WITH_CUDA
       if (flash) {
-        kernels::cuda::flash_attention_forward(qkv.data<scalar_t>(), y.data<scalar_t>(), lse.data<scalar_t>(), B,
-                                               T, C, n_head, cuda::current_stream());
+        kernels::cuda::flash_attention_forward(qkv.data<scalar_t>(), y.data<scalar_t>(), lse.data<scalar_t>(),
+                                               B, T, C, n_head, cuda::current_stream());
         return;
       }
       if (qkv.device().is_cuda()) {

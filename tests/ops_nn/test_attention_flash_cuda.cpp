@@ -1,9 +1,10 @@
-// test_attention_flash_cuda.cpp - causal_self_attention on CUDA (the flash kernels, kernels/cuda/flash_attention)
-// against the CPU op: float64 to 1e-12, float32 to 1e-5 + 1e-4 |cpu| (the CPU emulation of the tiled algorithm
-// measures about a tenth of that: FlashAttentionTiles.Float32StaysWithinTheGpuTestsBound), forward and qkv
-// gradient, over sequence lengths around the tile and head sizes 1..128; heads above 128 taking the materialising
-// kernels; a repeatable (bitwise) backward; and no (B, heads, T, T) buffer: the pool's peak over a GPT-2 small
-// forward and backward at T = 1024 stays below what the probabilities alone would take. Skipped without a GPU.
+// test_attention_flash_cuda.cpp - causal_self_attention on CUDA (the flash kernels,
+// kernels/cuda/flash_attention) against the CPU op: float64 to 1e-12, float32 to 1e-5 + 1e-4 |cpu| (the CPU
+// emulation of the tiled algorithm measures about a tenth of that:
+// FlashAttentionTiles.Float32StaysWithinTheGpuTestsBound), forward and qkv gradient, over sequence lengths
+// around the tile and head sizes 1..128; heads above 128 taking the materialising kernels; a repeatable
+// (bitwise) backward; and no (B, heads, T, T) buffer: the pool's peak over a GPT-2 small forward and backward
+// at T = 1024 stays below what the probabilities alone would take. Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include "kernels/cuda/flash_attention_tile.h"
@@ -20,8 +21,8 @@ constexpr int64_t kTile = kernels::cuda::flash::kTile;
 // op on CPU and on CUDA in `dtype`, same upstream gradient: y and dqkv agree within atol + rtol * |cpu|.
 void expect_cuda_matches_cpu_in(DType dtype, int64_t B, int64_t T, int64_t C, int64_t nh, double atol,
                                 double rtol) {
-  SCOPED_TRACE("B " + std::to_string(B) + ", T " + std::to_string(T) + ", C " + std::to_string(C) + ", heads " +
-               std::to_string(nh) + ", " + std::string(dtype_name(dtype)));
+  SCOPED_TRACE("B " + std::to_string(B) + ", T " + std::to_string(T) + ", C " + std::to_string(C) +
+               ", heads " + std::to_string(nh) + ", " + std::string(dtype_name(dtype)));
   const std::vector<Tensor> inputs = {random_f64({B, T, 3 * C}, 100 + T + C)};
   std::vector<Tensor> cpu_in = leaves_on(inputs, Device::cpu(), dtype);
   std::vector<Tensor> gpu_in = leaves_on(inputs, Device::cuda(0), dtype);
@@ -61,7 +62,8 @@ TEST(Attention, CudaFlashMatchesCpuInFloat32) {
     }
 }
 
-// Not named Cuda*: gpu_check.sh runs Attention.Cuda* under compute-sanitizer within 75 s a tool; this one is larger.
+// Not named Cuda*: gpu_check.sh runs Attention.Cuda* under compute-sanitizer within 75 s a tool; this one is
+// larger.
 TEST(Attention, FlashOnCudaMatchesCpuWithGpt2SmallHeads) {
   DDP_SKIP_WITHOUT_GPU();
   expect_cuda_matches_cpu_in(DType::F32, 2, 256, 768, 12, 1e-5, 1e-4);
@@ -90,8 +92,9 @@ TEST(Attention, CudaFlashBackwardIsRepeatableBitwise) {
 
 TEST(Attention, FlashOnCudaHoldsNoTByTBuffer) {
   DDP_SKIP_WITHOUT_GPU();
-  // GPT-2 small at T = 1024: the (B, heads, T, T) float32 probabilities alone would be 96 MiB; flash attention's
-  // forward and backward allocate y, lse, D and dqkv, about 26 MiB (plus what the engine adds for the gradient).
+  // GPT-2 small at T = 1024: the (B, heads, T, T) float32 probabilities alone would be 96 MiB; flash
+  // attention's forward and backward allocate y, lse, D and dqkv, about 26 MiB (plus what the engine adds for
+  // the gradient).
   const int64_t B = 2, T = 1024, C = 768, nh = 12;
   const int64_t probabilities_bytes = B * nh * T * T * static_cast<int64_t>(sizeof(float));
   Tensor qkv = Tensor::randn({B, T, 3 * C}, 8, DType::F32).to(Device::cuda(0));

@@ -1,10 +1,11 @@
-// test_flash_attention_tiles.cpp - the CUDA flash attention's tiled algorithm run on the CPU: every thread block
-// of kernels/cuda/flash_attention.cu in turn, every row and lane of a block in turn, with the same tile size, the
-// same lane split and the same per-tile functions (kernels/cuda/flash_attention_tile.h; the GPU's shuffles become
-// lanes_butterfly_sum, shared-memory tiles become host arrays). In float64 it must agree with the CPU kernel
-// (kernels/cpu/attention, which materialises the (T, T) probabilities) to 1e-12 in y, the log-sum-exp and dqkv, for
-// sequence lengths around the tile size, 1-4 heads, head sizes 1..128, batches 1-3; its backward also matches
-// finite differences of its own forward. This runs here; the GPU parity test is test_attention_flash_cuda.cpp.
+// test_flash_attention_tiles.cpp - the CUDA flash attention's tiled algorithm run on the CPU: every thread
+// block of kernels/cuda/flash_attention.cu in turn, every row and lane of a block in turn, with the same tile
+// size, the same lane split and the same per-tile functions (kernels/cuda/flash_attention_tile.h; the GPU's
+// shuffles become lanes_butterfly_sum, shared-memory tiles become host arrays). In float64 it must agree with
+// the CPU kernel (kernels/cpu/attention, which materialises the (T, T) probabilities) to 1e-12 in y, the
+// log-sum-exp and dqkv, for sequence lengths around the tile size, 1-4 heads, head sizes 1..128, batches 1-3;
+// its backward also matches finite differences of its own forward. This runs here; the GPU parity test is
+// test_attention_flash_cuda.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -67,17 +68,19 @@ void emulate_forward(const S* qkv, S* y, S* lse, const Shape4& s) {
       }
       for (int64_t kt = 0; kt <= flash::last_key_tile(qt); ++kt) {
         const int64_t k0 = kt * kTile;
-        const std::vector<S> k_tile = load_tile(q_base + C, ld, k0, T, hs), v_tile = load_tile(q_base + 2 * C, ld, k0, T, hs);
+        const std::vector<S> k_tile = load_tile(q_base + C, ld, k0, T, hs),
+                             v_tile = load_tile(q_base + 2 * C, ld, k0, T, hs);
         for (int row = 0; row < kTile; ++row) {
           S sc[kLanes][kTile];
           for (int jj = 0; jj < kTile; ++jj) {
             S sum[kLanes];
-            lanes_sum([&](int lane) { return flash::lane_dot(q[row][lane], &k_tile[jj * hs], hs, lane); }, sum);
+            lanes_sum([&](int lane) { return flash::lane_dot(q[row][lane], &k_tile[jj * hs], hs, lane); },
+                      sum);
             for (int lane = 0; lane < kLanes; ++lane) sc[lane][jj] = sum[lane] * scale;
           }
           for (int lane = 0; lane < kLanes; ++lane)
             flash::forward_tile_update<S, kDpt>(sc[lane], v_tile.data(), hs, lane, row_i[row], k0, T,
-                                                     m[row][lane], l[row][lane], o[row][lane]);
+                                                m[row][lane], l[row][lane], o[row][lane]);
         }
       }
       for (int row = 0; row < kTile; ++row)
@@ -94,8 +97,7 @@ void emulate_forward(const S* qkv, S* y, S* lse, const Shape4& s) {
 
 // ---- the backward's three kernels, in launch order ----
 template <class S, int kDpt>
-void emulate_backward(const S* dy, const S* qkv, const S* y, const S* lse, S* dqkv,
-                      const Shape4& s) {
+void emulate_backward(const S* dy, const S* qkv, const S* y, const S* lse, S* dqkv, const Shape4& s) {
   const int hs = static_cast<int>(s.hs());
   const int64_t T = s.T, C = s.C, ld = 3 * C, n_tiles = flash::num_tiles(T, kTile);
   const S scale = static_cast<S>(1.0 / std::sqrt(static_cast<double>(hs)));
@@ -130,7 +132,8 @@ void emulate_backward(const S* dy, const S* qkv, const S* y, const S* lse, S* dq
       }
       for (int64_t qt = flash::first_query_tile(kt); qt < n_tiles; ++qt) {
         const int64_t i0 = qt * kTile;
-        const std::vector<S> q_tile = load_tile(q_base, ld, i0, T, hs), dy_tile = load_tile(dy_base, C, i0, T, hs);
+        const std::vector<S> q_tile = load_tile(q_base, ld, i0, T, hs),
+                             dy_tile = load_tile(dy_base, C, i0, T, hs);
         S lse_tile[kTile], D_tile[kTile];
         for (int e = 0; e < kTile; ++e) {
           lse_tile[e] = i0 + e < T ? lse[bh * T + i0 + e] : S(0);
@@ -139,11 +142,14 @@ void emulate_backward(const S* dy, const S* qkv, const S* y, const S* lse, S* dq
         for (int row = 0; row < kTile; ++row)
           for (int ii = 0; ii < kTile; ++ii) {
             S sc[kLanes], dp[kLanes];
-            lanes_sum([&](int lane) { return flash::lane_dot(k[row][lane], &q_tile[ii * hs], hs, lane); }, sc);
-            lanes_sum([&](int lane) { return flash::lane_dot(v[row][lane], &dy_tile[ii * hs], hs, lane); }, dp);
+            lanes_sum([&](int lane) { return flash::lane_dot(k[row][lane], &q_tile[ii * hs], hs, lane); },
+                      sc);
+            lanes_sum([&](int lane) { return flash::lane_dot(v[row][lane], &dy_tile[ii * hs], hs, lane); },
+                      dp);
             for (int lane = 0; lane < kLanes; ++lane)
-              flash::key_row_update(sc[lane], dp[lane], scale, lse_tile[ii], D_tile[ii], i0 + ii, row_j[row], T,
-                                    &q_tile[ii * hs], &dy_tile[ii * hs], hs, lane, dk[row][lane], dv[row][lane]);
+              flash::key_row_update(sc[lane], dp[lane], scale, lse_tile[ii], D_tile[ii], i0 + ii, row_j[row],
+                                    T, &q_tile[ii * hs], &dy_tile[ii * hs], hs, lane, dk[row][lane],
+                                    dv[row][lane]);
           }
       }
       for (int row = 0; row < kTile; ++row)
@@ -172,13 +178,16 @@ void emulate_backward(const S* dy, const S* qkv, const S* y, const S* lse, S* dq
       }
       for (int64_t kt = 0; kt <= flash::last_key_tile(qt); ++kt) {
         const int64_t k0 = kt * kTile;
-        const std::vector<S> k_tile = load_tile(q_base + C, ld, k0, T, hs), v_tile = load_tile(q_base + 2 * C, ld, k0, T, hs);
+        const std::vector<S> k_tile = load_tile(q_base + C, ld, k0, T, hs),
+                             v_tile = load_tile(q_base + 2 * C, ld, k0, T, hs);
         for (int row = 0; row < kTile; ++row) {
           const S row_lse = lse[bh * T + row_i[row]], row_D = D[bh * T + row_i[row]];
           for (int jj = 0; jj < kTile; ++jj) {
             S sc[kLanes], dp[kLanes];
-            lanes_sum([&](int lane) { return flash::lane_dot(q[row][lane], &k_tile[jj * hs], hs, lane); }, sc);
-            lanes_sum([&](int lane) { return flash::lane_dot(g[row][lane], &v_tile[jj * hs], hs, lane); }, dp);
+            lanes_sum([&](int lane) { return flash::lane_dot(q[row][lane], &k_tile[jj * hs], hs, lane); },
+                      sc);
+            lanes_sum([&](int lane) { return flash::lane_dot(g[row][lane], &v_tile[jj * hs], hs, lane); },
+                      dp);
             for (int lane = 0; lane < kLanes; ++lane)
               flash::query_row_update(sc[lane], dp[lane], scale, row_lse, row_D, row_i[row], k0 + jj, T,
                                       &k_tile[jj * hs], hs, lane, dq[row][lane]);
@@ -208,7 +217,8 @@ void flash_forward(const std::vector<S>& qkv, std::vector<S>& y, std::vector<S>&
   }
 }
 template <class S>
-void flash_backward(const std::vector<S>& dy, const std::vector<S>& qkv, const std::vector<S>& y, const std::vector<S>& lse, std::vector<S>& dqkv, const Shape4& s) {
+void flash_backward(const std::vector<S>& dy, const std::vector<S>& qkv, const std::vector<S>& y,
+                    const std::vector<S>& lse, std::vector<S>& dqkv, const Shape4& s) {
   dqkv.assign(qkv.size(), S(NAN));
   switch (flash::dims_per_lane(s.hs())) {
     case 4:
@@ -261,8 +271,8 @@ double max_rel_err(const Vec& a, const Vec& b) {
 }
 
 std::string str(const Shape4& s) {
-  return "B " + std::to_string(s.B) + ", T " + std::to_string(s.T) + ", C " + std::to_string(s.C) + ", heads " +
-         std::to_string(s.nh) + " (hs " + std::to_string(s.hs()) + ")";
+  return "B " + std::to_string(s.B) + ", T " + std::to_string(s.T) + ", C " + std::to_string(s.C) +
+         ", heads " + std::to_string(s.nh) + " (hs " + std::to_string(s.hs()) + ")";
 }
 
 // The tiled forward and backward against kernels/cpu/attention on inputs of standard deviation sd.
@@ -272,7 +282,8 @@ void expect_matches_cpu_kernel(const Shape4& s, uint64_t seed, double sd) {
   Vec y_ref(static_cast<size_t>(s.B * s.T * s.C)), att(static_cast<size_t>(s.B * s.nh * s.T * s.T));
   Vec dqkv_ref(qkv.size());
   ddp::kernels::cpu::attention_forward(qkv.data(), y_ref.data(), att.data(), s.B, s.T, s.C, s.nh);
-  ddp::kernels::cpu::attention_backward(dy.data(), qkv.data(), att.data(), dqkv_ref.data(), s.B, s.T, s.C, s.nh);
+  ddp::kernels::cpu::attention_backward(dy.data(), qkv.data(), att.data(), dqkv_ref.data(), s.B, s.T, s.C,
+                                        s.nh);
   Vec y, lse, dqkv;
   flash_forward(qkv, y, lse, s);
   flash_backward(dy, qkv, y, lse, dqkv, s);
@@ -283,8 +294,9 @@ void expect_matches_cpu_kernel(const Shape4& s, uint64_t seed, double sd) {
 }  // namespace
 
 TEST(FlashAttentionTiles, MatchesTheCpuKernelInFloat64) {
-  // Sequence lengths around the tile: one row, two, a tile but one, a tile, a tile and one, two tiles and three,
-  // a prime. Head sizes: 1, 8, 64 (GPT-2), 100 (not a multiple of the lanes), 128 (the largest, 16 per lane).
+  // Sequence lengths around the tile: one row, two, a tile but one, a tile, a tile and one, two tiles and
+  // three, a prime. Head sizes: 1, 8, 64 (GPT-2), 100 (not a multiple of the lanes), 128 (the largest, 16 per
+  // lane).
   const int64_t lengths[] = {1, 2, kTile - 1, kTile, kTile + 1, 2 * kTile + 3, 97};
   const int64_t head_sizes[] = {1, 8, 64, 100, 128};
   const int64_t batch_heads[][2] = {{1, 1}, {3, 2}, {2, 4}, {1, 3}};
@@ -305,7 +317,7 @@ TEST(FlashAttentionTiles, LargeScoresRescaleAcrossTiles) {
   const Shape4 s{1, 3 * kTile + 2, 8, 1};
   Vec qkv = randn(static_cast<size_t>(s.T * 3 * s.C), 9, 0.1);
   for (int64_t t = 0; t < s.T; ++t) {
-    for (int64_t d = 0; d < s.C; ++d) qkv[t * 3 * s.C + d] = 1.0;                           // q
+    for (int64_t d = 0; d < s.C; ++d) qkv[t * 3 * s.C + d] = 1.0;                                  // q
     for (int64_t d = 0; d < s.C; ++d) qkv[t * 3 * s.C + s.C + d] = 0.25 * static_cast<double>(t);  // k
   }
   Vec y_ref(static_cast<size_t>(s.T * s.C)), att(static_cast<size_t>(s.T * s.T)), y, lse;
@@ -351,7 +363,8 @@ TEST(FlashAttentionTiles, TileGeometry) {
   EXPECT_TRUE(flash::visible(3, 3, 4));
   EXPECT_FALSE(flash::visible(3, 4, 5));  // the future
   EXPECT_FALSE(flash::visible(4, 0, 4));  // a padding row
-  // Key tiles past the diagonal hold only keys j > i for every row of the query tile: skipping them loses nothing.
+  // Key tiles past the diagonal hold only keys j > i for every row of the query tile: skipping them loses
+  // nothing.
   for (int64_t qt = 0; qt < 4; ++qt)
     for (int64_t kt = flash::last_key_tile(qt) + 1; kt < 5; ++kt)
       for (int row = 0; row < kTile; ++row)
@@ -364,20 +377,22 @@ TEST(FlashAttentionTiles, TileGeometry) {
 }
 
 TEST(FlashAttentionTiles, Float32StaysWithinTheGpuTestsBound) {
-  // The tiled algorithm in float32 against the CPU kernel in float64, next to the CPU kernel's own float32 error:
-  // the GPU test's float32 bound (test_attention_flash_cuda.cpp: |gpu - cpu| <= 1e-5 + 1e-4 |cpu|, both float32)
-  // must hold for the sum of the two errors.
+  // The tiled algorithm in float32 against the CPU kernel in float64, next to the CPU kernel's own float32
+  // error: the GPU test's float32 bound (test_attention_flash_cuda.cpp: |gpu - cpu| <= 1e-5 + 1e-4 |cpu|,
+  // both float32) must hold for the sum of the two errors.
   for (const Shape4& s : {Shape4{2, 97, 2 * 64, 2}, Shape4{1, 200, 128, 1}, Shape4{2, kTile + 1, 4 * 8, 4}}) {
     const Vec qkv = randn(static_cast<size_t>(s.B * s.T * 3 * s.C), 70 + s.T, 1.0);
     const Vec dy = randn(static_cast<size_t>(s.B * s.T * s.C), 71 + s.T, 1.0);
-    Vec y64(static_cast<size_t>(s.B * s.T * s.C)), att64(static_cast<size_t>(s.B * s.nh * s.T * s.T)), d64(qkv.size());
+    Vec y64(static_cast<size_t>(s.B * s.T * s.C)), att64(static_cast<size_t>(s.B * s.nh * s.T * s.T)),
+        d64(qkv.size());
     ddp::kernels::cpu::attention_forward(qkv.data(), y64.data(), att64.data(), s.B, s.T, s.C, s.nh);
-    ddp::kernels::cpu::attention_backward(dy.data(), qkv.data(), att64.data(), d64.data(), s.B, s.T, s.C, s.nh);
+    ddp::kernels::cpu::attention_backward(dy.data(), qkv.data(), att64.data(), d64.data(), s.B, s.T, s.C,
+                                          s.nh);
     const std::vector<float> qkv32(qkv.begin(), qkv.end()), dy32(dy.begin(), dy.end());
     std::vector<float> y32(y64.size()), att32(att64.size()), dcpu32(qkv.size()), yf, lsef, dflash;
     ddp::kernels::cpu::attention_forward(qkv32.data(), y32.data(), att32.data(), s.B, s.T, s.C, s.nh);
-    ddp::kernels::cpu::attention_backward(dy32.data(), qkv32.data(), att32.data(), dcpu32.data(), s.B, s.T, s.C,
-                                          s.nh);
+    ddp::kernels::cpu::attention_backward(dy32.data(), qkv32.data(), att32.data(), dcpu32.data(), s.B, s.T,
+                                          s.C, s.nh);
     flash_forward(qkv32, yf, lsef, s);
     flash_backward(dy32, qkv32, yf, lsef, dflash, s);
     // Worst |a - ref| / (1e-5 + 1e-4 |ref|): below 1 meets the bound.
@@ -389,9 +404,10 @@ TEST(FlashAttentionTiles, Float32StaysWithinTheGpuTestsBound) {
     };
     const double y_flash = ratio(yf, y64), y_cpu = ratio(y32, y64), d_flash = ratio(dflash, d64),
                  d_cpu = ratio(dcpu32, d64);
-    std::printf("%s: float32 error / bound: y flash %.3f, cpu %.3f; dqkv flash %.3f, cpu %.3f\n", str(s).c_str(),
-                y_flash, y_cpu, d_flash, d_cpu);
-    EXPECT_LT(y_flash + y_cpu, 0.5) << str(s);  // half the bound: room for the GPU's own exp and fused multiply-adds
+    std::printf("%s: float32 error / bound: y flash %.3f, cpu %.3f; dqkv flash %.3f, cpu %.3f\n",
+                str(s).c_str(), y_flash, y_cpu, d_flash, d_cpu);
+    EXPECT_LT(y_flash + y_cpu, 0.5) << str(
+        s);  // half the bound: room for the GPU's own exp and fused multiply-adds
     EXPECT_LT(d_flash + d_cpu, 0.5) << str(s);
   }
 }
