@@ -1,6 +1,8 @@
 // attention.h - CUDA causal self-attention on a fused qkv (float32, float64): head permutes, cuBLAS
 // strided-batched gemms over the (B * n_head) heads and a causal softmax kernel. Same contracts as
-// kernels/cpu/attention.h plus a caller-provided scratch buffer (from the tensor pool).
+// kernels/cpu/attention.h plus a caller-provided scratch buffer (from the tensor pool). They materialise the
+// (B, n_head, T, T) probabilities: runtime/ops/attention.cpp runs them only for heads larger than 128; the rest
+// take kernels/cuda/flash_attention.h (no (T, T) buffer). attention.cu also holds the bf16 variants.
 #pragma once
 #include <cuda_runtime.h>
 
