@@ -470,7 +470,7 @@ double FtTrainer::attempt_step() {
     first.impl()->add_post_accumulate_hook(this, [this, number](TensorImpl&) { die_if("backward", number); });
   autograd::backward(loss);
   if (kill_in_backward) first.impl()->remove_post_accumulate_hooks(this);
-  if (o_.clip_grad > 0) optim::clip_grad_norm_(model_->parameters(), o_.clip_grad);
+  if (o_.clip_grad > 0) optim::clip_grad_norm_tensor_(model_->parameters(), o_.clip_grad);  // not read
   die_if("optimizer", number);
   if (zero1_) {
     zero1_->step(lr);  // the buddy shard, then ZeRO-1's own shard and its broadcasts

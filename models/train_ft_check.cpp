@@ -198,7 +198,7 @@ int check_fault_tolerant_run(const TrainOptions& o, const std::string& dir, doub
     if (!data.tokens && x.dtype() != dtype) x = x.to(dtype);
     Tensor loss = ops::cross_entropy(model->forward(x), b.y);
     autograd::backward(loss);
-    if (o.clip_grad > 0) optim::clip_grad_norm_(model->parameters(), o.clip_grad);
+    if (o.clip_grad > 0) optim::clip_grad_norm_tensor_(model->parameters(), o.clip_grad);  // not read
     optimizer->step();
     optimizer->zero_grad();
     if (static_cast<int64_t>(s) + 1 == ckpt_step) compare_checkpoint();

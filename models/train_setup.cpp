@@ -193,15 +193,16 @@ TrainSetup set_up_training(const TrainOptions& o, std::shared_ptr<dist::ProcessG
     if (s.zero) {
       jo.joinables.push_back(s.zero);  // its step's broadcasts are shadowed too, after the same clipping
       if (o.clip_grad > 0)
-        s.zero->set_join_gradient_transform(
-            [model = s.model, clip = o.clip_grad] { optim::clip_grad_norm_(model->parameters(), clip); });
+        s.zero->set_join_gradient_transform([model = s.model, clip = o.clip_grad] {
+          optim::clip_grad_norm_tensor_(model->parameters(), clip);  // on CUDA: nothing read back
+        });
     }
     if (s.sharded) {
       jo.joinables.push_back(s.sdp.get());  // ZeRO-3: a joined rank shadows the gathers (needs the gather group)
       jo.joinables.push_back(s.sharded);    // and the step, after the same clipping
       if (o.clip_grad > 0)
         s.sharded->set_join_gradient_transform(
-            [sdp = s.sdp.get(), clip = o.clip_grad] { sdp->clip_grad_norm_(clip); });
+            [sdp = s.sdp.get(), clip = o.clip_grad] { sdp->clip_grad_norm_tensor_(clip); });
     }
     s.join = std::make_unique<Join>(s.dp(), jo);
   }

@@ -24,7 +24,7 @@ void wait_for(const Tensor& probe) {
 struct Wrapper {
   Reducer& reducer;
   std::function<Tensor(const Tensor&)> forward;
-  std::function<void(double)> clip;
+  std::function<Tensor(double)> clip;  // returns the norm before clipping, unread (a device scalar on CUDA)
 };
 
 StepResult step_with(const Wrapper& w, optim::Optimizer& optimizer,
@@ -62,7 +62,7 @@ StepResult step_with(const Wrapper& w, optim::Optimizer& optimizer,
   const auto t0 = Clock::now();
   if (o.clip_grad > 0) {
     trace::TraceScope ts("clip", "clip_grad_norm_");
-    w.clip(o.clip_grad);
+    r.grad_norm = w.clip(o.clip_grad);
   }
   {
     trace::TraceScope ts("optimizer", "optimizer");
@@ -82,14 +82,16 @@ StepResult step_with(const Wrapper& w, optim::Optimizer& optimizer,
 StepResult train_step(DistributedDataParallel& ddp, optim::Optimizer& optimizer,
                       const std::function<data::Batch()>& next_batch, const StepOptions& o) {
   Wrapper w{ddp.reducer(), [&ddp](const Tensor& x) { return ddp.forward(x); },
-            [&ddp](double max_norm) { optim::clip_grad_norm_(ddp.module().parameters(), max_norm); }};
+            [&ddp](double max_norm) {
+              return optim::clip_grad_norm_tensor_(ddp.module().parameters(), max_norm);
+            }};
   return step_with(w, optimizer, next_batch, o);
 }
 
 StepResult train_step(ShardedDataParallel& sdp, optim::Optimizer& optimizer,
                       const std::function<data::Batch()>& next_batch, const StepOptions& o) {
   Wrapper w{sdp.reducer(), [&sdp](const Tensor& x) { return sdp.forward(x); },
-            [&sdp](double max_norm) { sdp.clip_grad_norm_(max_norm); }};
+            [&sdp](double max_norm) { return sdp.clip_grad_norm_tensor_(max_norm); }};
   return step_with(w, optimizer, next_batch, o);
 }
 
@@ -137,7 +139,7 @@ StepResult deterministic_step(Reducer& reducer, const std::function<Tensor(const
   const auto t1 = Clock::now();
   if (o.clip_grad > 0) {  // over the whole mean, in parameter order: the same on every rank and world size
     trace::TraceScope ts("clip", "clip_grad_norm_");
-    optim::clip_grad_norm_(params, o.clip_grad);
+    r.grad_norm = optim::clip_grad_norm_tensor_(params, o.clip_grad);
   }
   if (after_mean) after_mean();
   {

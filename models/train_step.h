@@ -30,6 +30,9 @@ struct StepResult {
   double forward_s = 0;    // forward + loss, summed over micro-batches
   double backward_s = 0;   // the backward calls, the reducer's end-of-backward wait included
   double optimizer_s = 0;  // clipping + step + zero_grad
+  // With clipping: the global gradient norm before it, a float64 scalar on the model's device that nobody has
+  // read (on CUDA the clip runs on the device; read it, e.g. .item(), only when logging it). Else undefined.
+  Tensor grad_norm;
 };
 
 // `next_batch` gives each micro-batch (x already in the model's dtype and on its device).

@@ -1,4 +1,5 @@
-// optim.h - fused optimizer update kernels (one pass over parameter, gradient and state).
+// optim.h - fused optimizer update kernels, one tensor per launch (one pass over parameter, gradient and
+// state); multi_tensor.h steps a whole list per launch with the same per-element math.
 #pragma once
 #include <cuda_runtime.h>
 

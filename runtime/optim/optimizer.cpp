@@ -1,5 +1,6 @@
 // optimizer.cpp - the update rules (fused kernels: kernels/cpu/optim and kernels/cuda/optim), state export,
-// clipping.
+// clipping. On CUDA the parameters of a step are gathered per dtype and stepped by one multi-tensor launch
+// (kernels/cuda/multi_tensor.h); on the CPU each parameter runs the fused CPU kernel.
 #include "runtime/optim/optimizer.h"
 
 #include <cmath>
@@ -7,10 +8,10 @@
 #include "kernels/cpu/optim.h"
 #include "runtime/autograd/node.h"
 #include "runtime/optim/state_check.h"
-#include "runtime/tensor/tensor_math.h"
+#include "runtime/tensor/multi_tensor_math.h"
 
 #ifdef DDP_WITH_CUDA
-#include "kernels/cuda/optim.h"
+#include "kernels/cuda/multi_tensor.h"
 #include "runtime/core/cuda/stream.h"
 #endif
 
@@ -36,6 +37,14 @@ SGD::SGD(std::vector<nn::NamedTensor> params, SGDOptions options)
 void SGD::step() {
   autograd::NoGradGuard ng;
   ++steps_;
+#ifdef DDP_WITH_CUDA
+  struct Group {  // the CUDA parameters of one dtype, in parameter order
+    std::vector<void*> params, momentum;
+    std::vector<const void*> grads;
+    std::vector<uint8_t> first;
+    std::vector<int64_t> sizes;
+  } cuda_groups[2];
+#endif
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor p = params_[i].tensor;
     Tensor g = p.grad();
@@ -44,10 +53,14 @@ void SGD::step() {
     if (opt_.momentum != 0 && first) momentum_[i] = Tensor::zeros(p.shape(), p.dtype(), p.device());
 #ifdef DDP_WITH_CUDA
     if (p.device().is_cuda()) {
-      kernels::cuda::sgd_step(p.raw_data(), g.raw_data(),
-                              momentum_[i].defined() ? momentum_[i].raw_data() : nullptr, p.dtype(),
-                              p.numel(), lr_, opt_.momentum, opt_.dampening, opt_.weight_decay, opt_.nesterov,
-                              first, cuda::current_stream());
+      DDP_CHECK(p.dtype() == DType::F32 || p.dtype() == DType::F64, "SGD on CUDA: parameter '",
+                params_[i].name, "' has dtype ", dtype_name(p.dtype()), "; float32 or float64 only");
+      Group& gr = cuda_groups[p.dtype() == DType::F64];
+      gr.params.push_back(p.raw_data());
+      gr.grads.push_back(g.raw_data());
+      gr.momentum.push_back(momentum_[i].defined() ? momentum_[i].raw_data() : nullptr);
+      gr.first.push_back(first);
+      gr.sizes.push_back(p.numel());
       continue;
     }
 #endif
@@ -57,6 +70,14 @@ void SGD::step() {
                              opt_.momentum, opt_.dampening, opt_.weight_decay, opt_.nesterov, first);
     });
   }
+#ifdef DDP_WITH_CUDA
+  for (int k = 0; k < 2; ++k)
+    if (!cuda_groups[k].sizes.empty())
+      kernels::cuda::multi_tensor_sgd_step(
+          cuda_groups[k].params, cuda_groups[k].grads, cuda_groups[k].momentum, cuda_groups[k].first,
+          cuda_groups[k].sizes, k ? DType::F64 : DType::F32, lr_, opt_.momentum, opt_.dampening,
+          opt_.weight_decay, opt_.nesterov, cuda::current_stream());
+#endif
 }
 
 std::map<std::string, Tensor> SGD::state() const {
@@ -89,6 +110,14 @@ AdamW::AdamW(std::vector<nn::NamedTensor> params, AdamWOptions options)
 void AdamW::step() {
   autograd::NoGradGuard ng;
   ++steps_;
+#ifdef DDP_WITH_CUDA
+  struct Group {  // the CUDA parameters of one dtype, in parameter order, with their own bias corrections
+    std::vector<void*> params, m, v;
+    std::vector<const void*> grads;
+    std::vector<int64_t> sizes;
+    std::vector<double> bc1, bc2;
+  } cuda_groups[2];
+#endif
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor p = params_[i].tensor;
     Tensor g = p.grad();
@@ -102,9 +131,16 @@ void AdamW::step() {
     const double bc2 = 1 - std::pow(opt_.beta2, static_cast<double>(t));
 #ifdef DDP_WITH_CUDA
     if (p.device().is_cuda()) {
-      kernels::cuda::adamw_step(p.raw_data(), g.raw_data(), m_[i].raw_data(), v_[i].raw_data(), p.dtype(),
-                                p.numel(), lr_, opt_.beta1, opt_.beta2, opt_.eps, opt_.weight_decay, bc1, bc2,
-                                cuda::current_stream());
+      DDP_CHECK(p.dtype() == DType::F32 || p.dtype() == DType::F64, "AdamW on CUDA: parameter '",
+                params_[i].name, "' has dtype ", dtype_name(p.dtype()), "; float32 or float64 only");
+      Group& gr = cuda_groups[p.dtype() == DType::F64];
+      gr.params.push_back(p.raw_data());
+      gr.grads.push_back(g.raw_data());
+      gr.m.push_back(m_[i].raw_data());
+      gr.v.push_back(v_[i].raw_data());
+      gr.sizes.push_back(p.numel());
+      gr.bc1.push_back(bc1);
+      gr.bc2.push_back(bc2);
       continue;
     }
 #endif
@@ -114,6 +150,15 @@ void AdamW::step() {
                                opt_.weight_decay, bc1, bc2);
     });
   }
+#ifdef DDP_WITH_CUDA
+  for (int k = 0; k < 2; ++k) {
+    const Group& gr = cuda_groups[k];
+    if (!gr.sizes.empty())
+      kernels::cuda::multi_tensor_adamw_step(
+          gr.params, gr.grads, gr.m, gr.v, gr.sizes, k ? DType::F64 : DType::F32, lr_, opt_.beta1, opt_.beta2,
+          opt_.eps, opt_.weight_decay, gr.bc1, gr.bc2, cuda::current_stream());
+  }
+#endif
 }
 
 std::map<std::string, Tensor> AdamW::state() const {
@@ -146,19 +191,19 @@ void AdamW::load_state(const std::map<std::string, Tensor>& state, int64_t steps
   }
 }
 
-double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm) {
-  double total = 0;
+Tensor clip_grad_norm_tensor_(const std::vector<Tensor>& params, double max_norm) {
+  std::vector<Tensor> grads;
   for (const Tensor& p : params)
-    if (p.grad().defined()) total += sum_of_squares(p.grad());
-  const double norm = std::sqrt(total);
-  if (norm > max_norm && norm > 0) {
-    const double scale = max_norm / (norm + 1e-6);
-    for (const Tensor& p : params) {
-      Tensor g = p.grad();
-      if (g.defined()) scale_(g, scale);
-    }
-  }
-  return norm;
+    if (p.grad().defined()) grads.push_back(p.grad());
+  const Device device = grads.empty() ? Device::cpu() : grads.front().device();
+  for (const Tensor& g : grads)
+    DDP_CHECK(g.device() == device, "clip_grad_norm_: gradients on ", device.str(), " and ", g.device().str(),
+              "; clip the parameters of each device separately");
+  return clip_by_sum_of_squares_(grads, sum_of_squares_tensor(grads, device), max_norm, device);
+}
+
+double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm) {
+  return clip_grad_norm_tensor_(params, max_norm).item();
 }
 
 }  // namespace ddp::optim

@@ -1,6 +1,8 @@
 // optimizer.h - SGD (momentum, dampening, weight decay, nesterov) and AdamW with PyTorch's update rules.
 // Both skip parameters whose grad is none (a parameter no rank used in DDP keeps grad none); their state is
-// exposed by name for checkpoints. clip_grad_norm_ scales all gradients to a global L2 norm.
+// exposed by name for checkpoints. clip_grad_norm_ scales all gradients to a global L2 norm. On CUDA a step
+// is one multi-tensor launch per dtype for all parameters (kernels/cuda/multi_tensor.h), with the per-element
+// math of the single-tensor kernels.
 #pragma once
 #include <map>
 #include <string>
@@ -74,7 +76,13 @@ class AdamW : public Optimizer {
   std::vector<int64_t> param_steps_;  // per-parameter step counts (a skipped parameter does not advance)
 };
 
-// Scales every defined gradient so that their global L2 norm is at most max_norm; returns the norm before.
+// Scales every defined gradient so that their global L2 norm is at most max_norm (by max_norm / (norm + 1e-6)
+// when norm > max_norm); returns the norm before. On CUDA the whole clip runs on the device (multi-tensor
+// kernels, a deterministic reduction in double) and this reads the norm back (one 8-byte copy and a wait).
 double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm);
+// The same clip, returning the norm before it as a float64 scalar tensor on the gradients' device (the CPU
+// when none is defined) without reading it: on CUDA the host waits for nothing. The gradients must share one
+// device.
+Tensor clip_grad_norm_tensor_(const std::vector<Tensor>& params, double max_norm);
 
 }  // namespace ddp::optim

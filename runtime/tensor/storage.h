@@ -59,6 +59,9 @@ void pinned_free(void* p);
 // (synchronous = true waits for completion, needed when the host reads the result).
 void copy_bytes(void* dst, Device dst_dev, const void* src, Device src_dev, size_t nbytes, bool synchronous);
 void fill_bytes_zero(void* dst, Device dev, size_t nbytes);
+// How many copy_bytes calls so far copied from a GPU into host memory, in this process (0 without CUDA): a
+// test's probe that a path reads nothing back, e.g. gradient-norm clipping on the device.
+int64_t device_to_host_copies();
 }  // namespace detail
 
 }  // namespace ddp

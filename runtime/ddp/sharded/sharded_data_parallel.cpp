@@ -17,6 +17,7 @@
 #include "runtime/distributed/comm_buffer_of.h"
 #include "runtime/distributed/flight_recorder.h"
 #include "runtime/distributed/host_collectives.h"
+#include "runtime/tensor/multi_tensor_math.h"
 #include "runtime/tensor/storageless.h"
 #include "runtime/tensor/tensor_math.h"
 #include "runtime/trace/trace.h"
@@ -627,27 +628,29 @@ bool ShardedDataParallel::parameter_used(size_t i) const {
   return ddp_->reducer().parameters_used()[i] != 0;
 }
 
-double ShardedDataParallel::clip_grad_norm_(double max_norm) {
+Tensor ShardedDataParallel::clip_grad_norm_tensor_(double max_norm) {
   join_step_point(/*training=*/true);  // under Join (a joined rank's shadow step made it already)
   // Over the pieces whose .grad is defined, as optim::clip_grad_norm_ over the parameters' defined .grad.
-  double local = 0;
+  std::vector<Tensor> grads;
   for (const Segment& s : segments_)
-    if (s.view.grad().defined()) local += sum_of_squares(s.view.grad());
-  Tensor total = Tensor::from_data<double>({local}, {1});
+    if (s.view.grad().defined()) grads.push_back(s.view.grad());
+  const Device device = buckets_.empty() ? Device::cpu() : buckets_.front().shard_grad.device();
+  Tensor total = sum_of_squares_tensor(grads, device);  // this rank's part, shape {1} on `device`
   {
     dist::FlightIssuer who("zero clip norm");
-    host_allreduce(*pg_, total, dist::ReduceOp::Sum);
+    if (device.is_cuda() && pg_->device_memory_only()) {
+      pg_->allreduce(comm_buffer_of(total), dist::ReduceOp::Sum)->wait();  // the stream waits, not the host
+    } else {
+      Tensor host = total.to(Device::cpu());
+      host_allreduce(*pg_, host, dist::ReduceOp::Sum);
+      total = host.to(device);
+    }
   }
-  const double norm = std::sqrt(total.data<double>()[0]);
-  if (norm > max_norm && norm > 0) {
-    const double scale = max_norm / (norm + 1e-6);
-    for (const Segment& s : segments_)
-      if (s.view.grad().defined()) {
-        Tensor g = s.view.grad();
-        scale_(g, scale);
-      }
-  }
-  return norm;
+  return clip_by_sum_of_squares_(grads, total, max_norm, device);
+}
+
+double ShardedDataParallel::clip_grad_norm_(double max_norm) {
+  return clip_grad_norm_tensor_(max_norm).item();
 }
 
 ShardedDataParallel::GatheredScope::GatheredScope(ShardedDataParallel& s) : s_(s) {

@@ -134,8 +134,11 @@ class ShardedDataParallel : public Joinable {
   // ZeRO-2: starts the all-gathers of every bucket (after the optimizer updated this rank's shards).
   void after_step();
   // The global L2 norm of the averaged gradient (all shards: one all-reduce), clipped to max_norm like
-  // optim::clip_grad_norm_; returns the norm before clipping. Collective.
+  // optim::clip_grad_norm_; returns the norm before clipping. Collective. On CUDA with a device group (NCCL)
+  // the local sum of squares, its all-reduce, the norm and the scale all stay on the device; the tensor
+  // variant returns the norm as a float64 scalar tensor there without reading it (the double one reads it).
   double clip_grad_norm_(double max_norm);
+  Tensor clip_grad_norm_tensor_(double max_norm);
 
   // ---- whole parameters outside the wrapper's forward ----
   // ZeRO-3: gathers every parameter for the scope (evaluation, checkpoints, comparing): collective. ZeRO-2:

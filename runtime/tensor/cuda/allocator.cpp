@@ -3,6 +3,7 @@
 // that wait for every stream recorded as a user of the block. Pinned host memory for staging copies.
 // Allocation and free run with the block's device current and give the caller its own current device back
 // (a DeviceGuard): an allocation on cuda:1 must not move a thread working on cuda:0.
+#include <atomic>
 #include <cstring>
 #include <mutex>
 
@@ -63,12 +64,18 @@ void pinned_free(void* p) {
   DDP_CUDA_CHECK(cudaFreeHost(p));
 }
 
+namespace {
+std::atomic<int64_t> g_device_to_host_copies{0};
+}  // namespace
+int64_t device_to_host_copies() { return g_device_to_host_copies.load(); }
+
 void copy_bytes(void* dst, Device dst_dev, const void* src, Device src_dev, size_t nbytes, bool synchronous) {
   if (nbytes == 0) return;
   if (dst_dev.is_cpu() && src_dev.is_cpu()) {
     std::memcpy(dst, src, nbytes);
     return;
   }
+  if (dst_dev.is_cpu()) g_device_to_host_copies.fetch_add(1);
   cudaStream_t s = ddp::cuda::current_stream();
   DDP_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, s));
   if (synchronous || dst_dev.is_cpu()) DDP_CUDA_CHECK(cudaStreamSynchronize(s));
