@@ -101,32 +101,36 @@ TEST(GpuClip, DeviceClipEqualsTheCpuClipAndCopiesNothingToTheHost) {
 
 TEST(GpuClip, Zero2ClipsOnTheDeviceUnderNcclLikeThePlainClip) {
   if (!have_gpu()) GTEST_SKIP() << "skipped: no GPU";
-  dist::run_threads(1, [&](int, dist::ProcessGroup&, dist::Store& store) {
-    auto pg = ddp::testing::nccl_world_one(store, "clip-main");
-    nn::manual_seed(5);
-    auto model = std::make_shared<models::MLP>(models::MLPConfig{32, {64, 48}, 10, DType::F32});
-    model->to(Device::cuda(0));
-    nn::manual_seed(5);
-    auto plain = std::make_shared<models::MLP>(models::MLPConfig{32, {64, 48}, 10, DType::F32});
-    plain->to(Device::cuda(0));
-    ShardOptions o;
-    o.stage = 2;
-    ShardedDataParallel sdp(model, pg, o);
-    const Tensor x = Tensor::randn({8, 32}, 41).to(Device::cuda(0));
-    std::vector<int64_t> y(8);
-    for (int64_t i = 0; i < 8; ++i) y[static_cast<size_t>(i)] = i % 10;
-    const Tensor t = Tensor::from_data(y, {8}).to(Device::cuda(0));
-    autograd::backward(ops::cross_entropy(sdp.forward(x), t));
-    autograd::backward(ops::cross_entropy(plain->forward(x), t));
-    device_synchronize();
-    const int64_t before = detail::device_to_host_copies();
-    const Tensor norm = sdp.clip_grad_norm_tensor_(0.1);
-    device_synchronize();
-    EXPECT_EQ(detail::device_to_host_copies(), before) << "ZeRO-2's clip read something back";
-    ASSERT_TRUE(norm.device().is_cuda());
-    const double plain_norm = optim::clip_grad_norm_(plain->parameters(), 0.1);
-    EXPECT_NEAR(norm.item(), plain_norm, 1e-6 * plain_norm) << "world 1: the shards hold the whole gradient";
-  });
+  dist::run_threads(
+      1,
+      [&](int, dist::ProcessGroup&, dist::Store& store) {
+        auto pg = ddp::testing::nccl_world_one(store, "clip-main");
+        nn::manual_seed(5);
+        auto model = std::make_shared<models::MLP>(models::MLPConfig{32, {64, 48}, 10, DType::F32});
+        model->to(Device::cuda(0));
+        nn::manual_seed(5);
+        auto plain = std::make_shared<models::MLP>(models::MLPConfig{32, {64, 48}, 10, DType::F32});
+        plain->to(Device::cuda(0));
+        ShardOptions o;
+        o.stage = 2;
+        ShardedDataParallel sdp(model, pg, o);
+        const Tensor x = Tensor::randn({8, 32}, 41).to(Device::cuda(0));
+        std::vector<int64_t> y(8);
+        for (int64_t i = 0; i < 8; ++i) y[static_cast<size_t>(i)] = i % 10;
+        const Tensor t = Tensor::from_data(y, {8}).to(Device::cuda(0));
+        autograd::backward(ops::cross_entropy(sdp.forward(x), t));
+        autograd::backward(ops::cross_entropy(plain->forward(x), t));
+        device_synchronize();
+        const int64_t before = detail::device_to_host_copies();
+        const Tensor norm = sdp.clip_grad_norm_tensor_(0.1);
+        device_synchronize();
+        EXPECT_EQ(detail::device_to_host_copies(), before) << "ZeRO-2's clip read something back";
+        ASSERT_TRUE(norm.device().is_cuda());
+        const double plain_norm = optim::clip_grad_norm_(plain->parameters(), 0.1);
+        EXPECT_NEAR(norm.item(), plain_norm, 1e-6 * plain_norm)
+            << "world 1: the shards hold the whole gradient";
+      },
+      dist::ProcessGroupOptions{});
 }
 
 TEST(GpuClip, MultiTensorOptimizersEqualTheCpuOptimizersBitwise) {
