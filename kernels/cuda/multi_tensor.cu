@@ -48,7 +48,7 @@ struct ChunkRange {
   int64_t begin, end;
 };
 template <class Table>
-__device__ inline ChunkRange chunk_of_this_block(const Table& t) {
+__device__ __forceinline__ ChunkRange chunk_of_this_block(const Table& t) {
   const MultiTensorBlock b = t.block[blockIdx.x];
   const int64_t begin = static_cast<int64_t>(b.chunk) * kMultiTensorChunk;
   const int64_t end =
@@ -58,7 +58,7 @@ __device__ inline ChunkRange chunk_of_this_block(const Table& t) {
 
 // The block's threads' accumulators summed by halving (cpu::block_reduce_in_fixed_order's tree); thread 0
 // gets the total.
-__device__ inline double block_sum_in_fixed_order(double acc) {
+__device__ __forceinline__ double block_sum_in_fixed_order(double acc) {
   __shared__ double partial[kMultiTensorThreads];
   partial[threadIdx.x] = acc;
   __syncthreads();
