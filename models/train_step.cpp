@@ -30,8 +30,9 @@ class LossSum {
     Tensor l = loss.detach().to(DType::F64);
     sum_ = sum_.defined() ? sum_ + l : l;
   }
-  // The mean over `n` micro-batches (0 with none); on a GPU, the step's one host read of device data, after
-  // which this thread's device-side index checks are raised (Tensor::item; explicit for the CPU's too).
+  // The mean over `n` micro-batches (0 with none); on a GPU, the step's one host read of device data. Then
+  // this thread's device-side index checks of the step are raised (Tensor::item does so for a GPU tensor; the
+  // call here covers every device).
   double mean(int64_t n) const {
     if (n <= 0 || !sum_.defined()) return 0.0;
     const double total = sum_.item();
