@@ -8,6 +8,7 @@
 #include "kernels/cpu/index_check.h"
 #ifdef DDP_WITH_CUDA
 #include "runtime/core/cuda/stream.h"
+#include "runtime/core/cuda_check.h"
 #endif
 
 namespace ddp {
@@ -24,7 +25,42 @@ struct DeviceRecord {
   Device device;
   Tensor slots;  // int64 (kSlotsPerDevice) on `device`; -1 (all bits: kNoBadPosition) where no error
   std::vector<PendingCheck> pending;  // pending[i] reports into slot i
+  std::vector<void*> streams;         // CUDA: the streams current at the pending checks' reservations
+  void* reset_stream = nullptr;       // CUDA: the stream the slots' last reset (or first fill) was queued on
 };
+
+#ifdef DDP_WITH_CUDA
+// Notes the stream the reserving op queues its kernel on (this thread's current stream of the device).
+void note_stream(DeviceRecord& r) {
+  if (!r.device.is_cuda()) return;
+  cuda::DeviceGuard on_device(r.device.index);
+  void* s = cuda::current_stream();
+  for (void* known : r.streams)
+    if (known == s) return;
+  r.streams.push_back(s);
+  if (r.reset_stream != nullptr && r.reset_stream != s) {  // the kernel must not report before the reset
+    cudaEvent_t ev;
+    DDP_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    DDP_CUDA_CHECK(cudaEventRecord(ev, static_cast<cudaStream_t>(r.reset_stream)));
+    DDP_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(s), ev, 0));
+    DDP_CUDA_CHECK(cudaEventDestroy(ev));
+  }
+}
+// Makes the current stream wait for the other streams that checks were queued on (a StreamGuard between
+// the op and the check), so the slots' copy comes after every kernel that reports into them.
+void order_after_reporting_streams(DeviceRecord& r) {
+  cudaStream_t current = cuda::current_stream();
+  for (void* other : r.streams) {
+    if (other == current) continue;
+    cudaEvent_t ev;
+    DDP_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    DDP_CUDA_CHECK(cudaEventRecord(ev, static_cast<cudaStream_t>(other)));
+    DDP_CUDA_CHECK(cudaStreamWaitEvent(current, ev, 0));
+    DDP_CUDA_CHECK(cudaEventDestroy(ev));
+  }
+  r.streams.clear();
+}
+#endif
 
 struct ThreadRecords {
   std::vector<DeviceRecord> devices;
@@ -43,6 +79,13 @@ DeviceRecord& record_of(Device device) {
     if (r.device == device) return r;
   DeviceRecord r;
   r.device = device;
+#ifdef DDP_WITH_CUDA
+  std::optional<cuda::DeviceGuard> on_device;
+  if (device.is_cuda()) {
+    on_device.emplace(device.index);
+    r.reset_stream = cuda::current_stream();
+  }
+#endif
   r.slots = Tensor::full({kSlotsPerDevice}, -1.0, DType::I64, device);
   devices.push_back(std::move(r));
   return devices.back();
@@ -64,12 +107,18 @@ std::vector<Failure> collect(DeviceRecord& record) {
 #ifdef DDP_WITH_CUDA
   // The copy and the reset go on the record's device's current stream, where its ops queued their kernels.
   std::optional<cuda::DeviceGuard> on_device;
-  if (record.device.is_cuda()) on_device.emplace(record.device.index);
+  if (record.device.is_cuda()) {
+    on_device.emplace(record.device.index);
+    order_after_reporting_streams(record);
+  }
 #endif
   Tensor used = record.slots.slice0(0, static_cast<int64_t>(pending.size()));
   // The CPU stand-in's to(cpu) would be the buffer itself, which the reset below overwrites.
   const Tensor host = used.device().is_cpu() ? used.clone() : used.to(Device::cpu());
   used.fill_(-1.0);  // queued after the copy on the same stream
+#ifdef DDP_WITH_CUDA
+  if (record.device.is_cuda()) record.reset_stream = cuda::current_stream();
+#endif
   const int64_t* positions = host.data<int64_t>();
   for (auto& p : pending) {
     const auto position = static_cast<unsigned long long>(positions[p.slot]);
@@ -109,6 +158,9 @@ unsigned long long* reserve_device_check(DeviceCheck check) {
   }
   if (static_cast<int64_t>(t.devices[index].pending.size()) >= kSlotsPerDevice) check_device_errors();
   DeviceRecord& r = t.devices[index];
+#ifdef DDP_WITH_CUDA
+  note_stream(r);
+#endif
   PendingCheck p;
   p.check = std::move(check);
   p.slot = static_cast<int64_t>(r.pending.size());

@@ -41,7 +41,8 @@ struct DeviceCheck {
 constexpr int64_t kSlotsPerDevice = 256;
 
 // A slot on check.values' device for one kernel's report, set to "no error"; valid until the next
-// check_device_errors() on this thread. The kernel must be queued on this thread's current stream.
+// check_device_errors() on this thread. The kernel must be queued on this thread's current stream of that
+// device (a StreamGuard may change it between the op and the check: the check waits for each such stream).
 unsigned long long* reserve_device_check(DeviceCheck check);
 
 // Raises the earliest pending device-side check error of this thread (all devices), after clearing every
