@@ -2,7 +2,6 @@
 // (cpu_allocator.h).
 #include "runtime/tensor/storage.h"
 
-#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -68,13 +67,5 @@ void Storage::record_stream(void* stream) {
     if (s == stream) return;
   used_on_streams_.push_back(stream);
 }
-
-namespace detail {
-namespace {
-std::atomic<uint64_t> g_device_to_host_copies{0};
-}  // namespace
-uint64_t device_to_host_copies() { return g_device_to_host_copies.load(std::memory_order_relaxed); }
-void count_device_to_host_copy() { g_device_to_host_copies.fetch_add(1, std::memory_order_relaxed); }
-}  // namespace detail
 
 }  // namespace ddp

@@ -59,10 +59,6 @@ void pinned_free(void* p);
 // Copies nbytes between any two devices; async on the current stream when a GPU is involved
 // (synchronous = true waits for completion, needed when the host reads the result).
 void copy_bytes(void* dst, Device dst_dev, const void* src, Device src_dev, size_t nbytes, bool synchronous);
-// copy_bytes calls from a GPU into host memory since the process started (each one waits for the device):
-// what a test reads to show that a code path makes no host read of device data. Thread-safe.
-uint64_t device_to_host_copies();
-void count_device_to_host_copy();
 void fill_bytes_zero(void* dst, Device dev, size_t nbytes);
 // How many copy_bytes calls so far copied from a GPU into host memory, in this process (0 without CUDA): a
 // test's probe that a path reads nothing back, e.g. gradient-norm clipping on the device.

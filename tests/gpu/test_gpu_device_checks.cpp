@@ -141,12 +141,12 @@ TEST(GpuDeviceChecks, ACleanGptForwardMakesNoDeviceToHostCopy) {
   auto gpt = tiny_gpt();
   Tensor tokens = tokens_with(-1, 0), labels = tokens_with(-1, 0);
   (void)ops::cross_entropy(gpt->forward(tokens), labels).item();  // warm-up (allocations, handles)
-  const uint64_t before = detail::device_to_host_copies();
+  const int64_t before = detail::device_to_host_copies();
   Tensor loss = ops::cross_entropy(gpt->forward(tokens), labels);
-  EXPECT_EQ(detail::device_to_host_copies() - before, 0u) << "the forward read device memory on the host";
+  EXPECT_EQ(detail::device_to_host_copies() - before, 0) << "the forward read device memory on the host";
   autograd::backward(loss);
-  std::printf("device-to-host copies in the backward: %llu\n",
-              static_cast<unsigned long long>(detail::device_to_host_copies() - before));
+  std::printf("device-to-host copies in the backward: %lld\n",
+              static_cast<long long>(detail::device_to_host_copies() - before));
   EXPECT_EQ(pending_device_checks(), 3);  // wte, wpe, labels
   (void)loss.item();                      // the one read: the loss, then the checks' slots
   EXPECT_EQ(pending_device_checks(), 0);
@@ -155,7 +155,7 @@ TEST(GpuDeviceChecks, ACleanGptForwardMakesNoDeviceToHostCopy) {
 TEST(GpuDeviceChecks, ArangeIsMadeOnTheDevice) {
   SKIP_WITHOUT_GPU();
   for (DType d : {DType::I64, DType::I32, DType::F32, DType::F64}) {
-    const uint64_t before = detail::device_to_host_copies();
+    const int64_t before = detail::device_to_host_copies();
     Tensor t = Tensor::arange(70000, d, Device::cuda(0));
     EXPECT_EQ(detail::device_to_host_copies(), before);
     EXPECT_EQ(t.device(), Device::cuda(0));

@@ -264,7 +264,7 @@ TEST_F(DeviceChecks, CpuOpsStillRaiseAtOnceAndReserveNothing) {
 }
 
 TEST(DeviceToHostCopies, CountedOnlyForCopiesOutOfAGpu) {
-  const uint64_t before = detail::device_to_host_copies();
+  const int64_t before = detail::device_to_host_copies();
   Tensor t = Tensor::arange(16, DType::F32);
   (void)t.to(Device::cpu());
   (void)t.clone();

@@ -77,7 +77,6 @@ void copy_bytes(void* dst, Device dst_dev, const void* src, Device src_dev, size
   }
   if (dst_dev.is_cpu()) g_device_to_host_copies.fetch_add(1);
   cudaStream_t s = ddp::cuda::current_stream();
-  if (dst_dev.is_cpu() && src_dev.is_cuda()) count_device_to_host_copy();
   DDP_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, s));
   if (synchronous || dst_dev.is_cpu()) DDP_CUDA_CHECK(cudaStreamSynchronize(s));
 }
