@@ -76,8 +76,8 @@ Tensor GPT::forward(const Tensor& idx) {
             dtype_name(idx.dtype()), " ", shape_str(idx.shape()));
   const int64_t T = idx.size(1);
   DDP_CHECK(T <= config.context, "GPT: sequence length ", T, " exceeds the context ", config.context);
-  Tensor pos = Tensor::arange(T, DType::I64).to(idx.device());
-  Tensor h = (*wte_)(idx) + (*wpe_)(pos);  // (B, T, C) + (T, C)
+  Tensor pos = Tensor::arange(T, DType::I64, idx.device());  // made on the device: no host copy per forward
+  Tensor h = (*wte_)(idx) + (*wpe_)(pos);                    // (B, T, C) + (T, C)
   for (auto& b : *blocks_) h = (*b)(h);
   h = (*ln_f_)(h);
   // Tied: wte's (vocab, C) weight is the head's.

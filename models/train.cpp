@@ -24,6 +24,7 @@
 #include "runtime/distributed/flight_recorder.h"
 #include "runtime/distributed/host_collectives.h"
 #include "runtime/ops/mixed_precision.h"
+#include "runtime/tensor/device_checks.h"
 #include "runtime/trace/clock_sync.h"
 #include "runtime/trace/trace.h"
 
@@ -304,6 +305,7 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg,
   // With --zero 2/3 evaluation, checkpoints and the sample see whole parameters inside a gathered scope
   // (s.whole_parameters(): collective, every rank at the same point; ZeRO-3 parameters have no memory at rest).
   auto save = [&] {
+    check_device_errors();  // no checkpoint of parameters that a bad index touched unnoticed
     auto whole = s.whole_parameters();
     const std::string path = save_checkpoint(o, s, *pg, step, talk);
     if (path.empty()) return;
@@ -332,6 +334,7 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg,
     // the trace's "iteration N", the flight record, DDP_DEBUG and the reducer's errors use the same N.
     if (!o.trace.empty()) tracer.begin_iteration(step + 1);
     dist::set_flight_iteration(step + 1);
+    set_device_check_step(step + 1);  // a device-side index error names this step (the step reads the loss)
     const double lr = s.schedule.at(step);
     s.optimizer->set_lr(lr);
     double loss =
@@ -371,6 +374,8 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg,
     if (o.stop_after > 0 && run.steps >= o.stop_after) break;
   }
   if (s.join) s.join->join();  // shadows the ranks with more steps; then everyone has the last joiner's model
+  check_device_errors();       // the end of training: nothing checked on the device is left unraised
+  set_device_check_step(0);
   result.steps_done = step;
   result.first_loss = allreduce_mean(*pg, mean_of(run.first_losses));
   result.final_train_loss = allreduce_mean(*pg, mean_of(run.recent_losses));

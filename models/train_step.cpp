@@ -7,6 +7,7 @@
 #include "runtime/autograd/engine.h"
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/loss.h"
+#include "runtime/tensor/device_checks.h"
 #include "runtime/trace/trace.h"
 
 namespace ddp::models {
@@ -20,6 +21,29 @@ void wait_for(const Tensor& probe) {
   if (probe.device().is_cuda() && probe.numel() > 0) (void)probe.slice0(0, 1).to(Device::cpu());
 }
 
+// The step's loss summed over its micro-batches on the loss's device, in float64 (each loss converted
+// exactly, added in micro-batch order: the same double the host sum of loss.item() gave), so a GPU step reads
+// the device once, at the end, instead of once per micro-batch.
+class LossSum {
+ public:
+  void add(const Tensor& loss) {
+    Tensor l = loss.detach().to(DType::F64);
+    sum_ = sum_.defined() ? sum_ + l : l;
+  }
+  // The mean over `n` micro-batches (0 with none); on a GPU, the step's one host read of device data. Then
+  // this thread's device-side index checks of the step are raised (Tensor::item does so for a GPU tensor; the
+  // call here covers every device).
+  double mean(int64_t n) const {
+    if (n <= 0 || !sum_.defined()) return 0.0;
+    const double total = sum_.item();
+    check_device_errors();
+    return total / static_cast<double>(n);
+  }
+
+ private:
+  Tensor sum_;
+};
+
 // What differs between the wrappers: the forward, the reducer (no_sync) and the clipping.
 struct Wrapper {
   Reducer& reducer;
@@ -30,7 +54,7 @@ struct Wrapper {
 StepResult step_with(const Wrapper& w, optim::Optimizer& optimizer,
                      const std::function<data::Batch()>& next_batch, const StepOptions& o) {
   StepResult r;
-  double loss_sum = 0;
+  LossSum loss_sum;
   Tensor probe;  // a tensor on the model's device, for wait_for_device
   for (int64_t micro = 0; micro < o.grad_accum; ++micro) {
     data::Batch b;
@@ -46,7 +70,8 @@ StepResult step_with(const Wrapper& w, optim::Optimizer& optimizer,
     {
       trace::TraceScope ts("forward", "forward");
       loss = ops::cross_entropy(w.forward(b.x), b.y);
-      loss_sum += loss.item();  // a host read: the forward's device work is done
+      loss_sum.add(loss);  // no host read: the loss is read once, at the end of the step
+      if (o.wait_for_device) wait_for(probe);
     }
     const auto t1 = Clock::now();
     if (o.grad_accum > 1) loss = loss * (1.0 / static_cast<double>(o.grad_accum));
@@ -74,7 +99,7 @@ StepResult step_with(const Wrapper& w, optim::Optimizer& optimizer,
     optimizer.zero_grad(o.zero_grad_set_to_none);
   }
   r.optimizer_s = seconds(t0, Clock::now());
-  r.loss = loss_sum / static_cast<double>(o.grad_accum);
+  r.loss = loss_sum.mean(o.grad_accum);
   return r;
 }
 }  // namespace
@@ -104,7 +129,7 @@ StepResult deterministic_step(Reducer& reducer, const std::function<Tensor(const
                               const std::function<data::Batch()>& next_batch, int64_t micro_batches,
                               const std::function<void(int64_t)>& before_micro_batch, const StepOptions& o) {
   StepResult r;
-  double loss_sum = 0;
+  LossSum loss_sum;
   for (int64_t micro = 0; micro < micro_batches; ++micro) {
     data::Batch b;
     {
@@ -119,7 +144,7 @@ StepResult deterministic_step(Reducer& reducer, const std::function<Tensor(const
     {
       trace::TraceScope ts("forward", "forward");
       loss = ops::cross_entropy(forward(b.x), b.y);
-      loss_sum += loss.item();
+      loss_sum.add(loss);
     }
     const auto t1 = Clock::now();
     {
@@ -151,7 +176,7 @@ StepResult deterministic_step(Reducer& reducer, const std::function<Tensor(const
     optimizer.zero_grad(true);
   }
   r.optimizer_s = seconds(t1, Clock::now());
-  r.loss = micro_batches > 0 ? loss_sum / static_cast<double>(micro_batches) : 0.0;
+  r.loss = loss_sum.mean(micro_batches);
   return r;
 }
 }  // namespace

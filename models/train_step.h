@@ -20,11 +20,15 @@ struct StepOptions {
   bool synchronize_gradients = true;  // false: every backward under no_sync (no communication at all)
   double clip_grad = 0;              // max global gradient norm; 0: off
   bool zero_grad_set_to_none = true;  // false keeps the gradient tensors (needed with bucket views)
-  // After backward and after the optimizer, wait for the device so that asynchronous GPU work is counted in
-  // the phase that queued it (forward always ends in a host read of the loss). Nothing to wait for on CPU.
+  // After forward, backward and the optimizer, wait for the device so that asynchronous GPU work is counted
+  // in the phase that queued it. Nothing to wait for on CPU. Without it a GPU step waits for the device once,
+  // at its end (the loss read).
   bool wait_for_device = false;
 };
 
+// The step reads the device once, at its end: the loss, summed over the micro-batches on the device; then it
+// raises any device-side index check that failed in the step (ddp::check_device_errors, after the optimizer
+// step: the parameters have taken that step).
 struct StepResult {
   double loss = 0;         // this rank's loss, mean over the micro-batches (before the 1 / grad_accum scale)
   double forward_s = 0;    // forward + loss, summed over micro-batches

@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "kernels/cpu/embedding.h"
+#include "kernels/cpu/index_check.h"
 #include "kernels/cpu/parallel.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -47,7 +48,7 @@ HWY_EXPORT(ScatterAddColumnsF64);
 
 int64_t first_bad_index(const int64_t* indices, int64_t n, int64_t vocab) {
   for (int64_t i = 0; i < n; ++i)
-    if (indices[i] < 0 || indices[i] >= vocab) return i;
+    if (!index_in_range(indices[i], vocab)) return i;
   return -1;
 }
 

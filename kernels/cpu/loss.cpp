@@ -16,6 +16,7 @@
 #include <vector>
 #include <cstdint>
 
+#include "kernels/cpu/index_check.h"
 #include "kernels/cpu/loss.h"
 #include "kernels/cpu/parallel.h"
 
@@ -98,10 +99,8 @@ HWY_EXPORT(CrossEntropyBackwardF64);
 
 int64_t first_bad_target(const int64_t* targets, int64_t rows, int64_t cols, bool has_ignore,
                          int64_t ignore_index) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t t = targets[r];
-    if ((t < 0 || t >= cols) && !(has_ignore && t == ignore_index)) return r;
-  }
+  for (int64_t r = 0; r < rows; ++r)
+    if (target_is_bad(targets[r], cols, has_ignore, ignore_index)) return r;
   return -1;
 }
 

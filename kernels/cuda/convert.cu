@@ -1,5 +1,5 @@
-// convert.cu - elementwise dtype conversion (one kernel per type pair, converting as the CPU does) and fill
-// kernels (float32, float64, bfloat16, int32, int64, uint8).
+// convert.cu - elementwise dtype conversion (one kernel per type pair, converting as the CPU does), fill and
+// arange kernels (float32, float64, bfloat16, int32, int64, uint8).
 #include <cuda_bf16.h>
 
 #include <climits>
@@ -73,6 +73,10 @@ __global__ void fill_kernel(void* dst, DType dt, double v, int64_t n) {
        i += int64_t(gridDim.x) * blockDim.x)
     store_from_double(dst, dt, i, v);
 }
+__global__ void arange_kernel(void* dst, DType dt, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    store_from_double(dst, dt, i, static_cast<double>(i));
+}
 int grid_for(int64_t n) { return static_cast<int>(std::min<int64_t>((n + 255) / 256, 65535)); }
 }  // namespace
 
@@ -95,6 +99,11 @@ void convert(const void* src, DType st, void* dst, DType dt, int64_t n, cudaStre
 void fill(void* dst, DType dt, double v, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
   fill_kernel<<<grid_for(n), 256, 0, stream>>>(dst, dt, v, n);
+  DDP_CUDA_CHECK_LAUNCH();
+}
+void arange(void* dst, DType dt, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  arange_kernel<<<grid_for(n), 256, 0, stream>>>(dst, dt, n);
   DDP_CUDA_CHECK_LAUNCH();
 }
 }  // namespace ddp::kernels::cuda

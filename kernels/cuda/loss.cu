@@ -1,5 +1,6 @@
 // loss.cu - CUDA cross-entropy (one block per row: max, log-sum-exp, loss; then one block sums the rows in a
 // fixed order, so the loss is deterministic) and MSE (one-block reduction, elementwise backward).
+#include "kernels/cpu/index_check.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/loss.h"
 #include "kernels/cuda/softmax.cuh"
@@ -9,8 +10,9 @@ namespace ddp::kernels::cuda {
 namespace {
 constexpr int kReduceBlock = 1024;
 
+// A row whose target is in range and not ignored: it adds to the loss and gets a gradient.
 __device__ inline bool counts(int64_t t, int64_t cols, bool has_ignore, int64_t ignore_index) {
-  return !(has_ignore && t == ignore_index) && t >= 0 && t < cols;
+  return !(has_ignore && t == ignore_index) && cpu::index_in_range(t, cols);
 }
 
 template <class T>
@@ -30,7 +32,7 @@ __global__ void cross_entropy_rows_kernel(const T* logits, const int64_t* target
       const T l = m + dev_log(s);
       const int64_t t = targets[r];
       const bool valid = counts(t, cols, has_ignore, ignore_index);
-      if (!valid && !(has_ignore && t == ignore_index))
+      if (cpu::target_is_bad(t, cols, has_ignore, ignore_index))
         atomicMin(first_bad, static_cast<unsigned long long>(r));
       lse[r] = l;
       row_loss[r] = valid ? l - xr[t] : T(0);
@@ -69,7 +71,7 @@ __global__ void cross_entropy_backward_kernel(const T* logits, const int64_t* ta
     const int64_t t = targets[r];
     const T* xr = logits + r * cols;
     T* dr = dlogits + r * cols;
-    if (has_ignore && t == ignore_index) {
+    if (!counts(t, cols, has_ignore, ignore_index)) {  // ignored, or a bad target (reported by the forward)
       for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) dr[c] = T(0);
       continue;
     }
@@ -107,7 +109,6 @@ template <class T>
 void cross_entropy_forward(const T* logits, const int64_t* targets, int64_t rows, int64_t cols,
                            bool has_ignore, int64_t ignore_index, bool mean, T* lse, T* row_loss, T* loss,
                            int64_t* count, unsigned long long* first_bad, cudaStream_t stream) {
-  DDP_CUDA_CHECK(cudaMemsetAsync(first_bad, 0xFF, sizeof(unsigned long long), stream));
   if (rows > 0) {
     cross_entropy_rows_kernel<T><<<row_grid(rows), row_block(cols), 0, stream>>>(
         logits, targets, rows, cols, has_ignore, ignore_index, lse, row_loss, first_bad);

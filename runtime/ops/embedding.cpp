@@ -1,10 +1,14 @@
 // embedding.cpp - forward (gather) and backward (scatter-add) of embedding, dispatching to
-// kernels/{cpu,cuda}/embedding. Indices are validated before any memory is read through them.
+// kernels/{cpu,cuda}/embedding. On the CPU indices are validated before any memory is read through them; on
+// a GPU a kernel validates them and reports the first bad position into a slot of runtime/tensor/
+// device_checks.h, raised at the next host read, while the gather and scatter skip bad indices.
 #include "runtime/ops/embedding.h"
 
 #include "kernels/cpu/embedding.h"
 #include "runtime/autograd/node.h"
 #include "runtime/ops/device_kernel.h"
+#include "runtime/ops/index_errors.h"
+#include "runtime/tensor/device_checks.h"
 #ifdef DDP_WITH_CUDA
 #include "kernels/cuda/embedding.h"
 #include "runtime/core/cuda/stream.h"
@@ -33,12 +37,6 @@ struct EmbeddingBackward final : autograd::Node {
   void release_saved() override { indices = Tensor(); }
 };
 
-[[noreturn]] void fail_bad_index(const Tensor& indices, int64_t pos, int64_t vocab) {
-  Tensor host = indices.to(Device::cpu());
-  DDP_FAIL("embedding: index ", host.data<int64_t>()[pos], " at position ", pos,
-           " (flat index into indices of shape ", shape_str(indices.shape()), ") is outside [0, ", vocab,
-           ") for a table of ", vocab, " rows; fix the token ids or enlarge the vocabulary");
-}
 }  // namespace
 
 Tensor embedding(const Tensor& weight, const Tensor& indices) {
@@ -54,25 +52,25 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
   Tensor out = Tensor::empty(out_shape, weight.dtype(), weight.device());
   if (n > 0) {
 #ifdef DDP_WITH_CUDA
-    if (weight.device().is_cuda()) {
-      Tensor first_bad =
-          Tensor::empty({}, DType::I64, weight.device());  // -1 (all bits set) when all are valid
-      kernels::cuda::first_bad_index(indices.data<int64_t>(), n, vocab,
-                                     reinterpret_cast<unsigned long long*>(first_bad.data<int64_t>()),
-                                     cuda::current_stream());
+    if (weight.device().is_cuda()) {  // no host wait: a bad index is raised by ddp::check_device_errors()
+      unsigned long long* first_bad = reserve_device_check(
+          {indices, [shape = indices.shape(), vocab, table = weight.name()](int64_t value, int64_t pos) {
+             return embedding_index_error(shape, vocab, table, value, pos);
+           }});
+      kernels::cuda::first_bad_index(indices.data<int64_t>(), n, vocab, first_bad, cuda::current_stream());
       DDP_DISPATCH_FLOATING(weight.dtype(), "embedding", [&] {
         kernels::cuda::embedding_forward(weight.data<scalar_t>(), indices.data<int64_t>(), vocab,
                                          out.data<scalar_t>(), n, cols, cuda::current_stream());
       });
-      const int64_t bad = first_bad.to(Device::cpu()).data<int64_t>()[0];  // waits for the kernels
-      if (bad >= 0) fail_bad_index(indices, bad, vocab);
     } else
 #endif
     {
       DDP_CHECK(weight.device().is_cpu(), "embedding on ", weight.device().str(),
                 " is not available in this build");
       const int64_t bad = kernels::cpu::first_bad_index(indices.data<int64_t>(), n, vocab);
-      if (bad >= 0) fail_bad_index(indices, bad, vocab);
+      if (bad >= 0)
+        DDP_FAIL(
+            embedding_index_error(indices.shape(), vocab, weight.name(), indices.data<int64_t>()[bad], bad));
       DDP_DISPATCH_FLOATING(weight.dtype(), "embedding", [&] {
         kernels::cpu::embedding_forward(weight.data<scalar_t>(), indices.data<int64_t>(),
                                         out.data<scalar_t>(), n, cols);

@@ -1,4 +1,6 @@
 // loss.cpp - forward and backward of cross_entropy and mse_loss, dispatching to kernels/{cpu,cuda}/loss.
+// A bad cross-entropy target is raised at once on the CPU; on a GPU the forward kernel reports it into a slot
+// of runtime/tensor/device_checks.h (raised at the next host read) and leaves its row out.
 #include "runtime/ops/loss.h"
 
 #include <atomic>
@@ -9,6 +11,8 @@
 #include "runtime/autograd/engine.h"
 #include "runtime/autograd/node.h"
 #include "runtime/ops/device_kernel.h"
+#include "runtime/ops/index_errors.h"
+#include "runtime/tensor/device_checks.h"
 #ifdef DDP_WITH_CUDA
 #include "kernels/cuda/loss.h"
 #include "runtime/core/cuda/stream.h"
@@ -17,16 +21,6 @@
 namespace ddp::ops {
 namespace {
 std::atomic<int64_t> g_gradients_over_logits{0};
-
-[[noreturn]] void fail_bad_target(const Tensor& targets, int64_t pos, int64_t cols,
-                                  const CrossEntropyOptions& o) {
-  Tensor host = targets.to(Device::cpu());
-  const int64_t value = host.data<int64_t>()[pos];
-  DDP_FAIL("cross_entropy: target ", value, " at position ", pos, " (flat index into targets of shape ",
-           shape_str(targets.shape()), ") is outside [0, ", cols, ") for ", cols, " classes",
-           o.ignore_index ? " and is not the ignore_index " + std::to_string(*o.ignore_index) : std::string(),
-           "; fix the labels or the number of classes");
-}
 
 struct CrossEntropyBackward final : autograd::Node {
   Tensor logits, targets, lse;  // lse: (rows) log-sum-exp of each row
@@ -124,16 +118,18 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEnt
   if (logits.device().is_cuda()) {
     Tensor row_loss = Tensor::empty({rows}, logits.dtype(), logits.device());
     Tensor count = Tensor::empty({}, DType::I64, logits.device());
-    Tensor first_bad =
-        Tensor::empty({}, DType::I64, logits.device());  // -1 (all bits set) when every target is valid
+    // No host wait: a bad target is raised by ddp::check_device_errors() (the next host read).
+    unsigned long long* first_bad =
+        reserve_device_check({targets, [shape = targets.shape(), cols, ignore_index = options.ignore_index](
+                                           int64_t value, int64_t pos) {
+                                return cross_entropy_target_error(shape, cols, ignore_index, value, pos);
+                              }});
     DDP_DISPATCH_FLOATING(logits.dtype(), "cross_entropy", [&] {
-      kernels::cuda::cross_entropy_forward(
-          logits.data<scalar_t>(), targets.data<int64_t>(), rows, cols, has_ignore, ignore, mean,
-          lse.data<scalar_t>(), row_loss.data<scalar_t>(), loss.data<scalar_t>(), count.data<int64_t>(),
-          reinterpret_cast<unsigned long long*>(first_bad.data<int64_t>()), cuda::current_stream());
+      kernels::cuda::cross_entropy_forward(logits.data<scalar_t>(), targets.data<int64_t>(), rows, cols,
+                                           has_ignore, ignore, mean, lse.data<scalar_t>(),
+                                           row_loss.data<scalar_t>(), loss.data<scalar_t>(),
+                                           count.data<int64_t>(), first_bad, cuda::current_stream());
     });
-    const int64_t bad = first_bad.to(Device::cpu()).data<int64_t>()[0];  // waits for the kernels
-    if (bad >= 0) fail_bad_target(targets, bad, cols, options);
     node->count_device = count;
   } else
 #endif
@@ -142,7 +138,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEnt
               " is not available in this build");
     const int64_t* pt = targets.data<int64_t>();
     const int64_t bad = kernels::cpu::first_bad_target(pt, rows, cols, has_ignore, ignore);
-    if (bad >= 0) fail_bad_target(targets, bad, cols, options);
+    if (bad >= 0)
+      DDP_FAIL(cross_entropy_target_error(targets.shape(), cols, options.ignore_index, pt[bad], bad));
     DDP_DISPATCH_FLOATING(logits.dtype(), "cross_entropy", [&] {
       int64_t count = 0;
       const double total = kernels::cpu::cross_entropy_forward(

@@ -4,6 +4,7 @@
 // every stream that used it has caught up.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>

@@ -2,6 +2,7 @@
 #include "runtime/tensor/tensor.h"
 
 #include "kernels/cpu/convert.h"
+#include "runtime/tensor/device_checks.h"
 #include "runtime/tensor/storageless.h"
 
 #include <algorithm>
@@ -117,7 +118,16 @@ Tensor Tensor::uniform(const Shape& shape, uint64_t seed, double lo, double hi, 
   return from_vector(v, shape, dtype);
 }
 
-Tensor Tensor::arange(int64_t n, DType dtype) {
+Tensor Tensor::arange(int64_t n, DType dtype, Device device) {
+  DDP_CHECK(n >= 0, "arange: n = ", n, " must not be negative");
+#ifdef DDP_WITH_CUDA
+  if (device.is_cuda()) {
+    Tensor t = empty({n}, dtype, device);
+    kernels::cuda::arange(t.raw_data(), dtype, n, cuda::current_stream());
+    return t;
+  }
+#endif
+  if (!device.is_cpu()) return arange(n, dtype).to(device);  // the build's own error for a GPU
   std::vector<double> v(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) v[i] = static_cast<double>(i);
   return from_vector(v, {n}, dtype);
@@ -148,7 +158,9 @@ std::vector<double> Tensor::to_double_vector() const {
 double Tensor::item() const {
   DDP_CHECK(numel() == 1, "item() on a tensor of shape ", shape_str(shape()),
             "; it needs exactly one element");
-  return to_double_vector()[0];
+  const double value = to_double_vector()[0];
+  if (!device().is_cpu()) check_device_errors();  // the host has waited for the device already
+  return value;
 }
 
 void* Tensor::data_of_storageless() const {

@@ -74,7 +74,8 @@ class Tensor {
   // Standard normal / uniform [lo, hi) from a seeded generator (same seed -> same values on every machine).
   static Tensor randn(const Shape& shape, uint64_t seed, DType dtype = DType::F32, double stddev = 1.0);
   static Tensor uniform(const Shape& shape, uint64_t seed, double lo, double hi, DType dtype = DType::F32);
-  static Tensor arange(int64_t n, DType dtype = DType::I64);
+  // 0, 1, ..., n - 1, made where it lives (a kernel on a GPU: no host copy).
+  static Tensor arange(int64_t n, DType dtype = DType::I64, Device device = Device::cpu());
   // Copies host values (converted to dtype) into a new CPU tensor.
   static Tensor from_vector(const std::vector<double>& values, const Shape& shape, DType dtype = DType::F32);
   template <class T>
@@ -116,7 +117,9 @@ class Tensor {
   }
   // CPU copies of the values as double (works for any dtype and device).
   std::vector<double> to_double_vector() const;
-  double item() const;  // the only element of a one-element tensor, as double
+  // The only element of a one-element tensor, as double. On a GPU the read waits for the device, and then
+  // this thread's pending device-side index checks are raised (ddp::check_device_errors, device_checks.h).
+  double item() const;
 
   // ---- views and copies (no autograd; see ops:: for differentiable versions) ----
   Tensor view(const Shape& shape) const;            // same storage, new shape (one dimension may be -1)

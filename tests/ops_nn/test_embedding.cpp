@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "runtime/ops/embedding.h"
+#include "runtime/tensor/device_checks.h"
 #include "tests/ops_nn/ops_nn_test_util.h"
 
 using namespace ddp;
@@ -57,11 +58,43 @@ TEST(Embedding, CudaMatchesCpu) {
   // float32: exact forward; backward sums in a different order (atomics): bound 1e-5 relative.
   expect_cuda_matches_cpu([](const std::vector<Tensor>& in) { return ops::embedding(in[0], in[1]); },
                           {random_f64({50, 96}, 1), Tensor::from_data(ids, {4, 64})}, 1e-6, 1e-5);
-  try {
+  try {  // a GPU reports a bad index at the next check, not in the op (runtime/tensor/device_checks.h)
     ops::embedding(Tensor::zeros({50, 8}, DType::F32, Device::cuda(0)),
                    Tensor::from_data<int64_t>({3, 60}, {2}).to(Device::cuda(0)));
+    check_device_errors();
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("index 60 at position 1"), std::string::npos) << e.what();
   }
+}
+
+// A bad index on a GPU: the op does not wait; its output row is zeros, its gradient goes to no row (nothing
+// is read or written through it: compute-sanitizer memcheck runs Embedding.Cuda*), and the check raises it.
+TEST(Embedding, CudaBadIndexGathersZerosScattersNothingAndIsRaisedAtTheCheck) {
+  DDP_SKIP_WITHOUT_GPU();
+  const std::vector<int64_t> ids = {3, 60, -2, 3, 49, int64_t(1) << 40};
+  Tensor w_host = random_f64({50, 8}, 3, false).to(DType::F32);
+  Tensor w = w_host.to(Device::cuda(0)).clone().detach();
+  w.set_requires_grad(true);
+  w.set_name("wte.weight");
+  Tensor y = ops::embedding(w, Tensor::from_data(ids, {6}).to(Device::cuda(0)));
+  Tensor g_host = random_f64({6, 8}, 4, false).to(DType::F32);
+  autograd::backward({y}, {g_host.to(Device::cuda(0))});
+  const std::vector<double> yv = values(y), wv = values(w_host), gv = values(g_host), dw = values(w.grad());
+  std::vector<double> expected_dw(50 * 8, 0.0);
+  for (size_t i = 0; i < ids.size(); ++i)
+    for (size_t c = 0; c < 8; ++c) {
+      const bool ok = ids[i] >= 0 && ids[i] < 50;
+      EXPECT_EQ(yv[i * 8 + c], ok ? wv[static_cast<size_t>(ids[i]) * 8 + c] : 0.0) << i << "," << c;
+      if (ok) expected_dw[static_cast<size_t>(ids[i]) * 8 + c] += gv[i * 8 + c];  // float32 sums in order
+    }
+  for (size_t k = 0; k < dw.size(); ++k) EXPECT_NEAR(dw[k], expected_dw[k], 1e-6) << k;
+  try {
+    check_device_errors();
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("index 60 at position 1"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'wte.weight'"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(pending_device_checks(), 0);
 }

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "runtime/ops/loss.h"
+#include "runtime/tensor/device_checks.h"
 #include "tests/ops_nn/ops_nn_test_util.h"
 
 using namespace ddp;
@@ -198,6 +199,7 @@ TEST(CrossEntropy, CudaMatchesCpu) {
   try {
     ops::cross_entropy(x.to(DType::F32).to(Device::cuda(0)), targets_tensor(tv, {2, 7}).to(Device::cuda(0)),
                        opt);
+    check_device_errors();  // a GPU reports a bad target here, not in the op
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("target 1001 at position 5"), std::string::npos) << e.what();
@@ -269,4 +271,38 @@ TEST(CrossEntropy, GradientOverTheLogitsEqualsASeparateBufferBitwise) {
               ++cases;
             }
   EXPECT_GE(cases, 160);
+}
+
+// A bad target on a GPU: the op does not wait; the row is left out of the loss and gets zero gradient
+// (nothing read through it: compute-sanitizer memcheck runs CrossEntropy.Cuda*), and the check raises it.
+// Reference: the CPU loss over the good rows only (float32 on both sides: 1e-5 relative).
+TEST(CrossEntropy, CudaBadTargetIsLeftOutOfLossAndGradientAndRaisedAtTheCheck) {
+  DDP_SKIP_WITHOUT_GPU();
+  Tensor x = random_f64({4, 5}, 6, false).to(DType::F32);
+  Tensor xd = x.to(Device::cuda(0)).clone().detach();
+  xd.set_requires_grad(true);
+  Tensor loss = ops::cross_entropy(xd, targets_tensor({1, 7, 2, -4}, {4}).to(Device::cuda(0)));
+  autograd::backward(loss);
+  const double got = values(loss)[0];  // to_double_vector: item() would raise the pending check here
+  Tensor good = Tensor::empty({2, 5}, DType::F32);
+  good.slice0(0, 1).copy_from(x.slice0(0, 1));
+  good.slice0(1, 2).copy_from(x.slice0(2, 3));
+  good.set_requires_grad(true);
+  Tensor ref = ops::cross_entropy(good, targets_tensor({1, 2}, {2}));
+  autograd::backward(ref);
+  EXPECT_NEAR(got, values(ref)[0], 1e-5 * std::abs(values(ref)[0]));
+  const std::vector<double> g = values(xd.grad()), gr = values(good.grad());
+  for (int c = 0; c < 5; ++c) {
+    EXPECT_NEAR(g[c], gr[c], 1e-6);
+    EXPECT_EQ(g[5 + c], 0.0);
+    EXPECT_NEAR(g[10 + c], gr[5 + c], 1e-6);
+    EXPECT_EQ(g[15 + c], 0.0);
+  }
+  try {
+    check_device_errors();
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("target 7 at position 1"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(pending_device_checks(), 0);
 }
