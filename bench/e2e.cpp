@@ -66,6 +66,7 @@ struct Workload {
   double flops_per_rank_step = 0;  // forward + backward
   std::string flops_rule;
   std::string optimizer_name;
+  int64_t loss_classes = 0;  // StepOptions::loss_classes (a padded vocabulary)
 };
 
 // Size overrides of the configurations (0: the configuration's default).
@@ -114,6 +115,7 @@ Workload make_workload(const std::string& config, int64_t batch, int rank, ddp::
     if (config == "gpt2s" || config == "gpt2-small") {
       c.vocab = 50257;  // GPT-2 small's shape, on synthetic tokens; gpt2-small ties the head to wte (124M)
       c.tie_head = config == "gpt2-small";
+      c.vocab_padded = 50304;  // a multiple of 64: the classifier's GEMMs on whole tiles (GPTConfig)
       c.context = 1024;
       c.d_model = 768;
       c.n_head = 12;
@@ -128,6 +130,7 @@ Workload make_workload(const std::string& config, int64_t batch, int rank, ddp::
     c.dtype = dtype;
     auto m = std::make_shared<ddp::models::GPT>(c);
     w.model = m;
+    w.loss_classes = m->loss_classes();
     w.samples_per_rank = batch;
     w.tokens_per_sample = c.context;
     std::vector<int64_t> tokens(batch * c.context), targets(batch * c.context);
@@ -142,8 +145,10 @@ Workload make_workload(const std::string& config, int64_t batch, int rank, ddp::
     w.flops_per_rank_step = m->flops_per_token_forward() * 3 * static_cast<double>(batch * c.context);
     w.flops_rule = "GPT::flops_per_token_forward() * 3 * tokens";
     char d[160];
-    std::snprintf(d, sizeof d, "GPT vocab %lld, context %lld, d %lld, %lld heads, %lld blocks%s",
-                  static_cast<long long>(c.vocab), static_cast<long long>(c.context),
+    std::snprintf(d, sizeof d, "GPT vocab %lld%s, context %lld, d %lld, %lld heads, %lld blocks%s",
+                  static_cast<long long>(c.vocab),
+                  c.vocab_padded > c.vocab ? (" (padded to " + std::to_string(c.vocab_padded) + ")").c_str() : "",
+                  static_cast<long long>(c.context),
                   static_cast<long long>(c.d_model), static_cast<long long>(c.n_head),
                   static_cast<long long>(c.n_layer), c.tie_head ? ", tied head" : "");
     w.description = d;
@@ -353,6 +358,7 @@ int main(int argc, char** argv) {
     step_options.synchronize_gradients = mode != "nosync";  // nosync: the whole backward under no_sync
     step_options.wait_for_device = gpu;                     // each phase's GPU work counted in it
     step_options.zero_grad_set_to_none = !zero_grad_in_place;
+    step_options.loss_classes = w.loss_classes;
     auto next_batch = [&w] {
       ddp::data::Batch b;
       b.x = w.x;

@@ -60,13 +60,15 @@ Tensor Block::forward(const Tensor& x) {
 GPT::GPT(const GPTConfig& c) : config(c) {
   DDP_CHECK(c.vocab > 0 && c.context > 0 && c.n_layer > 0,
             "GPT: vocab, context and n_layer must be positive");
-  wte_ = register_module("wte", std::make_shared<nn::Embedding>(c.vocab, c.d_model, 0.02, c.dtype));
+  DDP_CHECK(c.vocab_padded == 0 || c.vocab_padded >= c.vocab, "GPT: vocab_padded = ", c.vocab_padded,
+            " is below vocab = ", c.vocab, "; pad up (e.g. to a multiple of 64) or set 0 for none");
+  wte_ = register_module("wte", std::make_shared<nn::Embedding>(c.table_rows(), c.d_model, 0.02, c.dtype));
   wpe_ = register_module("wpe", std::make_shared<nn::Embedding>(c.context, c.d_model, 0.01, c.dtype));
   blocks_ = register_module("blocks", std::make_shared<nn::ModuleList<Block>>());
   for (int64_t i = 0; i < c.n_layer; ++i) blocks_->push_back(std::make_shared<Block>(c));
   ln_f_ = register_module("ln_f", std::make_shared<nn::LayerNorm>(c.d_model, 1e-5, c.dtype));
   if (!c.tie_head) {
-    head_ = register_module("head", std::make_shared<nn::Linear>(c.d_model, c.vocab, false, c.dtype));
+    head_ = register_module("head", std::make_shared<nn::Linear>(c.d_model, c.table_rows(), false, c.dtype));
     gpt2_init(*head_, 0.02);
   }
 }
@@ -107,7 +109,8 @@ std::string GPT::generate(const std::string& prompt, int64_t n, double temperatu
     Tensor idx = Tensor::from_data<int64_t>(window, {1, T}).to(dev);
     Tensor logits = forward(idx);  // (1, T, V)
     std::vector<double> last =
-        logits.slice0(0, 1).view({T, config.vocab}).slice0(T - 1, T).to_double_vector();
+        logits.slice0(0, 1).view({T, config.table_rows()}).slice0(T - 1, T).to_double_vector();
+    last.resize(static_cast<size_t>(config.vocab));  // padding columns are no tokens
     int64_t next = 0;
     if (temperature <= 0) {
       next = std::max_element(last.begin(), last.end()) - last.begin();

@@ -18,6 +18,12 @@ struct GPTConfig {
   double dropout = 0.0;
   DType dtype = DType::F32;
   bool tie_head = false;  // logits = ln_f(h) wte^T: one (vocab, d_model) parameter for both
+  // 0: none. Else the rows of wte and the head, >= vocab (GPT-2: 50257 -> 50304, a multiple of 64, so the
+  // classifier's GEMMs run on whole tiles; llm.c pads the same way). forward's logits then have vocab_padded
+  // columns of which the first vocab are classes: the loss takes CrossEntropyOptions::classes = vocab
+  // (loss_classes()); the padding rows are never indexed and get zero gradient.
+  int64_t vocab_padded = 0;
+  int64_t table_rows() const { return vocab_padded > 0 ? vocab_padded : vocab; }
 };
 
 class CausalSelfAttention : public nn::Module {
@@ -48,8 +54,10 @@ class Block : public nn::Module {
 class GPT : public nn::Module {
  public:
   explicit GPT(const GPTConfig& c);
-  // idx (B, T) int64 tokens, T <= context -> logits (B, T, vocab).
+  // idx (B, T) int64 tokens, T <= context -> logits (B, T, config.table_rows()).
   Tensor forward(const Tensor& idx) override;
+  // What the loss passes as CrossEntropyOptions::classes: vocab when padded, else 0 (every column).
+  int64_t loss_classes() const { return config.vocab_padded > 0 ? config.vocab : 0; }
   // Continues `prompt` by n tokens sampled with temperature (seeded; greedy when temperature == 0).
   std::string generate(const std::string& prompt, int64_t n, double temperature, uint64_t seed);
   // Multiply-accumulates x2 per token of forward (6x for forward+backward), the

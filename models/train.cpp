@@ -297,6 +297,7 @@ TrainResult train(const TrainOptions& o, std::shared_ptr<dist::ProcessGroup> pg,
   step_options.grad_accum = o.grad_accum;
   step_options.clip_grad = o.clip_grad;
   step_options.zero_grad_set_to_none = !o.gradient_as_bucket_view;  // bucket views: zero in place, keep them
+  if (auto* gpt = dynamic_cast<GPT*>(s.model.get())) step_options.loss_classes = gpt->loss_classes();
 
   TrainResult result;
   LossGuard loss_guard(*pg, resumed.path);

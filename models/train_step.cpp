@@ -69,7 +69,7 @@ StepResult step_with(const Wrapper& w, optim::Optimizer& optimizer,
     Tensor loss;
     {
       trace::TraceScope ts("forward", "forward");
-      loss = ops::cross_entropy(w.forward(b.x), b.y);
+      loss = ops::cross_entropy(w.forward(b.x), b.y, {.classes = o.loss_classes});
       loss_sum.add(loss);  // no host read: the loss is read once, at the end of the step
       if (o.wait_for_device) wait_for(probe);
     }
@@ -143,7 +143,7 @@ StepResult deterministic_step(Reducer& reducer, const std::function<Tensor(const
     Tensor loss;
     {
       trace::TraceScope ts("forward", "forward");
-      loss = ops::cross_entropy(forward(b.x), b.y);
+      loss = ops::cross_entropy(forward(b.x), b.y, {.classes = o.loss_classes});
       loss_sum.add(loss);
     }
     const auto t1 = Clock::now();

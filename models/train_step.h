@@ -24,6 +24,9 @@ struct StepOptions {
   // in the phase that queued it. Nothing to wait for on CPU. Without it a GPU step waits for the device once,
   // at its end (the loss read).
   bool wait_for_device = false;
+  // The classes of the loss: 0 every logit column; else the first `loss_classes` (a padded vocabulary:
+  // GPTConfig::vocab_padded, ops::CrossEntropyOptions::classes).
+  int64_t loss_classes = 0;
 };
 
 // The step reads the device once, at its end: the loss, summed over the micro-batches on the device; then it

@@ -17,11 +17,11 @@ __device__ inline bool counts(int64_t t, int64_t cols, bool has_ignore, int64_t 
 
 template <class T>
 __global__ void cross_entropy_rows_kernel(const T* logits, const int64_t* targets, int64_t rows, int64_t cols,
-                                          bool has_ignore, int64_t ignore_index, T* lse, T* row_loss,
-                                          unsigned long long* first_bad) {
+                                          int64_t row_stride, bool has_ignore, int64_t ignore_index, T* lse,
+                                          T* row_loss, unsigned long long* first_bad) {
   __shared__ T smem[32];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const T* xr = logits + r * cols;
+    const T* xr = logits + r * row_stride;
     T m = xr[0];
     for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) m = xr[c] > m ? xr[c] : m;
     m = block_allreduce(m, MaxOp(), smem);
@@ -64,13 +64,15 @@ __global__ void cross_entropy_reduce_kernel(const T* row_loss, const int64_t* ta
 template <class T>
 __global__ void cross_entropy_backward_kernel(const T* logits, const int64_t* targets, const T* lse,
                                               const T* dloss, const int64_t* count, int64_t rows,
-                                              int64_t cols, bool has_ignore, int64_t ignore_index,
-                                              T* dlogits) {
+                                              int64_t cols, int64_t row_stride, bool has_ignore,
+                                              int64_t ignore_index, T* dlogits) {
   const T scale = dloss[0] / (count ? static_cast<T>(count[0]) : T(1));
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const int64_t t = targets[r];
-    const T* xr = logits + r * cols;
-    T* dr = dlogits + r * cols;
+    const T* xr = logits + r * row_stride;
+    T* dr = dlogits + r * row_stride;
+    // padding columns [cols, row_stride) are no classes: zero gradient
+    for (int64_t c = cols + threadIdx.x; c < row_stride; c += blockDim.x) dr[c] = T(0);
     if (!counts(t, cols, has_ignore, ignore_index)) {  // ignored, or a bad target (reported by the forward)
       for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) dr[c] = T(0);
       continue;
@@ -107,11 +109,12 @@ __global__ void mse_backward_kernel(const T* pred, const T* target, const T* dlo
 
 template <class T>
 void cross_entropy_forward(const T* logits, const int64_t* targets, int64_t rows, int64_t cols,
-                           bool has_ignore, int64_t ignore_index, bool mean, T* lse, T* row_loss, T* loss,
-                           int64_t* count, unsigned long long* first_bad, cudaStream_t stream) {
+                           int64_t row_stride, bool has_ignore, int64_t ignore_index, bool mean, T* lse,
+                           T* row_loss, T* loss, int64_t* count, unsigned long long* first_bad,
+                           cudaStream_t stream) {
   if (rows > 0) {
     cross_entropy_rows_kernel<T><<<row_grid(rows), row_block(cols), 0, stream>>>(
-        logits, targets, rows, cols, has_ignore, ignore_index, lse, row_loss, first_bad);
+        logits, targets, rows, cols, row_stride, has_ignore, ignore_index, lse, row_loss, first_bad);
     DDP_CUDA_CHECK_LAUNCH();
   }
   cross_entropy_reduce_kernel<T><<<1, kReduceBlock, 0, stream>>>(row_loss, targets, rows, cols, has_ignore,
@@ -121,11 +124,11 @@ void cross_entropy_forward(const T* logits, const int64_t* targets, int64_t rows
 
 template <class T>
 void cross_entropy_backward(const T* logits, const int64_t* targets, const T* lse, const T* dloss,
-                            const int64_t* count, int64_t rows, int64_t cols, bool has_ignore,
-                            int64_t ignore_index, T* dlogits, cudaStream_t stream) {
-  if (rows * cols == 0) return;
+                            const int64_t* count, int64_t rows, int64_t cols, int64_t row_stride,
+                            bool has_ignore, int64_t ignore_index, T* dlogits, cudaStream_t stream) {
+  if (rows * row_stride == 0) return;
   cross_entropy_backward_kernel<T><<<row_grid(rows), kBlock, 0, stream>>>(
-      logits, targets, lse, dloss, count, rows, cols, has_ignore, ignore_index, dlogits);
+      logits, targets, lse, dloss, count, rows, cols, row_stride, has_ignore, ignore_index, dlogits);
   DDP_CUDA_CHECK_LAUNCH();
 }
 
@@ -144,10 +147,11 @@ void mse_backward(const T* pred, const T* target, const T* dloss, int64_t n, T* 
 }
 
 #define DDP_INSTANTIATE(T)                                                                                \
-  template void cross_entropy_forward<T>(const T*, const int64_t*, int64_t, int64_t, bool, int64_t, bool, \
-                                         T*, T*, T*, int64_t*, unsigned long long*, cudaStream_t);        \
+  template void cross_entropy_forward<T>(const T*, const int64_t*, int64_t, int64_t, int64_t, bool,       \
+                                         int64_t, bool, T*, T*, T*, int64_t*, unsigned long long*,       \
+                                         cudaStream_t);                                                  \
   template void cross_entropy_backward<T>(const T*, const int64_t*, const T*, const T*, const int64_t*,   \
-                                          int64_t, int64_t, bool, int64_t, T*, cudaStream_t);             \
+                                          int64_t, int64_t, int64_t, bool, int64_t, T*, cudaStream_t);    \
   template void mse_forward<T>(const T*, const T*, int64_t, T*, cudaStream_t);                            \
   template void mse_backward<T>(const T*, const T*, const T*, int64_t, T*, T*, cudaStream_t);
 DDP_INSTANTIATE(float)

@@ -7,20 +7,22 @@
 
 namespace ddp::kernels::cuda {
 
-// logits: (rows, cols), targets: (rows). Writes lse: (rows), row_loss: (rows) scratch, loss: (1) the mean
+// logits: (rows, row_stride) of which the first cols columns are the classes (row_stride > cols: a padded
+// vocabulary; the other columns are read by nothing and get zero gradient), targets: (rows). Writes lse: (rows), row_loss: (rows) scratch, loss: (1) the mean
 // (NaN when no row counts) or the sum, count: (1) the number of non-ignored rows, and first_bad: (1)
 // min(first_bad, the smallest row whose target is outside [0, cols) and not the ignore index) by atomicMin -
 // the caller sets it to all bits before (kernels/cpu/index_check.h); such rows are left out of the loss,
 // never read through, and get zero gradient.
 template <class T>
 void cross_entropy_forward(const T* logits, const int64_t* targets, int64_t rows, int64_t cols,
-                           bool has_ignore, int64_t ignore_index, bool mean, T* lse, T* row_loss, T* loss,
-                           int64_t* count, unsigned long long* first_bad, cudaStream_t stream);
+                           int64_t row_stride, bool has_ignore, int64_t ignore_index, bool mean, T* lse,
+                           T* row_loss, T* loss, int64_t* count, unsigned long long* first_bad,
+                           cudaStream_t stream);
 // dlogits = dloss[0] / (count ? count[0] : 1) * (exp(logits - lse) - onehot); ignored and bad rows get 0.
 template <class T>
 void cross_entropy_backward(const T* logits, const int64_t* targets, const T* lse, const T* dloss,
-                            const int64_t* count, int64_t rows, int64_t cols, bool has_ignore,
-                            int64_t ignore_index, T* dlogits, cudaStream_t stream);
+                            const int64_t* count, int64_t rows, int64_t cols, int64_t row_stride,
+                            bool has_ignore, int64_t ignore_index, T* dlogits, cudaStream_t stream);
 
 // loss[0] = mean((pred - target)^2) over n elements.
 template <class T>

@@ -168,7 +168,11 @@ void check_lengths(const char* who, size_t n, std::initializer_list<size_t> othe
               " entries); pass one entry per tensor in every list");
 }
 
-[[noreturn]] void unsupported(const char* who, DType dtype) {
+// Calls run(T{}) with T the C++ type of a float32 or float64 dtype; other dtypes are refused by name.
+template <class Run>
+void with_float_type(const char* who, DType dtype, Run&& run) {
+  if (dtype == DType::F32) return run(0.0f);
+  if (dtype == DType::F64) return run(0.0);
   DDP_FAIL(who, " on CUDA: dtype ", dtype_name(dtype), " not supported (float32 or float64)");
 }
 }  // namespace
@@ -193,12 +197,7 @@ void multi_tensor_sum_of_squares_partials(const std::vector<const void*>& data,
       sum_of_squares_kernel<T><<<blocks, kMultiTensorThreads, 0, stream>>>(t, partials + first);
     });
   };
-  if (dtype == DType::F32)
-    run(0.0f);
-  else if (dtype == DType::F64)
-    run(0.0);
-  else
-    unsupported(who, dtype);
+  with_float_type(who, dtype, run);
 }
 
 void sum_partials(const double* partials, int64_t count, double* out, cudaStream_t stream) {
@@ -224,12 +223,7 @@ void multi_tensor_scale(const std::vector<void*>& data, const std::vector<int64_
       scale_kernel<T><<<blocks, kMultiTensorThreads, 0, stream>>>(t, coefficient);
     });
   };
-  if (dtype == DType::F32)
-    run(0.0f);
-  else if (dtype == DType::F64)
-    run(0.0);
-  else
-    unsupported(who, dtype);
+  with_float_type(who, dtype, run);
 }
 
 void multi_tensor_sgd_step(const std::vector<void*>& params, const std::vector<const void*>& grads,
@@ -251,12 +245,7 @@ void multi_tensor_sgd_step(const std::vector<void*>& params, const std::vector<c
       sgd_kernel<T><<<blocks, kMultiTensorThreads, 0, stream>>>(t, c);
     });
   };
-  if (dtype == DType::F32)
-    run(0.0f);
-  else if (dtype == DType::F64)
-    run(0.0);
-  else
-    unsupported(who, dtype);
+  with_float_type(who, dtype, run);
 }
 
 void multi_tensor_adamw_step(const std::vector<void*>& params, const std::vector<const void*>& grads,
@@ -285,12 +274,7 @@ void multi_tensor_adamw_step(const std::vector<void*>& params, const std::vector
           adamw_kernel<T><<<blocks, kMultiTensorThreads, 0, stream>>>(t, c);
         });
   };
-  if (dtype == DType::F32)
-    run(0.0f);
-  else if (dtype == DType::F64)
-    run(0.0);
-  else
-    unsupported(who, dtype);
+  with_float_type(who, dtype, run);
 }
 
 }  // namespace ddp::kernels::cuda

@@ -16,6 +16,11 @@ struct CrossEntropyOptions {
   // Mean: divide by the number of non-ignored rows (NaN when every row is ignored, like PyTorch).
   // Sum: the plain sum over non-ignored rows.
   LossReduction reduction = LossReduction::Mean;
+  // 0: every column of the logits is a class. Else only the first `classes` columns are (a vocabulary padded
+  // to a multiple of 64 for the GEMMs, as llm.c pads GPT-2's 50257 to 50304): targets lie in [0, classes), the
+  // softmax runs over those columns, and the padding columns get zero gradient. The CUDA kernels read the
+  // padded rows in place; the CPU copies the classes' columns out first.
+  int64_t classes = 0;
 };
 
 // logits: (..., C) float, targets: (...) int64 with values in [0, C) (or the ignore index) -> ().
@@ -23,8 +28,8 @@ struct CrossEntropyOptions {
 // (softmax - onehot) * dloss / count, recomputed from a saved per-row log-sum-exp (no (N, C) probabilities
 // kept); it is written over the logits when nothing else holds them and the backward frees saved tensors
 // (the usual `loss = cross_entropy(model(x), y); backward(loss)`), so a (B, T, vocab) classifier needs one such
-// buffer, not two. A target outside [0, C) is a ddp::Error naming its value and position (on CUDA this check
-// copies one int64 back to the host, a sync of the current stream per call).
+// buffer, not two. A target outside [0, C) is a ddp::Error naming its value and position: at once on the CPU;
+// on CUDA at the next ddp::check_device_errors() (runtime/tensor/device_checks.h), with no host wait here.
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEntropyOptions& options = {});
 // How many cross_entropy backwards wrote the gradient over the logits in this process (tests, benchmarks).
 int64_t cross_entropy_gradients_over_logits();

@@ -306,3 +306,17 @@ TEST(CrossEntropy, CudaBadTargetIsLeftOutOfLossAndGradientAndRaisedAtTheCheck) {
   }
   EXPECT_EQ(pending_device_checks(), 0);
 }
+
+// A padded vocabulary on CUDA (ops::CrossEntropyOptions::classes: the kernels read the padded rows in place and
+// zero the padding columns' gradient) against the CPU, which copies the classes' columns out.
+TEST(CrossEntropy, CudaClassesMatchCpu) {
+  DDP_SKIP_WITHOUT_GPU();
+  for (int64_t pad : {1, 47}) {
+    Tensor x = random_f64({2, 7, 1001 + pad}, 6) * 4.0;
+    Tensor t = targets_tensor(random_targets(14, 1001, 9), {2, 7});
+    ops::CrossEntropyOptions opt;
+    opt.classes = 1001;
+    expect_cuda_matches_cpu(
+        [&](const std::vector<Tensor>& in) { return ops::cross_entropy(in[0], in[1], opt); }, {x, t}, 1e-6, 1e-5);
+  }
+}
