@@ -5,9 +5,12 @@
 #include <cstdio>
 #include <vector>
 
+#include "models/gpt.h"
 #include "runtime/autograd/engine.h"
 #include "runtime/distributed/host_collectives.h"
+#include "runtime/ops/elementwise.h"
 #include "runtime/ops/loss.h"
+#include "runtime/tensor/device_checks.h"
 
 namespace ddp::models {
 
@@ -18,17 +21,19 @@ EvalResult evaluate(const TrainOptions& o, TrainSetup& s, dist::ProcessGroup& pg
   if (s.ddp) s.ddp->before_forward();
   s.model->eval();
   s.val_loader->start_epoch(0);
-  double loss_sum = 0, rows = 0, correct = 0;
+  double rows = 0, correct = 0;
+  Tensor loss_sum;  // float64, on the model's device: read once after the loop (no host read per batch)
+  ops::CrossEntropyOptions sum_rows;
+  sum_rows.reduction = ops::LossReduction::Sum;
+  if (auto* gpt = dynamic_cast<GPT*>(s.model.get())) sum_rows.classes = gpt->loss_classes();  // padded vocab
   int64_t batches = 0;
   while (auto b = s.val_loader->next()) {
     if (o.eval_batches > 0 && batches >= o.eval_batches) break;
     Tensor x = b->x;
     if (!s.data.tokens && x.dtype() != s.dtype) x = x.to(s.dtype);  // as in training (--dtype float64)
     Tensor out = s.model->forward(x);
-    ops::CrossEntropyOptions sum_rows;
-    sum_rows.reduction = ops::LossReduction::Sum;
-    Tensor l = ops::cross_entropy(out, b->y, sum_rows);
-    loss_sum += l.item();
+    Tensor l = ops::cross_entropy(out, b->y, sum_rows).to(DType::F64);  // the double item() gave, as before
+    loss_sum = loss_sum.defined() ? loss_sum + l : l;
     rows += static_cast<double>(b->y.numel());
     if (!s.data.tokens) {
       std::vector<double> logits = out.to_double_vector(), ys = b->y.to_double_vector();
@@ -41,7 +46,9 @@ EvalResult evaluate(const TrainOptions& o, TrainSetup& s, dist::ProcessGroup& pg
     ++batches;
   }
   s.model->train();
-  Tensor t = Tensor::from_data<double>({loss_sum, rows, correct}, {3});
+  const double loss_total = loss_sum.defined() ? loss_sum.item() : 0.0;  // raises the device-side index checks
+  check_device_errors();
+  Tensor t = Tensor::from_data<double>({loss_total, rows, correct}, {3});
   host_allreduce(pg, t);
   const double* v = t.data<double>();
   EvalResult r;
