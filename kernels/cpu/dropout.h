@@ -8,27 +8,23 @@
 #pragma once
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define DDP_DROPOUT_HOST_DEVICE __host__ __device__
-#else
-#define DDP_DROPOUT_HOST_DEVICE
-#endif
+#include "kernels/cpu/host_device.h"
 
 namespace ddp::kernels::cpu {
 
 constexpr uint64_t kDropoutGolden = 0x9E3779B97F4A7C15ull;
 
-DDP_DROPOUT_HOST_DEVICE inline uint64_t dropout_mix64(uint64_t z) {
+DDP_HOST_DEVICE inline uint64_t dropout_mix64(uint64_t z) {
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
 }
 // The per-call key derived from the user's seed (one mixing round, so nearby seeds give unrelated masks).
-DDP_DROPOUT_HOST_DEVICE inline uint64_t dropout_key(uint64_t seed) {
+DDP_HOST_DEVICE inline uint64_t dropout_key(uint64_t seed) {
   return dropout_mix64(seed + kDropoutGolden);
 }
 // True when the element with global counter `counter` is kept.
-DDP_DROPOUT_HOST_DEVICE inline bool dropout_keep(uint64_t key, uint64_t counter, uint64_t threshold) {
+DDP_HOST_DEVICE inline bool dropout_keep(uint64_t key, uint64_t counter, uint64_t threshold) {
   return dropout_mix64(key + (counter + 1) * kDropoutGolden) >= threshold;
 }
 

@@ -9,23 +9,19 @@
 #pragma once
 #include <cmath>
 
-#if defined(__CUDACC__)
-#define DDP_OPTIM_HOST_DEVICE __host__ __device__
-#else
-#define DDP_OPTIM_HOST_DEVICE
-#endif
+#include "kernels/cpu/host_device.h"
 
 namespace ddp::kernels::cpu {
 
 // a * b + c with one rounding, on the host and the device.
-DDP_OPTIM_HOST_DEVICE inline float fused_multiply_add(float a, float b, float c) {
+DDP_HOST_DEVICE inline float fused_multiply_add(float a, float b, float c) {
 #if defined(__CUDA_ARCH__)
   return fmaf(a, b, c);
 #else
   return std::fma(a, b, c);
 #endif
 }
-DDP_OPTIM_HOST_DEVICE inline double fused_multiply_add(double a, double b, double c) {
+DDP_HOST_DEVICE inline double fused_multiply_add(double a, double b, double c) {
 #if defined(__CUDA_ARCH__)
   return fma(a, b, c);
 #else
@@ -33,14 +29,14 @@ DDP_OPTIM_HOST_DEVICE inline double fused_multiply_add(double a, double b, doubl
 #endif
 }
 // The correctly rounded square root (nvcc's default -prec-sqrt=true; the CPU's sqrtps/sqrtpd).
-DDP_OPTIM_HOST_DEVICE inline float correctly_rounded_sqrt(float x) {
+DDP_HOST_DEVICE inline float correctly_rounded_sqrt(float x) {
 #if defined(__CUDA_ARCH__)
   return sqrtf(x);
 #else
   return std::sqrt(x);
 #endif
 }
-DDP_OPTIM_HOST_DEVICE inline double correctly_rounded_sqrt(double x) {
+DDP_HOST_DEVICE inline double correctly_rounded_sqrt(double x) {
 #if defined(__CUDA_ARCH__)
   return sqrt(x);
 #else
@@ -64,7 +60,7 @@ inline SgdConstants<T> sgd_constants(double lr, double momentum, double dampenin
 // One element of PyTorch's SGD: d = g + wd * w; with a momentum buffer buf = first ? d : momentum * buf +
 // (1 - dampening) * d and d = nesterov ? d + momentum * buf : buf; returns w - lr * d.
 template <class T>
-DDP_OPTIM_HOST_DEVICE inline T sgd_update(T w, T g, T& buf, bool has_buf, bool first,
+DDP_HOST_DEVICE inline T sgd_update(T w, T g, T& buf, bool has_buf, bool first,
                                           const SgdConstants<T>& c) {
   T d = c.has_weight_decay ? fused_multiply_add(c.weight_decay, w, g) : g;
   if (has_buf) {
@@ -104,7 +100,7 @@ inline AdamWBiasCorrection<T> adamw_bias_correction(double lr, double bias_corre
 // One element of PyTorch's AdamW: w *= 1 - lr * wd; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g g;
 // returns w - (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps).
 template <class T>
-DDP_OPTIM_HOST_DEVICE inline T adamw_update(T w, T g, T& m, T& v, const AdamWConstants<T>& c,
+DDP_HOST_DEVICE inline T adamw_update(T w, T g, T& m, T& v, const AdamWConstants<T>& c,
                                             const AdamWBiasCorrection<T>& bc) {
   w = w * c.decay;
   m = fused_multiply_add(c.beta1, m, c.one_minus_beta1 * g);

@@ -11,11 +11,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#ifdef __CUDACC__
-#define DDP_HOST_DEVICE __host__ __device__
-#else
-#define DDP_HOST_DEVICE
-#endif
+#include "kernels/cpu/host_device.h"
 
 namespace ddp::kernels::cuda {
 

@@ -15,11 +15,7 @@
 #include <cmath>
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define DDP_FLASH_HD __host__ __device__
-#else
-#define DDP_FLASH_HD
-#endif
+#include "kernels/cpu/host_device.h"
 // Loops over a tile or over a lane's dimensions unroll on the GPU, so that the small arrays stay in
 // registers. The device pass's preprocessor (the host compiler, with -Wall) would call the pragma unknown:
 // silenced for this header only.
@@ -44,7 +40,7 @@ constexpr int kTile = 16;
 inline int dims_per_lane(int64_t hs) { return hs <= 4 * kLanes ? 4 : hs <= 8 * kLanes ? 8 : 16; }
 
 template <class S>
-DDP_FLASH_HD inline S flash_exp(S x) {
+DDP_HOST_DEVICE inline S flash_exp(S x) {
 #if defined(__CUDA_ARCH__)
   return exp(x);  // the float overload is expf
 #else
@@ -52,7 +48,7 @@ DDP_FLASH_HD inline S flash_exp(S x) {
 #endif
 }
 template <class S>
-DDP_FLASH_HD inline S flash_log(S x) {
+DDP_HOST_DEVICE inline S flash_log(S x) {
 #if defined(__CUDA_ARCH__)
   return log(x);
 #else
@@ -61,26 +57,26 @@ DDP_FLASH_HD inline S flash_log(S x) {
 }
 
 // ---- tile geometry ----
-DDP_FLASH_HD inline int64_t num_tiles(int64_t T, int tile) { return (T + tile - 1) / tile; }
+DDP_HOST_DEVICE inline int64_t num_tiles(int64_t T, int tile) { return (T + tile - 1) / tile; }
 // Query i sees key j when j <= i; rows past the end of the sequence (padding of the last tile) see nothing.
-DDP_FLASH_HD inline bool visible(int64_t i, int64_t j, int64_t T) { return j <= i && i < T; }
+DDP_HOST_DEVICE inline bool visible(int64_t i, int64_t j, int64_t T) { return j <= i && i < T; }
 // With equal tile sizes, query tile qt reads key tiles 0..qt; every key tile after qt lies above the diagonal
 // and is skipped without being loaded. Key tile kt is read by query tiles kt..num_tiles-1.
-DDP_FLASH_HD inline int64_t last_key_tile(int64_t qt) { return qt; }
-DDP_FLASH_HD inline int64_t first_query_tile(int64_t kt) { return kt; }
+DDP_HOST_DEVICE inline int64_t last_key_tile(int64_t qt) { return qt; }
+DDP_HOST_DEVICE inline int64_t first_query_tile(int64_t kt) { return kt; }
 // The row a thread works on: tile rows past the end repeat the last row (computed, never written), so that
 // every lane of every warp takes part in the shuffles.
-DDP_FLASH_HD inline int64_t clamped_row(int64_t tile_index, int tile, int row_in_tile, int64_t T) {
+DDP_HOST_DEVICE inline int64_t clamped_row(int64_t tile_index, int tile, int row_in_tile, int64_t T) {
   const int64_t r = tile_index * tile + row_in_tile;
   return r < T ? r : T - 1;
 }
 
 // ---- a lane's share of a row ----
-DDP_FLASH_HD inline int lane_dim(int lane, int r) { return lane + kLanes * r; }
+DDP_HOST_DEVICE inline int lane_dim(int lane, int r) { return lane + kLanes * r; }
 
 // x <- this lane's dimensions of row (zeros past hs).
 template <class S, int kDpt>
-DDP_FLASH_HD inline void lane_load(const S* row, int hs, int lane, S (&x)[kDpt]) {
+DDP_HOST_DEVICE inline void lane_load(const S* row, int hs, int lane, S (&x)[kDpt]) {
   DDP_FLASH_UNROLL
   for (int r = 0; r < kDpt; ++r) {
     const int d = lane_dim(lane, r);
@@ -89,7 +85,7 @@ DDP_FLASH_HD inline void lane_load(const S* row, int hs, int lane, S (&x)[kDpt])
 }
 // row[d] <- scale * x for this lane's dimensions.
 template <class S, int kDpt>
-DDP_FLASH_HD inline void lane_store(const S (&x)[kDpt], S scale, int hs, int lane, S* row) {
+DDP_HOST_DEVICE inline void lane_store(const S (&x)[kDpt], S scale, int hs, int lane, S* row) {
   DDP_FLASH_UNROLL
   for (int r = 0; r < kDpt; ++r) {
     const int d = lane_dim(lane, r);
@@ -98,7 +94,7 @@ DDP_FLASH_HD inline void lane_store(const S (&x)[kDpt], S scale, int hs, int lan
 }
 // This lane's partial sum of x . row.
 template <class S, int kDpt>
-DDP_FLASH_HD inline S lane_dot(const S (&x)[kDpt], const S* row, int hs, int lane) {
+DDP_HOST_DEVICE inline S lane_dot(const S (&x)[kDpt], const S* row, int hs, int lane) {
   S acc = 0;
   DDP_FLASH_UNROLL
   for (int r = 0; r < kDpt; ++r) {
@@ -109,7 +105,7 @@ DDP_FLASH_HD inline S lane_dot(const S (&x)[kDpt], const S* row, int hs, int lan
 }
 // acc += c * row on this lane's dimensions.
 template <class S, int kDpt>
-DDP_FLASH_HD inline void lane_axpy(S c, const S* row, int hs, int lane, S (&acc)[kDpt]) {
+DDP_HOST_DEVICE inline void lane_axpy(S c, const S* row, int hs, int lane, S (&acc)[kDpt]) {
   DDP_FLASH_UNROLL
   for (int r = 0; r < kDpt; ++r) {
     const int d = lane_dim(lane, r);
@@ -135,7 +131,7 @@ inline S lanes_butterfly_sum(S (&v)[kLanes]) {
 // visible key (key k0
 // <= i), so m_new is finite; on the first tile m_old = -inf and the rescale factor is exactly 0.
 template <class S, int kDpt>
-DDP_FLASH_HD inline void forward_tile_update(S (&s)[kTile], const S* v_tile, int hs, int lane, int64_t i,
+DDP_HOST_DEVICE inline void forward_tile_update(S (&s)[kTile], const S* v_tile, int hs, int lane, int64_t i,
                                              int64_t k0, int64_t T, S& m, S& l, S (&o)[kDpt]) {
   S m_new = m;
   DDP_FLASH_UNROLL
@@ -157,7 +153,7 @@ DDP_FLASH_HD inline void forward_tile_update(S (&s)[kTile], const S* v_tile, int
 }
 // After the last tile: o <- o / l and the row's log-sum-exp of the scores, m + log(l).
 template <class S, int kDpt>
-DDP_FLASH_HD inline S forward_finish(S m, S l, S (&o)[kDpt]) {
+DDP_HOST_DEVICE inline S forward_finish(S m, S l, S (&o)[kDpt]) {
   const S inv = S(1) / l;
   DDP_FLASH_UNROLL
   for (int r = 0; r < kDpt; ++r) o[r] *= inv;
@@ -167,12 +163,12 @@ DDP_FLASH_HD inline S forward_finish(S m, S l, S (&o)[kDpt]) {
 // ---- backward: the probabilities again, tile by tile ----
 // p_ij = exp(s_ij - lse_i) from the saved log-sum-exp; 0 for a masked pair.
 template <class S>
-DDP_FLASH_HD inline S recomputed_prob(S s, S lse, int64_t i, int64_t j, int64_t T) {
+DDP_HOST_DEVICE inline S recomputed_prob(S s, S lse, int64_t i, int64_t j, int64_t T) {
   return visible(i, j, T) ? flash_exp(s - lse) : S(0);
 }
 // dS_ij = p_ij (dP_ij - D_i), with dP_ij = dO_i . v_j and D_i = dO_i . O_i (= sum_j p_ij dP_ij).
 template <class S>
-DDP_FLASH_HD inline S score_grad(S p, S dp, S D) {
+DDP_HOST_DEVICE inline S score_grad(S p, S dp, S D) {
   return p * (dp - D);
 }
 
@@ -180,7 +176,7 @@ DDP_FLASH_HD inline S score_grad(S p, S dp, S D) {
 // dv_j += p_ij dy_i and dk_j += dS_ij q_i on this lane's dimensions (dk is scaled by 1/sqrt(hs) once, at the
 // end).
 template <class S, int kDpt>
-DDP_FLASH_HD inline void key_row_update(S qk, S dp, S scale, S lse_i, S D_i, int64_t i, int64_t j, int64_t T,
+DDP_HOST_DEVICE inline void key_row_update(S qk, S dp, S scale, S lse_i, S D_i, int64_t i, int64_t j, int64_t T,
                                         const S* q_row, const S* dy_row, int hs, int lane, S (&dk)[kDpt],
                                         S (&dv)[kDpt]) {
   const S p = recomputed_prob(qk * scale, lse_i, i, j, T);
@@ -189,7 +185,7 @@ DDP_FLASH_HD inline void key_row_update(S qk, S dp, S scale, S lse_i, S D_i, int
 }
 // dQ pass, query row i meets key j: dq_i += dS_ij k_j (scaled at the end, like dk).
 template <class S, int kDpt>
-DDP_FLASH_HD inline void query_row_update(S qk, S dp, S scale, S lse_i, S D_i, int64_t i, int64_t j,
+DDP_HOST_DEVICE inline void query_row_update(S qk, S dp, S scale, S lse_i, S D_i, int64_t i, int64_t j,
                                           int64_t T, const S* k_row, int hs, int lane, S (&dq)[kDpt]) {
   const S p = recomputed_prob(qk * scale, lse_i, i, j, T);
   lane_axpy(score_grad(p, dp, D_i), k_row, hs, lane, dq);

@@ -5,13 +5,13 @@
 
 #include <atomic>
 #include <cmath>
-#include <cstring>
 #include <limits>
 
 #include "kernels/cpu/loss.h"
 #include "runtime/autograd/engine.h"
 #include "runtime/autograd/node.h"
 #include "runtime/ops/device_kernel.h"
+#include "runtime/ops/shape.h"
 #include "runtime/ops/index_errors.h"
 #include "runtime/tensor/device_checks.h"
 #ifdef DDP_WITH_CUDA
@@ -23,33 +23,12 @@ namespace ddp::ops {
 namespace {
 std::atomic<int64_t> g_gradients_over_logits{0};
 
-// CPU with a padded vocabulary: the first `cols` of each row of `stride` columns, contiguous (the CPU kernels
-// take dense rows; the CUDA kernels read the padded rows in place).
-Tensor first_columns(const Tensor& x, int64_t rows, int64_t cols, int64_t stride) {
-  Tensor out = Tensor::empty({rows, cols}, x.dtype(), x.device());
-  const size_t bytes = static_cast<size_t>(cols) * dtype_size(x.dtype());
-  const auto* src = static_cast<const char*>(x.raw_data());
-  auto* dst = static_cast<char*>(out.raw_data());
-  for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + r * bytes, src + r * stride * dtype_size(x.dtype()), bytes);
-  return out;
-}
-// The inverse for the gradient: rows of `stride` columns, the padding columns zero.
-Tensor pad_columns(const Tensor& g, int64_t rows, int64_t cols, int64_t stride, const Shape& shape) {
-  Tensor out = Tensor::zeros(shape, g.dtype(), g.device());
-  const size_t bytes = static_cast<size_t>(cols) * dtype_size(g.dtype());
-  const auto* src = static_cast<const char*>(g.raw_data());
-  auto* dst = static_cast<char*>(out.raw_data());
-  for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + r * stride * dtype_size(g.dtype()), src + r * bytes, bytes);
-  return out;
-}
-
 struct CrossEntropyBackward final : autograd::Node {
   Tensor logits, targets, lse;  // lse: (rows) log-sum-exp of each row
   Tensor count_device;          // CUDA only: the number of non-ignored rows, a device int64 scalar
   int64_t count = 0;            // CPU: the number of non-ignored rows
   int64_t rows = 0, cols = 0;  // cols: the classes
-  int64_t row_stride = 0;       // the logits' row length (> cols: a padded vocabulary)
-  bool compacted = false;       // CPU with padding: `logits` holds the (rows, cols) classes only
+  int64_t row_stride = 0;       // the logits' row length (> cols: a padded vocabulary, CUDA only)
   CrossEntropyOptions options;
 
   std::vector<Tensor> apply(std::vector<Tensor>& grads) override {
@@ -73,12 +52,10 @@ struct CrossEntropyBackward final : autograd::Node {
                                            lse.data<scalar_t>(), grads[0].data<scalar_t>(), divisor, rows,
                                            cols, has_ignore, ignore, dlogits.data<scalar_t>());
     });
-    if (compacted) return {pad_columns(dlogits, rows, cols, padded_shape.back(), padded_shape)};
     return {dlogits};
   }
   const char* name() const override { return "cross_entropy"; }
   void release_saved() override { logits = targets = lse = count_device = Tensor(); }
-  Shape padded_shape;  // CPU with padding: the shape of the logits the caller passed
 
   // The gradient is written over the logits when nothing else can see them: this node holds the only handle
   // and the only view of their memory, and the backward drops saved tensors after this node (no
@@ -136,13 +113,19 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEnt
             " but the logits of shape ", shape_str(logits.shape()), " have ", row_stride,
             " columns; classes must be in [1, ", row_stride, "] (0: every column)");
   const int64_t cols = options.classes > 0 ? options.classes : row_stride;
+  if (cols < row_stride && logits.device().is_cpu()) {
+    // A padded vocabulary on the CPU: the CPU kernels take dense rows, so the classes' columns are sliced out
+    // (ops::slice's backward gives the padding columns zero gradient); CUDA reads the padded rows in place.
+    CrossEntropyOptions dense = options;
+    dense.classes = 0;
+    return cross_entropy(slice(logits, logits.dim() - 1, 0, cols), targets, dense);
+  }
   const bool has_ignore = options.ignore_index.has_value();
   const int64_t ignore = options.ignore_index.value_or(0);
   const bool mean = options.reduction == LossReduction::Mean;
 
   Tensor loss = Tensor::empty({}, logits.dtype(), logits.device());
   Tensor lse = Tensor::empty({rows}, logits.dtype(), logits.device());
-  Tensor compact;  // CPU with a padded vocabulary
   auto node = std::make_shared<CrossEntropyBackward>();
 #ifdef DDP_WITH_CUDA
   if (logits.device().is_cuda()) {
@@ -170,16 +153,10 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEnt
     const int64_t bad = kernels::cpu::first_bad_target(pt, rows, cols, has_ignore, ignore);
     if (bad >= 0)
       DDP_FAIL(cross_entropy_target_error(targets.shape(), cols, options.ignore_index, pt[bad], bad));
-    if (cols < row_stride) {  // a padded vocabulary: the classes' columns, dense
-      node->compacted = true;
-      node->padded_shape = logits.shape();
-      compact = first_columns(logits, rows, cols, row_stride);
-    }
-    const Tensor& dense = compact.defined() ? compact : logits;
     DDP_DISPATCH_FLOATING(logits.dtype(), "cross_entropy", [&] {
       int64_t count = 0;
       const double total = kernels::cpu::cross_entropy_forward(
-          dense.data<scalar_t>(), pt, rows, cols, has_ignore, ignore, lse.data<scalar_t>(), &count);
+          logits.data<scalar_t>(), pt, rows, cols, has_ignore, ignore, lse.data<scalar_t>(), &count);
       const double value = !mean       ? total
                            : count > 0 ? total / static_cast<double>(count)
                                        : std::numeric_limits<double>::quiet_NaN();
@@ -188,8 +165,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEnt
     });
   }
   if (autograd::needs_grad({&logits})) {
-    node->logits = compact.defined() ? compact : logits;
-    node->row_stride = compact.defined() ? cols : row_stride;  // the CPU kernels see the dense classes
+    node->logits = logits;
+    node->row_stride = row_stride;
     node->targets = targets;
     node->lse = lse;
     node->rows = rows;

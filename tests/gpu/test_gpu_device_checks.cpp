@@ -19,8 +19,10 @@
 #include "runtime/ops/loss.h"
 #include "runtime/tensor/device_checks.h"
 #include "runtime/tensor/storage.h"
+#include "tests/support/collective_checks.h"
 
 using namespace ddp;
+using ddp::testing::error_of;
 
 namespace {
 
@@ -64,14 +66,6 @@ Tensor forward_backward(models::GPT& gpt, const Tensor& tokens, const Tensor& la
   return loss;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 // A clean step afterwards: no error, nothing pending, a finite loss.
 void expect_clean_step(models::GPT& gpt) {

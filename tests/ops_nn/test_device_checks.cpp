@@ -21,8 +21,10 @@
 #include "runtime/ops/loss.h"
 #include "runtime/tensor/device_checks.h"
 #include "runtime/tensor/storage.h"
+#include "tests/support/collective_checks.h"
 
 using namespace ddp;
+using ddp::testing::error_of;
 namespace ic = ddp::kernels::cpu;
 
 namespace {
@@ -59,14 +61,6 @@ void gpt_like_step(const Tensor& tokens, const Tensor& positions, const Tensor& 
   report_like_a_kernel(reserve_targets(labels, 10), labels, 10, 3);
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 // Each test starts and ends with nothing pending on its thread.
 class DeviceChecks : public ::testing::Test {

@@ -12,6 +12,15 @@ namespace ddp::testing {
 
 using namespace std::chrono_literals;
 
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
 std::string error_of(const std::shared_ptr<dist::Work>& w) {
   try {
     w->wait();
