@@ -67,6 +67,7 @@ struct Workload {
   std::string flops_rule;
   std::string optimizer_name;
   int64_t loss_classes = 0;  // StepOptions::loss_classes (a padded vocabulary)
+  std::vector<int64_t> attention;  // the GPT's attention (B, T, C, heads); empty for other models
 };
 
 // Size overrides of the configurations (0: the configuration's default).
@@ -152,6 +153,7 @@ Workload make_workload(const std::string& config, int64_t batch, int rank, ddp::
                   static_cast<long long>(c.d_model), static_cast<long long>(c.n_head),
                   static_cast<long long>(c.n_layer), c.tie_head ? ", tied head" : "");
     w.description = d;
+    w.attention = {batch, c.context, c.d_model, c.n_head};
   }
   return w;
 }
@@ -472,6 +474,9 @@ int main(int argc, char** argv) {
       std::printf(
           "  CPU kernels: %s (Highway run-time choice); minor page faults per measured step (rank 0): %.1f\n",
           ddp::kernels::cpu::simd_target_name(), faults_per_step);
+      if (w.attention.size() == 4 && dtype_s == "bf16")
+        std::printf("  bf16 attention: %s\n", ddp::ops::bf16_attention_kernel(dev, w.attention[0], w.attention[1],
+                                                                              w.attention[2], w.attention[3]));
       std::printf("  %-28s %12s %12s %12s %12s %12s\n", "metric", "median", "p10", "p90", "min", "max");
       auto row = [](const char* name, const ddp::sim::SampleStats& s, double scale) {
         std::printf("  %-28s %12.3f %12.3f %12.3f %12.3f %12.3f\n", name, s.median * scale, s.p10 * scale,
@@ -534,6 +539,10 @@ int main(int argc, char** argv) {
             {"backend", ctx.group->backend_name()},
             {"device", dev.str()},
             {"dtype", dtype_s},
+            {"bf16_attention", w.attention.size() == 4 && dtype_s == "bf16"
+                                   ? ddp::ops::bf16_attention_kernel(dev, w.attention[0], w.attention[1],
+                                                                     w.attention[2], w.attention[3])
+                                   : ""},
             {"allreduce_dtype", allreduce_dtype},
             {"batch_per_rank", w.samples_per_rank},
             {"tokens_per_sample", w.tokens_per_sample},

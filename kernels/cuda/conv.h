@@ -5,16 +5,12 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
-#include <functional>
 
 #include "kernels/cpu/conv.h"
+#include "kernels/cuda/workspace.h"
 
 namespace ddp::kernels::cuda {
 using cpu::ConvGeometry;
-
-// Returns device memory of at least `bytes` bytes, usable on the current stream until the call returns
-// (the op gives a tensor from the stream-ordered allocator).
-using WorkspaceFn = std::function<void*(size_t bytes)>;
 
 // Runs on ddp::cuda::current_stream() (the cuDNN handle is bound to it). b may be null.
 template <class T>

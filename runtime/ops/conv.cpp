@@ -7,6 +7,7 @@
 #include "runtime/autograd/node.h"
 #ifdef DDP_WITH_CUDA
 #include "kernels/cuda/conv.h"
+#include "runtime/ops/cuda_workspace.h"
 #endif
 
 namespace ddp::ops {
@@ -60,19 +61,6 @@ ConvGeometry conv_geometry(const Tensor& x, const Tensor& weight, const Tensor& 
   return g;
 }
 
-#ifdef DDP_WITH_CUDA
-// A workspace source for the cuDNN kernels: tensors from the device allocator, alive as long as this object.
-struct CudaWorkspace {
-  Device device;
-  std::vector<Tensor> held;
-  kernels::cuda::WorkspaceFn fn() {
-    return [this](size_t bytes) {
-      held.push_back(Tensor::empty({static_cast<int64_t>(bytes)}, DType::U8, device));
-      return held.back().raw_data();
-    };
-  }
-};
-#endif
 
 void conv_forward_into(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& y,
                        const ConvGeometry& g) {

@@ -1,6 +1,7 @@
 // mixed_precision.cpp - the per-thread bf16 compute mode, conversions to and from bfloat16 on either device,
-// the differentiable rounding op, and the bf16 attention op (kernels/{cpu,cuda}/attention_bf16) between two
-// roundings (qkv in, y out).
+// the differentiable rounding op, and the bf16 attention op: on CUDA cuDNN's fused attention where the build
+// and the shape allow (kernels/cuda/cudnn_attention; bf16 in and out, no (T, T) buffer), else the
+// materialising kernels (kernels/{cpu,cuda}/attention_bf16) between two roundings (qkv in, y out).
 #include "runtime/ops/mixed_precision.h"
 
 #include "kernels/cpu/attention_bf16.h"
@@ -10,8 +11,13 @@
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_bf16.h"
 #include "kernels/cuda/bf16.h"
+#include "kernels/cuda/cudnn_attention.h"
+#include "kernels/cuda/sdpa_layout.h"
 #include "runtime/core/cuda/stream.h"
+#include "runtime/ops/cuda_workspace.h"
 #endif
+#include <cstdlib>
+#include <cstring>
 
 namespace ddp::ops {
 namespace {
@@ -128,10 +134,79 @@ Tensor attention_bf16_core(const Tensor& qkv, int64_t n_head) {
   }
   return y;
 }
+
+#ifdef DDP_WITH_CUDA
+// cuDNN's fused attention on bf16 tensors: qkv rounded once into a bf16 copy (kept for the backward with the
+// bf16 output and cuDNN's float32 softmax statistics), y exact bf16 values in float32. The backward rounds dy
+// (as the materialising path's outer rounding does) and returns dqkv's bf16 values in float32.
+struct AttentionCudnnBackward final : autograd::Node {
+  Tensor qkv, y, stats;  // bf16, bf16, float32 (B, n_head, T)
+  int64_t n_head = 1;
+  std::vector<Tensor> apply(std::vector<Tensor>& grads) override {
+    if (!grads[0].defined()) return {Tensor()};
+    const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3;
+    const Tensor dy = to_bf16(grads[0]);
+    Tensor dqkv = Tensor::empty(qkv.shape(), DType::BF16, qkv.device());
+    CudaWorkspace ws{qkv.device(), {}};
+    kernels::cuda::cudnn_attention_backward(qkv.data<BFloat16>(), y.data<BFloat16>(), dy.data<BFloat16>(),
+                                            stats.data<float>(), dqkv.data<BFloat16>(), B, T, C, n_head,
+                                            ws.fn());
+    return {dqkv.to(DType::F32)};
+  }
+  const char* name() const override { return "causal_self_attention_cudnn"; }
+  void release_saved() override { qkv = y = stats = Tensor(); }
+};
+
+Tensor attention_cudnn(const Tensor& qkv, int64_t n_head) {
+  const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3;
+  Tensor qb = to_bf16(qkv);
+  Tensor yb = Tensor::empty({B, T, C}, DType::BF16, qkv.device());
+  Tensor stats = Tensor::empty({B, n_head, T}, DType::F32, qkv.device());
+  CudaWorkspace ws{qkv.device(), {}};
+  kernels::cuda::cudnn_attention_forward(qb.data<BFloat16>(), yb.data<BFloat16>(), stats.data<float>(), B, T, C,
+                                         n_head, ws.fn());
+  Tensor y = yb.to(DType::F32);
+  if (autograd::needs_grad({&qkv})) {
+    auto node = std::make_shared<AttentionCudnnBackward>();
+    node->qkv = qb;
+    node->y = yb;
+    node->stats = stats;
+    node->n_head = n_head;
+    autograd::record(node, {&qkv}, {&y});
+  }
+  return y;
+}
+#endif
 }  // namespace
+
+namespace {
+// DDP_CUDNN_ATTENTION=0 turns cuDNN's fused attention off (the materialising kernels instead).
+bool cudnn_attention_wanted() {
+  const char* v = std::getenv("DDP_CUDNN_ATTENTION");
+  return v == nullptr || std::strcmp(v, "0") != 0;
+}
+}  // namespace
+
+const char* bf16_attention_kernel(Device device, int64_t B, int64_t T, int64_t C, int64_t n_head) {
+#ifdef DDP_WITH_CUDA
+  if (device.is_cuda() && kernels::cuda::cudnn_attention_compiled() && cudnn_attention_wanted() &&
+      kernels::cuda::sdpa_unsupported_reason(B, T, C, n_head) == nullptr)
+    return "cudnn";
+#else
+  (void)B, (void)T, (void)C, (void)n_head;
+#endif
+  return device.is_cuda() ? "materialising (cuBLAS)" : "materialising (CPU emulation)";
+}
+
+const char* bf16_attention_kernel(const Tensor& qkv, int64_t n_head) {
+  return bf16_attention_kernel(qkv.device(), qkv.size(0), qkv.size(1), qkv.size(2) / 3, n_head);
+}
 
 // Called by ops::causal_self_attention after its checks.
 Tensor detail::attention_bf16(const Tensor& qkv, int64_t n_head) {
+#ifdef DDP_WITH_CUDA
+  if (std::strcmp(bf16_attention_kernel(qkv, n_head), "cudnn") == 0) return attention_cudnn(qkv, n_head);
+#endif
   return bf16_round(attention_bf16_core(bf16_round(qkv), n_head));
 }
 

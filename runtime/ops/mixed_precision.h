@@ -9,7 +9,10 @@
 //     added in float32 before that rounding (inside the GEMM, beta = 1). Backward: the incoming gradient is
 //     rounded; dx and dW come from bf16 GEMMs and are rounded; db = float32 column sums of the rounded
 //     gradient, rounded.
-//   causal_self_attention: its input qkv and output y are rounded (gradients: dy and dqkv); every GEMM inside
+//   causal_self_attention on CUDA with cuDNN's fused attention (bf16_attention_kernel says which): q, k, v, y
+//     and their gradients are bf16 tensors; inside, cuDNN's flash tiles with float32 softmax and statistics
+//     (its own rounding of the probabilities before P V: within bf16 tolerance of the emulation below).
+//   causal_self_attention otherwise: its input qkv and output y are rounded (gradients: dy and dqkv); every GEMM inside
 //     has bf16 operands and float32 accumulation and output (GPU: cuBLAS bf16 tensor cores): the softmax
 //     probabilities are rounded before att v and att^T dy, the softmax gradient before the dq / dk GEMMs;
 //     scores, softmax, its backward and the saved probabilities stay float32.
@@ -46,6 +49,13 @@ Tensor to_bf16(const Tensor& x);
 Tensor round_to_bf16(const Tensor& x);
 // Differentiable rounding: forward rounds x, backward rounds the gradient (a cast to bf16 and back).
 Tensor bf16_round(const Tensor& x);
+
+// Which kernels the bf16 attention runs on this tensor: "cudnn" (cuDNN's fused attention: CUDA, a build with
+// the cuDNN frontend, a shape it takes - kernels/cuda/sdpa_layout.h - and DDP_CUDNN_ATTENTION not 0),
+// "materialising (cuBLAS)" or "materialising (CPU emulation)". Benchmarks print it.
+const char* bf16_attention_kernel(const Tensor& qkv, int64_t n_head);
+// The same for a (B, T, 3C) qkv on `device` (benchmarks ask before any tensor exists).
+const char* bf16_attention_kernel(Device device, int64_t B, int64_t T, int64_t C, int64_t n_head);
 
 namespace detail {
 // The bf16 paths of ops::matmul / ops::linear / ops::causal_self_attention, called by them after their
