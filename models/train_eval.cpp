@@ -1,13 +1,13 @@
 // train_eval.cpp - evaluation on the validation split (see train_eval.h).
 #include "models/train_eval.h"
 
-#include <algorithm>
 #include <cstdio>
 #include <vector>
 
 #include "models/gpt.h"
 #include "runtime/autograd/engine.h"
 #include "runtime/distributed/host_collectives.h"
+#include "runtime/ops/accuracy.h"
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/loss.h"
 #include "runtime/tensor/device_checks.h"
@@ -21,8 +21,9 @@ EvalResult evaluate(const TrainOptions& o, TrainSetup& s, dist::ProcessGroup& pg
   if (s.ddp) s.ddp->before_forward();
   s.model->eval();
   s.val_loader->start_epoch(0);
-  double rows = 0, correct = 0;
-  Tensor loss_sum;  // float64, on the model's device: read once after the loop (no host read per batch)
+  double rows = 0;
+  // float64 on the model's device, read once after the loop (no host read per batch)
+  Tensor loss_sum, correct_sum;
   ops::CrossEntropyOptions sum_rows;
   sum_rows.reduction = ops::LossReduction::Sum;
   if (auto* gpt = dynamic_cast<GPT*>(s.model.get())) sum_rows.classes = gpt->loss_classes();  // padded vocab
@@ -35,18 +36,15 @@ EvalResult evaluate(const TrainOptions& o, TrainSetup& s, dist::ProcessGroup& pg
     Tensor l = ops::cross_entropy(out, b->y, sum_rows).to(DType::F64);  // the double item() gave, as before
     loss_sum = loss_sum.defined() ? loss_sum + l : l;
     rows += static_cast<double>(b->y.numel());
-    if (!s.data.tokens) {
-      std::vector<double> logits = out.to_double_vector(), ys = b->y.to_double_vector();
-      const int64_t c = out.size(1);
-      for (size_t i = 0; i < ys.size(); ++i) {
-        auto row = logits.begin() + static_cast<int64_t>(i) * c;
-        if (std::max_element(row, row + c) - row == static_cast<int64_t>(ys[i])) correct += 1;
-      }
+    if (!s.data.tokens) {  // rows whose largest logit is their label, counted on the device
+      Tensor hits = ops::argmax_hits(out, b->y);
+      correct_sum = correct_sum.defined() ? correct_sum + hits : hits;
     }
     ++batches;
   }
   s.model->train();
   const double loss_total = loss_sum.defined() ? loss_sum.item() : 0.0;  // raises the device-side index checks
+  const double correct = correct_sum.defined() ? correct_sum.item() : 0.0;
   check_device_errors();
   Tensor t = Tensor::from_data<double>({loss_total, rows, correct}, {3});
   host_allreduce(pg, t);
