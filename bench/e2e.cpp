@@ -474,9 +474,12 @@ int main(int argc, char** argv) {
       std::printf(
           "  CPU kernels: %s (Highway run-time choice); minor page faults per measured step (rank 0): %.1f\n",
           ddp::kernels::cpu::simd_target_name(), faults_per_step);
-      if (w.attention.size() == 4 && dtype_s == "bf16")
-        std::printf("  bf16 attention: %s\n", ddp::ops::bf16_attention_kernel(dev, w.attention[0], w.attention[1],
-                                                                              w.attention[2], w.attention[3]));
+      if (w.attention.size() == 4 && dtype_s == "bf16") {
+        const auto& a = w.attention;
+        const std::string why = dev.is_cuda() ? ddp::ops::bf16_attention_not_cudnn(dev, a[0], a[1], a[2], a[3]) : "";
+        std::printf("  bf16 attention: %s%s\n", ddp::ops::bf16_attention_kernel(dev, a[0], a[1], a[2], a[3]),
+                    why.empty() ? "" : (" (" + why + ")").c_str());
+      }
       std::printf("  %-28s %12s %12s %12s %12s %12s\n", "metric", "median", "p10", "p90", "min", "max");
       auto row = [](const char* name, const ddp::sim::SampleStats& s, double scale) {
         std::printf("  %-28s %12.3f %12.3f %12.3f %12.3f %12.3f\n", name, s.median * scale, s.p10 * scale,

@@ -5,6 +5,7 @@
 #include "kernels/cuda/cudnn_attention.h"
 
 #include <atomic>
+#include <string>
 
 #include "runtime/core/error.h"
 
@@ -22,6 +23,7 @@
 
 #include "kernels/cuda/sdpa_layout.h"
 #include "runtime/core/cuda/handles.h"
+#include "runtime/core/cuda_check.h"
 #endif
 
 namespace ddp::kernels::cuda {
@@ -34,6 +36,10 @@ int64_t cudnn_attention_graphs_built() { return g_graphs_built.load(); }
 #ifndef DDP_WITH_CUDNN_FRONTEND
 
 bool cudnn_attention_compiled() { return false; }
+
+std::string cudnn_attention_refusal(int64_t, int64_t, int64_t, int64_t) {
+  return "this build has no cuDNN frontend headers (tools/fetch_cudnn_frontend.sh, then reconfigure)";
+}
 
 void cudnn_attention_forward(const BFloat16*, BFloat16*, float*, int64_t, int64_t, int64_t, int64_t,
                              const WorkspaceFn&) {
@@ -168,6 +174,32 @@ const BuiltGraph& graph_for(cudnnHandle_t handle, bool backward, int64_t B, int6
   return *it->second;
 }
 
+// Why cuDNN cannot run this shape on the current device ("" when its forward and backward graphs build),
+// decided once per (device, shape).
+std::string refusal_of(int64_t B, int64_t T, int64_t C, int64_t n_head) {
+  if (const char* why = sdpa_unsupported_reason(B, T, C, n_head)) return why;
+  int device = 0;
+  DDP_CUDA_CHECK(cudaGetDevice(&device));
+  static std::mutex mu;
+  static std::map<std::tuple<int, int64_t, int64_t, int64_t, int64_t>, std::string> known;
+  const auto key = std::make_tuple(device, B, T, C, n_head);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = known.find(key);
+    if (it != known.end()) return it->second;
+  }
+  std::string why;
+  try {
+    cudnnHandle_t handle = ddp::cuda::cudnn_handle();
+    graph_for(handle, false, B, T, C, n_head);
+    graph_for(handle, true, B, T, C, n_head);
+  } catch (const std::exception& e) {
+    why = std::string("cuDNN refused the graph: ") + e.what();
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  return known.emplace(key, why).first->second;
+}
+
 void check_shape(const char* what, int64_t B, int64_t T, int64_t C, int64_t n_head) {
   const char* why = sdpa_unsupported_reason(B, T, C, n_head);
   DDP_CHECK(why == nullptr, what, ": cuDNN's fused attention does not take B=", B, " T=", T, " C=", C,
@@ -182,6 +214,10 @@ void run(const BuiltGraph& built, cudnnHandle_t handle, std::unordered_map<int64
 }  // namespace
 
 bool cudnn_attention_compiled() { return true; }
+
+std::string cudnn_attention_refusal(int64_t B, int64_t T, int64_t C, int64_t n_head) {
+  return refusal_of(B, T, C, n_head);
+}
 
 void cudnn_attention_forward(const BFloat16* qkv, BFloat16* y, float* stats, int64_t B, int64_t T, int64_t C,
                              int64_t n_head, const WorkspaceFn& workspace) {

@@ -7,6 +7,7 @@
 // elsewhere cudnn_attention_compiled() is false and the callers keep the materialising bf16 kernels.
 #pragma once
 #include <cstdint>
+#include <string>
 
 #include "kernels/cuda/workspace.h"
 #include "runtime/core/dtype.h"
@@ -15,6 +16,11 @@ namespace ddp::kernels::cuda {
 
 // True when this build has the cuDNN frontend (the calls below work); false: they raise.
 bool cudnn_attention_compiled();
+
+// Why cuDNN's fused attention cannot run this shape on the current device: the layout's reason
+// (sdpa_layout.h), a build without the frontend, or cuDNN's own message when its forward or backward graph does
+// not build (tried once per device and shape; the graphs stay cached). "" when it can.
+std::string cudnn_attention_refusal(int64_t B, int64_t T, int64_t C, int64_t n_head);
 
 // y (B, T, C) = causal softmax(q k^T / sqrt(hs)) v per head, bf16 in and out, float32 inside; stats
 // (B, n_head, T) float32 for the backward. The shape must pass sdpa_unsupported_reason.

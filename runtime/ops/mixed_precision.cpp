@@ -188,14 +188,20 @@ bool cudnn_attention_wanted() {
 }  // namespace
 
 const char* bf16_attention_kernel(Device device, int64_t B, int64_t T, int64_t C, int64_t n_head) {
+  return bf16_attention_not_cudnn(device, B, T, C, n_head).empty()
+             ? "cudnn"
+             : (device.is_cuda() ? "materialising (cuBLAS)" : "materialising (CPU emulation)");
+}
+
+std::string bf16_attention_not_cudnn(Device device, int64_t B, int64_t T, int64_t C, int64_t n_head) {
+  if (!device.is_cuda()) return "not a CUDA tensor";
+  if (!cudnn_attention_wanted()) return "DDP_CUDNN_ATTENTION=0";
 #ifdef DDP_WITH_CUDA
-  if (device.is_cuda() && kernels::cuda::cudnn_attention_compiled() && cudnn_attention_wanted() &&
-      kernels::cuda::sdpa_unsupported_reason(B, T, C, n_head) == nullptr)
-    return "cudnn";
+  return kernels::cuda::cudnn_attention_refusal(B, T, C, n_head);
 #else
   (void)B, (void)T, (void)C, (void)n_head;
+  return "a build without CUDA";
 #endif
-  return device.is_cuda() ? "materialising (cuBLAS)" : "materialising (CPU emulation)";
 }
 
 const char* bf16_attention_kernel(const Tensor& qkv, int64_t n_head) {

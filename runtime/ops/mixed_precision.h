@@ -21,6 +21,8 @@
 // --allreduce-dtype). On the CPU the same rounding points make it an exact emulation up to GEMM summation
 // order, so the logic is tested without a GPU (tests/ops_nn/test_mixed_precision.cpp).
 #pragma once
+#include <string>
+
 #include "runtime/tensor/tensor.h"
 
 namespace ddp::ops {
@@ -51,11 +53,15 @@ Tensor round_to_bf16(const Tensor& x);
 Tensor bf16_round(const Tensor& x);
 
 // Which kernels the bf16 attention runs on this tensor: "cudnn" (cuDNN's fused attention: CUDA, a build with
-// the cuDNN frontend, a shape it takes - kernels/cuda/sdpa_layout.h - and DDP_CUDNN_ATTENTION not 0),
+// the cuDNN frontend, a shape it takes - kernels/cuda/sdpa_layout.h and cuDNN's own graph check - and
+// DDP_CUDNN_ATTENTION not 0),
 // "materialising (cuBLAS)" or "materialising (CPU emulation)". Benchmarks print it.
 const char* bf16_attention_kernel(const Tensor& qkv, int64_t n_head);
 // The same for a (B, T, 3C) qkv on `device` (benchmarks ask before any tensor exists).
 const char* bf16_attention_kernel(Device device, int64_t B, int64_t T, int64_t C, int64_t n_head);
+// Why that is not cuDNN's fused attention ("" when it is): not CUDA, the switch, the build, the shape, or
+// cuDNN's own refusal of the graph (kernels/cuda/cudnn_attention.h: tried once per device and shape).
+std::string bf16_attention_not_cudnn(Device device, int64_t B, int64_t T, int64_t C, int64_t n_head);
 
 namespace detail {
 // The bf16 paths of ops::matmul / ops::linear / ops::causal_self_attention, called by them after their

@@ -2,8 +2,10 @@
 // on the CPU, the strided views cuDNN is given (kernels/cuda/sdpa_layout.h) address exactly the elements the CPU
 // kernels index, once each, and unsupported shapes are refused by name; on a GPU (skipped without one, or
 // without the cuDNN frontend in the build), forward and qkv gradient against the CPU's bf16 emulation and the
-// float64 op, over sequence lengths around cuDNN's tiles and head sizes 8..128; a second call of a shape builds no
-// graph; heads it does not take and DDP_CUDNN_ATTENTION=0 keep the materialising kernels; no (T, T) buffer.
+// float64 op, over sequence lengths around cuDNN's tiles and head sizes 8..128 (a shape cuDNN's own check refuses
+// is named on stdout and checked on the fallback; GPT-2's shapes must run on cuDNN); a second call of a shape
+// builds no graph; heads it does not take and DDP_CUDNN_ATTENTION=0 keep the materialising kernels; no (T, T)
+// buffer.
 //
 // Tolerance: bf16 keeps 8 significant bits (relative step 2^-8 = 0.0039). cuDNN rounds q, k, v, y (and dy,
 // dq, dk, dv) to bf16 as the emulation does, but it also rounds the unnormalised tile probabilities before P V
@@ -11,6 +13,7 @@
 // tensor (5 steps of the largest element).
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <set>
 #include <string>
@@ -130,8 +133,11 @@ namespace {
   return ::testing::AssertionFailure() << "max error " << err << " > " << bound << " x max |ref| " << mag;
 }
 
-// The bf16 op on CUDA against the CPU's bf16 emulation and the float64 op: output and qkv gradient.
-void expect_cudnn_matches(int64_t B, int64_t T, int64_t C, int64_t nh, const char* kernel = "cudnn") {
+// The bf16 op on CUDA against the CPU's bf16 emulation and the float64 op: output and qkv gradient. `kernel`:
+// the kernels expected; with `strict` false a shape cuDNN itself refuses is reported (the message on stdout,
+// gpu_check's log) and still checked on the materialising kernels.
+void expect_cudnn_matches(int64_t B, int64_t T, int64_t C, int64_t nh, const char* kernel = "cudnn",
+                          bool strict = false) {
   SCOPED_TRACE("B " + std::to_string(B) + ", T " + std::to_string(T) + ", C " + std::to_string(C) +
                ", heads " + std::to_string(nh));
   const Tensor source = random_f64({B, T, 3 * C}, 300 + T + C);
@@ -142,7 +148,12 @@ void expect_cudnn_matches(int64_t B, int64_t T, int64_t C, int64_t nh, const cha
   Tensor y_gpu, y_cpu;
   {
     ops::Bf16Compute on;
-    ASSERT_STREQ(ops::bf16_attention_kernel(gpu, nh), kernel);
+    const std::string why = ops::bf16_attention_not_cudnn(gpu.device(), B, T, C, nh);
+    if (!strict && std::string(kernel) == "cudnn" && why.rfind("cuDNN refused", 0) == 0)
+      std::printf("note: B %lld T %lld C %lld heads %lld: %s\n", static_cast<long long>(B),
+                  static_cast<long long>(T), static_cast<long long>(C), static_cast<long long>(nh), why.c_str());
+    else
+      ASSERT_STREQ(ops::bf16_attention_kernel(gpu, nh), kernel) << why;
     y_gpu = ops::causal_self_attention(gpu, nh);
     y_cpu = ops::causal_self_attention(cpu, nh);
     autograd::backward({y_gpu}, {upstream.to(DType::F32).to(Device::cuda(0))});
@@ -171,16 +182,17 @@ TEST(CudnnAttention, MatchesTheCpuEmulationAndFloat64) {
     }
 }
 
-TEST(CudnnAttention, Gpt2SmallShape) {
+TEST(CudnnAttention, Gpt2SmallShapeRunsOnCudnn) {
   DDP_SKIP_WITHOUT_CUDNN_ATTENTION();
-  expect_cudnn_matches(2, 256, 768, 12);
+  expect_cudnn_matches(2, 256, 768, 12, "cudnn", /*strict=*/true);
+  expect_cudnn_matches(1, 1024, 768, 12, "cudnn", /*strict=*/true);
 }
 
 TEST(CudnnAttention, ASecondCallOfAShapeBuildsNoGraph) {
   DDP_SKIP_WITHOUT_CUDNN_ATTENTION();
-  expect_cudnn_matches(2, 40, 128, 2);
+  expect_cudnn_matches(2, 40, 128, 2, "cudnn", true);
   const int64_t built = kernels::cuda::cudnn_attention_graphs_built();
-  expect_cudnn_matches(2, 40, 128, 2);
+  expect_cudnn_matches(2, 40, 128, 2, "cudnn", true);
   EXPECT_EQ(kernels::cuda::cudnn_attention_graphs_built(), built);
 }
 
