@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "runtime/autograd/engine.h"
+#include "runtime/ops/bf16_weight_cast.h"
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/loss.h"
 #include "runtime/tensor/device_checks.h"
@@ -49,6 +50,9 @@ struct Wrapper {
   Reducer& reducer;
   std::function<Tensor(const Tensor&)> forward;
   std::function<Tensor(double)> clip;  // returns the norm before clipping, unread (a device scalar on CUDA)
+  // bf16 weight copies kept for the step's micro-batches (ops::Bf16WeightCast); false for ZeRO-3, whose
+  // gathered parameters are freed after each use (the copies would keep all of them, in bf16, for the step).
+  bool cache_bf16_weights = true;
 };
 
 StepResult step_with(const Wrapper& w, optim::Optimizer& optimizer,
@@ -56,6 +60,8 @@ StepResult step_with(const Wrapper& w, optim::Optimizer& optimizer,
   StepResult r;
   LossSum loss_sum;
   Tensor probe;  // a tensor on the model's device, for wait_for_device
+  // bf16 mode: each weight converted to bf16 once for all micro-batches; closed before the optimizer step.
+  std::optional<ops::Bf16WeightCast> weight_cast(std::in_place, w.cache_bf16_weights);
   for (int64_t micro = 0; micro < o.grad_accum; ++micro) {
     data::Batch b;
     {
@@ -84,6 +90,7 @@ StepResult step_with(const Wrapper& w, optim::Optimizer& optimizer,
     r.forward_s += seconds(t0, t1);
     r.backward_s += seconds(t1, t2);
   }
+  weight_cast.reset();
   const auto t0 = Clock::now();
   if (o.clip_grad > 0) {
     trace::TraceScope ts("clip", "clip_grad_norm_");
@@ -116,7 +123,7 @@ StepResult train_step(DistributedDataParallel& ddp, optim::Optimizer& optimizer,
 StepResult train_step(ShardedDataParallel& sdp, optim::Optimizer& optimizer,
                       const std::function<data::Batch()>& next_batch, const StepOptions& o) {
   Wrapper w{sdp.reducer(), [&sdp](const Tensor& x) { return sdp.forward(x); },
-            [&sdp](double max_norm) { return sdp.clip_grad_norm_tensor_(max_norm); }};
+            [&sdp](double max_norm) { return sdp.clip_grad_norm_tensor_(max_norm); }, sdp.stage() < 3};
   return step_with(w, optimizer, next_batch, o);
 }
 
@@ -130,6 +137,9 @@ StepResult deterministic_step(Reducer& reducer, const std::function<Tensor(const
                               const std::function<void(int64_t)>& before_micro_batch, const StepOptions& o) {
   StepResult r;
   LossSum loss_sum;
+  // Each weight converted to bf16 once for the step (bf16 mode); ZeRO-3 here holds whole parameters for the
+  // step anyway (one gathered scope). Closed before the mean, clipping and the optimizer step.
+  std::optional<ops::Bf16WeightCast> weight_cast(std::in_place);
   for (int64_t micro = 0; micro < micro_batches; ++micro) {
     data::Batch b;
     {
@@ -155,6 +165,7 @@ StepResult deterministic_step(Reducer& reducer, const std::function<Tensor(const
     r.forward_s += seconds(t0, t1);
     r.backward_s += seconds(t1, Clock::now());
   }
+  weight_cast.reset();
   const auto t0 = Clock::now();
   {
     trace::TraceScope ts("allreduce", "exact micro-batch mean");

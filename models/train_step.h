@@ -1,8 +1,9 @@
 // train_step.h - one training step, the only one in the codebase: `train` (models/train.cpp) and bench_e2e
 // (bench/e2e.cpp) both run it. Per micro-batch: forward + cross-entropy loss, then backward (all micro-batches
 // but the last under ddp.no_sync(), so gradients accumulate locally and the last backward all-reduces their
-// sum); then gradient clipping, the optimizer step and zero_grad. It times its three phases and leaves the
-// learning rate, tracing of iterations and logging to the caller.
+// sum); then gradient clipping, the optimizer step and zero_grad. The micro-batches run inside one
+// ops::Bf16WeightCast scope (bf16 mode: each weight converted to bf16 once per step, not once per use). It
+// times its three phases and leaves the learning rate, tracing of iterations and logging to the caller.
 #pragma once
 #include <cstdint>
 #include <functional>

@@ -1,41 +1,50 @@
-// axpy.cu - y = beta*y + alpha*x, grid-stride; beta == 0 never reads y (so y may be uninitialised).
+// axpy.cu - y = beta*y + alpha*x, 16 bytes per access where the pointers allow (vector_access.cuh); beta == 0
+// never reads y (so y may be uninitialised).
 #include <cuda_bf16.h>
 
 #include "kernels/cuda/axpy.h"
+#include "kernels/cuda/vector_access.cuh"
 #include "runtime/core/cuda_check.h"
 
 namespace ddp::kernels::cuda {
 namespace {
 template <class T, class Acc>
-__global__ void axpby_kernel(T* y, const T* x, Acc beta, Acc alpha, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    Acc v = alpha * static_cast<Acc>(x[i]);
-    if (beta != Acc(0)) v += beta * static_cast<Acc>(y[i]);
-    y[i] = static_cast<T>(v);
+struct Scale {  // beta == 0: alpha * x
+  Acc alpha;
+  __device__ T operator()(T x) const { return static_cast<T>(alpha * static_cast<Acc>(x)); }
+};
+template <class T, class Acc>
+struct Axpby {  // alpha * x + beta * y, in that order
+  Acc beta, alpha;
+  __device__ T operator()(T x, T y) const {
+    Acc v = alpha * static_cast<Acc>(x);
+    v += beta * static_cast<Acc>(y);
+    return static_cast<T>(v);
   }
+};
+
+template <class T, class Acc>
+void launch(T* y, const T* x, Acc beta, Acc alpha, int64_t n, cudaStream_t stream) {
+  if (beta == Acc(0))
+    map_elements(n, stream, Scale<T, Acc>{alpha}, y, x);
+  else
+    map_elements(n, stream, Axpby<T, Acc>{beta, alpha}, y, x, static_cast<const T*>(y));
 }
 }  // namespace
 
 void axpby(void* y, const void* x, DType dtype, double beta, double alpha, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  int grid = static_cast<int>(std::min<int64_t>((n + 255) / 256, 65535));
   switch (dtype) {
     case DType::F32:
-      axpby_kernel<float, float><<<grid, 256, 0, stream>>>(
-          static_cast<float*>(y), static_cast<const float*>(x), float(beta), float(alpha), n);
-      break;
+      return launch(static_cast<float*>(y), static_cast<const float*>(x), float(beta), float(alpha), n,
+                    stream);
     case DType::F64:
-      axpby_kernel<double, double>
-          <<<grid, 256, 0, stream>>>(static_cast<double*>(y), static_cast<const double*>(x), beta, alpha, n);
-      break;
+      return launch(static_cast<double*>(y), static_cast<const double*>(x), beta, alpha, n, stream);
     case DType::BF16:
-      axpby_kernel<__nv_bfloat16, float><<<grid, 256, 0, stream>>>(
-          static_cast<__nv_bfloat16*>(y), static_cast<const __nv_bfloat16*>(x), float(beta), float(alpha), n);
-      break;
+      return launch(static_cast<__nv_bfloat16*>(y), static_cast<const __nv_bfloat16*>(x), float(beta),
+                    float(alpha), n, stream);
     default:
       DDP_FAIL("axpby: dtype ", dtype_name(dtype), " not supported on CUDA");
   }
-  DDP_CUDA_CHECK_LAUNCH();
 }
 }  // namespace ddp::kernels::cuda

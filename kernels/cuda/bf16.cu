@@ -1,12 +1,13 @@
-// bf16.cu - GPU bfloat16 conversion kernels and the bf16 tensor-core GEMM through cuBLAS (float32
-// accumulation and output). Row-major wrappers as in gemm.cu: C^T = op(B)^T op(A)^T in cuBLAS's column-major
-// view.
+// bf16.cu - GPU bfloat16 conversion kernels (16 bytes per float32 access where the pointers allow,
+// vector_access.cuh) and the bf16 tensor-core GEMM through cuBLAS (float32 accumulation and output).
+// Row-major wrappers as in gemm.cu: C^T = op(B)^T op(A)^T in cuBLAS's column-major view.
 #include <cuda_bf16.h>
 
 #include <climits>
 
 #include "kernels/cuda/bf16.h"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/vector_access.cuh"
 #include "runtime/core/cuda/handles.h"
 #include "runtime/core/cuda/stream.h"
 #include "runtime/core/cuda_check.h"
@@ -15,15 +16,15 @@ namespace ddp::kernels::cuda {
 namespace {
 static_assert(sizeof(BFloat16) == sizeof(__nv_bfloat16), "BFloat16 and __nv_bfloat16 must share a layout");
 
-__global__ void to_bf16_kernel(const float* x, __nv_bfloat16* y, int64_t n) {
-  DDP_CUDA_KERNEL_LOOP(i, n) { y[i] = __float2bfloat16(x[i]); }  // round to nearest even
-}
-__global__ void from_bf16_kernel(const __nv_bfloat16* x, float* y, int64_t n) {
-  DDP_CUDA_KERNEL_LOOP(i, n) { y[i] = __bfloat162float(x[i]); }
-}
-__global__ void round_kernel(float* x, int64_t n) {
-  DDP_CUDA_KERNEL_LOOP(i, n) { x[i] = __bfloat162float(__float2bfloat16(x[i])); }
-}
+struct ToBf16 {
+  __device__ __nv_bfloat16 operator()(float x) const { return __float2bfloat16(x); }  // round to nearest even
+};
+struct FromBf16 {
+  __device__ float operator()(__nv_bfloat16 x) const { return __bfloat162float(x); }
+};
+struct RoundToBf16 {
+  __device__ float operator()(float x) const { return __bfloat162float(__float2bfloat16(x)); }
+};
 int as_int(int64_t v, const char* what) {
   DDP_CHECK(v >= 0 && v <= INT_MAX, "cuda bf16 gemm: ", what, " = ", v,
             " does not fit cuBLAS's 32-bit sizes");
@@ -32,23 +33,15 @@ int as_int(int64_t v, const char* what) {
 }  // namespace
 
 void to_bf16(const float* x, BFloat16* y, int64_t n) {
-  if (n == 0) return;
-  to_bf16_kernel<<<grid_for(n), kBlock, 0, ddp::cuda::current_stream()>>>(
-      x, reinterpret_cast<__nv_bfloat16*>(y), n);
-  DDP_CUDA_CHECK_LAUNCH();
+  map_elements(n, ddp::cuda::current_stream(), ToBf16{}, reinterpret_cast<__nv_bfloat16*>(y), x);
 }
 
 void from_bf16(const BFloat16* x, float* y, int64_t n) {
-  if (n == 0) return;
-  from_bf16_kernel<<<grid_for(n), kBlock, 0, ddp::cuda::current_stream()>>>(
-      reinterpret_cast<const __nv_bfloat16*>(x), y, n);
-  DDP_CUDA_CHECK_LAUNCH();
+  map_elements(n, ddp::cuda::current_stream(), FromBf16{}, y, reinterpret_cast<const __nv_bfloat16*>(x));
 }
 
 void round_to_bf16(float* x, int64_t n) {
-  if (n == 0) return;
-  round_kernel<<<grid_for(n), kBlock, 0, ddp::cuda::current_stream()>>>(x, n);
-  DDP_CUDA_CHECK_LAUNCH();
+  map_elements(n, ddp::cuda::current_stream(), RoundToBf16{}, x, static_cast<const float*>(x));
 }
 
 void gemm_bf16(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K, float alpha,

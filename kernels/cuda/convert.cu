@@ -1,12 +1,13 @@
-// convert.cu - elementwise dtype conversion (one kernel per type pair, converting as the CPU does), fill and
-// arange kernels (float32, float64, bfloat16, int32, int64, uint8).
+// convert.cu - elementwise dtype conversion (one kernel per type pair, converting as the CPU does; 16 bytes
+// per access of the wider type where the pointers allow, vector_access.cuh), fill and arange kernels
+// (float32, float64, bfloat16, int32, int64, uint8).
 #include <cuda_bf16.h>
 
-#include <climits>
 #include <cstdint>
 #include <type_traits>
 
 #include "kernels/cuda/convert.h"
+#include "kernels/cuda/vector_access.cuh"
 #include "runtime/core/cuda_check.h"
 
 namespace ddp::kernels::cuda {
@@ -25,12 +26,11 @@ __device__ D convert_value(S v) {
   }
 }
 
-// One kernel per (source, destination) type pair; 32-bit index math when n fits.
-template <class S, class D, class Index>
-__global__ void convert_kernel(const S* __restrict__ src, D* __restrict__ dst, Index n) {
-  for (Index i = blockIdx.x * Index(blockDim.x) + threadIdx.x; i < n; i += Index(gridDim.x) * blockDim.x)
-    dst[i] = convert_value<D>(src[i]);
-}
+// One kernel per (source, destination) type pair (map_elements: 32-bit index math when n fits).
+template <class S, class D>
+struct ConvertTo {
+  __device__ D operator()(S v) const { return convert_value<D>(v); }
+};
 
 // Calls f(T{}) with the C++ type of dtype t (a null pointer of it, to carry the type).
 template <class F>
@@ -77,7 +77,6 @@ __global__ void arange_kernel(void* dst, DType dt, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     store_from_double(dst, dt, i, static_cast<double>(i));
 }
-int grid_for(int64_t n) { return static_cast<int>(std::min<int64_t>((n + 255) / 256, 65535)); }
 }  // namespace
 
 void convert(const void* src, DType st, void* dst, DType dt, int64_t n, cudaStream_t stream) {
@@ -86,24 +85,18 @@ void convert(const void* src, DType st, void* dst, DType dt, int64_t n, cudaStre
     with_type(dt, [&](auto* d_type) {
       using S = std::remove_pointer_t<decltype(s_type)>;
       using D = std::remove_pointer_t<decltype(d_type)>;
-      const S* x = static_cast<const S*>(src);
-      D* y = static_cast<D*>(dst);
-      if (n <= INT32_MAX - 65535 * 256)
-        convert_kernel<S, D, int32_t><<<grid_for(n), 256, 0, stream>>>(x, y, static_cast<int32_t>(n));
-      else
-        convert_kernel<S, D, int64_t><<<grid_for(n), 256, 0, stream>>>(x, y, n);
-      DDP_CUDA_CHECK_LAUNCH();
+      map_elements(n, stream, ConvertTo<S, D>{}, static_cast<D*>(dst), static_cast<const S*>(src));
     });
   });
 }
 void fill(void* dst, DType dt, double v, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  fill_kernel<<<grid_for(n), 256, 0, stream>>>(dst, dt, v, n);
+  fill_kernel<<<grid_for(n), kBlock, 0, stream>>>(dst, dt, v, n);
   DDP_CUDA_CHECK_LAUNCH();
 }
 void arange(void* dst, DType dt, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  arange_kernel<<<grid_for(n), 256, 0, stream>>>(dst, dt, n);
+  arange_kernel<<<grid_for(n), kBlock, 0, stream>>>(dst, dt, n);
   DDP_CUDA_CHECK_LAUNCH();
 }
 }  // namespace ddp::kernels::cuda

@@ -1,10 +1,12 @@
 // elementwise.cu - broadcasting binary kernels (a same-shape fast path and an index-mapping general path over
 // at most 16 dimensions), the affine scalar kernel, and sum_to_shape expressed as a reduction over the
-// broadcast dimensions (kernels/cuda/reduce).
+// broadcast dimensions (kernels/cuda/reduce). The same-shape and affine kernels move 16 bytes per access
+// where the pointers allow (vector_access.cuh).
 #include "kernels/cpu/broadcast.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/reduce.h"
+#include "kernels/cuda/vector_access.cuh"
 #include "runtime/core/cuda/stream.h"
 #include "runtime/core/cuda_check.h"
 
@@ -37,11 +39,11 @@ struct Apply {
   }
 };
 
+// One operation fixed at compile time, for the same-shape map.
 template <class T, BinaryOp OP>
-__global__ void same_shape_kernel(const T* a, const T* b, T* out, int64_t n) {
-  const Apply<T> f{OP};
-  DDP_CUDA_KERNEL_LOOP(i, n) { out[i] = f(a[i], b[i]); }
-}
+struct ApplyOp {
+  __device__ T operator()(T x, T y) const { return Apply<T>{OP}(x, y); }
+};
 
 template <class T, BinaryOp OP>
 __global__ void broadcast_kernel(const T* a, const T* b, T* out, int64_t n, BroadcastPlan p) {
@@ -59,17 +61,17 @@ __global__ void broadcast_kernel(const T* a, const T* b, T* out, int64_t n, Broa
 }
 
 template <class T>
-__global__ void affine_kernel(const T* x, T* y, int64_t n, T alpha, T beta) {
-  DDP_CUDA_KERNEL_LOOP(i, n) { y[i] = alpha * x[i] + beta; }
-}
+struct Affine {
+  T alpha, beta;
+  __device__ T operator()(T x) const { return alpha * x + beta; }
+};
 
 template <class T, BinaryOp OP>
 void launch_binary(const T* a, const Dims& ash, const T* b, const Dims& bsh, T* out, const Dims& osh,
                    int64_t n) {
   cudaStream_t stream = ddp::cuda::current_stream();
   if (ash == osh && bsh == osh) {
-    same_shape_kernel<T, OP><<<grid_for(n), kBlock, 0, stream>>>(a, b, out, n);
-    DDP_CUDA_CHECK_LAUNCH();
+    map_elements(n, stream, ApplyOp<T, OP>{}, out, a, b);
     return;
   }
   DDP_CHECK(osh.size() <= static_cast<size_t>(kMaxDims), "cuda broadcast: ", osh.size(),
@@ -107,10 +109,7 @@ void binary_broadcast(BinaryOp op, const T* a, const Dims& ash, const T* b, cons
 
 template <class T>
 void affine(const T* x, T* y, int64_t n, double alpha, double beta) {
-  if (n == 0) return;
-  affine_kernel<<<grid_for(n), kBlock, 0, ddp::cuda::current_stream()>>>(x, y, n, static_cast<T>(alpha),
-                                                                         static_cast<T>(beta));
-  DDP_CUDA_CHECK_LAUNCH();
+  map_elements(n, ddp::cuda::current_stream(), Affine<T>{static_cast<T>(alpha), static_cast<T>(beta)}, y, x);
 }
 
 template <class T>

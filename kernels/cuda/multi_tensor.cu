@@ -6,10 +6,13 @@
 // its chunk in a fixed order (block_reduce_in_fixed_order's, which the CPU twin chunked_sum_of_squares
 // repeats), writes one partial at its plan position, and one block sums the partials in a fixed order; the
 // same input gives the same bits on every run. The optimizer kernels run kernels/cpu/optim_math.h per
-// element, as the single-tensor kernels do.
+// element, as the single-tensor kernels do (kernels/cuda/optim_step.cuh: each block plans 16-byte accesses
+// over its chunk, vector_access.cuh; so does the scaling). The sum of squares keeps one element per thread
+// access: its summation order is the CPU twin's.
 #include "kernels/cpu/multi_tensor.h"
 #include "kernels/cpu/optim_math.h"
 #include "kernels/cuda/multi_tensor.h"
+#include "kernels/cuda/optim_step.cuh"
 #include "runtime/core/cuda_check.h"
 
 namespace ddp::kernels::cuda {
@@ -105,40 +108,47 @@ __global__ void __launch_bounds__(kMultiTensorThreads)
   if (c == 1.0) return;
   const T a = static_cast<T>(c);
   const ChunkRange r = chunk_of_this_block(t);
-  T* x = static_cast<T*>(t.ptr[0][r.slot]);
-  for (int64_t i = r.begin + threadIdx.x; i < r.end; i += kMultiTensorThreads) x[i] = x[i] * a;
+  T* x = static_cast<T*>(t.ptr[0][r.slot]) + r.begin;
+  constexpr int W = vector_width<T>();
+  const int32_t n = static_cast<int32_t>(r.end - r.begin);  // at most kMultiTensorChunk
+  const VectorPlan p = plan_vectors(W, n, x);
+  for_each_planned<int32_t>(
+      p, static_cast<int32_t>(threadIdx.x), kMultiTensorThreads,
+      [&](int32_t i) {
+        Pack<T, W> v = load_pack<W>(x + i);
+#pragma unroll
+        for (int l = 0; l < W; ++l) v.lane[l] = v.lane[l] * a;
+        store_pack<W>(x + i, v);
+      },
+      [&](int32_t i) { x[i] = x[i] * a; });
+}
+
+// Thread threadIdx.x's share of `step` over the block's chunk (the step's pointers at the chunk's start).
+template <class Step>
+__device__ __forceinline__ void step_chunk(const Step& step, const ChunkRange& r) {
+  const int32_t n = static_cast<int32_t>(r.end - r.begin);  // at most kMultiTensorChunk
+  run_step<int32_t>(step.plan(n), step, static_cast<int32_t>(threadIdx.x), kMultiTensorThreads);
 }
 
 template <class T>
 __global__ void __launch_bounds__(kMultiTensorThreads)
     sgd_kernel(TensorTable<3, uint8_t> t, cpu::SgdConstants<T> c) {
   const ChunkRange r = chunk_of_this_block(t);
-  T* w = static_cast<T*>(t.ptr[0][r.slot]);
-  const T* g = static_cast<const T*>(t.ptr[1][r.slot]);
+  T* w = static_cast<T*>(t.ptr[0][r.slot]) + r.begin;
+  const T* g = static_cast<const T*>(t.ptr[1][r.slot]) + r.begin;
   T* buf = static_cast<T*>(t.ptr[2][r.slot]);
-  const bool has_buf = buf != nullptr, first = t.scalars[r.slot] != 0;
-  for (int64_t i = r.begin + threadIdx.x; i < r.end; i += kMultiTensorThreads) {
-    T b = has_buf && !first ? buf[i] : T(0);
-    w[i] = cpu::sgd_update(w[i], g[i], b, has_buf, first, c);
-    if (has_buf) buf[i] = b;
-  }
+  step_chunk(SgdStep<T>{w, g, buf ? buf + r.begin : nullptr, c, t.scalars[r.slot] != 0}, r);
 }
 
 template <class T>
 __global__ void __launch_bounds__(kMultiTensorThreads)
     adamw_kernel(TensorTable<4, cpu::AdamWBiasCorrection<T>> t, cpu::AdamWConstants<T> c) {
   const ChunkRange r = chunk_of_this_block(t);
-  T* w = static_cast<T*>(t.ptr[0][r.slot]);
-  const T* g = static_cast<const T*>(t.ptr[1][r.slot]);
-  T* m = static_cast<T*>(t.ptr[2][r.slot]);
-  T* v = static_cast<T*>(t.ptr[3][r.slot]);
-  const cpu::AdamWBiasCorrection<T> bc = t.scalars[r.slot];
-  for (int64_t i = r.begin + threadIdx.x; i < r.end; i += kMultiTensorThreads) {
-    T mi = m[i], vi = v[i];
-    w[i] = cpu::adamw_update(w[i], g[i], mi, vi, c, bc);
-    m[i] = mi;
-    v[i] = vi;
-  }
+  T* w = static_cast<T*>(t.ptr[0][r.slot]) + r.begin;
+  const T* g = static_cast<const T*>(t.ptr[1][r.slot]) + r.begin;
+  T* m = static_cast<T*>(t.ptr[2][r.slot]) + r.begin;
+  T* v = static_cast<T*>(t.ptr[3][r.slot]) + r.begin;
+  step_chunk(AdamWStep<T>{w, m, v, g, c, t.scalars[r.slot]}, r);
 }
 
 // Fills one table per launch of the plan over `sizes` and calls launch(table, blocks, first_block).

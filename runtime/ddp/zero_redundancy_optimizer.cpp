@@ -11,6 +11,7 @@
 #include "runtime/ddp/join.h"
 #include "runtime/distributed/flight_recorder.h"
 #include "runtime/distributed/host_collectives.h"
+#include "runtime/ops/bf16_weight_cast.h"
 #include "runtime/optim/state_check.h"
 #include "runtime/optim/state_serialization.h"
 
@@ -76,7 +77,10 @@ int64_t ZeroRedundancyOptimizer::local_state_bytes() const {
   return n;
 }
 
-void ZeroRedundancyOptimizer::step() { step_shard(/*training=*/true); }
+void ZeroRedundancyOptimizer::step() {
+  ops::check_no_bf16_weight_cast("ZeroRedundancyOptimizer::step");  // before any collective
+  step_shard(/*training=*/true);
+}
 
 void ZeroRedundancyOptimizer::step_shard(bool training) {
   autograd::NoGradGuard ng;

@@ -1,12 +1,15 @@
 // linalg_bf16.cpp - the bf16-compute paths of matmul and linear (rounding points in mixed_precision.h):
 // operands become bf16 tensors (saved as such for the backward, half the memory), GEMMs multiply bf16 with
 // float32 accumulation into float32 (kernels/{cpu,cuda}/bf16: gemm_bf16), and every product is rounded.
+// Weights (linear's weight, matmul's b when it is a parameter) come from ops::bf16_weight: converted once per
+// optimizer step inside a Bf16WeightCast scope (bf16_weight_cast.h), else on every call.
 // Forward and backward side by side, as in linalg.cpp; the shapes were checked by ops::matmul / ops::linear,
 // which keep zero-size products on the float32 path.
 #include "kernels/cpu/bf16.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/reduce.h"
 #include "runtime/autograd/node.h"
+#include "runtime/ops/bf16_weight_cast.h"
 #include "runtime/ops/mixed_precision.h"
 #ifdef DDP_WITH_CUDA
 #include "kernels/cuda/bf16.h"
@@ -128,7 +131,8 @@ Shape with_last(const Shape& s, int64_t last) {
 Tensor detail::matmul_bf16(const Tensor& a, const Tensor& b, int64_t batch, int64_t M, int64_t K, int64_t N,
                            bool shared_b) {
   const Device dev = a.device();
-  Tensor ab = to_bf16(a), bb = to_bf16(b);
+  // b through the step's weight cache when it is a parameter (bf16_weight_cast.h); a is an activation.
+  Tensor ab = to_bf16(a), bb = b.is_leaf() && b.requires_grad() ? bf16_weight(b) : to_bf16(b);
   Tensor out = Tensor::empty(with_last(a.shape(), N), DType::F32, dev);
   if (shared_b)
     gemm_bf16_on(dev, false, false, 1, batch * M, N, K, ab, 0, bb, 0, 0.f, out.data<float>(), 0);
@@ -154,7 +158,7 @@ Tensor detail::matmul_bf16(const Tensor& a, const Tensor& b, int64_t batch, int6
 Tensor detail::linear_bf16(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t rows) {
   const int64_t out_f = weight.size(0), in_f = weight.size(1);
   const Device dev = x.device();
-  Tensor xb = to_bf16(x), wb = to_bf16(weight);
+  Tensor xb = to_bf16(x), wb = bf16_weight(weight);  // one copy per step inside a Bf16WeightCast scope
   Tensor y = Tensor::empty(with_last(x.shape(), out_f), DType::F32, dev);
   if (bias.defined()) fill_rows_f32(dev, bias.data<float>(), rows, out_f, y.data<float>());
   gemm_bf16_on(dev, false, true, 1, rows, out_f, in_f, xb, 0, wb, 0, bias.defined() ? 1.f : 0.f,

@@ -20,6 +20,8 @@
 // float32. The gradient all-reduce is float32 unless DDPOptions::comm_hook = BF16CompressHook (bench_e2e
 // --allreduce-dtype). On the CPU the same rounding points make it an exact emulation up to GEMM summation
 // order, so the logic is tested without a GPU (tests/ops_nn/test_mixed_precision.cpp).
+// Weights are rounded through ops::bf16_weight (bf16_weight_cast.h): once per optimizer step inside the
+// training step's Bf16WeightCast scope, else on every use.
 #pragma once
 #include <string>
 

@@ -7,6 +7,7 @@
 
 #include "kernels/cpu/optim.h"
 #include "runtime/autograd/node.h"
+#include "runtime/ops/bf16_weight_cast.h"
 #include "runtime/optim/state_check.h"
 #include "runtime/tensor/multi_tensor_math.h"
 
@@ -35,6 +36,7 @@ SGD::SGD(std::vector<nn::NamedTensor> params, SGDOptions options)
 }
 
 void SGD::step() {
+  ops::check_no_bf16_weight_cast("SGD::step");
   autograd::NoGradGuard ng;
   ++steps_;
 #ifdef DDP_WITH_CUDA
@@ -108,6 +110,7 @@ AdamW::AdamW(std::vector<nn::NamedTensor> params, AdamWOptions options)
 }
 
 void AdamW::step() {
+  ops::check_no_bf16_weight_cast("AdamW::step");
   autograd::NoGradGuard ng;
   ++steps_;
 #ifdef DDP_WITH_CUDA

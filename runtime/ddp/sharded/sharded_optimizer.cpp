@@ -8,6 +8,7 @@
 #include "runtime/distributed/comm_buffer_of.h"
 #include "runtime/distributed/flight_recorder.h"
 #include "runtime/distributed/host_collectives.h"
+#include "runtime/ops/bf16_weight_cast.h"
 #include "runtime/optim/state_check.h"
 
 namespace ddp {
@@ -26,6 +27,7 @@ ShardedOptimizer::ShardedOptimizer(ShardedDataParallel& sdp, optim::OptimizerFac
 ShardedOptimizer::~ShardedOptimizer() = default;
 
 void ShardedOptimizer::step() {
+  ops::check_no_bf16_weight_cast("ShardedOptimizer::step");  // before any collective
   DDP_CHECK(under_join_ || !join_attached_to(sdp_.process_group()),
             "ShardedOptimizer: a Join is attached to this process group but this optimizer is not among its "
             "joinables: pass it in JoinOptions::joinables, so that a joined rank steps its shard too");
