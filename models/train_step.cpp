@@ -14,6 +14,13 @@
 namespace ddp::models {
 
 namespace {
+// The loss of a step: over the model's classes (a padded vocabulary's real columns), averaged over the rows.
+ops::CrossEntropyOptions loss_options(const StepOptions& o) {
+  ops::CrossEntropyOptions c;
+  c.classes = o.loss_classes;
+  return c;
+}
+
 using Clock = std::chrono::steady_clock;
 double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
@@ -75,7 +82,7 @@ StepResult step_with(const Wrapper& w, optim::Optimizer& optimizer,
     Tensor loss;
     {
       trace::TraceScope ts("forward", "forward");
-      loss = ops::cross_entropy(w.forward(b.x), b.y, {.classes = o.loss_classes});
+      loss = ops::cross_entropy(w.forward(b.x), b.y, loss_options(o));
       loss_sum.add(loss);  // no host read: the loss is read once, at the end of the step
       if (o.wait_for_device) wait_for(probe);
     }
@@ -153,7 +160,7 @@ StepResult deterministic_step(Reducer& reducer, const std::function<Tensor(const
     Tensor loss;
     {
       trace::TraceScope ts("forward", "forward");
-      loss = ops::cross_entropy(forward(b.x), b.y, {.classes = o.loss_classes});
+      loss = ops::cross_entropy(forward(b.x), b.y, loss_options(o));
       loss_sum.add(loss);
     }
     const auto t1 = Clock::now();
