@@ -10,6 +10,8 @@
 #include "runtime/ops/attention.h"
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/linalg.h"
+#include "runtime/ops/mixed_precision.h"
+#include "runtime/ops/mlp_bf16.h"
 #include "runtime/ops/shape.h"
 #include "runtime/ops/softmax.h"
 
@@ -39,7 +41,14 @@ MLPBlock::MLPBlock(const GPTConfig& c) {
   gpt2_init(*fc, 0.02);
   gpt2_init(*proj, 0.02 / std::sqrt(2.0 * c.n_layer));
 }
-Tensor MLPBlock::forward(const Tensor& x) { return (*proj)(ops::gelu((*fc)(x))); }
+// bf16 compute: one fused op (runtime/ops/mlp_bf16.h), unless fc or proj has forward hooks (ZeRO-2 or a
+// ZeRO-3 unit inside the MLP) that must run around their own forward. float32 / float64: as written.
+Tensor MLPBlock::forward(const Tensor& x) {
+  if (ops::use_bf16_compute(x) && ops::mlp_bf16_supports(x.device()) && !fc->has_forward_hooks() &&
+      !proj->has_forward_hooks())
+    return ops::mlp_bf16(x, fc->weight, fc->bias, proj->weight, proj->bias);
+  return (*proj)(ops::gelu((*fc)(x)));
+}
 
 Block::Block(const GPTConfig& c) {
   ln1 = register_module("ln1", std::make_shared<nn::LayerNorm>(c.d_model, 1e-5, c.dtype));

@@ -41,6 +41,9 @@ class Module {
   using ForwardPostHook = std::function<Tensor(Module&, const Tensor& output)>;
   void add_forward_hooks(const void* owner, ForwardPreHook pre, ForwardPostHook post);
   void remove_forward_hooks(const void* owner);
+  // Whether any forward hooks are set (a parent that fuses this module's computation into its own op must
+  // run the module through operator() instead while hooks are set: ZeRO's gathers wait in them).
+  bool has_forward_hooks() const { return !forward_hooks_.empty(); }
 
   // All parameters / buffers of this module and its children, depth first in registration order.
   std::vector<NamedTensor> named_parameters() const;

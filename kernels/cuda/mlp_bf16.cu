@@ -1,0 +1,191 @@
+// mlp_bf16.cu - the fused bf16 MLP's GELU GEMMs on the GPU: one cuBLASLt matmul with a GELU epilogue where
+// mlp_bf16_plan.h allows, else a cuBLAS bf16 GEMM into float32 plus an epilogue kernel that runs the shared
+// per-element functions (kernels/cpu/mlp_bf16_epilogue.h).
+//
+// Row-major to cuBLASLt's column-major as in bf16.cu: a row-major (r, c) matrix is a column-major (c, r) one,
+// so row-major D = A B^T is column-major D^T = B A^T. The fc GEMM pre (rows, out) = x (rows, in) w^T is
+// column-major pre^T (out, rows) = op_T(w: in x out, ld in) op_N(x^T: in x rows, ld in); the bias runs along
+// D's column-major rows (out), as cuBLASLt's bias does. The backward dh (rows, hidden) = g (rows, n)
+// w (n, hidden) is column-major dh^T (hidden, rows) = op_N(w^T: hidden x n, ld hidden) op_N(g^T: n x rows,
+// ld n), and DGELU_BGRAD's bias gradient (length = D's rows, hidden) sums over the rows of the batch.
+//
+// Types: A, B, D and the aux matrix bf16; compute and scale float32 (CUBLAS_COMPUTE_32F); the bias and the bias
+// gradient float32 (CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE; cuBLASLt's default would be D's type, bf16, which
+// would round the master bias). Workspace: 32 MiB from the stream-ordered pool per call (StreamScratch:
+// cudaMallocAsync reuses the pool's memory, so after the first call no memory is allocated). The cuBLASLt
+// handle is the thread's cuBLAS handle (a cublasHandle_t is a valid cublasLtHandle_t, per cuBLAS's docs).
+#include <cublasLt.h>
+
+#include <atomic>
+
+#include "kernels/cpu/mlp_bf16_epilogue.h"
+#include "kernels/cuda/bf16.h"
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/mlp_bf16.h"
+#include "kernels/cuda/mlp_bf16_plan.h"
+#include "kernels/cuda/reduce.h"
+#include "runtime/core/cuda/handles.h"
+#include "runtime/core/cuda/stream.h"
+#include "runtime/core/cuda_check.h"
+
+namespace ddp::kernels::cuda {
+namespace {
+constexpr size_t kLtWorkspaceBytes = size_t{32} << 20;
+std::atomic<int64_t> fused_calls{0}, fallback_calls{0};
+
+// ---- cuBLASLt descriptors (created and destroyed around each call; creating them costs microseconds) ----
+struct LtMatmulDesc {
+  cublasLtMatmulDesc_t desc = nullptr;
+  LtMatmulDesc() { DDP_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F)); }
+  ~LtMatmulDesc() { cublasLtMatmulDescDestroy(desc); }
+  LtMatmulDesc(const LtMatmulDesc&) = delete;
+  LtMatmulDesc& operator=(const LtMatmulDesc&) = delete;
+  template <class T>
+  void set(cublasLtMatmulDescAttributes_t attr, const T& value) {
+    DDP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof(value)));
+  }
+};
+// A column-major bf16 matrix of `rows` x `cols` with leading dimension ld (elements).
+struct LtBf16Layout {
+  cublasLtMatrixLayout_t layout = nullptr;
+  LtBf16Layout(int64_t rows, int64_t cols, int64_t ld) {
+    DDP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout, CUDA_R_16BF, static_cast<uint64_t>(rows),
+                                                static_cast<uint64_t>(cols), ld));
+  }
+  ~LtBf16Layout() { cublasLtMatrixLayoutDestroy(layout); }
+  LtBf16Layout(const LtBf16Layout&) = delete;
+  LtBf16Layout& operator=(const LtBf16Layout&) = delete;
+};
+struct LtPreference {
+  cublasLtMatmulPreference_t pref = nullptr;
+  explicit LtPreference(size_t workspace_bytes) {
+    DDP_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    const uint64_t bytes = workspace_bytes;
+    DDP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                          &bytes, sizeof(bytes)));
+  }
+  ~LtPreference() { cublasLtMatmulPreferenceDestroy(pref); }
+  LtPreference(const LtPreference&) = delete;
+  LtPreference& operator=(const LtPreference&) = delete;
+};
+
+const char* epilogue_name(cublasLtEpilogue_t e) {
+  switch (e) {
+    case CUBLASLT_EPILOGUE_GELU_AUX_BIAS:
+      return "CUBLASLT_EPILOGUE_GELU_AUX_BIAS";
+    case CUBLASLT_EPILOGUE_GELU_AUX:
+      return "CUBLASLT_EPILOGUE_GELU_AUX";
+    case CUBLASLT_EPILOGUE_DGELU_BGRAD:
+      return "CUBLASLT_EPILOGUE_DGELU_BGRAD";
+    case CUBLASLT_EPILOGUE_DGELU:
+      return "CUBLASLT_EPILOGUE_DGELU";
+    default:
+      return "(another epilogue)";
+  }
+}
+
+// D (m, n) = op(A) op(B) with `epilogue` (everything column-major bf16; C = D with beta = 0); aux: the bf16
+// GELU input matrix (m, n), ld m; bias: float32 of length m (forward: added; backward: the gradient).
+void lt_gelu_matmul(cublasLtEpilogue_t epilogue, bool trans_a, int64_t m, int64_t n, int64_t k, const void* A,
+                    int64_t lda, const void* B, int64_t ldb, void* D, void* aux, void* bias) {
+  LtMatmulDesc desc;
+  const cublasOperation_t ta = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = CUBLAS_OP_N;
+  desc.set(CUBLASLT_MATMUL_DESC_TRANSA, ta);
+  desc.set(CUBLASLT_MATMUL_DESC_TRANSB, tb);
+  desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue);
+  desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux);
+  desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, m);
+  desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, static_cast<int32_t>(CUDA_R_16BF));
+  if (bias) {
+    desc.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+    desc.set(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<int32_t>(CUDA_R_32F));
+  }
+  LtBf16Layout a(trans_a ? k : m, trans_a ? m : k, lda), b(k, n, ldb), d(m, n, m);
+  LtPreference pref(kLtWorkspaceBytes);
+  cublasLtHandle_t lt = reinterpret_cast<cublasLtHandle_t>(ddp::cuda::cublas_handle());
+  cublasLtMatmulHeuristicResult_t algo{};
+  int found = 0;
+  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt, desc.desc, a.layout, b.layout, d.layout,
+                                                           d.layout, pref.pref, 1, &algo, &found);
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && found == 0))
+    DDP_FAIL("cuBLASLt has no algorithm for ", epilogue_name(epilogue), " with bf16 A/B/D/aux, float32 compute",
+             bias ? " and a float32 bias" : "", ": m = ", m, ", n = ", n, ", k = ", k, ", lda = ", lda,
+             ", ldb = ", ldb, " (", cublasLtGetStatusString(st),
+             "). The shapes passed kernels/cuda/mlp_bf16_plan.h's checks; tighten them (gelu_linear_fuses / "
+             "dgelu_matmul_fuses) so that this case takes the unfused kernels, and report the shape");
+  DDP_CUBLAS_CHECK(st);
+  StreamScratch workspace(kLtWorkspaceBytes);
+  const float alpha = 1.f, beta = 0.f;
+  DDP_CUBLAS_CHECK(cublasLtMatmul(lt, desc.desc, &alpha, A, a.layout, B, b.layout, &beta, D, d.layout, D,
+                                  d.layout, &algo.algo, workspace.ptr, kLtWorkspaceBytes,
+                                  ddp::cuda::current_stream()));
+  fused_calls.fetch_add(1, std::memory_order_relaxed);
+}
+
+// ---- the fallback's epilogue kernels: the same per-element functions as the CPU ----
+__global__ void gelu_bias_kernel(const float* acc, const float* bias, int64_t out, BFloat16* hidden,
+                                 BFloat16* pre, int64_t n) {
+  DDP_CUDA_KERNEL_LOOP(i, n) {
+    const cpu::GeluBiasBf16 e = cpu::gelu_bias_epilogue(acc[i], bias ? bias[i % out] : 0.f);
+    hidden[i].bits = e.hidden;
+    pre[i].bits = e.pre;
+  }
+}
+// d_pre = dgelu epilogue; acc becomes the rounded d_pre in float32 (what the bias gradient sums).
+__global__ void dgelu_kernel(float* acc, const BFloat16* pre, BFloat16* d_pre, int64_t n) {
+  DDP_CUDA_KERNEL_LOOP(i, n) {
+    const uint16_t bits = cpu::dgelu_epilogue(acc[i], pre[i].bits);
+    d_pre[i].bits = bits;
+    acc[i] = cpu::bf16_bits_to_float(bits);
+  }
+}
+}  // namespace
+
+void gelu_linear_bf16(int64_t rows, int64_t out, int64_t in, const BFloat16* x, const BFloat16* w,
+                      const float* bias, BFloat16* hidden, BFloat16* pre) {
+  if (rows == 0 || out == 0) return;
+  DDP_CHECK(in > 0, "cuda gelu_linear_bf16: in = 0 (an empty sum) is not supported; ops::mlp_bf16 refuses it");
+  if (gelu_linear_fuses(rows, out, in, x, w, bias, hidden, pre)) {
+    lt_gelu_matmul(bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX, true, out, rows, in, w,
+                   in, x, in, hidden, pre, const_cast<float*>(bias));
+    return;
+  }
+  const int64_t n = rows * out;
+  StreamScratch acc(static_cast<size_t>(n) * sizeof(float));
+  float* pacc = static_cast<float*>(acc.ptr);
+  gemm_bf16(false, true, 1, rows, out, in, 1.f, x, 0, w, 0, 0.f, pacc, 0);
+  gelu_bias_kernel<<<grid_for(n), kBlock, 0, ddp::cuda::current_stream()>>>(pacc, bias, out, hidden, pre, n);
+  DDP_CUDA_CHECK_LAUNCH();
+  fallback_calls.fetch_add(1, std::memory_order_relaxed);
+}
+
+void dgelu_matmul_bf16(int64_t rows, int64_t hidden, int64_t n, const BFloat16* g, const BFloat16* w,
+                       const BFloat16* pre, BFloat16* d_pre, float* d_bias) {
+  if (hidden == 0) return;
+  if (rows == 0) {
+    if (d_bias)
+      DDP_CUDA_CHECK(cudaMemsetAsync(d_bias, 0, static_cast<size_t>(hidden) * sizeof(float),
+                                     ddp::cuda::current_stream()));
+    return;
+  }
+  DDP_CHECK(n > 0, "cuda dgelu_matmul_bf16: n = 0 (an empty sum) is not supported; ops::mlp_bf16 refuses it");
+  if (dgelu_matmul_fuses(rows, hidden, n, g, w, pre, d_pre, d_bias)) {
+    lt_gelu_matmul(d_bias ? CUBLASLT_EPILOGUE_DGELU_BGRAD : CUBLASLT_EPILOGUE_DGELU, false, hidden, rows, n, w,
+                   hidden, g, n, d_pre, const_cast<BFloat16*>(pre), d_bias);
+    return;
+  }
+  const int64_t count = rows * hidden;
+  StreamScratch acc(static_cast<size_t>(count) * sizeof(float));
+  float* pacc = static_cast<float*>(acc.ptr);
+  gemm_bf16(false, false, 1, rows, hidden, n, 1.f, g, 0, w, 0, 0.f, pacc, 0);
+  dgelu_kernel<<<grid_for(count), kBlock, 0, ddp::cuda::current_stream()>>>(pacc, pre, d_pre, count);
+  DDP_CUDA_CHECK_LAUNCH();
+  if (d_bias) sum_middle<float, float>(pacc, 1, rows, hidden, d_bias, 1.0);
+  fallback_calls.fetch_add(1, std::memory_order_relaxed);
+}
+
+MlpBf16PathCounts mlp_bf16_path_counts() {
+  return {fused_calls.load(std::memory_order_relaxed), fallback_calls.load(std::memory_order_relaxed)};
+}
+
+}  // namespace ddp::kernels::cuda
