@@ -48,9 +48,9 @@ DDP_HOST_DEVICE inline float gelu_tanh_grad(float z) {
   return s * (1.0f + z * du * (e * s));
 }
 
-// The fc GEMM's epilogue (cuBLASLt CUBLASLT_EPILOGUE_GELU_AUX_BIAS): the float32 accumulator plus the bias is
-// the pre-activation z; the hidden activation is gelu(z) rounded once to bf16, and z is kept rounded to bf16
-// (the aux matrix) for the backward.
+// The fc GEMM's epilogue (cuBLASLt CUBLASLT_EPILOGUE_GELU_AUX_BIAS): the float32 accumulator plus the bias
+// (a bf16 value, in float32) is the pre-activation z; the hidden activation is gelu(z) rounded once to bf16,
+// and z is kept rounded to bf16 (the aux matrix) for the backward.
 struct GeluBiasBf16 {
   uint16_t hidden, pre;  // bf16 bits
 };

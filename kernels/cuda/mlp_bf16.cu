@@ -9,11 +9,12 @@
 // w (n, hidden) is column-major dh^T (hidden, rows) = op_N(w^T: hidden x n, ld hidden) op_N(g^T: n x rows,
 // ld n), and DGELU_BGRAD's bias gradient (length = D's rows, hidden) sums over the rows of the batch.
 //
-// Types: A, B, D and the aux matrix bf16; compute and scale float32 (CUBLAS_COMPUTE_32F); the bias and the bias
-// gradient float32 (CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE; cuBLASLt's default would be D's type, bf16, which
-// would round the master bias). Workspace: 32 MiB from the stream-ordered pool per call (StreamScratch:
-// cudaMallocAsync reuses the pool's memory, so after the first call no memory is allocated). The cuBLASLt
-// handle is the thread's cuBLAS handle (a cublasHandle_t is a valid cublasLtHandle_t, per cuBLAS's docs).
+// Types: A, B, D, the aux matrix, the bias and the bias gradient bf16 (cublasLt.h: the bias vector has D's
+// type except for int8 and fp8 kernels, the bias gradient C's, so CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE stays
+// at its default); compute and scale float32 (CUBLAS_COMPUTE_32F). Workspace: 32 MiB from the stream-ordered
+// pool per call (StreamScratch: cudaMallocAsync reuses the pool's memory, so after the first call no memory
+// is allocated). The cuBLASLt handle is the thread's cuBLAS handle (a cublasHandle_t is a valid
+// cublasLtHandle_t, per cuBLAS's docs).
 #include <cublasLt.h>
 
 #include <atomic>
@@ -85,7 +86,7 @@ const char* epilogue_name(cublasLtEpilogue_t e) {
 }
 
 // D (m, n) = op(A) op(B) with `epilogue` (everything column-major bf16; C = D with beta = 0); aux: the bf16
-// GELU input matrix (m, n), ld m; bias: float32 of length m (forward: added; backward: the gradient).
+// GELU input matrix (m, n), ld m; bias: bf16 of length m (forward: added; backward: the gradient).
 void lt_gelu_matmul(cublasLtEpilogue_t epilogue, bool trans_a, int64_t m, int64_t n, int64_t k, const void* A,
                     int64_t lda, const void* B, int64_t ldb, void* D, void* aux, void* bias) {
   LtMatmulDesc desc;
@@ -98,7 +99,6 @@ void lt_gelu_matmul(cublasLtEpilogue_t epilogue, bool trans_a, int64_t m, int64_
   desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, static_cast<int32_t>(CUDA_R_16BF));
   if (bias) {
     desc.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
-    desc.set(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<int32_t>(CUDA_R_32F));
   }
   LtBf16Layout a(trans_a ? k : m, trans_a ? m : k, lda), b(k, n, ldb), d(m, n, m);
   LtPreference pref(kLtWorkspaceBytes);
@@ -108,9 +108,9 @@ void lt_gelu_matmul(cublasLtEpilogue_t epilogue, bool trans_a, int64_t m, int64_
   const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt, desc.desc, a.layout, b.layout, d.layout,
                                                            d.layout, pref.pref, 1, &algo, &found);
   if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && found == 0))
-    DDP_FAIL("cuBLASLt has no algorithm for ", epilogue_name(epilogue), " with bf16 A/B/D/aux, float32 compute",
-             bias ? " and a float32 bias" : "", ": m = ", m, ", n = ", n, ", k = ", k, ", lda = ", lda,
-             ", ldb = ", ldb, " (", cublasLtGetStatusString(st),
+    DDP_FAIL("cuBLASLt has no algorithm for ", epilogue_name(epilogue),
+             " with bf16 A/B/D/aux, float32 compute", bias ? " and a bf16 bias" : "", ": m = ", m,
+             ", n = ", n, ", k = ", k, ", lda = ", lda, ", ldb = ", ldb, " (", cublasLtGetStatusString(st),
              "). The shapes passed kernels/cuda/mlp_bf16_plan.h's checks; tighten them (gelu_linear_fuses / "
              "dgelu_matmul_fuses) so that this case takes the unfused kernels, and report the shape");
   DDP_CUBLAS_CHECK(st);
@@ -123,10 +123,11 @@ void lt_gelu_matmul(cublasLtEpilogue_t epilogue, bool trans_a, int64_t m, int64_
 }
 
 // ---- the fallback's epilogue kernels: the same per-element functions as the CPU ----
-__global__ void gelu_bias_kernel(const float* acc, const float* bias, int64_t out, BFloat16* hidden,
+__global__ void gelu_bias_kernel(const float* acc, const BFloat16* bias, int64_t out, BFloat16* hidden,
                                  BFloat16* pre, int64_t n) {
   DDP_CUDA_KERNEL_LOOP(i, n) {
-    const cpu::GeluBiasBf16 e = cpu::gelu_bias_epilogue(acc[i], bias ? bias[i % out] : 0.f);
+    const cpu::GeluBiasBf16 e =
+        cpu::gelu_bias_epilogue(acc[i], bias ? cpu::bf16_bits_to_float(bias[i % out].bits) : 0.f);
     hidden[i].bits = e.hidden;
     pre[i].bits = e.pre;
   }
@@ -142,12 +143,13 @@ __global__ void dgelu_kernel(float* acc, const BFloat16* pre, BFloat16* d_pre, i
 }  // namespace
 
 void gelu_linear_bf16(int64_t rows, int64_t out, int64_t in, const BFloat16* x, const BFloat16* w,
-                      const float* bias, BFloat16* hidden, BFloat16* pre) {
+                      const BFloat16* bias, BFloat16* hidden, BFloat16* pre) {
   if (rows == 0 || out == 0) return;
-  DDP_CHECK(in > 0, "cuda gelu_linear_bf16: in = 0 (an empty sum) is not supported; ops::mlp_bf16 refuses it");
+  DDP_CHECK(in > 0,
+            "cuda gelu_linear_bf16: in = 0 (an empty sum) is not supported; ops::mlp_bf16 refuses it");
   if (gelu_linear_fuses(rows, out, in, x, w, bias, hidden, pre)) {
-    lt_gelu_matmul(bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX, true, out, rows, in, w,
-                   in, x, in, hidden, pre, const_cast<float*>(bias));
+    lt_gelu_matmul(bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX, true, out, rows, in,
+                   w, in, x, in, hidden, pre, const_cast<BFloat16*>(bias));
     return;
   }
   const int64_t n = rows * out;
@@ -160,18 +162,18 @@ void gelu_linear_bf16(int64_t rows, int64_t out, int64_t in, const BFloat16* x, 
 }
 
 void dgelu_matmul_bf16(int64_t rows, int64_t hidden, int64_t n, const BFloat16* g, const BFloat16* w,
-                       const BFloat16* pre, BFloat16* d_pre, float* d_bias) {
+                       const BFloat16* pre, BFloat16* d_pre, BFloat16* d_bias) {
   if (hidden == 0) return;
   if (rows == 0) {
     if (d_bias)
-      DDP_CUDA_CHECK(cudaMemsetAsync(d_bias, 0, static_cast<size_t>(hidden) * sizeof(float),
+      DDP_CUDA_CHECK(cudaMemsetAsync(d_bias, 0, static_cast<size_t>(hidden) * sizeof(BFloat16),
                                      ddp::cuda::current_stream()));
     return;
   }
   DDP_CHECK(n > 0, "cuda dgelu_matmul_bf16: n = 0 (an empty sum) is not supported; ops::mlp_bf16 refuses it");
   if (dgelu_matmul_fuses(rows, hidden, n, g, w, pre, d_pre, d_bias)) {
-    lt_gelu_matmul(d_bias ? CUBLASLT_EPILOGUE_DGELU_BGRAD : CUBLASLT_EPILOGUE_DGELU, false, hidden, rows, n, w,
-                   hidden, g, n, d_pre, const_cast<BFloat16*>(pre), d_bias);
+    lt_gelu_matmul(d_bias ? CUBLASLT_EPILOGUE_DGELU_BGRAD : CUBLASLT_EPILOGUE_DGELU, false, hidden, rows, n,
+                   w, hidden, g, n, d_pre, const_cast<BFloat16*>(pre), d_bias);
     return;
   }
   const int64_t count = rows * hidden;
@@ -180,7 +182,11 @@ void dgelu_matmul_bf16(int64_t rows, int64_t hidden, int64_t n, const BFloat16* 
   gemm_bf16(false, false, 1, rows, hidden, n, 1.f, g, 0, w, 0, 0.f, pacc, 0);
   dgelu_kernel<<<grid_for(count), kBlock, 0, ddp::cuda::current_stream()>>>(pacc, pre, d_pre, count);
   DDP_CUDA_CHECK_LAUNCH();
-  if (d_bias) sum_middle<float, float>(pacc, 1, rows, hidden, d_bias, 1.0);
+  if (d_bias) {  // float32 column sums, then rounded
+    StreamScratch sums(static_cast<size_t>(hidden) * sizeof(float));
+    sum_middle<float, float>(pacc, 1, rows, hidden, static_cast<float*>(sums.ptr), 1.0);
+    to_bf16(static_cast<const float*>(sums.ptr), d_bias, hidden);
+  }
   fallback_calls.fetch_add(1, std::memory_order_relaxed);
 }
 

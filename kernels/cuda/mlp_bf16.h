@@ -2,7 +2,7 @@
 // as kernels/cpu/mlp_bf16.h, on ddp::cuda::current_stream(). Where mlp_bf16_plan.h allows, each is one
 // cuBLASLt matmul (bf16 tensor cores, float32 accumulation) whose epilogue does the per-element work:
 // CUBLASLT_EPILOGUE_GELU_AUX_BIAS (hidden in bf16, the pre-activation as the bf16 aux matrix) and
-// CUBLASLT_EPILOGUE_DGELU_BGRAD (d_pre in bf16 and the float32 bias gradient). Otherwise a cuBLAS bf16 GEMM
+// CUBLASLT_EPILOGUE_DGELU_BGRAD (d_pre and the bias gradient in bf16). Otherwise a cuBLAS bf16 GEMM
 // into float32 and a kernel running kernels/cpu/mlp_bf16_epilogue.h's functions (column sums from reduce.h).
 #pragma once
 #include <cstdint>
@@ -12,10 +12,10 @@
 namespace ddp::kernels::cuda {
 
 void gelu_linear_bf16(int64_t rows, int64_t out, int64_t in, const BFloat16* x, const BFloat16* w,
-                      const float* bias, BFloat16* hidden, BFloat16* pre);
+                      const BFloat16* bias, BFloat16* hidden, BFloat16* pre);
 
 void dgelu_matmul_bf16(int64_t rows, int64_t hidden, int64_t n, const BFloat16* g, const BFloat16* w,
-                       const BFloat16* pre, BFloat16* d_pre, float* d_bias);
+                       const BFloat16* pre, BFloat16* d_pre, BFloat16* d_bias);
 
 // How many calls took the cuBLASLt epilogue and how many the fallback, in this process (the GPU tests check
 // that the case they mean to test ran).

@@ -13,7 +13,7 @@
 
 namespace ddp::kernels::cuda {
 
-constexpr int64_t kLtLeadingDimMultiple = 8;  // elements
+constexpr int64_t kLtLeadingDimMultiple = 8;   // elements
 constexpr uintptr_t kLtPointerAlignment = 16;  // bytes
 
 inline bool lt_leading_dims_fit(std::initializer_list<int64_t> lds) {

@@ -1,6 +1,7 @@
 // mixed_precision.h - bf16 mixed precision: float32 master weights, optimizer and gradients; bfloat16 compute
-// in matmul, linear and attention. Turned on per thread with a Bf16Compute guard (train --dtype bfloat16,
-// bench_e2e --dtype bf16); tensors stay float32 between ops.
+// in matmul, linear, attention and the GPT's fused MLP. Turned on per thread with a Bf16Compute guard (train
+// --dtype bfloat16, bench_e2e --dtype bf16); tensors stay float32 between ops (the fused MLP keeps its hidden
+// activation in bf16 inside its autograd node).
 //
 // Where rounding to bfloat16 (round to nearest even) happens, on both devices:
 //   linear / matmul: both operands are rounded (held as bf16 tensors, also for the backward); the GEMM
@@ -16,10 +17,23 @@
 //     has bf16 operands and float32 accumulation and output (GPU: cuBLAS bf16 tensor cores): the softmax
 //     probabilities are rounded before att v and att^T dy, the softmax gradient before the dq / dk GEMMs;
 //     scores, softmax, its backward and the saved probabilities stay float32.
-// Everything else (layernorm, gelu, softmax cross-entropy, embedding, optimizer, gradient buckets) is
-// float32. The gradient all-reduce is float32 unless DDPOptions::comm_hook = BF16CompressHook (bench_e2e
-// --allreduce-dtype). On the CPU the same rounding points make it an exact emulation up to GEMM summation
-// order, so the logic is tested without a GPU (tests/ops_nn/test_mixed_precision.cpp).
+//   the GPT's MLP, proj(gelu(fc(x))) (models/gpt.cpp MLPBlock; runtime/ops/mlp_bf16.h, one op): x and both
+//     weights are rounded, and so is fc's bias (cuBLASLt's GELU epilogue takes its bias in D's type, bf16;
+//     proj's bias stays float32); the fc GEMM's float32 accumulator plus that bias is the pre-activation z,
+//     and gelu(z) (GPT-2's tanh form, in float32) is rounded ONCE to give the bf16 hidden activation - z
+//     itself is not rounded before the GELU, unlike a linear followed by gelu; z is kept as bf16 only for the
+//     backward. proj is a linear as above (hidden is already bf16). Backward: the incoming gradient is
+//     rounded; dproj_W, dproj_b as in linear; d_pre = (g proj_W) * gelu'(bf16 z) from the float32
+//     accumulator, rounded once (dL/dhidden is not rounded on its own); dfc_b = float32 column sums of the
+//     rounded d_pre (GPU, fused: cuBLASLt's sums), rounded; dfc_W, dx from bf16 GEMMs with d_pre, rounded.
+//     GPU: cuBLASLt epilogues (GELU_AUX_BIAS, DGELU_BGRAD) do the per-element work inside the GEMMs, where
+//     shapes are aligned (kernels/cuda/mlp_bf16_plan.h); elsewhere, and on the CPU, the same math runs after
+//     the GEMM (kernels/cpu/mlp_bf16_epilogue.h). The hidden activation is never float32 in memory.
+// Everything else (layernorm, a gelu outside the GPT's MLP, softmax cross-entropy, embedding, optimizer,
+// gradient buckets) is float32. The gradient all-reduce is float32 unless DDPOptions::comm_hook =
+// BF16CompressHook (bench_e2e --allreduce-dtype). On the CPU the same rounding points make it an exact
+// emulation up to GEMM summation order, so the logic is tested without a GPU
+// (tests/ops_nn/test_mixed_precision.cpp, test_mlp_bf16.cpp).
 // Weights are rounded through ops::bf16_weight (bf16_weight_cast.h): once per optimizer step inside the
 // training step's Bf16WeightCast scope, else on every use.
 #pragma once

@@ -25,7 +25,7 @@ Tensor weight_as_bf16(const Tensor& w) { return to_bf16(w); }
 
 const BFloat16* bf(const Tensor& t) { return t.data<BFloat16>(); }
 BFloat16* bf_mut(Tensor& t) { return t.data<BFloat16>(); }
-const float* f32_or_null(const Tensor& t) { return t.defined() ? t.data<float>() : nullptr; }
+const BFloat16* bf_or_null(const Tensor& t) { return t.defined() ? t.data<BFloat16>() : nullptr; }
 
 // C (M, N) float32 = op(A) op(B), A and B bf16 (K > 0), then rounded to bf16 values.
 Tensor rounded_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const Tensor& A, const Tensor& B,
@@ -66,13 +66,10 @@ struct MlpBf16Backward final : autograd::Node {
     }
     if (wants(0) || wants(1) || wants(2)) {
       Tensor d_pre = Tensor::empty({rows, hidden_f}, DType::BF16, dev);
-      Tensor dfc_b = wants(2) ? Tensor::empty({hidden_f}, DType::F32, dev) : Tensor();
+      Tensor dfc_b = wants(2) ? Tensor::empty({hidden_f}, DType::BF16, dev) : Tensor();  // rounded sums
       DDP_KERNEL(dev, dgelu_matmul_bf16, rows, hidden_f, out, bf(g), bf(proj_wb), bf(pre), bf_mut(d_pre),
-                 wants(2) ? dfc_b.data<float>() : nullptr);
-      if (wants(2)) {
-        DDP_KERNEL(dev, round_to_bf16, dfc_b.data<float>(), hidden_f);
-        out_grads[2] = dfc_b;
-      }
+                 wants(2) ? bf_mut(dfc_b) : nullptr);
+      if (wants(2)) out_grads[2] = dfc_b.to(DType::F32);
       if (wants(1))  // dfc_W (hidden, in) = d_pre^T xb
         out_grads[1] = rounded_gemm(true, false, hidden_f, in, rows, d_pre, xb, {hidden_f, in});
       if (wants(0))  // dx (rows, in) = d_pre fc_W
@@ -116,8 +113,8 @@ Tensor mlp_bf16(const Tensor& x, const Tensor& fc_weight, const Tensor& fc_bias,
   DDP_CHECK(in > 0 && hidden_f > 0 && out > 0, "mlp_bf16: fc_weight ", shape_str(fc_weight.shape()),
             " and proj_weight ", shape_str(proj_weight.shape()),
             " have a zero-size feature dimension; use ops::linear and ops::gelu for empty layers");
-  DDP_CHECK(x.dim() >= 1 && x.size(-1) == in, "mlp_bf16: x has shape ", shape_str(x.shape()), " but fc_weight ",
-            shape_str(fc_weight.shape()), " expects a last dimension of ", in);
+  DDP_CHECK(x.dim() >= 1 && x.size(-1) == in, "mlp_bf16: x has shape ", shape_str(x.shape()),
+            " but fc_weight ", shape_str(fc_weight.shape()), " expects a last dimension of ", in);
   DDP_CHECK(proj_weight.size(1) == hidden_f, "mlp_bf16: proj_weight ", shape_str(proj_weight.shape()),
             " must take fc's ", hidden_f, " features: expected (", out, ", ", hidden_f, ")");
   if (fc_bias.defined()) {
@@ -136,10 +133,11 @@ Tensor mlp_bf16(const Tensor& x, const Tensor& fc_weight, const Tensor& fc_bias,
   y_shape.back() = out;
 
   const Tensor xb = to_bf16(x), fc_wb = weight_as_bf16(fc_weight), proj_wb = weight_as_bf16(proj_weight);
+  const Tensor fc_bb = fc_bias.defined() ? weight_as_bf16(fc_bias) : Tensor();  // cuBLASLt's bias is bf16
   Tensor hidden = Tensor::empty({rows, hidden_f}, DType::BF16, dev);
   Tensor pre = Tensor::empty({rows, hidden_f}, DType::BF16, dev);
-  DDP_KERNEL(dev, gelu_linear_bf16, rows, hidden_f, in, bf(xb), bf(fc_wb), f32_or_null(fc_bias),
-             bf_mut(hidden), bf_mut(pre));
+  DDP_KERNEL(dev, gelu_linear_bf16, rows, hidden_f, in, bf(xb), bf(fc_wb), bf_or_null(fc_bb), bf_mut(hidden),
+             bf_mut(pre));
   // y = bf16(hidden proj_W^T + proj_b): the bias in float32 inside the GEMM (beta = 1), as linear_bf16
   Tensor y = Tensor::empty(y_shape, DType::F32, dev);
   if (rows > 0) {

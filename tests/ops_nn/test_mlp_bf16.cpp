@@ -106,8 +106,8 @@ Reference reference(const Mlp& m, const Tensor& g, int64_t hidden, int64_t out) 
   const int64_t in = m.x.size(-1), rows = m.x.numel() / in;
   const std::vector<float> xr = rounded(m.x), w1r = rounded(m.w1), w2r = rounded(m.w2), gr = rounded(g);
   const bool bias = m.b1.defined();
-  const std::vector<float> b1 = bias ? floats(m.b1) : std::vector<float>(hidden, 0.f);
-  // forward: pre = acc + b1, hidden = bf16(gelu(pre)), pre kept as bf16
+  const std::vector<float> b1 = bias ? rounded(m.b1) : std::vector<float>(hidden, 0.f);
+  // forward: pre = acc + bf16(b1), hidden = bf16(gelu(pre)), pre kept as bf16; proj's bias stays float32
   const std::vector<float> acc1 = gemm(false, true, rows, hidden, in, xr, w1r);
   std::vector<float> h(acc1.size()), pre(acc1.size());
   for (int64_t r = 0; r < rows; ++r)
@@ -147,7 +147,8 @@ Reference reference(const Mlp& m, const Tensor& g, int64_t hidden, int64_t out) 
 }
 // max |a - b| <= tol * max |b| (b the reference), over all elements.
 ::testing::AssertionResult close_to_max(const Tensor& a, const Tensor& b, double tol) {
-  const auto x = a.detach().to(DType::F64).to_double_vector(), y = b.detach().to(DType::F64).to_double_vector();
+  const auto x = a.detach().to(DType::F64).to_double_vector(),
+             y = b.detach().to(DType::F64).to_double_vector();
   if (x.size() != y.size()) return ::testing::AssertionFailure() << "sizes differ";
   double err = 0, scale = 0;
   for (size_t i = 0; i < x.size(); ++i) {
@@ -166,8 +167,8 @@ struct MlpShape {
   int64_t hidden, out;
 };
 // rows/features at 1, odd and prime sizes, leading dimensions folded into rows, and a GPT-like one.
-const MlpShape kShapes[] = {{{1, 1}, 1, 1},       {{7, 5}, 20, 5},   {{13, 3}, 7, 11},
-                            {{2, 3, 8}, 32, 8},   {{5, 17}, 31, 2},  {{4, 16, 32}, 128, 32}};
+const MlpShape kShapes[] = {{{1, 1}, 1, 1},     {{7, 5}, 20, 5},  {{13, 3}, 7, 11},
+                            {{2, 3, 8}, 32, 8}, {{5, 17}, 31, 2}, {{4, 16, 32}, 128, 32}};
 }  // namespace
 
 // ---- the per-element math the CPU emulation and the GPU fallback share ----
@@ -195,10 +196,10 @@ TEST(MlpBf16Epilogue, GeluAndItsDerivativeMatchTheFloat64KernelsToFloat32Precisi
 
 TEST(MlpBf16Epilogue, RoundingIsBFloat16sNearestEven) {
   // ties: 1 + 2^-8 -> 1 (even), 1 + 3 * 2^-8 -> 1 + 2^-6; specials; then pseudo-random bit patterns
-  const float specials[] = {1.f + 0x1p-8f, 1.f + 3 * 0x1p-8f, -2.5f, 0.f, -0.f, INFINITY, -INFINITY, NAN,
-                            3.4e38f, -3.4e38f, 1e-40f, 0x1.fffffep127f};
-  for (float f : specials)
-    EXPECT_EQ(kc::bf16_bits_nearest_even(f), BFloat16::from_float(f).bits) << f;
+  const float specials[] = {1.f + 0x1p-8f, 1.f + 3 * 0x1p-8f, -2.5f,     0.f,
+                            -0.f,          INFINITY,          -INFINITY, NAN,
+                            3.4e38f,       -3.4e38f,          1e-40f,    0x1.fffffep127f};
+  for (float f : specials) EXPECT_EQ(kc::bf16_bits_nearest_even(f), BFloat16::from_float(f).bits) << f;
   EXPECT_EQ(kc::round_bf16_nearest_even(1.f + 0x1p-8f), 1.f);
   EXPECT_EQ(kc::round_bf16_nearest_even(1.f + 3 * 0x1p-8f), 1.f + 0x1p-6f);
   uint32_t u = 12345;
@@ -231,8 +232,8 @@ TEST(MlpBf16, OutputAndAllGradientsAreTheDocumentedRoundingPointsBitwise) {
   uint64_t seed = 100;
   for (const MlpShape& s : kShapes)
     for (bool bias : {true, false}) {
-      SCOPED_TRACE(::testing::Message() << "x " << shape_str(s.x) << " hidden " << s.hidden << " out " << s.out
-                                        << (bias ? " with" : " without") << " biases");
+      SCOPED_TRACE(::testing::Message() << "x " << shape_str(s.x) << " hidden " << s.hidden << " out "
+                                        << s.out << (bias ? " with" : " without") << " biases");
       const Mlp m = make_mlp(s.x, s.hidden, s.out, bias, seed += 10);
       Shape y_shape = s.x;
       y_shape.back() = s.out;
@@ -263,8 +264,8 @@ TEST(MlpBf16, TracksTheFloat64MlpWithinBf16Tolerance) {
   uint64_t seed = 300;
   for (const MlpShape& s : kShapes)
     for (bool bias : {true, false}) {
-      SCOPED_TRACE(::testing::Message() << "x " << shape_str(s.x) << " hidden " << s.hidden << " out " << s.out
-                                        << (bias ? " with" : " without") << " biases");
+      SCOPED_TRACE(::testing::Message() << "x " << shape_str(s.x) << " hidden " << s.hidden << " out "
+                                        << s.out << (bias ? " with" : " without") << " biases");
       const Mlp m = make_mlp(s.x, s.hidden, s.out, bias, seed += 10);
       const Mlp m64 = copy_of(m, DType::F64);
       const Tensor y = run_fused(m), y64 = run_composed(m64);
@@ -323,7 +324,8 @@ TEST(MlpBf16, OnlyTheRequestedGradientsAndNoGraphWithoutGrad) {
   const Tensor y = run_fused(m);
   autograd::backward({y}, {Tensor::randn(y.shape(), 701)});
   EXPECT_FALSE(m.x.grad().defined());
-  EXPECT_TRUE(m.w1.grad().defined() && m.b1.grad().defined() && m.w2.grad().defined() && m.b2.grad().defined());
+  EXPECT_TRUE(m.w1.grad().defined() && m.b1.grad().defined() && m.w2.grad().defined() &&
+              m.b2.grad().defined());
   autograd::NoGradGuard no_grad;
   EXPECT_FALSE(run_fused(m).requires_grad());
 }
@@ -344,12 +346,13 @@ TEST(MlpBf16, RejectsBadArgumentsNamingThem) {
             std::string::npos);
   EXPECT_NE(message([&] { ops::mlp_bf16(m.x, m.w1, m.b2, m.w2, m.b2); }).find("fc_bias has shape"),
             std::string::npos);
-  EXPECT_NE(message([&] { ops::mlp_bf16(Tensor::randn({3, 5}, 1), m.w1, m.b1, m.w2, m.b2); })
-                .find("expects a last dimension of 4"),
+  EXPECT_NE(message([&] {
+              ops::mlp_bf16(Tensor::randn({3, 5}, 1), m.w1, m.b1, m.w2, m.b2);
+            }).find("expects a last dimension of 4"),
             std::string::npos);
-  EXPECT_NE(message([&] { ops::mlp_bf16(m.x, Tensor::randn({0, 4}, 1), Tensor(), Tensor::randn({4, 0}, 2),
-                                        Tensor()); })
-                .find("zero-size feature dimension"),
+  EXPECT_NE(message([&] {
+              ops::mlp_bf16(m.x, Tensor::randn({0, 4}, 1), Tensor(), Tensor::randn({4, 0}, 2), Tensor());
+            }).find("zero-size feature dimension"),
             std::string::npos);
 }
 
@@ -386,11 +389,14 @@ TEST(MlpBf16, GptMlpBlockFusesUnderBf16AndIsUnchangedInFloat32) {
                                    block.proj->weight, block.proj->bias);
   EXPECT_EQ(block.forward(x).to_double_vector(), plain.to_double_vector()) << "float32 changed";
   ops::Bf16Compute on;
-  const Tensor fused = ops::mlp_bf16(x, block.fc->weight, block.fc->bias, block.proj->weight, block.proj->bias);
-  EXPECT_EQ(block.forward(x).to_double_vector(), fused.to_double_vector()) << "bf16 did not take the fused op";
+  const Tensor fused =
+      ops::mlp_bf16(x, block.fc->weight, block.fc->bias, block.proj->weight, block.proj->bias);
+  EXPECT_EQ(block.forward(x).to_double_vector(), fused.to_double_vector())
+      << "bf16 did not take the fused op";
   // a forward hook on a child (ZeRO-2 waits for its gathers there) must run: the unfused path
   int hook_runs = 0;
-  block.fc->add_forward_hooks(&hook_runs, [&](nn::Module&) { ++hook_runs; }, nullptr);
+  block.fc->add_forward_hooks(
+      &hook_runs, [&](nn::Module&) { ++hook_runs; }, nullptr);
   const Tensor unfused = ops::linear(ops::gelu(ops::linear(x, block.fc->weight, block.fc->bias)),
                                      block.proj->weight, block.proj->bias);
   EXPECT_EQ(block.forward(x).to_double_vector(), unfused.to_double_vector());
