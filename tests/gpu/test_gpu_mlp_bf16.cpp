@@ -10,8 +10,9 @@
 //     gradients pass through up to three such rounded GEMMs: 1e-2 is about 2.5 ulps of the largest value.
 //   - cuBLASLt's GELU epilogue is GPT-2's tanh form, not the erf form: exact pre-activations at z = -4..-2,
 //     where the two differ by tens of bf16 ulps, come out within one ulp of the tanh form (forward, and
-//     the derivative through the DGELU_BGRAD bias gradient).
-// Skips with "skipped: no GPU".
+//     the derivative through the DGELU_BGRAD bias gradient); the same check runs on the CPU emulation
+//     without a GPU, so that its expectations are known to hold for the tanh form.
+// The GPU tests skip with "skipped: no GPU".
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -64,15 +65,6 @@ std::vector<Tensor> make_inputs(const Case& c, bool bias, uint64_t seed, Device 
   if (err <= tol * scale) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure() << "max error " << err << " > " << tol << " * max |cpu| " << scale;
 }
-double gelu_tanh64(double z) {
-  return 0.5 * z * (1 + std::tanh(0.7978845608028654 * (z + 0.044715 * z * z * z)));
-}
-double gelu_erf64(double z) { return 0.5 * z * (1 + std::erf(z / std::sqrt(2.0))); }
-double bf16_ulp(double v) {  // the spacing of bf16 values at |v| (8 significant bits)
-  int e = 0;
-  std::frexp(v, &e);
-  return std::ldexp(1.0, e - 8);
-}
 }  // namespace
 #endif
 
@@ -122,9 +114,18 @@ TEST(GpuMlpBf16, MatchesTheCpuEmulationOnFusedAndFallbackShapes) {
 #endif
 }
 
-TEST(GpuMlpBf16, CublasLtGeluEpilogueIsTheTanhForm) {
-  DDP_SKIP_WITHOUT_GPU();
-#ifdef DDP_WITH_CUDA
+namespace {
+double gelu_tanh64(double z) {
+  return 0.5 * z * (1 + std::tanh(0.7978845608028654 * (z + 0.044715 * z * z * z)));
+}
+double gelu_erf64(double z) { return 0.5 * z * (1 + std::erf(z / std::sqrt(2.0))); }
+double bf16_ulp(double v) {  // the spacing of bf16 values at |v| (8 significant bits)
+  int e = 0;
+  std::frexp(v, &e);
+  return std::ldexp(1.0, e - 8);
+}
+// Runs the check on `dev`; on a GPU the fused path must have run.
+void expect_tanh_form_gelu(Device dev) {
   // One row x = e_0 (in = 8), fc_W's first column = z (bf16 values), no bias: pre = z exactly. proj_W = I:
   // y = bf16(gelu(z)) exactly. Upstream gradient 1: dh = 1, d_pre = bf16(gelu'(z)), dfc_b = d_pre.
   const std::vector<double> z = {-4.0, -3.75, -3.5, -3.25, -3.0, -2.75, -2.5, -2.25,
@@ -136,32 +137,46 @@ TEST(GpuMlpBf16, CublasLtGeluEpilogueIsTheTanhForm) {
     w1[static_cast<size_t>(j * in)] = z[static_cast<size_t>(j)];
     w2[static_cast<size_t>(j * hidden + j)] = 1;
   }
-  const Device gpu = Device::cuda(0);
   auto leaf = [&](const std::vector<double>& v, const Shape& s) {
-    Tensor t = Tensor::from_vector(v, s).to(gpu);
+    Tensor t = Tensor::from_vector(v, s).to(dev);
     t.set_requires_grad(true);
     return t;
   };
   Tensor tx = leaf(x, {1, in}), tw1 = leaf(w1, {hidden, in}),
          tb1 = leaf(std::vector<double>(hidden, 0.0), {hidden});
   Tensor tw2 = leaf(w2, {hidden, hidden});
+#ifdef DDP_WITH_CUDA
   const auto before = kernels::cuda::mlp_bf16_path_counts();
+#endif
   const Tensor y = ops::mlp_bf16(tx, tw1, tb1, tw2, Tensor());
-  autograd::backward({y}, {Tensor::from_vector(std::vector<double>(hidden, 1.0), {1, hidden}).to(gpu)});
+  autograd::backward({y}, {Tensor::from_vector(std::vector<double>(hidden, 1.0), {1, hidden}).to(dev)});
+#ifdef DDP_WITH_CUDA
   const auto after = kernels::cuda::mlp_bf16_path_counts();
-  ASSERT_EQ(after.fused - before.fused, 2) << "the test must run cuBLASLt's GELU_AUX_BIAS and DGELU_BGRAD";
+  if (dev.is_cuda()) {
+    ASSERT_EQ(after.fused - before.fused, 2) << "the test must run cuBLASLt's GELU_AUX_BIAS and DGELU_BGRAD";
+  }
+#endif
   const std::vector<double> h = y.to(Device::cpu()).to_double_vector();
   const std::vector<double> dz = tb1.grad().to(Device::cpu()).to_double_vector();
   for (size_t j = 0; j < z.size(); ++j) {
     const double zj = z[j], tanh_form = gelu_tanh64(zj), erf_form = gelu_erf64(zj);
     EXPECT_LE(std::abs(h[j] - tanh_form), bf16_ulp(tanh_form))
         << "gelu(" << zj << ") = " << h[j] << ", tanh form " << tanh_form;
-    if (std::abs(erf_form - tanh_form) > 4 * bf16_ulp(tanh_form))
+    if (std::abs(erf_form - tanh_form) > 4 * bf16_ulp(tanh_form)) {
       EXPECT_GT(std::abs(h[j] - erf_form), 2 * bf16_ulp(tanh_form)) << "gelu(" << zj << ") is the erf form";
+    }
     const double h0 = 1e-4;  // the tanh form's derivative by central difference in float64
     const double d_tanh = (gelu_tanh64(zj + h0) - gelu_tanh64(zj - h0)) / (2 * h0);
     EXPECT_LE(std::abs(dz[j] - d_tanh), 2 * bf16_ulp(d_tanh) + 1e-6)
         << "gelu'(" << zj << ") = " << dz[j] << ", tanh form " << d_tanh;
   }
-#endif
+}
+}  // namespace
+
+// The check's expectations hold for the CPU emulation (so a GPU failure is about cuBLASLt's GELU).
+TEST(GpuMlpBf16, TanhFormCheckPassesOnTheCpuEmulation) { expect_tanh_form_gelu(Device::cpu()); }
+
+TEST(GpuMlpBf16, CublasLtGeluEpilogueIsTheTanhForm) {
+  DDP_SKIP_WITHOUT_GPU();
+  expect_tanh_form_gelu(Device::cuda(0));
 }
