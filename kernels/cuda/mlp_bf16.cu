@@ -9,12 +9,15 @@
 // w (n, hidden) is column-major dh^T (hidden, rows) = op_N(w^T: hidden x n, ld hidden) op_N(g^T: n x rows,
 // ld n), and DGELU_BGRAD's bias gradient (length = D's rows, hidden) sums over the rows of the batch.
 //
-// Types: A, B, D, the aux matrix, the bias and the bias gradient bf16 (cublasLt.h: the bias vector has D's
-// type except for int8 and fp8 kernels, the bias gradient C's, so CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE stays
-// at its default); compute and scale float32 (CUBLAS_COMPUTE_32F). Workspace: 32 MiB from the stream-ordered
-// pool per call (StreamScratch: cudaMallocAsync reuses the pool's memory, so after the first call no memory
-// is allocated). The cuBLASLt handle is the thread's cuBLAS handle (a cublasHandle_t is a valid
-// cublasLtHandle_t, per cuBLAS's docs).
+// Types: A, B, D, the aux matrix, the bias and the bias gradient bf16 (cublasLt.h: the aux matrix, the bias
+// vector and the bias gradient have D's / C's type except for int8 and fp8 kernels, so
+// CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE and _BIAS_DATA_TYPE stay at their defaults); compute and scale
+// float32 (CUBLAS_COMPUTE_32F). Workspace: 32 MiB from the stream-ordered pool per call (StreamScratch:
+// cudaMallocAsync reuses the pool's memory, so after the first call no memory is allocated). The cuBLASLt
+// handle is the thread's cuBLAS handle (cuBLAS's docs: a cublasHandle_t encapsulates a cuBLASLt handle and
+// may be cast to one; PyTorch does the same). Every cuBLASLt call returns a cublasStatus_t and is checked
+// with DDP_CUBLAS_CHECK (file:line, the call and the status name); a heuristic that finds no algorithm is an
+// error naming the epilogue, the shape and the fix.
 #include <cublasLt.h>
 
 #include <atomic>
@@ -96,7 +99,6 @@ void lt_gelu_matmul(cublasLtEpilogue_t epilogue, bool trans_a, int64_t m, int64_
   desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue);
   desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux);
   desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, m);
-  desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, static_cast<int32_t>(CUDA_R_16BF));
   if (bias) {
     desc.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
   }
