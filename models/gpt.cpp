@@ -41,12 +41,16 @@ MLPBlock::MLPBlock(const GPTConfig& c) {
   gpt2_init(*fc, 0.02);
   gpt2_init(*proj, 0.02 / std::sqrt(2.0 * c.n_layer));
 }
-// bf16 compute: one fused op (runtime/ops/mlp_bf16.h), unless fc or proj has forward hooks (ZeRO-2 or a
-// ZeRO-3 unit inside the MLP) that must run around their own forward. float32 / float64: as written.
+// bf16 compute: one fused op (runtime/ops/mlp_bf16.h) after fc's and proj's forward pre-hooks (ZeRO-2 waits
+// for their parameters' gathers there); unfused while either has a post-hook (a ZeRO-3 unit inside the MLP,
+// which needs its own output). float32 / float64: as written.
 Tensor MLPBlock::forward(const Tensor& x) {
-  if (ops::use_bf16_compute(x) && ops::mlp_bf16_supports(x.device()) && !fc->has_forward_hooks() &&
-      !proj->has_forward_hooks())
+  if (ops::use_bf16_compute(x) && ops::mlp_bf16_supports(x.device()) && !fc->has_forward_post_hooks() &&
+      !proj->has_forward_post_hooks()) {
+    fc->run_forward_pre_hooks();
+    proj->run_forward_pre_hooks();
     return ops::mlp_bf16(x, fc->weight, fc->bias, proj->weight, proj->bias);
+  }
   return (*proj)(ops::gelu((*fc)(x)));
 }
 

@@ -1,6 +1,7 @@
 // module.cpp - parameter/buffer registration and traversal, device/dtype moves, init seeding.
 #include "runtime/nn/module.h"
 
+#include <algorithm>
 #include <random>
 #include <unordered_set>
 
@@ -23,6 +24,16 @@ void Module::add_forward_hooks(const void* owner, ForwardPreHook pre, ForwardPos
 
 void Module::remove_forward_hooks(const void* owner) {
   std::erase_if(forward_hooks_, [owner](const ForwardHooks& h) { return h.owner == owner; });
+}
+
+bool Module::has_forward_post_hooks() const {
+  return std::any_of(forward_hooks_.begin(), forward_hooks_.end(),
+                     [](const ForwardHooks& h) { return bool(h.post); });
+}
+
+void Module::run_forward_pre_hooks() {
+  for (auto& h : forward_hooks_)
+    if (h.pre) h.pre(*this);
 }
 
 Tensor Module::forward_with_hooks(const Tensor& x) {

@@ -41,9 +41,11 @@ class Module {
   using ForwardPostHook = std::function<Tensor(Module&, const Tensor& output)>;
   void add_forward_hooks(const void* owner, ForwardPreHook pre, ForwardPostHook post);
   void remove_forward_hooks(const void* owner);
-  // Whether any forward hooks are set (a parent that fuses this module's computation into its own op must
-  // run the module through operator() instead while hooks are set: ZeRO's gathers wait in them).
-  bool has_forward_hooks() const { return !forward_hooks_.empty(); }
+  // For a parent that fuses this module's computation into an op of its own instead of calling it
+  // (models/gpt.cpp MLPBlock): it runs the pre-hooks itself (ZeRO-2 waits for its gathers there), which is
+  // only right while no hook has a post part (that one needs the module's own output: ZeRO-3's units).
+  bool has_forward_post_hooks() const;
+  void run_forward_pre_hooks();
 
   // All parameters / buffers of this module and its children, depth first in registration order.
   std::vector<NamedTensor> named_parameters() const;

@@ -393,13 +393,25 @@ TEST(MlpBf16, GptMlpBlockFusesUnderBf16AndIsUnchangedInFloat32) {
       ops::mlp_bf16(x, block.fc->weight, block.fc->bias, block.proj->weight, block.proj->bias);
   EXPECT_EQ(block.forward(x).to_double_vector(), fused.to_double_vector())
       << "bf16 did not take the fused op";
-  // a forward hook on a child (ZeRO-2 waits for its gathers there) must run: the unfused path
-  int hook_runs = 0;
+  // a child's forward pre-hook (ZeRO-2 waits for its gathers there) runs, and the op stays fused
+  int pre_runs = 0, post_runs = 0;
   block.fc->add_forward_hooks(
-      &hook_runs, [&](nn::Module&) { ++hook_runs; }, nullptr);
+      &pre_runs, [&](nn::Module&) { ++pre_runs; }, nullptr);
+  block.proj->add_forward_hooks(
+      &pre_runs, [&](nn::Module&) { ++pre_runs; }, nullptr);
+  EXPECT_EQ(block.forward(x).to_double_vector(), fused.to_double_vector());
+  EXPECT_EQ(pre_runs, 2);
+  // a post-hook (a ZeRO-3 unit inside the MLP) needs the child's own output: the unfused path
+  block.proj->add_forward_hooks(&post_runs, nullptr, [&](nn::Module&, const Tensor& y) {
+    ++post_runs;
+    return y;
+  });
   const Tensor unfused = ops::linear(ops::gelu(ops::linear(x, block.fc->weight, block.fc->bias)),
                                      block.proj->weight, block.proj->bias);
   EXPECT_EQ(block.forward(x).to_double_vector(), unfused.to_double_vector());
-  EXPECT_EQ(hook_runs, 1);
-  block.fc->remove_forward_hooks(&hook_runs);
+  EXPECT_EQ(pre_runs, 4);
+  EXPECT_EQ(post_runs, 1);
+  block.fc->remove_forward_hooks(&pre_runs);
+  block.proj->remove_forward_hooks(&pre_runs);
+  block.proj->remove_forward_hooks(&post_runs);
 }
