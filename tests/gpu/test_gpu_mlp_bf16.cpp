@@ -39,7 +39,7 @@ namespace {
 struct Case {
   Shape x;
   int64_t hidden, out;
-  bool fused;  // whether both GELU GEMMs should take cuBLASLt's epilogues
+  bool fused_forward, fused_backward;  // whether each GELU GEMM should take cuBLASLt's epilogue
 };
 
 std::vector<Tensor> make_inputs(const Case& c, bool bias, uint64_t seed, Device dev) {
@@ -72,15 +72,15 @@ TEST(GpuMlpBf16, MatchesTheCpuEmulationOnFusedAndFallbackShapes) {
   DDP_SKIP_WITHOUT_GPU();
 #ifdef DDP_WITH_CUDA
   const Case cases[] = {
-      {{4, 16, 64}, 256, 64, true},     // GPT-like (d_model 64)
-      {{8, 64, 256}, 1024, 256, true},  // 512 rows, d_model 256
-      {{1, 8}, 32, 8, true},            // one row
-      {{3, 7, 16}, 24, 16, true},       // 21 rows (odd), hidden 24
-      {{7, 5}, 20, 5, false},           // odd features: every leading dimension off the multiple of 8
-      {{13, 3}, 7, 11, false},          // primes
-      {{5, 16}, 20, 16, false},         // aux leading dimension 20
-      {{9, 12}, 32, 8, false},          // x leading dimension 12
-      {{0, 16}, 32, 16, false},         // zero rows: nothing to multiply
+      {{4, 16, 64}, 256, 64, true, true},     // GPT-like (d_model 64)
+      {{8, 64, 256}, 1024, 256, true, true},  // 512 rows, d_model 256
+      {{1, 8}, 32, 8, true, true},            // one row
+      {{3, 7, 16}, 24, 16, true, true},       // 21 rows (odd), hidden 24
+      {{7, 5}, 20, 5, false, false},          // odd features: leading dimensions off the multiple of 8
+      {{13, 3}, 7, 11, false, false},         // primes
+      {{5, 16}, 20, 16, false, false},        // aux leading dimension 20 (both GEMMs)
+      {{9, 12}, 32, 8, false, true},          // x's leading dimension 12: only the forward falls back
+      {{0, 16}, 32, 16, false, false},        // zero rows: nothing to multiply
   };
   uint64_t seed = 1000;
   for (const Case& c : cases)
@@ -100,9 +100,9 @@ TEST(GpuMlpBf16, MatchesTheCpuEmulationOnFusedAndFallbackShapes) {
       const auto after = kernels::cuda::mlp_bf16_path_counts();
       const int64_t rows = y_cpu.numel() / c.out;
       if (rows > 0) {
-        EXPECT_EQ(after.fused - before.fused, c.fused ? 2 : 0) << "forward and backward on cuBLASLt";
-        EXPECT_EQ(after.fallback - before.fallback, c.fused ? 0 : 2)
-            << "forward and backward on the fallback";
+        const int fused = int(c.fused_forward) + int(c.fused_backward);
+        EXPECT_EQ(after.fused - before.fused, fused) << "GEMMs on cuBLASLt's epilogues";
+        EXPECT_EQ(after.fallback - before.fallback, 2 - fused) << "GEMMs on the fallback";
       }
       const char* names[] = {"dx", "dfc_W", "dfc_b", "dproj_W", "dproj_b"};
       for (size_t i = 0; i < cpu.size(); ++i) {
