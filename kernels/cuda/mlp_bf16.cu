@@ -12,12 +12,12 @@
 // Types: A, B, D, the aux matrix, the bias and the bias gradient bf16 (cublasLt.h: the aux matrix, the bias
 // vector and the bias gradient have D's / C's type except for int8 and fp8 kernels, so
 // CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE and _BIAS_DATA_TYPE stay at their defaults); compute and scale
-// float32 (CUBLAS_COMPUTE_32F). Workspace: 32 MiB from the stream-ordered pool per call (StreamScratch:
-// cudaMallocAsync reuses the pool's memory, so after the first call no memory is allocated). The cuBLASLt
-// handle is the thread's cuBLAS handle (cuBLAS's docs: a cublasHandle_t encapsulates a cuBLASLt handle and
-// may be cast to one; PyTorch does the same). Every cuBLASLt call returns a cublasStatus_t and is checked
-// with DDP_CUBLAS_CHECK (file:line, the call and the status name); a heuristic that finds no algorithm is an
-// error naming the epilogue, the shape and the fix.
+// float32 (CUBLAS_COMPUTE_32F). Workspace: 32 MiB per call from the caller's WorkspaceFn (the ops': the
+// caching allocator, so after the first call no device memory is allocated), the heuristic told that size.
+// The cuBLASLt handle is the thread's cuBLAS handle (cuBLAS's docs: a cublasHandle_t encapsulates a cuBLASLt
+// handle and may be cast to one; PyTorch does the same). Every cuBLASLt call returns a cublasStatus_t and is
+// checked with DDP_CUBLAS_CHECK (file:line, the call and the status name); a heuristic that finds no
+// algorithm is an error naming the epilogue, the shape and the fix.
 #include <cublasLt.h>
 
 #include <atomic>
@@ -91,7 +91,8 @@ const char* epilogue_name(cublasLtEpilogue_t e) {
 // D (m, n) = op(A) op(B) with `epilogue` (everything column-major bf16; C = D with beta = 0); aux: the bf16
 // GELU input matrix (m, n), ld m; bias: bf16 of length m (forward: added; backward: the gradient).
 void lt_gelu_matmul(cublasLtEpilogue_t epilogue, bool trans_a, int64_t m, int64_t n, int64_t k, const void* A,
-                    int64_t lda, const void* B, int64_t ldb, void* D, void* aux, void* bias) {
+                    int64_t lda, const void* B, int64_t ldb, void* D, void* aux, void* bias,
+                    const WorkspaceFn& workspace) {
   LtMatmulDesc desc;
   const cublasOperation_t ta = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = CUBLAS_OP_N;
   desc.set(CUBLASLT_MATMUL_DESC_TRANSA, ta);
@@ -116,11 +117,10 @@ void lt_gelu_matmul(cublasLtEpilogue_t epilogue, bool trans_a, int64_t m, int64_
              "). The shapes passed kernels/cuda/mlp_bf16_plan.h's checks; tighten them (gelu_linear_fuses / "
              "dgelu_matmul_fuses) so that this case takes the unfused kernels, and report the shape");
   DDP_CUBLAS_CHECK(st);
-  StreamScratch workspace(kLtWorkspaceBytes);
+  void* ws = workspace(kLtWorkspaceBytes);
   const float alpha = 1.f, beta = 0.f;
   DDP_CUBLAS_CHECK(cublasLtMatmul(lt, desc.desc, &alpha, A, a.layout, B, b.layout, &beta, D, d.layout, D,
-                                  d.layout, &algo.algo, workspace.ptr, kLtWorkspaceBytes,
-                                  ddp::cuda::current_stream()));
+                                  d.layout, &algo.algo, ws, kLtWorkspaceBytes, ddp::cuda::current_stream()));
   fused_calls.fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -145,18 +145,17 @@ __global__ void dgelu_kernel(float* acc, const BFloat16* pre, BFloat16* d_pre, i
 }  // namespace
 
 void gelu_linear_bf16(int64_t rows, int64_t out, int64_t in, const BFloat16* x, const BFloat16* w,
-                      const BFloat16* bias, BFloat16* hidden, BFloat16* pre) {
+                      const BFloat16* bias, BFloat16* hidden, BFloat16* pre, const WorkspaceFn& workspace) {
   if (rows == 0 || out == 0) return;
   DDP_CHECK(in > 0,
             "cuda gelu_linear_bf16: in = 0 (an empty sum) is not supported; ops::mlp_bf16 refuses it");
   if (gelu_linear_fuses(rows, out, in, x, w, bias, hidden, pre)) {
     lt_gelu_matmul(bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX, true, out, rows, in,
-                   w, in, x, in, hidden, pre, const_cast<BFloat16*>(bias));
+                   w, in, x, in, hidden, pre, const_cast<BFloat16*>(bias), workspace);
     return;
   }
   const int64_t n = rows * out;
-  StreamScratch acc(static_cast<size_t>(n) * sizeof(float));
-  float* pacc = static_cast<float*>(acc.ptr);
+  float* pacc = static_cast<float*>(workspace(static_cast<size_t>(n) * sizeof(float)));
   gemm_bf16(false, true, 1, rows, out, in, 1.f, x, 0, w, 0, 0.f, pacc, 0);
   gelu_bias_kernel<<<grid_for(n), kBlock, 0, ddp::cuda::current_stream()>>>(pacc, bias, out, hidden, pre, n);
   DDP_CUDA_CHECK_LAUNCH();
@@ -164,7 +163,7 @@ void gelu_linear_bf16(int64_t rows, int64_t out, int64_t in, const BFloat16* x, 
 }
 
 void dgelu_matmul_bf16(int64_t rows, int64_t hidden, int64_t n, const BFloat16* g, const BFloat16* w,
-                       const BFloat16* pre, BFloat16* d_pre, BFloat16* d_bias) {
+                       const BFloat16* pre, BFloat16* d_pre, BFloat16* d_bias, const WorkspaceFn& workspace) {
   if (hidden == 0) return;
   if (rows == 0) {
     if (d_bias)
@@ -175,19 +174,18 @@ void dgelu_matmul_bf16(int64_t rows, int64_t hidden, int64_t n, const BFloat16* 
   DDP_CHECK(n > 0, "cuda dgelu_matmul_bf16: n = 0 (an empty sum) is not supported; ops::mlp_bf16 refuses it");
   if (dgelu_matmul_fuses(rows, hidden, n, g, w, pre, d_pre, d_bias)) {
     lt_gelu_matmul(d_bias ? CUBLASLT_EPILOGUE_DGELU_BGRAD : CUBLASLT_EPILOGUE_DGELU, false, hidden, rows, n,
-                   w, hidden, g, n, d_pre, const_cast<BFloat16*>(pre), d_bias);
+                   w, hidden, g, n, d_pre, const_cast<BFloat16*>(pre), d_bias, workspace);
     return;
   }
   const int64_t count = rows * hidden;
-  StreamScratch acc(static_cast<size_t>(count) * sizeof(float));
-  float* pacc = static_cast<float*>(acc.ptr);
+  float* pacc = static_cast<float*>(workspace(static_cast<size_t>(count) * sizeof(float)));
   gemm_bf16(false, false, 1, rows, hidden, n, 1.f, g, 0, w, 0, 0.f, pacc, 0);
   dgelu_kernel<<<grid_for(count), kBlock, 0, ddp::cuda::current_stream()>>>(pacc, pre, d_pre, count);
   DDP_CUDA_CHECK_LAUNCH();
   if (d_bias) {  // float32 column sums, then rounded
-    StreamScratch sums(static_cast<size_t>(hidden) * sizeof(float));
-    sum_middle<float, float>(pacc, 1, rows, hidden, static_cast<float*>(sums.ptr), 1.0);
-    to_bf16(static_cast<const float*>(sums.ptr), d_bias, hidden);
+    float* sums = static_cast<float*>(workspace(static_cast<size_t>(hidden) * sizeof(float)));
+    sum_middle<float, float>(pacc, 1, rows, hidden, sums, 1.0);
+    to_bf16(sums, d_bias, hidden);
   }
   fallback_calls.fetch_add(1, std::memory_order_relaxed);
 }

@@ -4,18 +4,21 @@
 // CUBLASLT_EPILOGUE_GELU_AUX_BIAS (hidden in bf16, the pre-activation as the bf16 aux matrix) and
 // CUBLASLT_EPILOGUE_DGELU_BGRAD (d_pre and the bias gradient in bf16). Otherwise a cuBLAS bf16 GEMM
 // into float32 and a kernel running kernels/cpu/mlp_bf16_epilogue.h's functions (column sums from reduce.h).
+// Scratch memory (cuBLASLt's 32 MiB workspace, the fallback's float32 accumulator) comes from `workspace`
+// (kernels/cuda/workspace.h; the op passes the caching allocator's, runtime/ops/cuda_workspace.h).
 #pragma once
 #include <cstdint>
 
+#include "kernels/cuda/workspace.h"
 #include "runtime/core/dtype.h"
 
 namespace ddp::kernels::cuda {
 
 void gelu_linear_bf16(int64_t rows, int64_t out, int64_t in, const BFloat16* x, const BFloat16* w,
-                      const BFloat16* bias, BFloat16* hidden, BFloat16* pre);
+                      const BFloat16* bias, BFloat16* hidden, BFloat16* pre, const WorkspaceFn& workspace);
 
 void dgelu_matmul_bf16(int64_t rows, int64_t hidden, int64_t n, const BFloat16* g, const BFloat16* w,
-                       const BFloat16* pre, BFloat16* d_pre, BFloat16* d_bias);
+                       const BFloat16* pre, BFloat16* d_pre, BFloat16* d_bias, const WorkspaceFn& workspace);
 
 // How many calls took the cuBLASLt epilogue and how many the fallback, in this process (the GPU tests check
 // that the case they mean to test ran).

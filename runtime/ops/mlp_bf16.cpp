@@ -8,6 +8,7 @@
 #include "kernels/cpu/mlp_bf16.h"
 #include "kernels/cpu/reduce.h"
 #include "runtime/autograd/node.h"
+#include "runtime/ops/bf16_weight_cast.h"
 #include "runtime/ops/device_kernel.h"
 #include "runtime/ops/mixed_precision.h"
 #ifdef DDP_WITH_CUDA
@@ -15,17 +16,43 @@
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/mlp_bf16.h"
 #include "kernels/cuda/reduce.h"
+#include "runtime/ops/cuda_workspace.h"
 #endif
 
 namespace ddp::ops {
 namespace {
 
-// The weights' bf16 copies; one place, so that a once-per-step weight cache can replace it.
-Tensor weight_as_bf16(const Tensor& w) { return to_bf16(w); }
+// The weights' bf16 copies (fc's bias included): once per optimizer step inside the training step's
+// Bf16WeightCast scope (bf16_weight_cast.h), else converted on every call.
+Tensor weight_as_bf16(const Tensor& w) { return bf16_weight(w); }
 
 const BFloat16* bf(const Tensor& t) { return t.data<BFloat16>(); }
 BFloat16* bf_mut(Tensor& t) { return t.data<BFloat16>(); }
 const BFloat16* bf_or_null(const Tensor& t) { return t.defined() ? t.data<BFloat16>() : nullptr; }
+
+// The GELU GEMMs of kernels/{cpu,cuda}/mlp_bf16 on `dev`; CUDA gets the caching allocator's scratch.
+void gelu_linear_on(Device dev, int64_t rows, int64_t out, int64_t in, const BFloat16* x, const BFloat16* w,
+                    const BFloat16* bias, BFloat16* hidden, BFloat16* pre) {
+#ifdef DDP_WITH_CUDA
+  if (dev.is_cuda()) {
+    CudaWorkspace ws{dev, {}};
+    return kernels::cuda::gelu_linear_bf16(rows, out, in, x, w, bias, hidden, pre, ws.fn());
+  }
+#endif
+  check_device_built("mlp_bf16", dev);
+  kernels::cpu::gelu_linear_bf16(rows, out, in, x, w, bias, hidden, pre);
+}
+void dgelu_matmul_on(Device dev, int64_t rows, int64_t hidden, int64_t n, const BFloat16* g,
+                     const BFloat16* w, const BFloat16* pre, BFloat16* d_pre, BFloat16* d_bias) {
+#ifdef DDP_WITH_CUDA
+  if (dev.is_cuda()) {
+    CudaWorkspace ws{dev, {}};
+    return kernels::cuda::dgelu_matmul_bf16(rows, hidden, n, g, w, pre, d_pre, d_bias, ws.fn());
+  }
+#endif
+  check_device_built("mlp_bf16", dev);
+  kernels::cpu::dgelu_matmul_bf16(rows, hidden, n, g, w, pre, d_pre, d_bias);
+}
 
 // C (M, N) float32 = op(A) op(B), A and B bf16 (K > 0), then rounded to bf16 values.
 Tensor rounded_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const Tensor& A, const Tensor& B,
@@ -67,8 +94,8 @@ struct MlpBf16Backward final : autograd::Node {
     if (wants(0) || wants(1) || wants(2)) {
       Tensor d_pre = Tensor::empty({rows, hidden_f}, DType::BF16, dev);
       Tensor dfc_b = wants(2) ? Tensor::empty({hidden_f}, DType::BF16, dev) : Tensor();  // rounded sums
-      DDP_KERNEL(dev, dgelu_matmul_bf16, rows, hidden_f, out, bf(g), bf(proj_wb), bf(pre), bf_mut(d_pre),
-                 wants(2) ? bf_mut(dfc_b) : nullptr);
+      dgelu_matmul_on(dev, rows, hidden_f, out, bf(g), bf(proj_wb), bf(pre), bf_mut(d_pre),
+                      wants(2) ? bf_mut(dfc_b) : nullptr);
       if (wants(2)) out_grads[2] = dfc_b.to(DType::F32);
       if (wants(1))  // dfc_W (hidden, in) = d_pre^T xb
         out_grads[1] = rounded_gemm(true, false, hidden_f, in, rows, d_pre, xb, {hidden_f, in});
@@ -136,8 +163,7 @@ Tensor mlp_bf16(const Tensor& x, const Tensor& fc_weight, const Tensor& fc_bias,
   const Tensor fc_bb = fc_bias.defined() ? weight_as_bf16(fc_bias) : Tensor();  // cuBLASLt's bias is bf16
   Tensor hidden = Tensor::empty({rows, hidden_f}, DType::BF16, dev);
   Tensor pre = Tensor::empty({rows, hidden_f}, DType::BF16, dev);
-  DDP_KERNEL(dev, gelu_linear_bf16, rows, hidden_f, in, bf(xb), bf(fc_wb), bf_or_null(fc_bb), bf_mut(hidden),
-             bf_mut(pre));
+  gelu_linear_on(dev, rows, hidden_f, in, bf(xb), bf(fc_wb), bf_or_null(fc_bb), bf_mut(hidden), bf_mut(pre));
   // y = bf16(hidden proj_W^T + proj_b): the bias in float32 inside the GEMM (beta = 1), as linear_bf16
   Tensor y = Tensor::empty(y_shape, DType::F32, dev);
   if (rows > 0) {
