@@ -358,8 +358,11 @@ bench() {  # label, seconds, bench_e2e args...
   if [ "$rc" -ne 0 ]; then
     row "$label" "FAIL: $(gc_rc_text "$rc" "$lim") ($log): $(grep -v '^ ' "$WORK/$log" | tail -1)"; return
   fi
-  local m loss mem
+  local m loss mem attn
   m="$(medians 'step \(|tokens/s|exposed|MFU|used-map' <"$WORK/$log")"
+  # bf16 rows: which attention ran (cuDNN's fused one, or the materialising kernels and why)
+  attn="$(grep -m1 '^  bf16 attention:' "$WORK/$log" | sed 's/^ *//')"
+  [ -n "$attn" ] && m="$m; $attn"
   loss="$(gc_loss_verdict "$WORK/$log")"
   mem="$(gc_device_memory "$WORK/$log")"
   STEP_MS[$label]="$(medians 'step \(' <"$WORK/$log" | awk '{print $NF}')"
