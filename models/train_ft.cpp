@@ -49,6 +49,11 @@ int env_int(const char* name, int fallback) {
   return static_cast<int>(integer_from_env(name, 0, 1 << 30, "a non-negative whole number").value_or(fallback));
 }
 
+// The collective timeout of each epoch's process group (DDP_COLLECTIVE_TIMEOUT_S, default 60 s).
+std::chrono::milliseconds collective_timeout() {
+  return std::chrono::seconds(env_int("DDP_COLLECTIVE_TIMEOUT_S", 60));
+}
+
 // The run's record (FtRunOptions::log_dir): one file per process, each line written with one write() on an
 // O_APPEND descriptor, so a process killed with SIGKILL leaves every line it wrote before.
 class FtRecord {
@@ -276,7 +281,7 @@ void FtTrainer::set_group(std::shared_ptr<dist::ProcessGroup> pg, int64_t epoch)
 void FtTrainer::wait_for_members(const dist::ft::Membership& m) {
   const std::string base = "ft/here/" + std::to_string(m.epoch) + "/";
   store_->set(base + std::to_string(slot_), "1");
-  const auto wait = std::max(std::chrono::milliseconds(30000), 10 * deadline_);
+  const auto wait = dist::ft::member_arrival_wait(deadline_, collective_timeout());
   const auto limit = Clock::now() + wait;
   for (const auto& member : m.members) {
     while (!store_->try_get(base + std::to_string(member.slot))) {
@@ -336,7 +341,7 @@ void FtTrainer::recover(const dist::ft::Membership& m) {
   e.local_rank = std::min(env_.local_rank, e.local_world_size - 1);
   dist::ProcessGroupOptions po;
   po.name = dist::ft::group_name_of_epoch(m.epoch);
-  po.timeout = std::chrono::seconds(env_int("DDP_COLLECTIVE_TIMEOUT_S", 60));
+  po.timeout = collective_timeout();
   auto pg = dist::new_process_group(e, store_, backend_, po);
   set_group(pg, m.epoch);
   sync_state(*pg, m.epoch);

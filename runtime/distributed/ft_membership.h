@@ -14,6 +14,8 @@
 // processes that held it (0 the first, +1 per replacement). A worker's rank in the group of epoch e is its
 // slot's index among the epoch's members, in slot order.
 #pragma once
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -75,6 +77,19 @@ inline std::string admit_key(int slot, int incarnation) {
 }
 inline const char* kAdmitted = "admitted";
 inline const char* kGaveUp = "gave-up";
+
+// How long the members of a new epoch wait for each other before giving up: at least 30 s and 10 heartbeat
+// deadlines, and longer than the old group's collective timeout. A member can be held inside an aborted
+// collective until that timeout: the Gloo of Debian 12 (2022-05 snapshot) fails the operations pending on a
+// pair when it is aborted, but not an unbound-buffer send already queued on it (a ring all-reduce's send to a
+// peer that stopped reading), whose waiter sleeps to the operation's own timeout; the others must still be
+// waiting when it gets out (seen once in FaultTolerance.Campaign, trial 46: rank 1 arrived after 60 s, the
+// others had given up at 30 s).
+inline std::chrono::milliseconds member_arrival_wait(std::chrono::milliseconds heartbeat_deadline,
+                                                     std::chrono::milliseconds collective_timeout) {
+  return std::max({std::chrono::milliseconds(30000), 10 * heartbeat_deadline,
+                   collective_timeout + std::chrono::milliseconds(10000)});
+}
 
 // The store name of the process group of epoch e (ProcessGroupOptions::name): each epoch's group has keys
 // of its own, so an aborted group's leftovers never meet the next one's.

@@ -293,3 +293,15 @@ TEST(ElasticSampler, EverySampleOnceAndWeightsGiveTheStepMeanForAnyWorldSequence
 
 }  // namespace
 }  // namespace ddp
+
+// The members of a new epoch wait for each other longer than the old group's collective timeout: one may be held
+// in an aborted Gloo send until then (ft_membership.h); and never less than 30 s or 10 heartbeat deadlines.
+TEST(FtMembership, MembersWaitLongerThanACollectiveCanHoldOne) {
+  using std::chrono::milliseconds;
+  using std::chrono::seconds;
+  EXPECT_EQ(ddp::dist::ft::member_arrival_wait(milliseconds(2000), seconds(60)), seconds(70));  // the defaults
+  EXPECT_GT(ddp::dist::ft::member_arrival_wait(milliseconds(2000), seconds(60)), seconds(60));
+  EXPECT_EQ(ddp::dist::ft::member_arrival_wait(milliseconds(100), seconds(4)), seconds(30));
+  EXPECT_EQ(ddp::dist::ft::member_arrival_wait(milliseconds(5000), seconds(4)), seconds(50));
+  EXPECT_EQ(ddp::dist::ft::member_arrival_wait(milliseconds(100), seconds(300)), seconds(310));
+}
