@@ -177,9 +177,7 @@ Tensor attention_cudnn(const Tensor& qkv, int64_t n_head) {
   return y;
 }
 #endif
-}  // namespace
 
-namespace {
 // DDP_CUDNN_ATTENTION=0 turns cuDNN's fused attention off (the materialising kernels instead).
 bool cudnn_attention_wanted() {
   const char* v = std::getenv("DDP_CUDNN_ATTENTION");
@@ -211,7 +209,8 @@ const char* bf16_attention_kernel(const Tensor& qkv, int64_t n_head) {
 // Called by ops::causal_self_attention after its checks.
 Tensor detail::attention_bf16(const Tensor& qkv, int64_t n_head) {
 #ifdef DDP_WITH_CUDA
-  if (std::strcmp(bf16_attention_kernel(qkv, n_head), "cudnn") == 0) return attention_cudnn(qkv, n_head);
+  if (bf16_attention_not_cudnn(qkv.device(), qkv.size(0), qkv.size(1), qkv.size(2) / 3, n_head).empty())
+    return attention_cudnn(qkv, n_head);
 #endif
   return bf16_round(attention_bf16_core(bf16_round(qkv), n_head));
 }

@@ -22,10 +22,6 @@
 namespace ddp::ops {
 namespace {
 
-// The weights' bf16 copies (fc's bias included): once per optimizer step inside the training step's
-// Bf16WeightCast scope (bf16_weight_cast.h), else converted on every call.
-Tensor weight_as_bf16(const Tensor& w) { return bf16_weight(w); }
-
 const BFloat16* bf(const Tensor& t) { return t.data<BFloat16>(); }
 BFloat16* bf_mut(Tensor& t) { return t.data<BFloat16>(); }
 const BFloat16* bf_or_null(const Tensor& t) { return t.defined() ? t.data<BFloat16>() : nullptr; }
@@ -159,8 +155,10 @@ Tensor mlp_bf16(const Tensor& x, const Tensor& fc_weight, const Tensor& fc_bias,
   Shape y_shape = x.shape();
   y_shape.back() = out;
 
-  const Tensor xb = to_bf16(x), fc_wb = weight_as_bf16(fc_weight), proj_wb = weight_as_bf16(proj_weight);
-  const Tensor fc_bb = fc_bias.defined() ? weight_as_bf16(fc_bias) : Tensor();  // cuBLASLt's bias is bf16
+  // The weights' bf16 copies (fc's bias included: cuBLASLt's bias is bf16): once per optimizer step inside the
+  // training step's Bf16WeightCast scope (bf16_weight_cast.h), else converted on every call.
+  const Tensor xb = to_bf16(x), fc_wb = bf16_weight(fc_weight), proj_wb = bf16_weight(proj_weight);
+  const Tensor fc_bb = fc_bias.defined() ? bf16_weight(fc_bias) : Tensor();
   Tensor hidden = Tensor::empty({rows, hidden_f}, DType::BF16, dev);
   Tensor pre = Tensor::empty({rows, hidden_f}, DType::BF16, dev);
   gelu_linear_on(dev, rows, hidden_f, in, bf(xb), bf(fc_wb), bf_or_null(fc_bb), bf_mut(hidden), bf_mut(pre));

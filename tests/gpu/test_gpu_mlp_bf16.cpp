@@ -23,12 +23,14 @@
 #include "runtime/core/device.h"
 #include "runtime/ops/mlp_bf16.h"
 #include "runtime/tensor/tensor.h"
+#include "tests/support/gradcheck.h"
 
 #ifdef DDP_WITH_CUDA
 #include "kernels/cuda/mlp_bf16.h"
 #endif
 
 using namespace ddp;
+using ddp::testing::close_relative_to_max;
 
 #define DDP_SKIP_WITHOUT_GPU() \
   if (::ddp::cuda_device_count() == 0) GTEST_SKIP() << "skipped: no GPU"
@@ -51,19 +53,6 @@ std::vector<Tensor> make_inputs(const Case& c, bool bias, uint64_t seed, Device 
   };
   return {t(c.x, 0, 1.0), t({c.hidden, in}, 1, 0.5), bias ? t({c.hidden}, 2, 0.5) : Tensor(),
           t({c.out, c.hidden}, 3, 0.3), bias ? t({c.out}, 4, 0.3) : Tensor()};
-}
-// max |a - b| <= tol * max |b|
-::testing::AssertionResult close_to_max(const Tensor& a, const Tensor& b, double tol) {
-  const auto x = a.detach().to(Device::cpu()).to(DType::F64).to_double_vector();
-  const auto y = b.detach().to(Device::cpu()).to(DType::F64).to_double_vector();
-  if (x.size() != y.size()) return ::testing::AssertionFailure() << "sizes differ";
-  double err = 0, scale = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    err = std::max(err, std::abs(x[i] - y[i]));
-    scale = std::max(scale, std::abs(y[i]));
-  }
-  if (err <= tol * scale) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "max error " << err << " > " << tol << " * max |cpu| " << scale;
 }
 }  // namespace
 #endif
@@ -93,7 +82,7 @@ TEST(GpuMlpBf16, MatchesTheCpuEmulationOnFusedAndFallbackShapes) {
       const Tensor y_cpu = ops::mlp_bf16(cpu[0], cpu[1], cpu[2], cpu[3], cpu[4]);
       const Tensor y_gpu = ops::mlp_bf16(gpu[0], gpu[1], gpu[2], gpu[3], gpu[4]);
       ASSERT_EQ(y_gpu.device(), Device::cuda(0));
-      EXPECT_TRUE(close_to_max(y_gpu, y_cpu, 1e-2)) << "y";
+      EXPECT_TRUE(close_relative_to_max(y_gpu, y_cpu, 1e-2)) << "y";
       const Tensor g = Tensor::randn(y_cpu.shape(), seed + 5);
       autograd::backward({y_cpu}, {g});
       autograd::backward({y_gpu}, {g.to(Device::cuda(0))});
@@ -108,7 +97,7 @@ TEST(GpuMlpBf16, MatchesTheCpuEmulationOnFusedAndFallbackShapes) {
       for (size_t i = 0; i < cpu.size(); ++i) {
         if (!cpu[i].defined()) continue;
         ASSERT_TRUE(gpu[i].grad().defined()) << names[i];
-        EXPECT_TRUE(close_to_max(gpu[i].grad(), cpu[i].grad(), 1e-2)) << names[i];
+        EXPECT_TRUE(close_relative_to_max(gpu[i].grad(), cpu[i].grad(), 1e-2)) << names[i];
       }
     }
 #endif

@@ -120,18 +120,6 @@ namespace {
   GTEST_SKIP() << "skipped: built without the cuDNN frontend (tools/fetch_cudnn_frontend.sh, then " \
                   "reconfigure)"
 
-// max |a - ref| <= bound * max |ref|
-::testing::AssertionResult close_relative_to_max(const Tensor& a, const Tensor& ref, double bound) {
-  const std::vector<double> x = values(a.to(Device::cpu())), r = values(ref.to(Device::cpu()));
-  if (x.size() != r.size()) return ::testing::AssertionFailure() << "sizes " << x.size() << " vs " << r.size();
-  double err = 0, mag = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    err = std::max(err, std::abs(x[i] - r[i]));
-    mag = std::max(mag, std::abs(r[i]));
-  }
-  if (err <= bound * mag) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "max error " << err << " > " << bound << " x max |ref| " << mag;
-}
 
 // The bf16 op on CUDA against the CPU's bf16 emulation and the float64 op: output and qkv gradient. `kernel`:
 // the kernels expected; with `strict` false a shape cuDNN itself refuses is reported (the message on stdout,

@@ -30,6 +30,7 @@
 #include "runtime/ops/mlp_bf16.h"
 
 using namespace ddp;
+using ddp::testing::close_relative_to_max;
 namespace kc = ddp::kernels::cpu;
 
 namespace {
@@ -145,19 +146,6 @@ Reference reference(const Mlp& m, const Tensor& g, int64_t hidden, int64_t out) 
       return ::testing::AssertionFailure() << "element " << i << ": " << got[i] << " vs " << want[i];
   return ::testing::AssertionSuccess();
 }
-// max |a - b| <= tol * max |b| (b the reference), over all elements.
-::testing::AssertionResult close_to_max(const Tensor& a, const Tensor& b, double tol) {
-  const auto x = a.detach().to(DType::F64).to_double_vector(),
-             y = b.detach().to(DType::F64).to_double_vector();
-  if (x.size() != y.size()) return ::testing::AssertionFailure() << "sizes differ";
-  double err = 0, scale = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    err = std::max(err, std::abs(x[i] - y[i]));
-    scale = std::max(scale, std::abs(y[i]));
-  }
-  if (err <= tol * scale) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "max error " << err << " > " << tol << " * max |ref| " << scale;
-}
 
 Tensor run_fused(const Mlp& m) { return ops::mlp_bf16(m.x, m.w1, m.b1, m.w2, m.b2); }
 Tensor run_composed(const Mlp& m) { return ops::linear(ops::gelu(ops::linear(m.x, m.w1, m.b1)), m.w2, m.b2); }
@@ -269,7 +257,7 @@ TEST(MlpBf16, TracksTheFloat64MlpWithinBf16Tolerance) {
       const Mlp m = make_mlp(s.x, s.hidden, s.out, bias, seed += 10);
       const Mlp m64 = copy_of(m, DType::F64);
       const Tensor y = run_fused(m), y64 = run_composed(m64);
-      EXPECT_TRUE(close_to_max(y, y64, 2e-2)) << "y";
+      EXPECT_TRUE(close_relative_to_max(y, y64, 2e-2)) << "y";
       const Tensor g = Tensor::randn(y.shape(), seed + 5);
       autograd::backward({y}, {g});
       autograd::backward({y64}, {g.to(DType::F64)});
@@ -277,7 +265,7 @@ TEST(MlpBf16, TracksTheFloat64MlpWithinBf16Tolerance) {
       const std::vector<Tensor> a = m.all(), b = m64.all();
       for (size_t i = 0; i < a.size(); ++i)
         if (a[i].defined()) {
-          EXPECT_TRUE(close_to_max(a[i].grad(), b[i].grad(), 2e-2)) << names[i];
+          EXPECT_TRUE(close_relative_to_max(a[i].grad(), b[i].grad(), 2e-2)) << names[i];
         }
     }
 }
@@ -293,7 +281,7 @@ TEST(MlpBf16, TracksTodaysUnfusedBf16PathButRoundsLess) {
     ops::Bf16Compute on;
     yu = run_composed(u);
   }
-  EXPECT_TRUE(close_to_max(y, yu, 2e-2));
+  EXPECT_TRUE(close_relative_to_max(y, yu, 2e-2));
   EXPECT_NE(y.to_double_vector(), yu.to_double_vector()) << "the rounding points did not change";
   const Tensor g = Tensor::randn(y.shape(), 501);
   autograd::backward({y}, {g});
@@ -302,7 +290,8 @@ TEST(MlpBf16, TracksTodaysUnfusedBf16PathButRoundsLess) {
     autograd::backward({yu}, {g});
   }
   const std::vector<Tensor> a = m.all(), b = u.all();
-  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(close_to_max(a[i].grad(), b[i].grad(), 2e-2)) << i;
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_TRUE(close_relative_to_max(a[i].grad(), b[i].grad(), 2e-2)) << i;
 }
 
 TEST(MlpBf16, ZeroRowsGiveAnEmptyOutputAndZeroWeightGradients) {

@@ -1,6 +1,7 @@
 // gradcheck.cpp - central finite differences against the autograd engine, in float64.
 #include "tests/support/gradcheck.h"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
@@ -77,6 +78,22 @@ Tensor random_f64(const Shape& shape, uint64_t seed, bool requires_grad) {
     return ::testing::AssertionFailure()
            << "shape " << shape_str(actual.shape()) << " vs " << shape_str(expected.shape());
   return all_close(actual, expected.to_double_vector(), atol, rtol);
+}
+
+::testing::AssertionResult close_relative_to_max(const Tensor& actual, const Tensor& expected, double tol) {
+  const auto as_doubles = [](const Tensor& t) {
+    return t.detach().to(Device::cpu()).to(DType::F64).to_double_vector();
+  };
+  const std::vector<double> x = as_doubles(actual), y = as_doubles(expected);
+  if (x.size() != y.size())
+    return ::testing::AssertionFailure() << x.size() << " elements vs " << y.size() << " expected";
+  double err = 0, scale = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    err = std::max(err, std::abs(x[i] - y[i]));
+    scale = std::max(scale, std::abs(y[i]));
+  }
+  if (err <= tol * scale) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "max error " << err << " > " << tol << " x max |expected| " << scale;
 }
 
 }  // namespace ddp::testing

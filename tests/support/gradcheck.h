@@ -24,6 +24,10 @@ using OpFn = std::function<Tensor(const std::vector<Tensor>&)>;
 ::testing::AssertionResult all_close(const Tensor& actual, const Tensor& expected, double atol,
                                      double rtol = 0);
 
+// max_i |actual[i] - expected[i]| <= tol * max_i |expected[i]| (and equal element counts), on any device and
+// floating dtype: the bound for low-precision results (bf16) whose error scales with the tensor's largest value.
+::testing::AssertionResult close_relative_to_max(const Tensor& actual, const Tensor& expected, double tol);
+
 // A float64 CPU tensor with values from a seeded normal distribution, optionally requiring grad.
 Tensor random_f64(const Shape& shape, uint64_t seed, bool requires_grad = true);
 
