@@ -52,7 +52,15 @@ EvalResult evaluate(const TrainOptions& o, TrainSetup& s, dist::ProcessGroup& pg
   EvalResult r;
   r.loss = v[1] > 0 ? v[0] / v[1] : NAN;
   r.accuracy = s.data.tokens ? -1 : (v[1] > 0 ? v[2] / v[1] : 0);
-  if (talk) {
+  if (talk && v[1] == 0) {
+    // NaN below; say why rather than print "nan over 0 tokens"
+    std::printf("eval step %lld: no validation rows: the validation split does not fill one batch of the loader "
+                "(%s); no val loss (use more data or a smaller batch)\n",
+                static_cast<long long>(step),
+                o.deterministic ? "--deterministic: a step of --micro-batches x --batch-size rows over all ranks"
+                                : "--batch-size rows per rank");
+    std::fflush(stdout);
+  } else if (talk) {
     if (s.data.tokens)
       std::printf("eval step %lld: val loss %.4f nats/char over %.0f tokens\n", static_cast<long long>(step),
                   r.loss, v[1]);
