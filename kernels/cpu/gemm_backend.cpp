@@ -84,8 +84,10 @@ GemmBackend auto_gemm_backend(int64_t M, int64_t N, int64_t K, int threads, bool
   if (threads > 1) return GemmBackend::OpenBLAS;
   int64_t d[3] = {M, N, K};
   std::sort(d, d + 3);
-  const bool short_and_wide = d[0] >= 32 && d[0] <= 64 && d[1] >= 512;
-  return short_and_wide ? GemmBackend::OneDNN : GemmBackend::OpenBLAS;
+  // oneDNN from 32 x 128 up (the MLP's batch-64 layers, the GPT's 1024-token linears, large squares); the
+  // skinny (the 10-wide output layer) and the tiny (the 64x64x32 attention blocks) stay on OpenBLAS.
+  const bool onednn_class = d[0] >= 32 && d[1] >= 128;
+  return onednn_class ? GemmBackend::OneDNN : GemmBackend::OpenBLAS;
 }
 
 GemmBackend gemm_backend_for(int64_t M, int64_t N, int64_t K, int threads) {

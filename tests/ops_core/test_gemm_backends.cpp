@@ -147,16 +147,22 @@ TEST_F(GemmBackendTest, AutoPicksPerShapeAndThreadBudget) {
   auto on = [](bool avx512, int64_t M, int64_t N, int64_t K, int threads) {
     return auto_gemm_backend(M, N, K, threads, /*with_onednn=*/true, avx512);
   };
-  // AVX-512, one thread: the short-and-wide MLP products on oneDNN; skinny, tiny and the GPT's linears on
-  // OpenBLAS.
+  // AVX-512, one thread: the MLP's products, the GPT's linears and large squares on oneDNN; skinny and tiny
+  // ones on OpenBLAS.
   EXPECT_EQ(on(true, 64, 1024, 784, 1), GemmBackend::OneDNN);    // forward x W^T
   EXPECT_EQ(on(true, 64, 1024, 1024, 1), GemmBackend::OneDNN);   // input gradient
   EXPECT_EQ(on(true, 1024, 784, 64, 1), GemmBackend::OneDNN);    // weight gradient
-  EXPECT_EQ(on(true, 1024, 128, 128, 1), GemmBackend::OpenBLAS);  // GPT linears
-  EXPECT_EQ(on(true, 1024, 128, 512, 1), GemmBackend::OpenBLAS);
+  EXPECT_EQ(on(true, 1024, 128, 128, 1), GemmBackend::OneDNN);   // GPT linears
+  EXPECT_EQ(on(true, 1024, 128, 512, 1), GemmBackend::OneDNN);
+  EXPECT_EQ(on(true, 512, 128, 1024, 1), GemmBackend::OneDNN);   // their weight gradient
+  EXPECT_EQ(on(true, 1024, 1024, 1024, 1), GemmBackend::OneDNN);
   EXPECT_EQ(on(true, 64, 10, 1024, 1), GemmBackend::OpenBLAS);   // output layer
   EXPECT_EQ(on(true, 64, 1024, 10, 1), GemmBackend::OpenBLAS);
+  EXPECT_EQ(on(true, 31, 1024, 1024, 1), GemmBackend::OpenBLAS);  // the class's edges
+  EXPECT_EQ(on(true, 32, 127, 1024, 1), GemmBackend::OpenBLAS);
+  EXPECT_EQ(on(true, 32, 128, 1024, 1), GemmBackend::OneDNN);
   EXPECT_EQ(on(true, 64, 64, 32, 1), GemmBackend::OpenBLAS);     // attention blocks
+  EXPECT_EQ(on(true, 64, 32, 64, 1), GemmBackend::OpenBLAS);
   // More threads: OpenBLAS's thread pool for every product (never two pools in one process).
   EXPECT_EQ(on(true, 64, 1024, 784, 2), GemmBackend::OpenBLAS);
   EXPECT_EQ(on(true, 64, 64, 32, 2), GemmBackend::OpenBLAS);
