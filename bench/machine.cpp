@@ -60,6 +60,26 @@ int main(int argc, char** argv) {
   std::printf("  ISA: %s\n", isa.c_str());
   std::printf("  CPU kernels: %s (Highway run-time choice)\n", cpu::simd_target_name());
   std::printf("  BLAS: %s; OpenBLAS kernel %s\n", cpu::gemm_libraries().c_str(), cpu::openblas_kernel().c_str());
+  // OpenBLAS 0.3.21 detects neither this project's AMD EPYC guests nor recent Xeons, and the environment may
+  // pin a core type below what the CPU runs: say so, since every GEMM-bound figure follows it.
+  {
+    const std::string kernel = cpu::openblas_kernel();
+    const std::string core = kernel.substr(0, kernel.find(' '));
+    auto has = [&](const char* f) {
+      for (const std::string& g : flags)
+        if (g == f) return true;
+      return false;
+    };
+    const bool avx512 = has("avx512bw") && has("avx512vl") && has("avx512dq");
+    const bool avx512_core = core == "SkylakeX" || core == "Cooperlake" || core == "SapphireRapids";
+    const bool avx2_core = avx512_core || core == "Haswell" || core == "Zen";
+    const char* better = avx512 && !avx512_core ? "SkylakeX" : (has("avx2") && !avx2_core ? "Haswell" : nullptr);
+    if (better)
+      std::printf("  note: OpenBLAS runs %s kernels on a CPU that runs %s ones: OPENBLAS_CORETYPE=%s (tools/ddp sets it "
+                  "when the environment has not; on the AVX-512 machine of docs/benchmarks.md Haswell kernels made "
+                  "its 2-thread steps 1.5-2.3x slower)\n",
+                  core.c_str(), better, better);
+  }
   std::printf("  threads: OpenBLAS %d, OMP_NUM_THREADS=%s, OPENBLAS_NUM_THREADS=%s\n", cpu::blas_threads(),
               env_or("OMP_NUM_THREADS", "unset").c_str(), env_or("OPENBLAS_NUM_THREADS", "unset").c_str());
   double fma = 0, copy = 0;
