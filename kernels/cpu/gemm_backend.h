@@ -40,7 +40,8 @@ bool onednn_available();
 //    up to 2x faster there). The GPT's linears went to OpenBLAS until 2026-12-04 (oneDNN then regenerated code
 //    inside the training step, ~120 page faults per step); measured again on an AMD EPYC Zen 5 guest (AVX-512):
 //    the GPT step's 26 linear products 0.93x OpenBLAS's time on oneDNN, the gpt's compute-only step at world 2
-//    2-7% faster end to end, 2.7 page faults per step, 1024^3 at 244 vs 232 GFLOP/s.
+//    0.86-0.96x the old rule's (median 0.91x over 6 rounds), 2.7 page faults per step, 1024^3 at 244 vs 232
+//    GFLOP/s.
 //  - and these products go to oneDNN only where the CPU has AVX-512: on an AVX2-only CPU (AMD EPYC
 //    Zen 2, measured 2026-12-03) OpenBLAS's Haswell kernels ran the MLP step's GEMMs in 8.7-8.9 ms, oneDNN in
 //    10.8-11.1 ms and BLIS in 11.2-11.5 ms at 1 thread, so OpenBLAS takes every product there.
