@@ -17,7 +17,7 @@
 #include "models/train.h"
 #include "runtime/core/error.h"
 #include "runtime/distributed/local_world.h"
-#include "runtime/distributed/process_group_factory.h"
+#include "tests/support/ddp_test_util.h"
 
 using namespace ddp;
 using namespace std::chrono_literals;
@@ -87,15 +87,9 @@ std::vector<std::vector<double>> run(const Row& r, const std::function<void(mode
       [&](int rank, dist::ProcessGroup& pg, dist::Store& store) {
         models::TrainOptions o = options_of(r);
         if (edit) edit(o);
-        std::shared_ptr<dist::ProcessGroup> gather;  // ZeRO-3's gathers: a second group, as `train` makes it
-        if (o.zero == 3 && r.world > 1) {
-          dist::DistEnv env;
-          env.rank = rank;
-          env.world_size = r.world;
-          dist::ProcessGroupOptions go = pgo;
-          go.name = "deterministic-zero3-gather";
-          gather = dist::new_process_group(env, store, r.backend, go);
-        }
+        // ZeRO-3's gathers: a second group, as `train` makes it
+        auto gather = ddp::testing::zero3_gather_group(r.world > 1 ? o.zero : 0, rank, r.world, store, r.backend, pgo,
+                                                       "deterministic-zero3-gather");
         res[static_cast<size_t>(rank)] = models::train(o, borrow(pg), gather);
       },
       pgo, r.backend);

@@ -9,7 +9,9 @@
 
 #include "models/train_step.h"
 #include "runtime/autograd/engine.h"
+#include "runtime/distributed/env.h"
 #include "runtime/distributed/local_world.h"
+#include "runtime/distributed/process_group_factory.h"
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/loss.h"
 #include "runtime/optim/optimizer.h"
@@ -120,6 +122,17 @@ double max_relative_difference(const std::vector<std::vector<double>>& a,
       worst = std::max(worst, std::fabs(a[i][j] - b[i][j]) / std::max(std::fabs(b[i][j]), 1e-3));
   }
   return worst;
+}
+
+std::shared_ptr<dist::ProcessGroup> zero3_gather_group(int zero, int rank, int world, dist::Store& store,
+                                                       const std::string& backend, dist::ProcessGroupOptions options,
+                                                       const std::string& name) {
+  if (zero != 3) return nullptr;
+  dist::DistEnv env;
+  env.rank = rank;
+  env.world_size = world;
+  options.name = name;
+  return dist::new_process_group(env, store, backend, options);
 }
 
 }  // namespace ddp::testing

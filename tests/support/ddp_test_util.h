@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "runtime/ddp/distributed_data_parallel.h"
+#include "runtime/distributed/process_group.h"
+#include "runtime/distributed/store.h"
 #include "runtime/nn/module.h"
 
 namespace ddp::testing {
@@ -48,5 +50,12 @@ std::vector<std::vector<double>> train_reference(const ModelFactory& make, const
 // max |a-b| / max(|b|, 1e-3) over all elements.
 double max_relative_difference(const std::vector<std::vector<double>>& a,
                                const std::vector<std::vector<double>>& b);
+
+// The second group `train --zero 3` gathers parameters on (models::train's `gather` argument), made as the train
+// program makes it: a group of the same ranks over `store` named `name`; null when zero != 3.
+std::shared_ptr<dist::ProcessGroup> zero3_gather_group(int zero, int rank, int world, dist::Store& store,
+                                                       const std::string& backend,
+                                                       dist::ProcessGroupOptions options = {},
+                                                       const std::string& name = "train-zero3-gather");
 
 }  // namespace ddp::testing

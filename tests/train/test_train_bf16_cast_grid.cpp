@@ -14,10 +14,9 @@
 #include <vector>
 
 #include "models/train.h"
-#include "runtime/distributed/env.h"
 #include "runtime/distributed/local_world.h"
-#include "runtime/distributed/process_group_factory.h"
 #include "runtime/ops/bf16_weight_cast.h"
+#include "tests/support/ddp_test_util.h"
 
 using namespace ddp;
 
@@ -93,15 +92,7 @@ GridRun run_grid(const Pattern& p, bool cache) {
       kWorld,
       [&](int rank, dist::ProcessGroup& pg, dist::Store& store) {
         const models::TrainOptions o = options_for(p);
-        std::shared_ptr<dist::ProcessGroup> gather;
-        if (o.zero == 3) {
-          dist::DistEnv env;
-          env.rank = rank;
-          env.world_size = kWorld;
-          dist::ProcessGroupOptions go;
-          go.name = "bf16-grid-gather";
-          gather = dist::new_process_group(env, store, "shm", go);
-        }
+        auto gather = ddp::testing::zero3_gather_group(o.zero, rank, kWorld, store, "shm");
         RankOutcome& out = r.ranks[static_cast<size_t>(rank)];
         try {
           const models::TrainResult t =

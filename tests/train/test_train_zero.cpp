@@ -22,9 +22,7 @@
 
 #include "models/train.h"
 #include "runtime/checkpoint/safetensors.h"
-#include "runtime/distributed/env.h"
 #include "runtime/distributed/local_world.h"
-#include "runtime/distributed/process_group_factory.h"
 #include "tests/support/ddp_test_util.h"
 #include "tests/support/run_process.h"
 
@@ -73,15 +71,7 @@ std::vector<models::TrainResult> run_world(int world, const std::function<models
       world,
       [&](int rank, dist::ProcessGroup& pg, dist::Store& store) {
         const models::TrainOptions o = per_rank(rank);
-        std::shared_ptr<dist::ProcessGroup> gather;
-        if (o.zero == 3) {
-          dist::DistEnv env;
-          env.rank = rank;
-          env.world_size = world;
-          dist::ProcessGroupOptions go;
-          go.name = "train-zero3-gather";
-          gather = dist::new_process_group(env, store, backend, go);
-        }
+        auto gather = ddp::testing::zero3_gather_group(o.zero, rank, world, store, backend);
         r[static_cast<size_t>(rank)] = models::train(o, borrow(pg), gather);
       },
       dist::ProcessGroupOptions{}, backend);
@@ -131,15 +121,7 @@ std::vector<std::string> errors_of(int world, const models::TrainOptions& o, boo
   dist::run_threads(
       world,
       [&](int rank, dist::ProcessGroup& pg, dist::Store& store) {
-        std::shared_ptr<dist::ProcessGroup> gather;
-        if (gather_group && o.zero == 3) {
-          dist::DistEnv env;
-          env.rank = rank;
-          env.world_size = world;
-          dist::ProcessGroupOptions go;
-          go.name = "train-zero3-gather";
-          gather = dist::new_process_group(env, store, "shm", go);
-        }
+        auto gather = ddp::testing::zero3_gather_group(gather_group ? o.zero : 0, rank, world, store, "shm");
         try {
           models::train(o, borrow(pg), gather);
         } catch (const std::exception& e) {
