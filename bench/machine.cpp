@@ -7,6 +7,7 @@
 //   bin/bench_machine [--no-probe]
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -49,12 +50,10 @@ int main(int argc, char** argv) {
   std::istringstream flags_in(cpuinfo("flags"));
   std::vector<std::string> flags;
   for (std::string f; flags_in >> f;) flags.push_back(f);
+  auto has = [&](const char* f) { return std::find(flags.begin(), flags.end(), f) != flags.end(); };
   std::string isa;
-  for (const char* f : {"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16", "amx_tile"}) {
-    bool has = false;
-    for (const std::string& g : flags) has = has || g == f;
-    isa += std::string(isa.empty() ? "" : " ") + f + (has ? "" : "=no");
-  }
+  for (const char* f : {"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16", "amx_tile"})
+    isa += std::string(isa.empty() ? "" : " ") + f + (has(f) ? "" : "=no");
   const unsigned cores = std::thread::hardware_concurrency();
   std::printf("machine: %s, %u hardware threads\n", model.empty() ? "unknown CPU" : model.c_str(), cores);
   std::printf("  ISA: %s\n", isa.c_str());
@@ -65,11 +64,6 @@ int main(int argc, char** argv) {
   {
     const std::string kernel = cpu::openblas_kernel();
     const std::string core = kernel.substr(0, kernel.find(' '));
-    auto has = [&](const char* f) {
-      for (const std::string& g : flags)
-        if (g == f) return true;
-      return false;
-    };
     const bool avx512 = has("avx512bw") && has("avx512vl") && has("avx512dq");
     const bool avx512_core = core == "SkylakeX" || core == "Cooperlake" || core == "SapphireRapids";
     const bool avx2_core = avx512_core || core == "Haswell" || core == "Zen";

@@ -5,7 +5,6 @@
 #include <optional>
 
 #include "runtime/autograd/engine.h"
-#include "runtime/core/env_number.h"
 #include "runtime/ops/bf16_weight_cast.h"
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/loss.h"
@@ -53,14 +52,6 @@ class LossSum {
   Tensor sum_;
 };
 
-// DDP_BF16_WEIGHT_CACHE=0: every use converts its weight to bf16 again, as before the once-per-step cast
-// (the reference the cast's tests compare with; the results are bitwise the same either way).
-// Read at every step (one getenv), so a test can run both ways in one process.
-bool bf16_weight_cache_wanted() {
-  const auto v = integer_from_env("DDP_BF16_WEIGHT_CACHE", 0, 1, "0 (convert on every use) or 1 (once per step)");
-  return !v || *v == 1;
-}
-
 // What differs between the wrappers: the forward, the reducer (no_sync) and the clipping.
 struct Wrapper {
   Reducer& reducer;
@@ -77,7 +68,7 @@ StepResult step_with(const Wrapper& w, optim::Optimizer& optimizer,
   LossSum loss_sum;
   Tensor probe;  // a tensor on the model's device, for wait_for_device
   // bf16 mode: each weight converted to bf16 once for all micro-batches; closed before the optimizer step.
-  std::optional<ops::Bf16WeightCast> weight_cast(std::in_place, w.cache_bf16_weights && bf16_weight_cache_wanted());
+  std::optional<ops::Bf16WeightCast> weight_cast(std::in_place, w.cache_bf16_weights);
   for (int64_t micro = 0; micro < o.grad_accum; ++micro) {
     data::Batch b;
     {
@@ -155,7 +146,7 @@ StepResult deterministic_step(Reducer& reducer, const std::function<Tensor(const
   LossSum loss_sum;
   // Each weight converted to bf16 once for the step (bf16 mode); ZeRO-3 here holds whole parameters for the
   // step anyway (one gathered scope). Closed before the mean, clipping and the optimizer step.
-  std::optional<ops::Bf16WeightCast> weight_cast(std::in_place, bf16_weight_cache_wanted());
+  std::optional<ops::Bf16WeightCast> weight_cast(std::in_place);
   for (int64_t micro = 0; micro < micro_batches; ++micro) {
     data::Batch b;
     {

@@ -5,6 +5,7 @@
 #include <map>
 #include <tuple>
 
+#include "runtime/core/env_number.h"
 #include "runtime/ops/mixed_precision.h"
 
 namespace ddp::ops {
@@ -33,9 +34,18 @@ Tensor counted_cast(const Tensor& w) {
 bool same_storage(const std::weak_ptr<Storage>& cached, const std::shared_ptr<Storage>& now) {
   return !cached.expired() && !cached.owner_before(now) && !now.owner_before(cached);
 }
+
+// DDP_BF16_WEIGHT_CACHE=0: every scope converts on every use, as before the once-per-step cast (the reference the
+// cast's tests compare with; the results are bitwise the same either way). Read as each scope opens (one getenv a
+// step), so a test can run both ways in one process.
+bool weight_cache_wanted() {
+  const auto v = integer_from_env("DDP_BF16_WEIGHT_CACHE", 0, 1, "0 (convert on every use) or 1 (once per step)");
+  return !v || *v == 1;
+}
 }  // namespace
 
-Bf16WeightCast::Bf16WeightCast(bool on) : cache_(on ? std::make_unique<Cache>() : nullptr), outer_(t_cache) {
+Bf16WeightCast::Bf16WeightCast(bool on)
+    : cache_(on && weight_cache_wanted() ? std::make_unique<Cache>() : nullptr), outer_(t_cache) {
   t_cache = cache_.get();
 }
 Bf16WeightCast::~Bf16WeightCast() { t_cache = outer_; }

@@ -20,7 +20,8 @@
 // Scopes nest: an inner scope starts with no copies of its own and the outer one's cache is back when it
 // closes. Bf16WeightCast(false) opens a scope without caching (bf16_weight is to_bf16 inside it), for callers
 // that decide at run time (ZeRO-3 frees gathered parameters after each use; caching would keep bf16 copies of
-// all of them for the whole step).
+// all of them for the whole step). DDP_BF16_WEIGHT_CACHE=0 makes every scope a non-caching one (each use converts,
+// bitwise the same results: the reference the tests compare with).
 #pragma once
 #include <cstdint>
 #include <memory>
