@@ -6,11 +6,13 @@
 #   2. two processes on the one GPU forming a real NCCL world (each its own NCCL_HOSTID, P2P and SHM off, so NCCL
 #      sees two hosts: it refuses two ranks on one device otherwise) that train with the reducer and ZeRO-2/3 and
 #      compare with a single-process reference (testprog_gpu_world);
-#   3. compute-sanitizer memcheck, racecheck and synccheck over the shared-memory kernels' parity tests;
+#   3. compute-sanitizer memcheck over the shared-memory kernels' parity tests;
 #   4. training rows (bench_e2e): step time, tokens/s, MFU, the loss (finite and falling) and the device's peak
-#      memory beside the memory account; each beside PyTorch 2.x eager and torch.compile on the same GPU and
-#      model (bench/pytorch_twin.py), as ratios; GPT-2 small (124M, tied head) bf16 MFU at world 1;
-#   5. GEMM TFLOP/s, two ranks through Gloo staging, `train`'s MFU line, the used-map sync, bf16 all-reduce.
+#      memory beside the memory account; each beside PyTorch 2.x eager on the same GPU and model
+#      (bench/pytorch_twin.py), as ratios; GPT-2 small (124M, tied head) bf16 MFU at world 1;
+#   5. GEMM TFLOP/s, racecheck and synccheck, two ranks through Gloo staging, `train`'s MFU line, the used-map
+#      sync, bf16 all-reduce;
+#   6. torch.compile beside the rows of 4 (last: a compile can take minutes, and the deadline cuts the tail).
 # Every step runs under `timeout -k` (a process ignoring SIGTERM is killed), the time left is printed on every log
 # line, and table.md, check.log, bench.json and logs.tar.gz are copied to --collect after every step.
 #
@@ -466,25 +468,27 @@ test_binary test_train 'Resume.*'
 test_binary test_data_loader 'DataLoader.Gpu*'
 log "2. two processes on one GPU (NCCL)"
 two_process_world
-log "3. compute-sanitizer"
-for tool in memcheck racecheck synccheck; do sanitize "$tool"; done
-log "4. training rows beside PyTorch"
+log "3. compute-sanitizer memcheck (racecheck and synccheck come after the training rows)"
+sanitize memcheck
+log "4. training rows beside PyTorch eager (torch.compile's rows come last: each compile can take minutes)"
 find_torch && log "PyTorch $TORCH_V: $TORCH_PY" || log "no PyTorch 2.x found: its rows only check pytorch_twin.py's flags"
 bench gpt-tiny-f32 45 --config gpt --warmup 5 --steps 30
 torch_row gpt-tiny-f32 eager 60 --config gpt --warmup 5 --steps 30
-torch_row gpt-tiny-f32 compile 120 --config gpt --warmup 5 --steps 30
 bench gpt-tiny-bf16 45 --config gpt --dtype bf16 --warmup 5 --steps 30
 bench gpt2-small-bf16 90 --config gpt2-small --dtype bf16 --warmup 2 --steps 10 --batch-size 8
 torch_row gpt2-small-bf16 eager 90 --config gpt2-small --dtype bf16 --warmup 2 --steps 10 --batch-size 8
-torch_row gpt2-small-bf16 compile 180 --config gpt2-small --dtype bf16 --warmup 2 --steps 10 --batch-size 8
-log "5. GEMMs, Gloo-staged ranks, train, unused parameters, bf16 all-reduce"
+log "5. GEMMs, racecheck and synccheck, Gloo-staged ranks, train, unused parameters, bf16 all-reduce"
 gemm bf16 8192
 gemm f32 4096
 gemm f32 4096 high   # TF32 tensor cores (core/float32_math.h)
+for tool in racecheck synccheck; do sanitize "$tool"; done
 two_ranks_gloo
 train_mfu
 bench gpt-tiny-f32-unused-params 45 --config gpt --mode unused --warmup 5 --steps 30
 bench gpt2-small-bf16-bf16-allreduce 75 --config gpt2-small --dtype bf16 --allreduce-dtype bf16 --warmup 2 --steps 8 --batch-size 8
+log "6. torch.compile beside the same rows"
+torch_row gpt-tiny-f32 compile 120 --config gpt --warmup 5 --steps 30
+torch_row gpt2-small-bf16 compile 180 --config gpt2-small --dtype bf16 --warmup 2 --steps 10 --batch-size 8
 
 log "done in $((SECONDS - T0)) s, $FAILS failed; logs in $WORK"
 row "verdict" "$FAILS rows failed, $((SECONDS - T0)) s"
