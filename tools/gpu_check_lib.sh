@@ -81,6 +81,11 @@ gc_gtest_counts() {
   fail=$(grep -cE '^\[  FAILED  \] .* \([0-9]+ ms\)$' "$1")
   echo "$ok $sk $fail"
 }
+# gc_gtest_more_gpu_skips LOG : how many tests skipped saying they need more GPUs than this machine has
+# ("skipped: ... needs 2 GPUs"): on a one-GPU machine those skips are expected, not a failure.
+gc_gtest_more_gpu_skips() {
+  grep -cE '^skipped: .*needs [0-9]+ GPUs' "$1"
+}
 # gc_failing_op LOG : the first failing test (or the test that was running when the process died) and the last
 # source location a CUDA/NCCL/cuBLAS/cuDNN check named (file.cu:line or file.cpp:line), or the last error line.
 gc_failing_op() {

@@ -5,6 +5,8 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "runtime/tensor/tensor.h"
+
 namespace ddp {
 
 namespace {
@@ -21,6 +23,11 @@ std::unordered_map<const TensorImpl*, Entry>& table() {
   return t;
 }
 }  // namespace
+
+void release_storage(Tensor& t) {
+  t.impl()->device_at_rest = t.device();
+  t.impl()->storage = nullptr;
+}
 
 void set_storageless_reason(const std::shared_ptr<TensorImpl>& t, std::string why) {
   std::lock_guard<std::mutex> lock(table_mutex());

@@ -31,6 +31,10 @@ class Node;
 // The shared state behind Tensor handles.
 struct TensorImpl {
   std::shared_ptr<Storage> storage;
+  // The device of a tensor without storage (a ZeRO-3 parameter at rest: release_storage in storageless.h):
+  // it keeps the device its memory was on, so code that sizes or places buffers after it (the shard of its
+  // gradient, say) does not fall back to the CPU.
+  Device device_at_rest = Device::cpu();
   int64_t offset = 0;  // in elements
   Shape shape;
   DType dtype = DType::F32;
@@ -96,7 +100,7 @@ class Tensor {
   int64_t size(int64_t d) const;  // negative d counts from the end
   int64_t numel() const { return shape_numel(impl_->shape); }
   DType dtype() const { return impl_->dtype; }
-  Device device() const { return impl_->storage ? impl_->storage->device() : Device::cpu(); }
+  Device device() const { return impl_->storage ? impl_->storage->device() : impl_->device_at_rest; }
   size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype()); }
   TensorImpl* impl() const { return impl_.get(); }
   const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }

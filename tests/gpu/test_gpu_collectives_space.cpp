@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "runtime/core/device.h"
+#include "runtime/distributed/cuda/nccl_reduce_op.h"
 #include "runtime/distributed/local_world.h"
 #include "runtime/distributed/process_group_factory.h"
 #include "runtime/tensor/tensor.h"
@@ -134,4 +135,16 @@ TEST(GpuCollectiveSpace, NcclAtWorldOne) {
 TEST(GpuCollectiveSpace, GlooStagedCudaBuffersAtWorldsTwoAndThree) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "skipped: no GPU";
   for (int world : {2, 3}) run_threads(world, [&](int, ProcessGroup& pg) { check_every_collective(pg); });
+}
+
+// No GPU needed: at world 1 an average is asked of NCCL as a sum (nccl_reduce_op.h: NCCL's one-rank ncclAvg
+// kernel drops a buffer's tail before 2.29.7); at world 2 and up it stays NCCL's average.
+TEST(GpuCollectiveSpace, AverageAtWorldOneIsAskedOfNcclAsASum) {
+  EXPECT_EQ(nccl_reduce_op(ReduceOp::Avg, 1), ncclSum);
+  for (int world : {2, 3, 4}) EXPECT_EQ(nccl_reduce_op(ReduceOp::Avg, world), ncclAvg) << "world " << world;
+  for (int world : {1, 2}) {
+    EXPECT_EQ(nccl_reduce_op(ReduceOp::Sum, world), ncclSum);
+    EXPECT_EQ(nccl_reduce_op(ReduceOp::Max, world), ncclMax);
+    EXPECT_EQ(nccl_reduce_op(ReduceOp::Min, world), ncclMin);
+  }
 }

@@ -79,6 +79,7 @@ while read -r t what; do
   case "\$what" in
     pass) echo "[       OK ] \$t (1 ms)" ;;
     skip) echo "skipped: no GPU"; echo "[  SKIPPED ] \$t (0 ms)" ;;
+    skip2) echo "skipped: needs 2 GPUs"; echo "[  SKIPPED ] \$t (0 ms)" ;;
     fail) echo "x.cpp:1: Failure"; echo "[  FAILED  ] \$t (1 ms)"; rc=1 ;;
     hang) $HANG ;;
     crash) if [ "\${CUDA_LAUNCH_BLOCKING:-}" = 1 ]; then
@@ -100,6 +101,8 @@ done
 printf '%s\n' "GpuCollectiveSpace.GlooStaged crash" "GpuTensor.RoundTrip pass" "GpuOptim.AdamW pass" \
   >"$T/stage/tests/test_gpu.tests"
 printf '%s\n' "CudaParity.Matmul pass" "CudaParity.Conv pass" "Matmul.Cpu pass" >"$T/stage/tests/test_ops_core.tests"
+# test_ops_nn: one suite skips a test for want of a second GPU (expected on one GPU), one skips for want of any.
+printf '%s\n' "CudaTwoGpus.CrossDevice skip2" "CudaTwoGpus.Same pass" "CudaNoGpu.Kernel skip" >"$T/stage/tests/test_ops_nn.tests"
 touch "$T/stage/tests/test_ops_core.crash-at-start"  # dies before its first test, every time
 printf '%s\n' "DataLoader.GpuBatches hang" "DataLoader.GpuPinned pass" >"$T/stage/tests/test_data_loader.tests"
 printf '%s\n' "Resume.Bitwise pass" >"$T/stage/tests/test_train.tests"
@@ -224,6 +227,8 @@ check "7: ... the suite beside it in its binary still ran" has "$FAKE_LOG" 'test
 check "7: a binary that hangs listing its tests gets a row, not a hang" has "$R" 'test_train.*(timed out|killed)'
 check "7: ... also when it hangs only listing a filter's tests" has "$R" "test_ops_conv.*list_tests.*(timed out|killed)"
 check "7: the run ended by itself (rc $rc, $took s)" test "$rc" -ne 124 -a "$rc" -ne 137
+check "skips: a test that needs 2 GPUs skips on one without failing its suite" has "$R" 'TwoGpus.*PASS 1/2, 1 skipped.*more GPUs'
+check "skips: ... but a test that skips for want of a GPU on a GPU machine fails its suite" has "$R" 'NoGpu.*FAIL: 1 of 1 skipped'
 check "budget: the log shows the time left" has "$L" 's left'
 check "sanitizer: memcheck ran" has "$R" 'memcheck.*(PASS|0 errors)'
 check "sanitizer: racecheck's 2 hazards fail its row" has "$R" 'racecheck.*FAIL.*2 error'

@@ -56,7 +56,7 @@ void bind(Tensor& p, const Tensor& full, int64_t offset) {
   p.impl()->storage = full.storage();
   p.impl()->offset = full.impl()->offset + offset;
 }
-void unbind(Tensor& p) { p.impl()->storage = nullptr; }
+void unbind(Tensor& p) { release_storage(p); }
 
 bool is_index(const std::string& s) {
   return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });

@@ -18,6 +18,7 @@
 #include "runtime/core/log.h"
 #include "runtime/distributed/collective.h"
 #include "runtime/distributed/collective_tracker.h"
+#include "runtime/distributed/cuda/nccl_reduce_op.h"
 #include "runtime/distributed/env.h"
 #include "runtime/distributed/flight_recorder.h"
 #include "runtime/distributed/poll_until.h"
@@ -82,20 +83,6 @@ ncclDataType_t nccl_dtype(DType t) {
       return ncclUint8;
   }
   DDP_FAIL("nccl: unsupported dtype");
-}
-
-ncclRedOp_t nccl_op(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::Sum:
-      return ncclSum;
-    case ReduceOp::Avg:
-      return ncclAvg;
-    case ReduceOp::Max:
-      return ncclMax;
-    case ReduceOp::Min:
-      return ncclMin;
-  }
-  DDP_FAIL("nccl: unsupported reduce op");
 }
 
 // Work of one NCCL collective: completion is the end event on the comm stream.
@@ -510,7 +497,8 @@ std::shared_ptr<Work> NcclProcessGroup::allreduce(CommBuffer buf, ReduceOp op) {
   size_t n = static_cast<size_t>(buf.numel);
   CommBuffer same = buf;
   return s.issue(d, std::move(buf), std::move(same), false, [&] {
-    DDP_NCCL_ENQUEUE(s, ncclAllReduce(p, p, n, nccl_dtype(d.dtype), nccl_op(op), s.comm, s.stream));
+    DDP_NCCL_ENQUEUE(s, ncclAllReduce(p, p, n, nccl_dtype(d.dtype), nccl_reduce_op(op, size()), s.comm,
+                                      s.stream));
   });
 }
 
@@ -551,7 +539,8 @@ std::shared_ptr<Work> NcclProcessGroup::reduce_scatter(CommBuffer in, CommBuffer
   void* dst = out.data;
   size_t n = static_cast<size_t>(out.numel);
   return s.issue(d, std::move(in), std::move(out), false, [&] {
-    DDP_NCCL_ENQUEUE(s, ncclReduceScatter(src, dst, n, nccl_dtype(d.dtype), nccl_op(op), s.comm, s.stream));
+    DDP_NCCL_ENQUEUE(s, ncclReduceScatter(src, dst, n, nccl_dtype(d.dtype), nccl_reduce_op(op, size()), s.comm,
+                                          s.stream));
   });
 }
 
