@@ -1,17 +1,15 @@
 // test_gpu_tf32.cpp - the TF32 switches reach cuBLAS and cuDNN (core/float32_math.h): a float32 GEMM and a
 // float32 convolution are compared with float64 on the same GPU, with the switch off (IEEE float32: relative
 // error near float32's 6e-8 per term) and on (TF32: inputs rounded to 10 mantissa bits, error ~1e-3 relative;
-// the result must differ from the IEEE one, or the switch did nothing). The TF32 GEMM is held to its
-// emulation: inputs rounded to 10 mantissa bits (round to nearest, ties away, as cvt.rna.tf32.f32), products
-// summed in float64; a bound on the error from float64 alone failed on the first GPU run (2026-12-04, H200:
-// 0.028 of max |ref|, which is what the emulation gives: these inputs cancel to max |ref| = 0.47 over K =
-// 512). Skips with "skipped: no GPU".
+// the result must differ from the IEEE one, or the switch did nothing). The TF32 GEMM is held per element to
+// what 10-bit-mantissa inputs give (tf32_error_in_bounds below). Two bounds failed on the first GPU run
+// (2026-12-04, H200): 1e-2 x max |ref| (cuBLAS gave 0.028, as inputs rounded to nearest do: these inputs
+// cancel to max |ref| = 0.47 over K = 512), and 1e-4 from a round-to-nearest emulation (0.002: cuBLAS's
+// rounding of the inputs is not documented). Skips with "skipped: no GPU".
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
-#include <cstdint>
-#include <cstring>
 #include <vector>
 
 #include "runtime/core/float32_math.h"
@@ -40,28 +38,29 @@ double relative_error(const Tensor& a, const Tensor& b) {
   }
   return err / scale;
 }
-// x as TF32: float32 with the low 13 mantissa bits rounded off (to nearest, ties away from zero).
-double tf32(double x) {
-  const float f = static_cast<float>(x);
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  u = (u + 0x1000u) & 0xFFFFE000u;
-  float r;
-  std::memcpy(&r, &u, 4);
-  return r;
-}
-// a (m x k) times b (k x n) with both rounded to TF32 first, in float64.
-Tensor tf32_matmul_reference(const Tensor& a, const Tensor& b) {
+// How far a GEMM is from float64, in units of what 10-bit-mantissa inputs give: each product t_k = a_ik b_kj
+// is off by up to 2^-10 |t_k| (both inputs rounded to 11 significant bits), the errors of K products add like
+// a random walk, so |c_ij - ref_ij| stays within a few 2^-10 sqrt(sum_k t_k^2); the float32 sum adds far
+// less. Returns the max over elements of |c - ref| / (2^-8 sqrt(sum t^2)): <= 1 for TF32 (rounding these
+// inputs to nearest in float64 gives 0.30, truncating them 0.24; IEEE float32 3e-5), while a GEMM that drops
+// or repeats a slice of K is off by hundreds.
+double tf32_error_in_bounds(const Tensor& got, const Tensor& a, const Tensor& b) {
   const int64_t m = a.shape()[0], k = a.shape()[1], n = b.shape()[1];
   const auto x = a.to_double_vector(), y = b.to_double_vector();
-  std::vector<double> out(static_cast<size_t>(m * n), 0.0);
+  const auto c = got.to(Device::cpu()).to(DType::F64).to_double_vector();
+  double worst = 0;
   for (int64_t i = 0; i < m; ++i)
-    for (int64_t p = 0; p < k; ++p) {
-      const double ap = tf32(x[static_cast<size_t>(i * k + p)]);
-      for (int64_t j = 0; j < n; ++j)
-        out[static_cast<size_t>(i * n + j)] += ap * tf32(y[static_cast<size_t>(p * n + j)]);
+    for (int64_t j = 0; j < n; ++j) {
+      double ref = 0, squares = 0;
+      for (int64_t p = 0; p < k; ++p) {
+        const double t = x[static_cast<size_t>(i * k + p)] * y[static_cast<size_t>(p * n + j)];
+        ref += t;
+        squares += t * t;
+      }
+      worst = std::max(worst, std::abs(c[static_cast<size_t>(i * n + j)] - ref) /
+                                  (std::ldexp(1.0, -8) * std::sqrt(squares)));
     }
-  return Tensor::from_vector(out, {m, n}, DType::F64);
+  return worst;
 }
 struct Restore {
   Float32MatmulPrecision matmul = float32_matmul_precision();
@@ -86,8 +85,9 @@ TEST(GpuTf32, MatmulPrecisionHighestIsIeeeAndHighUsesTensorCores) {
   const Tensor tf32 = ops::matmul(a32, b32);
   const double e_ieee = relative_error(ieee, ref), e_tf32 = relative_error(tf32, ref);
   EXPECT_LT(e_ieee, 1e-5) << "float32 without TF32";
-  EXPECT_LT(relative_error(tf32, tf32_matmul_reference(a, b)), 1e-4)
-      << "TF32 GEMM vs its emulation (inputs rounded to 10 mantissa bits); from float64: " << e_tf32;
+  EXPECT_LE(tf32_error_in_bounds(tf32, a, b), 1.0)
+      << "TF32 GEMM beyond the bound of 10-bit-mantissa inputs; error from float64 " << e_tf32
+      << " of max |ref|";
   EXPECT_GT(e_tf32, 4 * e_ieee) << "the TF32 switch changed nothing: cuBLAS did not use tensor cores";
 }
 

@@ -2,6 +2,7 @@
 // float32 vs float64; bad parameter shapes; CUDA parity.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "runtime/ops/layernorm.h"
@@ -74,15 +75,18 @@ TEST(LayerNorm, RejectsBadParameters) {
 
 TEST(LayerNorm, CudaMatchesCpu) {
   DDP_SKIP_WITHOUT_GPU();
-  // float32 on both sides, each measured from float64: the GPU's error at most twice the CPU's + 1e-6
-  // (dweight/dbias sum over rows in another order: GPT-2 small's 8192 rows put the two float32 results 3.2e-5
-  // apart on the first GPU run, each right to its rounding). {8, 1024, 768}: dweight/dbias in row chunks
-  // (kernels/cuda/column_sum_plan.h); {4099, 33} a prime row count.
+  // float32 on both sides, each measured from float64. dweight/dbias sum over every row, each side in an
+  // order of its own: the GPU's error may be up to twice the CPU's plus rows x 2^-24 (a float32 sum of n
+  // unit-sized terms drifts by about n x 2^-24 in the worst order, by the random walk of its rounding
+  // errors). The first GPU run (2026-12-04, H200) had the two float32 results 3.2e-5 apart at 8192 rows, and
+  // the GPU's error 3x the CPU's (6.4e-5 vs 2.3e-5; the bound there is 4.9e-4). {8, 1024, 768}: GPT-2 small's
+  // rows, dweight/dbias in row chunks (kernels/cuda/column_sum_plan.h); {4099, 33} a prime row count.
   for (const Shape& s : std::vector<Shape>{{3, 5}, {4, 16, 768}, {2, 1000}, {8, 1024, 768}, {4099, 33}}) {
     SCOPED_TRACE("shape " + shape_str(s));
-    const int64_t c = s.back();
+    const int64_t c = s.back(), rows = shape_numel(s) / c;
     expect_cuda_as_accurate_as_cpu(
         [](const std::vector<Tensor>& in) { return ops::layer_norm(in[0], in[1], in[2]); },
-        {random_f64(s, 1), random_f64({c}, 2), random_f64({c}, 3)}, 1e-6);
+        {random_f64(s, 1), random_f64({c}, 2), random_f64({c}, 3)},
+        std::max(1e-6, std::ldexp(static_cast<double>(rows), -24)));
   }
 }
