@@ -7,7 +7,8 @@
 // column-major pre^T (out, rows) = op_T(w: in x out, ld in) op_N(x^T: in x rows, ld in); the bias runs along
 // D's column-major rows (out), as cuBLASLt's bias does. The backward dh (rows, hidden) = g (rows, n)
 // w (n, hidden) is column-major dh^T (hidden, rows) = op_N(w^T: hidden x n, ld hidden) op_N(g^T: n x rows,
-// ld n), and DGELU_BGRAD's bias gradient (length = D's rows, hidden) sums over the rows of the batch.
+// ld n), and the bias gradient (length = D's rows, hidden) sums d_pre over the rows of the batch (our column
+// sums: cuBLASLt's DGELU_BGRAD reduction was slow, see dgelu_matmul_bf16).
 //
 // Types: A, B, D, the aux matrix, the bias and the bias gradient bf16 (cublasLt.h: the aux matrix, the bias
 // vector and the bias gradient have D's / C's type except for int8 and fp8 kernels, so
@@ -26,6 +27,7 @@
 #include "kernels/cpu/mlp_bf16_epilogue.h"
 #include "kernels/cuda/bf16.h"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cublaslt.h"
 #include "kernels/cuda/mlp_bf16.h"
 #include "kernels/cuda/mlp_bf16_plan.h"
 #include "kernels/cuda/reduce.h"
@@ -37,42 +39,6 @@ namespace ddp::kernels::cuda {
 namespace {
 constexpr size_t kLtWorkspaceBytes = size_t{32} << 20;
 std::atomic<int64_t> fused_calls{0}, fallback_calls{0};
-
-// ---- cuBLASLt descriptors (created and destroyed around each call; creating them costs microseconds) ----
-struct LtMatmulDesc {
-  cublasLtMatmulDesc_t desc = nullptr;
-  LtMatmulDesc() { DDP_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F)); }
-  ~LtMatmulDesc() { cublasLtMatmulDescDestroy(desc); }
-  LtMatmulDesc(const LtMatmulDesc&) = delete;
-  LtMatmulDesc& operator=(const LtMatmulDesc&) = delete;
-  template <class T>
-  void set(cublasLtMatmulDescAttributes_t attr, const T& value) {
-    DDP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof(value)));
-  }
-};
-// A column-major bf16 matrix of `rows` x `cols` with leading dimension ld (elements).
-struct LtBf16Layout {
-  cublasLtMatrixLayout_t layout = nullptr;
-  LtBf16Layout(int64_t rows, int64_t cols, int64_t ld) {
-    DDP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout, CUDA_R_16BF, static_cast<uint64_t>(rows),
-                                                static_cast<uint64_t>(cols), ld));
-  }
-  ~LtBf16Layout() { cublasLtMatrixLayoutDestroy(layout); }
-  LtBf16Layout(const LtBf16Layout&) = delete;
-  LtBf16Layout& operator=(const LtBf16Layout&) = delete;
-};
-struct LtPreference {
-  cublasLtMatmulPreference_t pref = nullptr;
-  explicit LtPreference(size_t workspace_bytes) {
-    DDP_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    const uint64_t bytes = workspace_bytes;
-    DDP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                          &bytes, sizeof(bytes)));
-  }
-  ~LtPreference() { cublasLtMatmulPreferenceDestroy(pref); }
-  LtPreference(const LtPreference&) = delete;
-  LtPreference& operator=(const LtPreference&) = delete;
-};
 
 const char* epilogue_name(cublasLtEpilogue_t e) {
   switch (e) {
@@ -106,9 +72,10 @@ bool lt_gelu_matmul(cublasLtEpilogue_t epilogue, bool trans_a, int64_t m, int64_
   if (bias) {
     desc.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
   }
-  LtBf16Layout a(trans_a ? k : m, trans_a ? m : k, lda), b(k, n, ldb), d(m, n, m);
+  LtLayout a(CUDA_R_16BF, trans_a ? k : m, trans_a ? m : k, lda), b(CUDA_R_16BF, k, n, ldb),
+      d(CUDA_R_16BF, m, n, m);
   LtPreference pref(kLtWorkspaceBytes);
-  cublasLtHandle_t lt = reinterpret_cast<cublasLtHandle_t>(ddp::cuda::cublas_handle());
+  cublasLtHandle_t lt = lt_handle();
   cublasLtMatmulHeuristicResult_t algo{};
   int found = 0;
   const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt, desc.desc, a.layout, b.layout, d.layout,
@@ -160,8 +127,8 @@ void gelu_linear_bf16(int64_t rows, int64_t out, int64_t in, const BFloat16* x, 
   DDP_CHECK(in > 0,
             "cuda gelu_linear_bf16: in = 0 (an empty sum) is not supported; ops::mlp_bf16 refuses it");
   if (gelu_linear_fuses(rows, out, in, x, w, bias, hidden, pre) &&
-      lt_gelu_matmul(bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX, true, out, rows, in, w,
-                     in, x, in, hidden, pre, const_cast<BFloat16*>(bias), workspace))
+      lt_gelu_matmul(bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX, true, out, rows, in,
+                     w, in, x, in, hidden, pre, const_cast<BFloat16*>(bias), workspace))
     return;
   const int64_t n = rows * out;
   float* pacc = static_cast<float*>(workspace(static_cast<size_t>(n) * sizeof(float)));
@@ -181,10 +148,20 @@ void dgelu_matmul_bf16(int64_t rows, int64_t hidden, int64_t n, const BFloat16* 
     return;
   }
   DDP_CHECK(n > 0, "cuda dgelu_matmul_bf16: n = 0 (an empty sum) is not supported; ops::mlp_bf16 refuses it");
+  // cuBLASLt's DGELU epilogue, then our column sums of d_pre for the bias gradient: DGELU_BGRAD's own
+  // reduction ran as a separate cuBLASLt kernel of 160-165 us per call on the H200 (8192 x 3072; ncu,
+  // 2026-12-04) where ours takes tens of us; ours sums exactly what the fallback below sums (the bf16 d_pre
+  // values, in double, rounded to float32 then bf16), so both paths give the same bias gradient.
   if (dgelu_matmul_fuses(rows, hidden, n, g, w, pre, d_pre, d_bias) &&
-      lt_gelu_matmul(d_bias ? CUBLASLT_EPILOGUE_DGELU_BGRAD : CUBLASLT_EPILOGUE_DGELU, false, hidden, rows, n, w,
-                     hidden, g, n, d_pre, const_cast<BFloat16*>(pre), d_bias, workspace))
+      lt_gelu_matmul(CUBLASLT_EPILOGUE_DGELU, false, hidden, rows, n, w, hidden, g, n, d_pre,
+                     const_cast<BFloat16*>(pre), nullptr, workspace)) {
+    if (d_bias) {
+      float* sums = static_cast<float*>(workspace(static_cast<size_t>(hidden) * sizeof(float)));
+      sum_middle<BFloat16, float>(d_pre, 1, rows, hidden, sums, 1.0);
+      to_bf16(sums, d_bias, hidden);
+    }
     return;
+  }
   const int64_t count = rows * hidden;
   float* pacc = static_cast<float*>(workspace(static_cast<size_t>(count) * sizeof(float)));
   gemm_bf16(false, false, 1, rows, hidden, n, 1.f, g, 0, w, 0, 0.f, pacc, 0);

@@ -2,7 +2,8 @@
 // as kernels/cpu/mlp_bf16.h, on ddp::cuda::current_stream(). Where mlp_bf16_plan.h allows, each is one
 // cuBLASLt matmul (bf16 tensor cores, float32 accumulation) whose epilogue does the per-element work:
 // CUBLASLT_EPILOGUE_GELU_AUX_BIAS (hidden in bf16, the pre-activation as the bf16 aux matrix) and
-// CUBLASLT_EPILOGUE_DGELU_BGRAD (d_pre and the bias gradient in bf16). Otherwise a cuBLAS bf16 GEMM
+// CUBLASLT_EPILOGUE_DGELU (d_pre in bf16; the bias gradient from our column sums of d_pre: cuBLASLt's
+// DGELU_BGRAD reduction was slow on the H200). Otherwise a cuBLAS bf16 GEMM
 // into float32 and a kernel running kernels/cpu/mlp_bf16_epilogue.h's functions (column sums from reduce.h).
 // Scratch memory (cuBLASLt's 32 MiB workspace, the fallback's float32 accumulator) comes from `workspace`
 // (kernels/cuda/workspace.h; the op passes the caching allocator's, runtime/ops/cuda_workspace.h).

@@ -36,7 +36,7 @@ __global__ void row_sum_kernel(const In* x, int64_t outer, int64_t r, int parts,
     const int64_t begin = p * chunk, end = begin + chunk < r ? begin + chunk : r;
     const In* row = x + o * r;
     double acc = 0;
-    for (int64_t k = begin + threadIdx.x; k < end; k += blockDim.x) acc += static_cast<double>(row[k]);
+    for (int64_t k = begin + threadIdx.x; k < end; k += blockDim.x) acc += widen_to<double>(row[k]);
     const double total = block_sum(acc, shared);
     if (threadIdx.x == 0) out[job] = static_cast<Out>(total * scale);
     __syncthreads();  // shared is reused by the next job
@@ -224,6 +224,7 @@ void expand_dims(const T* g, const Dims& shape, const std::vector<bool>& reduced
 }
 
 template void sum_middle<float, float>(const float*, int64_t, int64_t, int64_t, float*, double);
+template void sum_middle<BFloat16, float>(const BFloat16*, int64_t, int64_t, int64_t, float*, double);
 template void sum_middle<double, double>(const double*, int64_t, int64_t, int64_t, double*, double);
 template void sum_middle<float, double>(const float*, int64_t, int64_t, int64_t, double*, double);
 template void sum_middle<double, float>(const double*, int64_t, int64_t, int64_t, float*, double);

@@ -14,7 +14,9 @@
 #ifdef DDP_WITH_CUDA
 #include "kernels/cuda/bf16.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/linear_bf16.h"
 #include "kernels/cuda/reduce.h"
+#include "runtime/ops/cuda_workspace.h"
 #endif
 
 namespace ddp::ops {
@@ -155,14 +157,28 @@ Tensor detail::matmul_bf16(const Tensor& a, const Tensor& b, int64_t batch, int6
   return out;
 }
 
+void detail::linear_gemm_bf16(const Tensor& xb, const Tensor& wb, const Tensor& bias, int64_t rows,
+                              int64_t out, int64_t in, float* y) {
+  if (rows == 0 || out == 0) return;
+  const Device dev = xb.device();
+#ifdef DDP_WITH_CUDA
+  if (dev.is_cuda() && bias.defined()) {
+    CudaWorkspace ws{dev, {}};
+    if (kernels::cuda::linear_bias_bf16(rows, out, in, xb.data<BFloat16>(), wb.data<BFloat16>(),
+                                        bias.data<float>(), y, ws.fn()))
+      return;
+  }
+#endif
+  if (bias.defined()) fill_rows_f32(dev, bias.data<float>(), rows, out, y);
+  gemm_bf16_on(dev, false, true, 1, rows, out, in, xb, 0, wb, 0, bias.defined() ? 1.f : 0.f, y, 0);
+}
+
 Tensor detail::linear_bf16(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t rows) {
   const int64_t out_f = weight.size(0), in_f = weight.size(1);
   const Device dev = x.device();
   Tensor xb = to_bf16(x), wb = bf16_weight(weight);  // one copy per step inside a Bf16WeightCast scope
   Tensor y = Tensor::empty(with_last(x.shape(), out_f), DType::F32, dev);
-  if (bias.defined()) fill_rows_f32(dev, bias.data<float>(), rows, out_f, y.data<float>());
-  gemm_bf16_on(dev, false, true, 1, rows, out_f, in_f, xb, 0, wb, 0, bias.defined() ? 1.f : 0.f,
-               y.data<float>(), 0);
+  detail::linear_gemm_bf16(xb, wb, bias, rows, out_f, in_f, y.data<float>());
   round_in_place(y);
   if (autograd::needs_grad({&x, &weight, &bias})) {
     auto node = std::make_shared<LinearBf16Backward>();

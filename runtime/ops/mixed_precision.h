@@ -13,7 +13,8 @@
 //   causal_self_attention on CUDA with cuDNN's fused attention (bf16_attention_kernel says which): q, k, v, y
 //     and their gradients are bf16 tensors; inside, cuDNN's flash tiles with float32 softmax and statistics
 //     (its own rounding of the probabilities before P V: within bf16 tolerance of the emulation below).
-//   causal_self_attention otherwise: its input qkv and output y are rounded (gradients: dy and dqkv); every GEMM inside
+//   causal_self_attention otherwise: its input qkv and output y are rounded (gradients: dy and dqkv); every
+//   GEMM inside
 //     has bf16 operands and float32 accumulation and output (GPU: cuBLAS bf16 tensor cores): the softmax
 //     probabilities are rounded before att v and att^T dy, the softmax gradient before the dq / dk GEMMs;
 //     scores, softmax, its backward and the saved probabilities stay float32.
@@ -86,6 +87,12 @@ Tensor matmul_bf16(const Tensor& a, const Tensor& b, int64_t batch, int64_t M, i
                    bool shared_b);
 Tensor linear_bf16(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t rows);
 Tensor attention_bf16(const Tensor& qkv, int64_t n_head);
+// y (rows, out) float32 = xb (rows, in) wb^T (+ bias, float32 (out,), may be undefined), xb and wb bf16, in >
+// 0, not yet rounded: on CUDA with a bias one cuBLASLt matmul with the bias in its epilogue
+// (kernels/cuda/linear_bf16.h), else (and where cuBLASLt has no algorithm) the bias broadcast into y and a
+// GEMM with beta = 1. The same float32 sum either way. linear_bf16 and the fused MLP's projection use it.
+void linear_gemm_bf16(const Tensor& xb, const Tensor& wb, const Tensor& bias, int64_t rows, int64_t out,
+                      int64_t in, float* y);
 }  // namespace detail
 
 }  // namespace ddp::ops

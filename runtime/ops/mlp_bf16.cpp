@@ -155,19 +155,17 @@ Tensor mlp_bf16(const Tensor& x, const Tensor& fc_weight, const Tensor& fc_bias,
   Shape y_shape = x.shape();
   y_shape.back() = out;
 
-  // The weights' bf16 copies (fc's bias included: cuBLASLt's bias is bf16): once per optimizer step inside the
-  // training step's Bf16WeightCast scope (bf16_weight_cast.h), else converted on every call.
+  // The weights' bf16 copies (fc's bias included: cuBLASLt's bias is bf16): once per optimizer step inside
+  // the training step's Bf16WeightCast scope (bf16_weight_cast.h), else converted on every call.
   const Tensor xb = to_bf16(x), fc_wb = bf16_weight(fc_weight), proj_wb = bf16_weight(proj_weight);
   const Tensor fc_bb = fc_bias.defined() ? bf16_weight(fc_bias) : Tensor();
   Tensor hidden = Tensor::empty({rows, hidden_f}, DType::BF16, dev);
   Tensor pre = Tensor::empty({rows, hidden_f}, DType::BF16, dev);
   gelu_linear_on(dev, rows, hidden_f, in, bf(xb), bf(fc_wb), bf_or_null(fc_bb), bf_mut(hidden), bf_mut(pre));
-  // y = bf16(hidden proj_W^T + proj_b): the bias in float32 inside the GEMM (beta = 1), as linear_bf16
+  // y = bf16(hidden proj_W^T + proj_b): the bias added to the float32 sum, as linear_bf16 does
   Tensor y = Tensor::empty(y_shape, DType::F32, dev);
   if (rows > 0) {
-    if (proj_bias.defined()) DDP_KERNEL(dev, fill_rows, proj_bias.data<float>(), rows, out, y.data<float>());
-    DDP_KERNEL(dev, gemm_bf16, false, true, 1, rows, out, hidden_f, 1.f, bf(hidden), 0, bf(proj_wb), 0,
-               proj_bias.defined() ? 1.f : 0.f, y.data<float>(), 0);
+    detail::linear_gemm_bf16(hidden, proj_wb, proj_bias, rows, out, hidden_f, y.data<float>());
     DDP_KERNEL(dev, round_to_bf16, y.data<float>(), y.numel());
   }
   if (autograd::needs_grad({&x, &fc_weight, &fc_bias, &proj_weight, &proj_bias})) {

@@ -1,16 +1,16 @@
 // test_gpu_mlp_bf16.cpp - the fused bf16 MLP (runtime/ops/mlp_bf16.h) on the GPU against its exact CPU
 // emulation (tests/ops_nn/test_mlp_bf16.cpp checks the emulation itself):
 //   - output and all five gradients agree on shapes that take cuBLASLt's epilogues (GELU_AUX_BIAS forward,
-//     DGELU_BGRAD backward; leading dimensions multiples of 8) and on shapes that take the fallback (a cuBLAS
+//     DGELU backward + our column sums for the bias gradient; leading dimensions multiples of 8) and on shapes that take the fallback (a cuBLAS
 //     bf16 GEMM plus the shared epilogue kernel: odd, prime and not-multiple-of-8 sizes), with and without
 //     biases and with zero rows; the path counters say which path ran. Tolerance: 1e-2 of the largest
 //     reference value. The two differ only in float32 summation order (and, on the fused path, in
-//     cuBLASLt's own GELU arithmetic and its bias-gradient sums), which moves an accumulator by ~1e-6
+//     cuBLASLt's own GELU arithmetic), which moves an accumulator by ~1e-6
 //     relative; after bf16 rounding that flips some elements by one bf16 ulp (2^-8 relative), and the
 //     gradients pass through up to three such rounded GEMMs: 1e-2 is about 2.5 ulps of the largest value.
 //   - cuBLASLt's GELU epilogue is GPT-2's tanh form, not the erf form: exact pre-activations at z = -4..-2,
 //     where the two differ by tens of bf16 ulps, come out within one ulp of the tanh form (forward, and
-//     the derivative through the DGELU_BGRAD bias gradient); the same check runs on the CPU emulation
+//     the derivative through the DGELU epilogue's bias gradient); the same check runs on the CPU emulation
 //     without a GPU, so that its expectations are known to hold for the tanh form.
 // The GPU tests skip with "skipped: no GPU".
 #include <gtest/gtest.h>
@@ -142,7 +142,7 @@ void expect_tanh_form_gelu(Device dev) {
 #ifdef DDP_WITH_CUDA
   const auto after = kernels::cuda::mlp_bf16_path_counts();
   if (dev.is_cuda()) {
-    ASSERT_EQ(after.fused - before.fused, 2) << "the test must run cuBLASLt's GELU_AUX_BIAS and DGELU_BGRAD";
+    ASSERT_EQ(after.fused - before.fused, 2) << "the test must run cuBLASLt's GELU_AUX_BIAS and DGELU";
   }
 #endif
   const std::vector<double> h = y.to(Device::cpu()).to_double_vector();

@@ -1,8 +1,8 @@
-// test_column_sum_plan.cpp - the plan the CUDA column sums use (kernels/cuda/column_sum_plan.h: bias gradients
-// in reduce.cu, layer norm's dweight/dbias) and their summation order, run on the host with the same
-// per-thread function the kernels call: every row of every column is summed exactly once (integer data, so
-// any row missed or added twice shows as an exact difference), chunks are never empty, there are enough blocks
-// for every SM where the rows allow it, and one chunk is the single pass it replaced.
+// test_column_sum_plan.cpp - the plan the CUDA column sums use (kernels/cuda/column_sum_plan.h: bias
+// gradients in reduce.cu, layer norm's dweight/dbias) and their summation order, run on the host with the
+// same per-thread function the kernels call: every row of every column is summed exactly once (integer data,
+// so any row missed or added twice shows as an exact difference), chunks are never empty, there are enough
+// blocks for every SM where the rows allow it, and one chunk is the single pass it replaced.
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -24,7 +24,8 @@ std::vector<double> emulate(const std::vector<double>& x, int64_t outer, int64_t
         const int64_t begin = c * p.rows_per_chunk, end = std::min(r, begin + p.rows_per_chunk);
         double s = 0;
         for (int64_t lane = 0; lane < kRowLanesPerBlock; ++lane)
-          s += column_lane_sum<double>(x.data() + o * r * inner, inner, j, begin, end, lane, kRowLanesPerBlock);
+          s += column_lane_sum<double>(x.data() + o * r * inner, inner, j, begin, end, lane,
+                                       kRowLanesPerBlock);
         total += s;
       }
       out[static_cast<size_t>(o * inner + j)] = total;
@@ -53,7 +54,8 @@ TEST(ColumnSumPlan, EveryRowOnceNoEmptyChunkAndEnoughBlocks) {
             EXPECT_GE(r / p.chunks, kMinRowsPerChunk / 2) << "chunks too short for their scratch row";
             EXPECT_LT(p.col_tiles * outer, 4 * sms) << "split although the tiles fill the GPU";
           }
-          const bool rows_allow = r / kMinRowsPerChunk >= (4 * sms + p.col_tiles * outer - 1) / (p.col_tiles * outer);
+          const bool rows_allow =
+              r / kMinRowsPerChunk >= (4 * sms + p.col_tiles * outer - 1) / (p.col_tiles * outer);
           if (rows_allow) EXPECT_GE(p.col_tiles * outer * p.chunks, 4 * sms) << "SMs left idle";
           // Integer data: every sum is exact, so a row missed or summed twice is an exact difference.
           std::vector<double> x(static_cast<size_t>(outer * r * inner));
@@ -76,4 +78,27 @@ TEST(ColumnSumPlan, Gpt2SmallBiasGradientFillsAnH200) {
   EXPECT_EQ(p.rows_per_chunk, 373);
   // Wide enough already: (8192, 50304) is 1572 tiles, one pass.
   EXPECT_EQ(plan_column_sum(1, 8192, 50304, 132).chunks, 1);
+}
+
+// bf16 inputs (the fused MLP's bias gradient sums the bf16 d_pre, kernels/cuda/mlp_bf16.cu): each element
+// widens exactly (its bits are a float32's top half), so a lane's sum over bf16 values equals its sum over
+// the same values as float32, for every lane and range, signs, zeros and powers of two included.
+TEST(ColumnSumPlan, Bf16InputsWidenExactly) {
+  const int64_t r = 37, inner = 5;
+  std::vector<ddp::BFloat16> xb(static_cast<size_t>(r * inner));
+  std::vector<float> xf(xb.size());
+  for (size_t i = 0; i < xb.size(); ++i) {
+    const float v =
+        (i % 3 == 0) ? 0.f : static_cast<float>((static_cast<int64_t>(i * 2654435761u % 2001) - 1000)) / 64.f;
+    xb[i] = ddp::BFloat16::from_float(v);
+    xf[i] = xb[i].to_float();
+  }
+  EXPECT_EQ(widen_to<double>(ddp::BFloat16::from_float(-0.375f)), -0.375);
+  EXPECT_EQ(widen_to<double>(ddp::BFloat16::from_float(65536.f)), 65536.0);
+  for (int64_t j = 0; j < inner; ++j)
+    for (int64_t lane = 0; lane < kRowLanesPerBlock; ++lane)
+      for (int64_t begin : {int64_t{0}, int64_t{3}})
+        EXPECT_EQ((column_lane_sum<double>(xb.data(), inner, j, begin, r, lane, kRowLanesPerBlock)),
+                  (column_lane_sum<double>(xf.data(), inner, j, begin, r, lane, kRowLanesPerBlock)))
+            << "column " << j << " lane " << lane << " from row " << begin;
 }

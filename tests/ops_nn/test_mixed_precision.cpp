@@ -212,6 +212,14 @@ TEST(MixedPrecision, CudaBf16MatchesCpuEmulation) {
   ddp::testing::expect_cuda_matches_cpu(
       [](const std::vector<Tensor>& in) { return ops::linear(in[0], in[1], in[2]); },
       {leaf({8, 64}, 40), leaf({32, 64}, 41), leaf({32}, 42)}, 2e-2, 2e-2);
+  // The bias in cuBLASLt's epilogue (kernels/cuda/linear_bf16.cu) on a GPT-sized and an odd shape (7 x 17
+  // rows of 17 features into 33: unaligned leading dimensions, which cuBLASLt may refuse - then the fallback).
+  ddp::testing::expect_cuda_matches_cpu(
+      [](const std::vector<Tensor>& in) { return ops::linear(in[0], in[1], in[2]); },
+      {leaf({2, 128, 768}, 46), leaf({2304, 768}, 47), leaf({2304}, 48)}, 2e-2, 2e-2);
+  ddp::testing::expect_cuda_matches_cpu(
+      [](const std::vector<Tensor>& in) { return ops::linear(in[0], in[1], in[2]); },
+      {leaf({7, 17}, 49), leaf({33, 17}, 50), leaf({33}, 51)}, 2e-2, 2e-2);
   ddp::testing::expect_cuda_matches_cpu(
       [](const std::vector<Tensor>& in) { return ops::matmul(in[0], in[1]); },
       {leaf({3, 16, 32}, 43), leaf({3, 32, 8}, 44)}, 2e-2, 2e-2);
