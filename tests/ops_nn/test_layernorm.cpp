@@ -80,8 +80,11 @@ TEST(LayerNorm, CudaMatchesCpu) {
   // unit-sized terms drifts by about n x 2^-24 in the worst order, by the random walk of its rounding
   // errors). The first GPU run (2026-12-04, H200) had the two float32 results 3.2e-5 apart at 8192 rows, and
   // the GPU's error 3x the CPU's (6.4e-5 vs 2.3e-5; the bound there is 4.9e-4). {8, 1024, 768}: GPT-2 small's
-  // rows, dweight/dbias in row chunks (kernels/cuda/column_sum_plan.h); {4099, 33} a prime row count.
-  for (const Shape& s : std::vector<Shape>{{3, 5}, {4, 16, 768}, {2, 1000}, {8, 1024, 768}, {4099, 33}}) {
+  // rows, dweight/dbias in row chunks (kernels/cuda/column_sum_plan.h); {4099, 33} a prime row count; rows
+  // of 4096 and 4097 columns: the last that get one warp each (kernels/cuda/layernorm.cu) and the first that
+  // get a block.
+  for (const Shape& s : std::vector<Shape>{
+           {3, 5}, {4, 16, 768}, {2, 1000}, {8, 1024, 768}, {4099, 33}, {3, 4096}, {3, 4097}, {2, 9000}}) {
     SCOPED_TRACE("shape " + shape_str(s));
     const int64_t c = s.back(), rows = shape_numel(s) / c;
     expect_cuda_as_accurate_as_cpu(

@@ -188,6 +188,11 @@ TEST(CrossEntropy, CudaMatchesCpu) {
   Tensor t = targets_tensor(random_targets(14, 1001, 8), {2, 7});
   expect_cuda_matches_cpu([](const std::vector<Tensor>& in) { return ops::cross_entropy(in[0], in[1]); },
                           {x, t}, 1e-6, 1e-5);
+  // GPT-2's vocabulary: 50257 classes, 49-50 per thread of the one-pass log-sum-exp (kernels/cuda/loss.cu),
+  // whose running max grows and rescales the running sum many times per row.
+  Tensor xv = random_f64({3, 50257}, 7) * 4.0;
+  expect_cuda_matches_cpu([](const std::vector<Tensor>& in) { return ops::cross_entropy(in[0], in[1]); },
+                          {xv, targets_tensor(random_targets(3, 50257, 10), {3})}, 1e-6, 1e-5);
   std::vector<int64_t> tv = random_targets(14, 1001, 8);
   tv[3] = -100;
   ops::CrossEntropyOptions opt;
