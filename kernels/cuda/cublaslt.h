@@ -8,7 +8,9 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cuda/workspace.h"
 #include "runtime/core/cuda/handles.h"
+#include "runtime/core/cuda/stream.h"
 #include "runtime/core/cuda_check.h"
 
 namespace ddp::kernels::cuda {
@@ -53,5 +55,31 @@ struct LtPreference {
 // The thread's cuBLASLt handle: its cuBLAS handle (cuBLAS's docs: a cublasHandle_t encapsulates a cuBLASLt
 // handle and may be cast to one).
 inline cublasLtHandle_t lt_handle() { return reinterpret_cast<cublasLtHandle_t>(ddp::cuda::cublas_handle()); }
+
+// The workspace each epilogue matmul asks for (and tells the heuristic), from the caller's WorkspaceFn.
+constexpr size_t kLtWorkspaceBytes = size_t{32} << 20;
+
+// D = alpha A B (+ desc's epilogue; C = D, beta 0) on the current stream, with the heuristic's first
+// algorithm for these layouts. Returns CUBLAS_STATUS_SUCCESS once enqueued, or, with nothing enqueued, the
+// reason cuBLASLt has no algorithm (CUBLAS_STATUS_NOT_SUPPORTED, also when the heuristic finds none): the
+// caller then takes its fallback. Any other error is raised (DDP_CUBLAS_CHECK).
+inline cublasStatus_t lt_matmul_if_supported(const LtMatmulDesc& desc, const void* A, const LtLayout& a,
+                                             const void* B, const LtLayout& b, void* D, const LtLayout& d,
+                                             const WorkspaceFn& workspace) {
+  LtPreference pref(kLtWorkspaceBytes);
+  cublasLtMatmulHeuristicResult_t algo{};
+  int found = 0;
+  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt_handle(), desc.desc, a.layout, b.layout,
+                                                           d.layout, d.layout, pref.pref, 1, &algo, &found);
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && found == 0))
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  DDP_CUBLAS_CHECK(st);
+  void* ws = workspace(kLtWorkspaceBytes);
+  const float alpha = 1.f, beta = 0.f;
+  DDP_CUBLAS_CHECK(cublasLtMatmul(lt_handle(), desc.desc, &alpha, A, a.layout, B, b.layout, &beta, D,
+                                  d.layout, D, d.layout, &algo.algo, ws, kLtWorkspaceBytes,
+                                  ddp::cuda::current_stream()));
+  return CUBLAS_STATUS_SUCCESS;
+}
 
 }  // namespace ddp::kernels::cuda

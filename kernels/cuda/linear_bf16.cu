@@ -13,14 +13,9 @@
 
 #include "kernels/cuda/cublaslt.h"
 #include "kernels/cuda/linear_bf16.h"
-#include "runtime/core/cuda/stream.h"
 #include "runtime/core/cuda_check.h"
 
 namespace ddp::kernels::cuda {
-namespace {
-constexpr size_t kLtWorkspaceBytes = size_t{32} << 20;
-}  // namespace
-
 bool linear_bias_bf16(int64_t rows, int64_t out, int64_t in, const BFloat16* x, const BFloat16* w,
                       const float* bias, float* y, const WorkspaceFn& workspace) {
   if (rows == 0 || out == 0) return true;
@@ -33,13 +28,8 @@ bool linear_bias_bf16(int64_t rows, int64_t out, int64_t in, const BFloat16* x, 
   desc.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
   desc.set(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, CUDA_R_32F);
   LtLayout a(CUDA_R_16BF, in, out, in), b(CUDA_R_16BF, in, rows, in), d(CUDA_R_32F, out, rows, out);
-  LtPreference pref(kLtWorkspaceBytes);
-  cublasLtHandle_t lt = lt_handle();
-  cublasLtMatmulHeuristicResult_t algo{};
-  int found = 0;
-  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt, desc.desc, a.layout, b.layout, d.layout,
-                                                           d.layout, pref.pref, 1, &algo, &found);
-  if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && found == 0)) {
+  const cublasStatus_t st = lt_matmul_if_supported(desc, w, a, x, b, y, d, workspace);
+  if (st != CUBLAS_STATUS_SUCCESS) {
     static std::atomic<bool> told{false};
     if (!told.exchange(true))
       std::fprintf(
@@ -51,11 +41,6 @@ bool linear_bias_bf16(int64_t rows, int64_t out, int64_t in, const BFloat16* x, 
           cublasLtGetStatusString(st));
     return false;
   }
-  DDP_CUBLAS_CHECK(st);
-  void* ws = workspace(kLtWorkspaceBytes);
-  const float alpha = 1.f, beta = 0.f;
-  DDP_CUBLAS_CHECK(cublasLtMatmul(lt, desc.desc, &alpha, w, a.layout, x, b.layout, &beta, y, d.layout, y,
-                                  d.layout, &algo.algo, ws, kLtWorkspaceBytes, ddp::cuda::current_stream()));
   return true;
 }
 

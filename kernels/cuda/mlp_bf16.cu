@@ -37,7 +37,6 @@
 
 namespace ddp::kernels::cuda {
 namespace {
-constexpr size_t kLtWorkspaceBytes = size_t{32} << 20;
 std::atomic<int64_t> fused_calls{0}, fallback_calls{0};
 
 const char* epilogue_name(cublasLtEpilogue_t e) {
@@ -74,13 +73,8 @@ bool lt_gelu_matmul(cublasLtEpilogue_t epilogue, bool trans_a, int64_t m, int64_
   }
   LtLayout a(CUDA_R_16BF, trans_a ? k : m, trans_a ? m : k, lda), b(CUDA_R_16BF, k, n, ldb),
       d(CUDA_R_16BF, m, n, m);
-  LtPreference pref(kLtWorkspaceBytes);
-  cublasLtHandle_t lt = lt_handle();
-  cublasLtMatmulHeuristicResult_t algo{};
-  int found = 0;
-  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt, desc.desc, a.layout, b.layout, d.layout,
-                                                           d.layout, pref.pref, 1, &algo, &found);
-  if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && found == 0)) {
+  const cublasStatus_t st = lt_matmul_if_supported(desc, A, a, B, b, D, d, workspace);
+  if (st != CUBLAS_STATUS_SUCCESS) {
     static std::atomic<bool> told{false};
     if (!told.exchange(true))
       std::fprintf(stderr,
@@ -92,11 +86,6 @@ bool lt_gelu_matmul(cublasLtEpilogue_t epilogue, bool trans_a, int64_t m, int64_
                    static_cast<long long>(ldb), cublasLtGetStatusString(st));
     return false;
   }
-  DDP_CUBLAS_CHECK(st);
-  void* ws = workspace(kLtWorkspaceBytes);
-  const float alpha = 1.f, beta = 0.f;
-  DDP_CUBLAS_CHECK(cublasLtMatmul(lt, desc.desc, &alpha, A, a.layout, B, b.layout, &beta, D, d.layout, D,
-                                  d.layout, &algo.algo, ws, kLtWorkspaceBytes, ddp::cuda::current_stream()));
   fused_calls.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
