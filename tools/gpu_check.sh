@@ -12,7 +12,9 @@
 #      (bench/pytorch_twin.py), as ratios; GPT-2 small (124M, tied head) bf16 MFU at world 1;
 #   5. GEMM TFLOP/s, racecheck and synccheck, two ranks through Gloo staging, `train`'s MFU line, the used-map
 #      sync, bf16 all-reduce;
-#   6. torch.compile beside the rows of 4 (last: a compile can take minutes, and the deadline cuts the tail).
+#   6. torch.compile beside the rows of 4 (a compile can take minutes, and the deadline cuts the tail);
+#   7. one GPT-2 small bf16 step under Nsight Compute: its kernel time by kernel (tools/ncu_kernel_summary.py;
+#      the CSV is in logs.tar.gz).
 # Every step runs under `timeout -k` (a process ignoring SIGTERM is killed), the time left is printed on every log
 # line, and table.md, check.log, bench.json and logs.tar.gz are copied to --collect after every step.
 #
@@ -462,6 +464,31 @@ train_mfu() {
   else case "$t" in *MFU*) row "$label" "$t" ;; *) row "$label" "FAIL: no MFU line (train-bf16.log): $t" ;; esac; fi
 }
 
+# ---- 7. one step's kernels under Nsight Compute ------------------------------------------------------------------
+profile_step() {
+  local label="GPT-2 small bf16, one step's kernel time by kernel (ncu)"
+  usable bench_e2e "$label" || return
+  local ncu; ncu="${GPU_CHECK_NCU:-$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)}"
+  [ "$DRY" = 1 ] && { row "$label" "SKIPPED (dry run: no GPU to profile)"; return; }
+  [ -z "$ncu" ] && { row "$label" "SKIPPED (no ncu: PATH, /usr/local/cuda/bin, /opt/nvidia/nsight-compute)"; return; }
+  local lim rc; lim=$(limit_for 90)
+  [ "$lim" -eq 0 ] && { row "$label" "SKIPPED (deadline)"; return; }
+  log "ncu over one GPT-2 small bf16 step (at most $lim s)"
+  gc_bounded "$lim" "$ncu" --clock-control none --metrics gpu__time_duration.sum --csv --print-units base \
+    "$BIN/bench_e2e" --device cuda --backend nccl --config gpt2-small --dtype bf16 --warmup 1 --steps 1 \
+    --batch-size 8 >"$WORK/ncu-gpt2s.csv" 2>"$WORK/ncu-gpt2s.err"
+  rc=$?
+  if [ "$rc" -ne 0 ]; then
+    row "$label" "FAIL: ncu $(gc_rc_text "$rc" "$lim") (ncu-gpt2s.err): $(tail -1 "$WORK/ncu-gpt2s.err" | cut -c1-160)"
+    return
+  fi
+  if ! python3 "$ROOT/tools/ncu_kernel_summary.py" "$WORK/ncu-gpt2s.csv" --top 6 --width 60 >"$WORK/ncu-summary.txt" 2>&1; then
+    row "$label" "FAIL: tools/ncu_kernel_summary.py: $(tail -1 "$WORK/ncu-summary.txt")"; return
+  fi
+  row "$label" "$(head -1 "$WORK/ncu-summary.txt" | sed 's/^launches [0-9.]*: [^:]*: //'); top: $(tail -n +3 "$WORK/ncu-summary.txt" |
+    awk '{ n = $4; for (j = 5; j <= NF; j++) n = n " " $j; printf "%s%s %s ms (%s x)", (k++ ? ", " : ""), n, $1, $2 }')"
+}
+
 # ---- the order: most decisive first, so the deadline cuts the tail ---------------------------------------------------------
 log "1. GPU tests, one process per suite"
 test_binary test_ops_core '*Cuda*'
@@ -493,6 +520,8 @@ bench gpt2-small-bf16-bf16-allreduce 75 --config gpt2-small --dtype bf16 --allre
 log "6. torch.compile beside the same rows"
 torch_row gpt-tiny-f32 compile 120 --config gpt --warmup 5 --steps 30
 torch_row gpt2-small-bf16 compile 180 --config gpt2-small --dtype bf16 --warmup 2 --steps 10 --batch-size 8
+log "7. one step under Nsight Compute"
+profile_step
 
 log "done in $((SECONDS - T0)) s, $FAILS failed; logs in $WORK"
 row "verdict" "$FAILS rows failed, $((SECONDS - T0)) s"

@@ -43,6 +43,19 @@ echo "========= ERROR SUMMARY: $n errors"
 [ "$n" -gt 0 ] && exit "$code"
 exit "$rc"
 EOF
+# ncu: the CSV Nsight Compute writes for the program it is given (one step between two AdamW groups).
+cat >"$T/path/ncu" <<'EOF'
+#!/usr/bin/env bash
+echo "ncu $*" >>"$FAKE_LOG"
+echo "==PROF== Connected to process 7"
+echo '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"'
+i=0
+for k in "adamw_kernel(float*)|2,000" "gemm_kernel(float const*)|100,000" "layernorm(float*)|30,000" \
+         "gemm_kernel(float const*)|150,000" "adamw_kernel(float*)|5,000"; do
+  echo "\"$i\",\"7\",\"bench_e2e\",\"h\",\"${k%|*}\",\"1\",\"7\",\"(256, 1, 1)\",\"(1, 1, 1)\",\"0\",\"9.0\",\"m\",\"gpu__time_duration.sum\",\"ns\",\"${k#*|}\""
+  i=$((i + 1))
+done
+EOF
 # A PyTorch python: the version probe, and bench/pytorch_twin.py's line (eager 4 ms, compiled 2 ms a step).
 cat >"$T/path/python-torch" <<'EOF'
 #!/usr/bin/env bash
@@ -242,6 +255,7 @@ check "training: device peak memory beside the account" has "$R" 'gpt-tiny-f32.*
 check "pytorch: eager and compiled rows with ratios" has "$R" 'torch.compile.*ratio'
 check "pytorch: ... eager" has "$R" 'eager.*ratio'
 check "gpt2-small 124M bf16 MFU row" has "$R" 'gpt2-small.*bf16.*MFU'
+check "ncu: one step's kernel time, the GEMMs first" has "$R" "one step's kernel time.*4 kernels, 0.285 ms.*top: gemm_kernel 0.250 ms \\(2 x\\)"
 # ---- the decisions alone (tools/gpu_check_lib.sh) ------------------------------------------------------------------
 . "$ROOT/tools/gpu_check_lib.sh"
 loss_of() { printf '  loss (rank 0): first %s last %s over 4 steps\n' "$1" "$2" >"$T/loss.log"; gc_loss_verdict "$T/loss.log"; }
