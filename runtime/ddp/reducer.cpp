@@ -389,18 +389,22 @@ void Reducer::mark_ready(size_t index, bool observed) {
   Tensor slot = slot_view(index);
   Tensor grad = params_[index].tensor.grad();
   const double inv = 1.0 / divide_factor_;
-  const bool fold = folds_division(buckets_[slots_[index].bucket]);  // the all-reduce divides
+  // Divide here unless the all-reduce divides, or the divisor is 1 (x * 1 == x: a pass for nothing).
+  const bool divide = !folds_division(buckets_[slots_[index].bucket]) && divide_factor_ != 1;
   if (grad.defined()) {
     const bool is_view = grad.storage() == slot.storage() && grad.impl()->offset == slot.impl()->offset;
     if (is_view) {
       // gradient_as_bucket_view: backward accumulated straight into the bucket
-      if (!fold) scale_(slot, inv);
+      if (divide) {
+        scale_(slot, inv);
+        ++gradients_scaled_;
+      }
     } else {
       ++gradients_copied_;
-      if (fold)
-        slot.copy_from(grad);
-      else
+      if (divide)
         copy_scaled_(slot, grad, inv);  // copy and divide in one pass
+      else
+        slot.copy_from(grad);
       if (opt_.gradient_as_bucket_view) params_[index].tensor.set_grad(slot);
     }
   } else {
@@ -548,6 +552,7 @@ void Reducer::finalize() {
   const double backward_compute_s = stats.backward_compute_s;
   stats.num_unused_marked = unused_marked_;
   stats.num_gradients_copied = gradients_copied_;
+  stats.num_gradients_scaled = gradients_scaled_;
   stats.unused_search_s = unused_search_s_;
   trace::trace_instant("finalize", "ddp");
 
@@ -699,6 +704,7 @@ void Reducer::reset_iteration() {
   used_map_work_.reset();
   unused_marked_ = 0;
   gradients_copied_ = 0;
+  gradients_scaled_ = 0;
   gradients_cloned_ = 0;
   searches_ = 0;
   unused_search_s_ = 0;

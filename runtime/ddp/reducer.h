@@ -247,6 +247,7 @@ class Reducer {
   std::chrono::steady_clock::time_point forward_end_;
   size_t unused_marked_ = 0;
   size_t gradients_copied_ = 0;
+  size_t gradients_scaled_ = 0;
   size_t gradients_cloned_ = 0;  // write_back: .grad given a tensor of its own (IterationStats)
   double unused_search_s_ = 0;
 
