@@ -2,8 +2,6 @@
 // shuffles, no block barriers), one block per row beyond (two-pass mean/variance either way); dweight/dbias
 // with one block per 32 columns and row chunk (column_sum_plan.h: enough blocks for every SM), the chunks
 // then added in chunk order (deterministic, no atomics).
-#include <climits>
-
 #include "kernels/cuda/column_sum_plan.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/layernorm.h"
@@ -37,14 +35,10 @@ __global__ void layernorm_forward_kernel(const T* x, const T* weight, const T* b
 constexpr int64_t kWarpRowCols = 4096;  // rows up to this long get one warp each (128 elements per lane)
 constexpr int kWarpRowBlock = 256;      // 8 rows per block
 
-template <class T>
-__device__ T warp_sum(T v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
+// Blocks for `rows` rows at one warp per row (the kernels loop over rows with a grid stride).
 inline int warp_row_grid(int64_t rows) {
-  const int64_t per_block = kWarpRowBlock / 32, blocks = (rows + per_block - 1) / per_block;
-  return static_cast<int>(blocks < 1 ? 1 : blocks > INT_MAX ? INT_MAX : blocks);
+  constexpr int64_t kRowsPerBlock = kWarpRowBlock / 32;
+  return row_grid((rows + kRowsPerBlock - 1) / kRowsPerBlock);
 }
 
 // One warp per row, the same arithmetic as layernorm_forward_kernel: the row's sum, then its squared
@@ -61,10 +55,10 @@ __global__ void layernorm_forward_warp_kernel(const T* x, const T* weight, const
     T* yr = y + r * cols;
     T s = 0;
     for (int64_t c = lane; c < cols; c += 32) s += xr[c];
-    const T m = warp_sum(s) / static_cast<T>(cols);
+    const T m = warp_allreduce(s, SumOp()) / static_cast<T>(cols);
     T v = 0;
     for (int64_t c = lane; c < cols; c += 32) v += (xr[c] - m) * (xr[c] - m);
-    const T var = warp_sum(v) / static_cast<T>(cols);
+    const T var = warp_allreduce(v, SumOp()) / static_cast<T>(cols);
     const T rs = T(1) / dev_sqrt(var + static_cast<T>(eps));
     for (int64_t c = lane; c < cols; c += 32) yr[c] = (xr[c] - m) * rs * weight[c] + bias[c];
     if (lane == 0) {
@@ -91,8 +85,8 @@ __global__ void layernorm_dx_warp_kernel(const T* dy, const T* x, const T* weigh
       sg += g;
       sgx += g * (xr[c] - m) * rs;
     }
-    const T mean_g = warp_sum(sg) / static_cast<T>(cols);
-    const T mean_gx = warp_sum(sgx) / static_cast<T>(cols);
+    const T mean_g = warp_allreduce(sg, SumOp()) / static_cast<T>(cols);
+    const T mean_gx = warp_allreduce(sgx, SumOp()) / static_cast<T>(cols);
     T* dxr = dx + r * cols;
     for (int64_t c = lane; c < cols; c += 32)
       dxr[c] = rs * (dyr[c] * weight[c] - mean_g - (xr[c] - m) * rs * mean_gx);

@@ -1,5 +1,5 @@
 // softmax.cuh - device helpers shared by the row-wise CUDA kernels (softmax, cross-entropy, layer norm,
-// attention): exp/log overloads, a block-wide all-reduce, and the block size for one row per block.
+// attention): exp/log overloads, warp- and block-wide all-reduces, and the block size for one row per block.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -28,11 +28,18 @@ struct MaxOp {
   }
 };
 
+// Every lane of the warp gets op over all 32 lanes' v (a butterfly: every lane ends with the same value).
+template <class T, class Op>
+__device__ T warp_allreduce(T v, Op op) {
+  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
 // Every thread of the block gets op over all threads' v. blockDim.x must be a multiple of 32 (<= 1024);
 // smem holds 32 values. Safe to call repeatedly with the same smem (it synchronises before reuse).
 template <class T, class Op>
 __device__ T block_allreduce(T v, Op op, T* smem) {
-  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+  v = warp_allreduce(v, op);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
   __syncthreads();  // a previous call may still be reading smem
   if (lane == 0) smem[warp] = v;
