@@ -54,8 +54,15 @@ class Block : public nn::Module {
 class GPT : public nn::Module {
  public:
   explicit GPT(const GPTConfig& c);
-  // idx (B, T) int64 tokens, T <= context -> logits (B, T, config.table_rows()).
+  // idx (B, T) int64 tokens, T <= context -> logits (B, T, config.table_rows()): the model's dtype, or
+  // bfloat16 under bf16 compute (ops::linear_bf16_output; ops::cross_entropy takes them and gives a float32
+  // loss).
   Tensor forward(const Tensor& idx) override;
+  // Under bf16 compute, the tensors whose only consumers are bf16 GEMMs (or the loss) stay bfloat16 between
+  // ops (on, the default): the layer norms' outputs, qkv, the attention's output, the logits - the same
+  // values as float32 tensors holding them (the consumers round anyway), without the float32 copies and the
+  // rounding and conversion passes. Off: every activation float32 (the comparison the tests make).
+  void set_bf16_activations(bool on);
   // What the loss passes as CrossEntropyOptions::classes: vocab when padded, else 0 (every column).
   int64_t loss_classes() const { return config.vocab_padded > 0 ? config.vocab : 0; }
   // Continues `prompt` by n tokens sampled with temperature (seeded; greedy when temperature == 0).
@@ -70,6 +77,7 @@ class GPT : public nn::Module {
   std::shared_ptr<nn::ModuleList<Block>> blocks_;
   std::shared_ptr<nn::LayerNorm> ln_f_;
   std::shared_ptr<nn::Linear> head_;  // null when tied
+  bool bf16_activations_ = true;
 };
 
 }  // namespace ddp::models

@@ -28,4 +28,11 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, 
                       C, stride_c);
 }
 
+void gemm_bf16_to_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const BFloat16* A,
+                       const BFloat16* B, BFloat16* C) {
+  std::vector<float> c(static_cast<size_t>(M * N));
+  gemm_bf16(trans_a, trans_b, 1, M, N, K, 1.f, A, 0, B, 0, 0.f, c.data(), 0);
+  to_bf16(c.data(), C, M * N);
+}
+
 }  // namespace ddp::kernels::cpu

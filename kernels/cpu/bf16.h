@@ -21,4 +21,10 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, 
                const BFloat16* A, int64_t stride_a, const BFloat16* B, int64_t stride_b, float beta, float* C,
                int64_t stride_c);
 
+// C (M, N) bfloat16 = round(op(A) op(B)): the float32 product of gemm_bf16 (alpha 1, beta 0, one product)
+// rounded once to nearest even - the values gemm_bf16 + round_to_bf16 give, stored in half the bytes (the
+// GPT's classifier: bf16 logits for the loss, kernels/cuda/loss.h).
+void gemm_bf16_to_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const BFloat16* A,
+                       const BFloat16* B, BFloat16* C);
+
 }  // namespace ddp::kernels::cpu

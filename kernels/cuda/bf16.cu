@@ -63,4 +63,17 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, 
   }
 }
 
+void gemm_bf16_to_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const BFloat16* A,
+                       const BFloat16* B, BFloat16* C) {
+  if (M == 0 || N == 0) return;
+  DDP_CHECK(K > 0, "cuda bf16 gemm: K = 0 (an empty sum) is not supported; the callers never pass it");
+  const int m = as_int(M, "M"), n = as_int(N, "N"), k = as_int(K, "K");
+  const int lda = trans_a ? m : k, ldb = trans_b ? k : n, ldc = n;
+  const cublasOperation_t ta = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const float alpha = 1.f, beta = 0.f;
+  DDP_CUBLAS_CHECK(cublasGemmEx(ddp::cuda::cublas_handle(), tb, ta, n, m, k, &alpha, B, CUDA_R_16BF, ldb, A,
+                                CUDA_R_16BF, lda, &beta, C, CUDA_R_16BF, ldc, CUBLAS_COMPUTE_32F,
+                                CUBLAS_GEMM_DEFAULT));
+}
+
 }  // namespace ddp::kernels::cuda

@@ -1,9 +1,12 @@
-// loss.h - CUDA fused cross-entropy and MSE (float32, float64). Same math as kernels/cpu/loss.h; the loss,
-// the count of non-ignored rows and the first bad target stay on the device (no host sync inside).
+// loss.h - CUDA fused cross-entropy (float32, float64, bf16 logits) and MSE (float32, float64). Same math as
+// kernels/cpu/loss.h; the loss, the count of non-ignored rows and the first bad target stay on the device (no
+// host sync inside).
 #pragma once
 #include <cuda_runtime.h>
 
 #include <cstdint>
+
+#include "runtime/core/dtype.h"
 
 namespace ddp::kernels::cuda {
 
@@ -23,6 +26,20 @@ template <class T>
 void cross_entropy_backward(const T* logits, const int64_t* targets, const T* lse, const T* dloss,
                             const int64_t* count, int64_t rows, int64_t cols, int64_t row_stride,
                             bool has_ignore, int64_t ignore_index, T* dlogits, cudaStream_t stream);
+
+// bfloat16 logits (the GPT's classifier under bf16 compute, runtime/ops/mixed_precision.h): the same math in
+// float32 on the logits' exact float32 values; lse, row_loss, loss and dloss are float32, dlogits bfloat16
+// (the float32 gradient rounded to nearest even once: what a float32 gradient rounded for the classifier's
+// bf16 GEMMs holds). Rows 16-byte aligned with row_stride % 8 == 0 are read (and written) eight elements at a
+// time.
+void cross_entropy_forward(const BFloat16* logits, const int64_t* targets, int64_t rows, int64_t cols,
+                           int64_t row_stride, bool has_ignore, int64_t ignore_index, bool mean, float* lse,
+                           float* row_loss, float* loss, int64_t* count, unsigned long long* first_bad,
+                           cudaStream_t stream);
+void cross_entropy_backward(const BFloat16* logits, const int64_t* targets, const float* lse,
+                            const float* dloss, const int64_t* count, int64_t rows, int64_t cols,
+                            int64_t row_stride, bool has_ignore, int64_t ignore_index, BFloat16* dlogits,
+                            cudaStream_t stream);
 
 // loss[0] = mean((pred - target)^2) over n elements.
 template <class T>

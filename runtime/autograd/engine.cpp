@@ -25,10 +25,18 @@ struct GraphTask {
 };
 thread_local GraphTask* t_state = nullptr;
 
-// Adds g into slot (copy-on-second-contribution, so no caller's tensor is modified in place).
+// Adds g into slot (copy-on-second-contribution, so no caller's tensor is modified in place). The gradients
+// of a bfloat16 tensor used twice (bf16 compute's logits in two losses, say: runtime/ops/mixed_precision.h)
+// are added in float32 and the sum rounded to bf16 again.
 void accumulate(Tensor& slot, const Tensor& g) {
   if (!slot.defined()) {
     slot = g;
+    return;
+  }
+  if (slot.dtype() == DType::BF16 || g.dtype() == DType::BF16) {
+    Tensor sum = slot.dtype() == DType::F32 ? slot.clone() : slot.to(DType::F32);
+    add_(sum, g.to(DType::F32));
+    slot = slot.dtype() == DType::BF16 ? sum.to(DType::BF16) : sum;
     return;
   }
   Tensor sum = slot.clone();

@@ -26,7 +26,9 @@ Linear::Linear(int64_t in, int64_t out, bool with_bias, DType dtype) {
   weight = register_parameter("weight", uniform_init({out, in}, bound, dtype));
   if (with_bias) bias = register_parameter("bias", uniform_init({out}, bound, dtype));
 }
-Tensor Linear::forward(const Tensor& x) { return ops::linear(x, weight, bias); }
+Tensor Linear::forward(const Tensor& x) {
+  return bf16_output ? ops::linear_bf16_output(x, weight, bias) : ops::linear(x, weight, bias);
+}
 
 Conv2d::Conv2d(int64_t cin, int64_t cout, int64_t k, int64_t stride_, int64_t padding_, bool with_bias,
                DType dtype)
@@ -60,7 +62,10 @@ LayerNorm::LayerNorm(int64_t dim, double eps_, DType dtype) : eps(eps_) {
   weight = register_parameter("weight", Tensor::ones({dim}, dtype));
   bias = register_parameter("bias", Tensor::zeros({dim}, dtype));
 }
-Tensor LayerNorm::forward(const Tensor& x) { return ops::layer_norm(x, weight, bias, eps); }
+Tensor LayerNorm::forward(const Tensor& x) {
+  return bf16_output ? ops::layer_norm_bf16_output(x, weight, bias, eps)
+                     : ops::layer_norm(x, weight, bias, eps);
+}
 
 Embedding::Embedding(int64_t num, int64_t dim, double init_std, DType dtype) {
   weight = register_parameter("weight", Tensor::randn({num, dim}, next_init_seed(), dtype, init_std));

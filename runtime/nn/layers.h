@@ -16,6 +16,9 @@ class Linear : public Module {
   Linear(int64_t in, int64_t out, bool bias = true, DType dtype = DType::F32);
   Tensor forward(const Tensor& x) override;
   Tensor weight, bias;
+  // Under bf16 compute, return the product as a bfloat16 tensor (ops::linear_bf16_output): a classifier
+  // whose logits go straight to ops::cross_entropy.
+  bool bf16_output = false;
 };
 
 // NCHW convolution with square kernel, one stride and padding for both dimensions.
@@ -50,6 +53,9 @@ class LayerNorm : public Module {
   Tensor forward(const Tensor& x) override;
   Tensor weight, bias;
   double eps;
+  // Under bf16 compute, return y as a bfloat16 tensor (ops::layer_norm_bf16_output): a layer norm whose only
+  // consumers are bf16 GEMMs.
+  bool bf16_output = false;
 };
 
 // weight (num, dim) ~ N(0, std) (std 1 as PyTorch, GPT-2 uses 0.02); forward takes int64 indices.

@@ -4,6 +4,7 @@
 #include "kernels/cpu/layernorm.h"
 #include "runtime/autograd/node.h"
 #include "runtime/ops/device_kernel.h"
+#include "runtime/ops/mixed_precision.h"
 #ifdef DDP_WITH_CUDA
 #include "kernels/cuda/layernorm.h"
 #include "runtime/core/cuda/stream.h"
@@ -31,6 +32,19 @@ struct LayerNormBackward final : autograd::Node {
       if (dbias.defined()) dbias.zero_();
       return {dx, dweight, dbias};
     }
+    if (grads[0].dtype() == DType::BF16) {  // the gradient of a bf16 y (layer_norm_bf16_output)
+#ifdef DDP_WITH_CUDA
+      if (x.device().is_cuda()) {
+        kernels::cuda::layernorm_backward(
+            grads[0].data<BFloat16>(), x.data<float>(), weight.data<float>(), mean.data<float>(),
+            rstd.data<float>(), dx.defined() ? dx.data<float>() : nullptr,
+            dweight.defined() ? dweight.data<float>() : nullptr,
+            dbias.defined() ? dbias.data<float>() : nullptr, rows, cols, cuda::current_stream());
+        return {dx, dweight, dbias};
+      }
+#endif
+      grads[0] = grads[0].to(DType::F32);  // exact; the CPU's float32 kernel
+    }
     DDP_DISPATCH_FLOATING(x.dtype(), "layer_norm backward", [&] {
       scalar_t* pdx = dx.defined() ? dx.data<scalar_t>() : nullptr;
       scalar_t* pdw = dweight.defined() ? dweight.data<scalar_t>() : nullptr;
@@ -57,7 +71,9 @@ void check_param(const char* what, const Tensor& p, const Tensor& x) {
 }
 }  // namespace
 
-Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+namespace {
+Tensor layer_norm_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
+                       bool bf16_output) {
   DDP_CHECK(x.defined(), "layer_norm: x is undefined");
   DDP_CHECK(x.dim() >= 1 && x.size(-1) > 0, "layer_norm: x of shape ", shape_str(x.shape()),
             " needs a non-empty last dimension to normalise over");
@@ -65,10 +81,26 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
   check_param("weight", weight, x);
   check_param("bias", bias, x);
   const int64_t cols = x.size(-1), rows = x.numel() / cols;
-  Tensor y = Tensor::empty_like(x);
+  const bool to_bf16_y = bf16_output && use_bf16_compute(x);
+  Tensor y = to_bf16_y ? Tensor::empty(x.shape(), DType::BF16, x.device()) : Tensor::empty_like(x);
   Tensor mean = Tensor::empty({rows}, x.dtype(), x.device());
   Tensor rstd = Tensor::empty({rows}, x.dtype(), x.device());
-  if (rows > 0) {
+  if (rows > 0 && to_bf16_y) {
+#ifdef DDP_WITH_CUDA
+    if (x.device().is_cuda()) {
+      kernels::cuda::layernorm_forward(x.data<float>(), weight.data<float>(), bias.data<float>(),
+                                       y.data<BFloat16>(), mean.data<float>(), rstd.data<float>(), rows, cols,
+                                       eps, cuda::current_stream());
+    } else
+#endif
+    {  // the CPU's float32 kernel, rounded once
+      Tensor y32 = Tensor::empty_like(x);
+      kernels::cpu::layernorm_forward(x.data<float>(), weight.data<float>(), bias.data<float>(),
+                                      y32.data<float>(), mean.data<float>(), rstd.data<float>(), rows, cols,
+                                      eps);
+      y = to_bf16(y32);
+    }
+  } else if (rows > 0) {
     DDP_DISPATCH_FLOATING(x.dtype(), "layer_norm", [&] {
       DDP_KERNEL_ON_STREAM(x.device(), layernorm_forward, x.data<scalar_t>(), weight.data<scalar_t>(),
                            bias.data<scalar_t>(), y.data<scalar_t>(), mean.data<scalar_t>(),
@@ -86,6 +118,14 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
     autograd::record(node, {&x, &weight, &bias}, {&y});
   }
   return y;
+}
+}  // namespace
+
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  return layer_norm_impl(x, weight, bias, eps, false);
+}
+Tensor layer_norm_bf16_output(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  return layer_norm_impl(x, weight, bias, eps, true);
 }
 
 }  // namespace ddp::ops

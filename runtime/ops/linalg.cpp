@@ -182,23 +182,40 @@ struct LinearBackward final : autograd::Node {
   const char* name() const override { return "linear"; }
   void release_saved() override { x = weight = Tensor(); }
 };
-}  // namespace
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  check_pair("linear", "x", x, "weight", weight);
+Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, bool bf16_output) {
+  // A bfloat16 x (a bf16 op's output under bf16 compute: the GPT's attention) meets float32 master weights.
+  const bool bf16_x = x.defined() && x.dtype() == DType::BF16;
+  if (bf16_x) {
+    DDP_CHECK(weight.defined() && weight.dtype() == DType::F32,
+              "linear: x is bfloat16, so weight must be float32 ",
+              "(bf16 compute keeps float32 master weights); got ",
+              weight.defined() ? dtype_name(weight.dtype()) : std::string_view("an undefined weight"));
+    DDP_CHECK(x.device() == weight.device(), "linear: x is on ", x.device().str(), " but weight is on ",
+              weight.device().str(), "; move one with .to(device)");
+    check_device_built("linear", x.device());
+  } else {
+    check_pair("linear", "x", x, "weight", weight);
+  }
   DDP_CHECK(weight.dim() == 2, "linear: weight has shape ", shape_str(weight.shape()),
             "; expected (out_features, in_features)");
   const int64_t out_f = weight.shape()[0], in_f = weight.shape()[1];
   DDP_CHECK(x.dim() >= 1 && x.size(-1) == in_f, "linear: x has shape ", shape_str(x.shape()), " but weight ",
             shape_str(weight.shape()), " expects a last dimension of ", in_f);
   if (bias.defined()) {
-    check_pair("linear", "x", x, "bias", bias);
+    check_pair("linear", "weight", weight, "bias", bias);
     DDP_CHECK(bias.dim() == 1 && bias.shape()[0] == out_f, "linear: bias has shape ", shape_str(bias.shape()),
               "; expected (", out_f, ",) to match weight ", shape_str(weight.shape()));
   }
   const int64_t rows =
       in_f > 0 ? x.numel() / in_f : shape_numel(Shape(x.shape().begin(), x.shape().end() - 1));
-  if (use_bf16_compute(x) && rows * out_f * in_f > 0) return detail::linear_bf16(x, weight, bias, rows);
+  if (bf16_x) {
+    DDP_CHECK(in_f > 0, "linear: a bfloat16 x needs in_features > 0; got weight ", shape_str(weight.shape()));
+    return detail::linear_bf16(x, weight, bias, rows, bf16_output);
+  }
+  if (use_bf16_compute(x) && bf16_output && in_f > 0) return detail::linear_bf16(x, weight, bias, rows, true);
+  if (use_bf16_compute(x) && rows * out_f * in_f > 0)
+    return detail::linear_bf16(x, weight, bias, rows, false);
   Tensor y = Tensor::empty(with_last(x.shape(), out_f), x.dtype(), x.device());
   const Device dev = x.device();
   DDP_DISPATCH_FLOATING(x.dtype(), "linear", [&] {
@@ -218,6 +235,14 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     autograd::record(node, {&x, &weight, &bias}, {&y});
   }
   return y;
+}
+}  // namespace
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  return linear_impl(x, weight, bias, false);
+}
+Tensor linear_bf16_output(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  return linear_impl(x, weight, bias, true);
 }
 
 }  // namespace ddp::ops

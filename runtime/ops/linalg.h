@@ -15,4 +15,12 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 // (..., out) = x weight^T + bias
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 
+// ops::linear whose output, under bf16 compute (runtime/ops/mixed_precision.h) on a float32 x with in > 0, is
+// a bfloat16 tensor holding the values ops::linear's float32 output would (the product rounded once): the
+// GPT's classifier, whose (B, T, vocab) logits then cost half the memory and no rounding pass, and whose
+// loss (ops::cross_entropy takes bf16 logits) hands back a bf16 gradient the backward GEMMs use as it is.
+// Gradients of x, weight and bias are float32 and bitwise those of ops::linear under bf16 compute. Outside
+// bf16 compute (float32 or float64 x, or in = 0) it is ops::linear.
+Tensor linear_bf16_output(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+
 }  // namespace ddp::ops

@@ -50,6 +50,24 @@ void fill_rows_f32(Device dev, const float* bias, int64_t rows, int64_t n, float
   kernels::cpu::fill_rows(bias, rows, n, out);
 }
 
+// C (M, N) bf16 = round(op(A) op(B)), one product.
+void gemm_bf16_to_bf16_on(Device dev, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const Tensor& A,
+                          const Tensor& B, Tensor& C) {
+  if (M == 0 || N == 0) return;
+  if (K == 0) {  // an empty sum
+    C.zero_();
+    return;
+  }
+#ifdef DDP_WITH_CUDA
+  if (dev.is_cuda())
+    return kernels::cuda::gemm_bf16_to_bf16(ta, tb, M, N, K, A.data<BFloat16>(), B.data<BFloat16>(),
+                                            C.data<BFloat16>());
+#endif
+  (void)dev;
+  kernels::cpu::gemm_bf16_to_bf16(ta, tb, M, N, K, A.data<BFloat16>(), B.data<BFloat16>(),
+                                  C.data<BFloat16>());
+}
+
 void column_sums_f32(Device dev, const float* g, int64_t rows, int64_t n, float* out) {
 #ifdef DDP_WITH_CUDA
   if (dev.is_cuda()) return kernels::cuda::sum_middle(g, 1, rows, n, out, 1.0);
@@ -96,26 +114,36 @@ struct LinearBf16Backward final : autograd::Node {
   Tensor x, weight;  // bf16
   Shape x_shape;
   int64_t rows = 0, in = 0, out = 0;
+  bool x_bf16 = false;  // x was a bfloat16 tensor: its gradient is one too (rounded by the GEMM)
   std::vector<Tensor> apply(std::vector<Tensor>& grads) override {
     if (!grads[0].defined()) return {};
-    const Tensor g = to_bf16(grads[0]);  // (rows, out)
+    const Tensor g =
+        to_bf16(grads[0]);  // (rows, out); already bf16 behind a bf16 output (the loss's gradient)
     const Device dev = g.device();
     Tensor gx, gw, gb;
     if (next_edges[0].valid()) {  // dx (rows, in) = g W
-      gx = Tensor::empty(x_shape, DType::F32, dev);
-      gemm_bf16_on(dev, false, false, 1, rows, in, out, g, 0, weight, 0, 0.f, gx.data<float>(), 0);
-      round_in_place(gx);
+      if (x_bf16) {
+        gx = Tensor::empty(x_shape, DType::BF16, dev);
+        gemm_bf16_to_bf16_on(dev, false, false, rows, in, out, g, weight, gx);
+      } else {
+        gx = Tensor::empty(x_shape, DType::F32, dev);
+        gemm_bf16_on(dev, false, false, 1, rows, in, out, g, 0, weight, 0, 0.f, gx.data<float>(), 0);
+        round_in_place(gx);
+      }
     }
-    if (next_edges[1].valid()) {  // dW (out, in) = g^T x
-      gw = Tensor::empty({out, in}, DType::F32, dev);
-      gemm_bf16_on(dev, true, false, 1, out, in, rows, g, 0, x, 0, 0.f, gw.data<float>(), 0);
-      round_in_place(gw);
+    if (next_edges[1]
+            .valid()) {  // dW (out, in) = g^T x, straight into the weight's DDP bucket slot if offered
+      if (rows == 0) {   // an empty sum (the GEMM takes no K = 0)
+        gw = Tensor::zeros({out, in}, DType::F32, dev);
+      } else {
+        gw = autograd::gradient_destination_or_empty(next_edges[1], {out, in}, DType::F32, dev);
+        gemm_bf16_on(dev, true, false, 1, out, in, rows, g, 0, x, 0, 0.f, gw.data<float>(), 0);
+        round_in_place(gw);
+      }
     }
     if (next_edges.size() > 2 && next_edges[2].valid()) {  // db = column sums of the rounded gradient
-      Tensor g32 = round_to_bf16(grads[0]);
-      gb = Tensor::empty({out}, DType::F32, dev);
-      column_sums_f32(dev, g32.data<float>(), rows, out, gb.data<float>());
-      round_in_place(gb);
+      gb = autograd::gradient_destination_or_empty(next_edges[2], {out}, DType::F32, dev);
+      detail::bias_gradient_bf16(g, rows, out, gb.data<float>());
     }
     return {gx, gw, gb};
   }
@@ -128,6 +156,29 @@ Shape with_last(const Shape& s, int64_t last) {
   o.back() = last;
   return o;
 }
+}  // namespace
+
+namespace {
+// y = xb wb^T (+ bias) rounded to bf16 once: a float32 tensor holding the values, or (bf16_output) a bf16
+// one. Without a bias the GEMM rounds on its way out; with one, a float32 product is converted: cuBLASLt's
+// bias epilogue refuses a float32 bias with a bf16 D (CUBLAS_STATUS_INVALID_VALUE on the H200, 2026-12-04),
+// and a bf16 bias would round the bias before the sum.
+Tensor linear_product_bf16(const Tensor& xb, const Tensor& wb, const Tensor& bias, int64_t rows,
+                           const Shape& y_shape, bool bf16_output) {
+  const int64_t out_f = wb.size(0), in_f = wb.size(1);
+  const Device dev = xb.device();
+  if (bf16_output && !bias.defined()) {
+    Tensor y = Tensor::empty(y_shape, DType::BF16, dev);
+    gemm_bf16_to_bf16_on(dev, false, true, rows, out_f, in_f, xb, wb, y);
+    return y;
+  }
+  Tensor y = Tensor::empty(y_shape, DType::F32, dev);
+  detail::linear_gemm_bf16(xb, wb, bias, rows, out_f, in_f, y.data<float>());
+  if (bf16_output) return to_bf16(y);  // the same rounding, one pass
+  round_in_place(y);
+  return y;
+}
+
 }  // namespace
 
 Tensor detail::matmul_bf16(const Tensor& a, const Tensor& b, int64_t batch, int64_t M, int64_t K, int64_t N,
@@ -173,19 +224,31 @@ void detail::linear_gemm_bf16(const Tensor& xb, const Tensor& wb, const Tensor& 
   gemm_bf16_on(dev, false, true, 1, rows, out, in, xb, 0, wb, 0, bias.defined() ? 1.f : 0.f, y, 0);
 }
 
-Tensor detail::linear_bf16(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t rows) {
+void detail::bias_gradient_bf16(const Tensor& gb, int64_t rows, int64_t n, float* out) {
+  const Device dev = gb.device();
+#ifdef DDP_WITH_CUDA
+  if (dev.is_cuda()) {
+    kernels::cuda::sum_middle(gb.data<BFloat16>(), 1, rows, n, out, 1.0);
+    return kernels::cuda::round_to_bf16(out, n);
+  }
+#endif
+  const Tensor g32 = gb.to(DType::F32);
+  kernels::cpu::sum_middle(g32.data<float>(), 1, rows, n, out, 1.0);
+  kernels::cpu::round_to_bf16(out, n);
+}
+
+Tensor detail::linear_bf16(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t rows,
+                           bool bf16_output) {
   const int64_t out_f = weight.size(0), in_f = weight.size(1);
-  const Device dev = x.device();
   Tensor xb = to_bf16(x), wb = bf16_weight(weight);  // one copy per step inside a Bf16WeightCast scope
-  Tensor y = Tensor::empty(with_last(x.shape(), out_f), DType::F32, dev);
-  detail::linear_gemm_bf16(xb, wb, bias, rows, out_f, in_f, y.data<float>());
-  round_in_place(y);
+  Tensor y = linear_product_bf16(xb, wb, bias, rows, with_last(x.shape(), out_f), bf16_output);
   if (autograd::needs_grad({&x, &weight, &bias})) {
     auto node = std::make_shared<LinearBf16Backward>();
     node->x_shape = x.shape();
     node->rows = rows;
     node->in = in_f;
     node->out = out_f;
+    node->x_bf16 = x.dtype() == DType::BF16;
     if (weight.requires_grad()) node->x = xb;
     if (x.requires_grad()) node->weight = wb;
     autograd::record(node, {&x, &weight, &bias}, {&y});

@@ -13,6 +13,7 @@
 #include "runtime/ops/device_kernel.h"
 #include "runtime/ops/shape.h"
 #include "runtime/ops/index_errors.h"
+#include "runtime/ops/mixed_precision.h"
 #include "runtime/tensor/device_checks.h"
 #ifdef DDP_WITH_CUDA
 #include "kernels/cuda/loss.h"
@@ -37,6 +38,15 @@ struct CrossEntropyBackward final : autograd::Node {
     const bool mean = options.reduction == LossReduction::Mean;
     const bool has_ignore = options.ignore_index.has_value();
     const int64_t ignore = options.ignore_index.value_or(0);
+#ifdef DDP_WITH_CUDA
+    if (logits.dtype() == DType::BF16) {  // CUDA only: the CPU widens bf16 logits first (cross_entropy)
+      kernels::cuda::cross_entropy_backward(
+          logits.data<BFloat16>(), targets.data<int64_t>(), lse.data<float>(), grads[0].data<float>(),
+          mean ? count_device.data<int64_t>() : nullptr, rows, cols, row_stride, has_ignore, ignore,
+          dlogits.data<BFloat16>(), cuda::current_stream());
+      return {dlogits};
+    }
+#endif
     DDP_DISPATCH_FLOATING(logits.dtype(), "cross_entropy backward", [&] {
 #ifdef DDP_WITH_CUDA
       if (logits.device().is_cuda()) {
@@ -113,6 +123,12 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEnt
             " but the logits of shape ", shape_str(logits.shape()), " have ", row_stride,
             " columns; classes must be in [1, ", row_stride, "] (0: every column)");
   const int64_t cols = options.classes > 0 ? options.classes : row_stride;
+  DDP_CHECK(dtype_is_floating(logits.dtype()),
+            "cross_entropy: logits must be float32, float64 or bfloat16; got ", dtype_name(logits.dtype()));
+  // bf16 logits on the CPU: widened (exact) for the float32 kernels; the gradient comes back rounded once, as
+  // the CUDA kernel writes it
+  if (logits.dtype() == DType::BF16 && logits.device().is_cpu())
+    return cross_entropy(widen_bf16(logits), targets, options);
   if (cols < row_stride && logits.device().is_cpu()) {
     // A padded vocabulary on the CPU: the CPU kernels take dense rows, so the classes' columns are sliced out
     // (ops::slice's backward gives the padding columns zero gradient); CUDA reads the padded rows in place.
@@ -124,12 +140,14 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEnt
   const int64_t ignore = options.ignore_index.value_or(0);
   const bool mean = options.reduction == LossReduction::Mean;
 
-  Tensor loss = Tensor::empty({}, logits.dtype(), logits.device());
-  Tensor lse = Tensor::empty({rows}, logits.dtype(), logits.device());
+  // bf16 logits: a float32 loss (and lse), as the arithmetic is
+  const DType loss_dtype = logits.dtype() == DType::BF16 ? DType::F32 : logits.dtype();
+  Tensor loss = Tensor::empty({}, loss_dtype, logits.device());
+  Tensor lse = Tensor::empty({rows}, loss_dtype, logits.device());
   auto node = std::make_shared<CrossEntropyBackward>();
 #ifdef DDP_WITH_CUDA
   if (logits.device().is_cuda()) {
-    Tensor row_loss = Tensor::empty({rows}, logits.dtype(), logits.device());
+    Tensor row_loss = Tensor::empty({rows}, loss_dtype, logits.device());
     Tensor count = Tensor::empty({}, DType::I64, logits.device());
     // No host wait: a bad target is raised by ddp::check_device_errors() (the next host read).
     unsigned long long* first_bad =
@@ -137,12 +155,19 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEnt
                                            int64_t value, int64_t pos) {
                                 return cross_entropy_target_error(shape, cols, ignore_index, value, pos);
                               }});
-    DDP_DISPATCH_FLOATING(logits.dtype(), "cross_entropy", [&] {
-      kernels::cuda::cross_entropy_forward(logits.data<scalar_t>(), targets.data<int64_t>(), rows, cols,
-                                           row_stride, has_ignore, ignore, mean, lse.data<scalar_t>(),
-                                           row_loss.data<scalar_t>(), loss.data<scalar_t>(),
-                                           count.data<int64_t>(), first_bad, cuda::current_stream());
-    });
+    if (logits.dtype() == DType::BF16) {
+      kernels::cuda::cross_entropy_forward(logits.data<BFloat16>(), targets.data<int64_t>(), rows, cols,
+                                           row_stride, has_ignore, ignore, mean, lse.data<float>(),
+                                           row_loss.data<float>(), loss.data<float>(), count.data<int64_t>(),
+                                           first_bad, cuda::current_stream());
+    } else {
+      DDP_DISPATCH_FLOATING(logits.dtype(), "cross_entropy", [&] {
+        kernels::cuda::cross_entropy_forward(logits.data<scalar_t>(), targets.data<int64_t>(), rows, cols,
+                                             row_stride, has_ignore, ignore, mean, lse.data<scalar_t>(),
+                                             row_loss.data<scalar_t>(), loss.data<scalar_t>(),
+                                             count.data<int64_t>(), first_bad, cuda::current_stream());
+      });
+    }
     node->count_device = count;
   } else
 #endif

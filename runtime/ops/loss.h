@@ -24,12 +24,17 @@ struct CrossEntropyOptions {
 };
 
 // logits: (..., C) float, targets: (...) int64 with values in [0, C) (or the ignore index) -> ().
+// bfloat16 logits (the GPT's classifier under bf16 compute, runtime/ops/mixed_precision.h) give a float32
+// loss: the arithmetic is float32 on their exact values, and their gradient is bfloat16, the float32
+// gradient rounded once (on CUDA one kernel each way, 2 bytes per logit read and written; the CPU widens them
+// and runs the float32 kernels).
 // Fused log-softmax + negative log-likelihood; stable for any logit magnitude. The backward is
 // (softmax - onehot) * dloss / count, recomputed from a saved per-row log-sum-exp (no (N, C) probabilities
 // kept); it is written over the logits when nothing else holds them and the backward frees saved tensors
-// (the usual `loss = cross_entropy(model(x), y); backward(loss)`), so a (B, T, vocab) classifier needs one such
-// buffer, not two. A target outside [0, C) is a ddp::Error naming its value and position: at once on the CPU;
-// on CUDA at the next ddp::check_device_errors() (runtime/tensor/device_checks.h), with no host wait here.
+// (the usual `loss = cross_entropy(model(x), y); backward(loss)`), so a (B, T, vocab) classifier needs one
+// such buffer, not two. A target outside [0, C) is a ddp::Error naming its value and position: at once on the
+// CPU; on CUDA at the next ddp::check_device_errors() (runtime/tensor/device_checks.h), with no host wait
+// here.
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEntropyOptions& options = {});
 // How many cross_entropy backwards wrote the gradient over the logits in this process (tests, benchmarks).
 int64_t cross_entropy_gradients_over_logits();

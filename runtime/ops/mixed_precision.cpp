@@ -36,6 +36,22 @@ struct Bf16RoundBackward final : autograd::Node {
   }
   const char* name() const override { return "bf16_round"; }
 };
+
+struct WidenBf16Backward final : autograd::Node {
+  std::vector<Tensor> apply(std::vector<Tensor>& grads) override {
+    if (!grads[0].defined()) return {Tensor()};
+    return {to_bf16(grads[0])};
+  }
+  const char* name() const override { return "widen_bf16"; }
+};
+
+struct NarrowBf16Backward final : autograd::Node {
+  std::vector<Tensor> apply(std::vector<Tensor>& grads) override {
+    if (!grads[0].defined()) return {Tensor()};
+    return {grads[0].to(DType::F32)};
+  }
+  const char* name() const override { return "narrow_bf16"; }
+};
 }  // namespace
 
 bool bf16_compute_enabled() { return t_bf16; }
@@ -43,6 +59,7 @@ Bf16Compute::Bf16Compute(bool on) : prev_(t_bf16) { t_bf16 = on; }
 Bf16Compute::~Bf16Compute() { t_bf16 = prev_; }
 
 Tensor to_bf16(const Tensor& x) {
+  if (x.defined() && x.dtype() == DType::BF16) return x;
   check_f32(x, "to_bf16");
   Tensor y = Tensor::empty(x.shape(), DType::BF16, x.device());
 #ifdef DDP_WITH_CUDA
@@ -65,6 +82,20 @@ Tensor round_to_bf16(const Tensor& x) {
   }
 #endif
   kernels::cpu::round_to_bf16(y.data<float>(), y.numel());
+  return y;
+}
+
+Tensor widen_bf16(const Tensor& x) {
+  DDP_CHECK(x.defined() && x.dtype() == DType::BF16, "widen_bf16: expected a bfloat16 tensor, got ",
+            x.defined() ? dtype_name(x.dtype()) : std::string_view("an undefined one"));
+  Tensor y = x.to(DType::F32);
+  if (autograd::needs_grad({&x})) autograd::record(std::make_shared<WidenBf16Backward>(), {&x}, {&y});
+  return y;
+}
+
+Tensor narrow_bf16(const Tensor& x) {
+  Tensor y = to_bf16(x);
+  if (autograd::needs_grad({&x})) autograd::record(std::make_shared<NarrowBf16Backward>(), {&x}, {&y});
   return y;
 }
 
@@ -142,6 +173,7 @@ Tensor attention_bf16_core(const Tensor& qkv, int64_t n_head) {
 struct AttentionCudnnBackward final : autograd::Node {
   Tensor qkv, y, stats;  // bf16, bf16, float32 (B, n_head, T)
   int64_t n_head = 1;
+  bool qkv_bf16 = false;  // the op's qkv was a bf16 tensor: dqkv is returned as one
   std::vector<Tensor> apply(std::vector<Tensor>& grads) override {
     if (!grads[0].defined()) return {Tensor()};
     const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3;
@@ -151,7 +183,7 @@ struct AttentionCudnnBackward final : autograd::Node {
     kernels::cuda::cudnn_attention_backward(qkv.data<BFloat16>(), y.data<BFloat16>(), dy.data<BFloat16>(),
                                             stats.data<float>(), dqkv.data<BFloat16>(), B, T, C, n_head,
                                             ws.fn());
-    return {dqkv.to(DType::F32)};
+    return {qkv_bf16 ? dqkv : dqkv.to(DType::F32)};
   }
   const char* name() const override { return "causal_self_attention_cudnn"; }
   void release_saved() override { qkv = y = stats = Tensor(); }
@@ -165,9 +197,11 @@ Tensor attention_cudnn(const Tensor& qkv, int64_t n_head) {
   CudaWorkspace ws{qkv.device(), {}};
   kernels::cuda::cudnn_attention_forward(qb.data<BFloat16>(), yb.data<BFloat16>(), stats.data<float>(), B, T, C,
                                          n_head, ws.fn());
-  Tensor y = yb.to(DType::F32);
+  const bool qkv_bf16 = qkv.dtype() == DType::BF16;
+  Tensor y = qkv_bf16 ? yb : yb.to(DType::F32);
   if (autograd::needs_grad({&qkv})) {
     auto node = std::make_shared<AttentionCudnnBackward>();
+    node->qkv_bf16 = qkv_bf16;
     node->qkv = qb;
     node->y = yb;
     node->stats = stats;
@@ -212,6 +246,8 @@ Tensor detail::attention_bf16(const Tensor& qkv, int64_t n_head) {
   if (bf16_attention_not_cudnn(qkv.device(), qkv.size(0), qkv.size(1), qkv.size(2) / 3, n_head).empty())
     return attention_cudnn(qkv, n_head);
 #endif
+  if (qkv.dtype() == DType::BF16)  // exact both ways: y is rounded before it is narrowed
+    return narrow_bf16(bf16_round(attention_bf16_core(widen_bf16(qkv), n_head)));
   return bf16_round(attention_bf16_core(bf16_round(qkv), n_head));
 }
 

@@ -1,7 +1,13 @@
 // mixed_precision.h - bf16 mixed precision: float32 master weights, optimizer and gradients; bfloat16 compute
 // in matmul, linear, attention and the GPT's fused MLP. Turned on per thread with a Bf16Compute guard (train
 // --dtype bfloat16, bench_e2e --dtype bf16); tensors stay float32 between ops (the fused MLP keeps its hidden
-// activation in bf16 inside its autograd node).
+// activation in bf16 inside its autograd node), except where an op is asked for a bfloat16 output whose
+// consumers round anyway: ops::linear_bf16_output, ops::layer_norm_bf16_output (the GPT asks for them:
+// models::GPT::set_bf16_activations - its layer norms' outputs, qkv, the attention's output and the logits
+// are bf16 tensors, with the values the float32 tensors would hold). linear, the fused MLP and the attention
+// take a bf16 input as it is (and hand back a bf16 gradient for it); cross_entropy takes bf16 logits (float32
+// loss, bf16 gradient); layer_norm's backward takes a bf16 gradient. A bf16 tensor used twice gets the sum of
+// its two bf16 gradients, added in float32 and rounded again (autograd/engine.cpp).
 //
 // Where rounding to bfloat16 (round to nearest even) happens, on both devices:
 //   linear / matmul: both operands are rounded (held as bf16 tensors, also for the backward); the GEMM
@@ -30,10 +36,13 @@
 //     GPU: cuBLASLt epilogues (GELU_AUX_BIAS, DGELU_BGRAD) do the per-element work inside the GEMMs, where
 //     shapes are aligned (kernels/cuda/mlp_bf16_plan.h); elsewhere, and on the CPU, the same math runs after
 //     the GEMM (kernels/cpu/mlp_bf16_epilogue.h). The hidden activation is never float32 in memory.
-// Everything else (layernorm, a gelu outside the GPT's MLP, softmax cross-entropy, embedding, optimizer,
-// gradient buckets) is float32. The gradient all-reduce is float32 unless DDPOptions::comm_hook =
-// BF16CompressHook (bench_e2e --allreduce-dtype). On the CPU the same rounding points make it an exact
-// emulation up to GEMM summation order, so the logic is tested without a GPU
+//   layer_norm_bf16_output: y (computed in float32) rounded once; backward in float32 from the (bf16)
+//   gradient. cross_entropy on bf16 logits: float32 arithmetic on their exact values; the gradient rounded
+//   once.
+// Everything else (layer_norm, a gelu outside the GPT's MLP, softmax cross-entropy on float32 logits,
+// embedding, optimizer, gradient buckets) is float32. The gradient all-reduce is float32 unless
+// DDPOptions::comm_hook = BF16CompressHook (bench_e2e --allreduce-dtype). On the CPU the same rounding points
+// make it an exact emulation up to GEMM summation order, so the logic is tested without a GPU
 // (tests/ops_nn/test_mixed_precision.cpp, test_mlp_bf16.cpp).
 // Weights are rounded through ops::bf16_weight (bf16_weight_cast.h): once per optimizer step inside the
 // training step's Bf16WeightCast scope, else on every use.
@@ -62,12 +71,17 @@ class Bf16Compute {
 // are never lowered).
 inline bool use_bf16_compute(const Tensor& t) { return bf16_compute_enabled() && t.dtype() == DType::F32; }
 
-// float32 -> bfloat16 tensor on the same device (rounded); no autograd.
+// float32 -> bfloat16 tensor on the same device (rounded); no autograd. A bfloat16 x is returned as it is.
 Tensor to_bf16(const Tensor& x);
 // float32 -> float32 holding the bf16-rounded values; no autograd.
 Tensor round_to_bf16(const Tensor& x);
 // Differentiable rounding: forward rounds x, backward rounds the gradient (a cast to bf16 and back).
 Tensor bf16_round(const Tensor& x);
+// Differentiable widening: a bfloat16 x as float32 (exact); backward rounds the float32 gradient to bfloat16
+// once. (cross_entropy on the CPU takes bf16 logits this way.)
+Tensor widen_bf16(const Tensor& x);
+// Differentiable narrowing: a float32 x rounded into a bfloat16 tensor; backward widens the bf16 gradient.
+Tensor narrow_bf16(const Tensor& x);
 
 // Which kernels the bf16 attention runs on this tensor: "cudnn" (cuDNN's fused attention: CUDA, a build with
 // the cuDNN frontend, a shape it takes - kernels/cuda/sdpa_layout.h and cuDNN's own graph check - and
@@ -85,7 +99,10 @@ namespace detail {
 // argument checks when use_bf16_compute(input).
 Tensor matmul_bf16(const Tensor& a, const Tensor& b, int64_t batch, int64_t M, int64_t K, int64_t N,
                    bool shared_b);
-Tensor linear_bf16(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t rows);
+// bf16_output: the rounded product as a bfloat16 tensor (ops::linear_bf16_output) instead of float32.
+Tensor linear_bf16(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t rows, bool bf16_output);
+// qkv float32 under bf16 compute gives a float32 y, a bfloat16 qkv a bfloat16 y (the GPT's attention between
+// its qkv and proj GEMMs: no float32 copy of either); the same values either way.
 Tensor attention_bf16(const Tensor& qkv, int64_t n_head);
 // y (rows, out) float32 = xb (rows, in) wb^T (+ bias, float32 (out,), may be undefined), xb and wb bf16, in >
 // 0, not yet rounded: on CUDA with a bias one cuBLASLt matmul with the bias in its epilogue
@@ -93,6 +110,10 @@ Tensor attention_bf16(const Tensor& qkv, int64_t n_head);
 // GEMM with beta = 1. The same float32 sum either way. linear_bf16 and the fused MLP's projection use it.
 void linear_gemm_bf16(const Tensor& xb, const Tensor& wb, const Tensor& bias, int64_t rows, int64_t out,
                       int64_t in, float* y);
+// out (n) float32 = the column sums of gb (rows, n), a bfloat16 gradient, rounded to bf16: a bias gradient of
+// the bf16 paths. On CUDA summed straight from the 2-byte elements (widened exactly: the same float32 sums as
+// over a float32 copy, kernels/cuda/column_sum_plan.h), on the CPU over a float32 copy.
+void bias_gradient_bf16(const Tensor& gb, int64_t rows, int64_t n, float* out);
 }  // namespace detail
 
 }  // namespace ddp::ops

@@ -50,11 +50,10 @@ void dgelu_matmul_on(Device dev, int64_t rows, int64_t hidden, int64_t n, const 
   kernels::cpu::dgelu_matmul_bf16(rows, hidden, n, g, w, pre, d_pre, d_bias);
 }
 
-// C (M, N) float32 = op(A) op(B), A and B bf16 (K > 0), then rounded to bf16 values.
+// c (M, N) float32 = op(A) op(B), A and B bf16 (K > 0), then rounded to bf16 values.
 Tensor rounded_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const Tensor& A, const Tensor& B,
-                    const Shape& shape) {
+                    Tensor c) {
   const Device dev = A.device();
-  Tensor c = Tensor::empty(shape, DType::F32, dev);
   DDP_KERNEL(dev, gemm_bf16, ta, tb, 1, M, N, K, 1.f, bf(A), 0, bf(B), 0, 0.f, c.data<float>(), 0);
   DDP_KERNEL(dev, round_to_bf16, c.data<float>(), c.numel());
   return c;
@@ -63,6 +62,7 @@ Tensor rounded_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const Ten
 struct MlpBf16Backward final : autograd::Node {
   Tensor xb, fc_wb, proj_wb, hidden, pre;  // bf16; hidden and pre (rows, hidden_f)
   Shape x_shape;
+  bool x_bf16 = false;  // x was a bf16 tensor: dx is one (the GEMM rounds on its way out)
   int64_t rows = 0, in = 0, hidden_f = 0, out = 0;
 
   std::vector<Tensor> apply(std::vector<Tensor>& grads) override {
@@ -72,31 +72,43 @@ struct MlpBf16Backward final : autograd::Node {
     const Tensor g = to_bf16(grads[0]);  // (rows, out)
     std::vector<Tensor> out_grads(5);
     if (rows == 0) {  // empty sums: zero weight and bias gradients, an empty dx
-      if (wants(0)) out_grads[0] = Tensor::zeros(x_shape, DType::F32, dev);
+      if (wants(0)) out_grads[0] = Tensor::zeros(x_shape, x_bf16 ? DType::BF16 : DType::F32, dev);
       const Shape shapes[5] = {x_shape, {hidden_f, in}, {hidden_f}, {out, hidden_f}, {out}};
       for (size_t i = 1; i < 5; ++i)
         if (wants(i)) out_grads[i] = Tensor::zeros(shapes[i], DType::F32, dev);
       return out_grads;
     }
+    // the parameters' gradients straight into their DDP bucket slots where the reducer offers them
+    auto destination = [&](size_t i, const Shape& shape) {
+      return autograd::gradient_destination_or_empty(next_edges[i], shape, DType::F32, dev);
+    };
     if (wants(3))  // dproj_W (out, hidden) = g^T hidden
-      out_grads[3] = rounded_gemm(true, false, out, hidden_f, rows, g, hidden, {out, hidden_f});
+      out_grads[3] =
+          rounded_gemm(true, false, out, hidden_f, rows, g, hidden, destination(3, {out, hidden_f}));
     if (wants(4)) {  // dproj_b = column sums of the rounded g
-      const Tensor g32 = round_to_bf16(grads[0]);
-      Tensor db = Tensor::empty({out}, DType::F32, dev);
-      DDP_KERNEL(dev, sum_middle, g32.data<float>(), int64_t{1}, rows, out, db.data<float>(), 1.0);
-      DDP_KERNEL(dev, round_to_bf16, db.data<float>(), out);
-      out_grads[4] = db;
+      out_grads[4] = destination(4, {out});
+      detail::bias_gradient_bf16(g, rows, out, out_grads[4].data<float>());
     }
     if (wants(0) || wants(1) || wants(2)) {
       Tensor d_pre = Tensor::empty({rows, hidden_f}, DType::BF16, dev);
       Tensor dfc_b = wants(2) ? Tensor::empty({hidden_f}, DType::BF16, dev) : Tensor();  // rounded sums
       dgelu_matmul_on(dev, rows, hidden_f, out, bf(g), bf(proj_wb), bf(pre), bf_mut(d_pre),
                       wants(2) ? bf_mut(dfc_b) : nullptr);
-      if (wants(2)) out_grads[2] = dfc_b.to(DType::F32);
+      if (wants(2)) {
+        out_grads[2] = destination(2, {hidden_f});
+        out_grads[2].copy_from(dfc_b);  // exact: bf16 values into float32
+      }
       if (wants(1))  // dfc_W (hidden, in) = d_pre^T xb
-        out_grads[1] = rounded_gemm(true, false, hidden_f, in, rows, d_pre, xb, {hidden_f, in});
-      if (wants(0))  // dx (rows, in) = d_pre fc_W
-        out_grads[0] = rounded_gemm(false, false, rows, in, hidden_f, d_pre, fc_wb, x_shape);
+        out_grads[1] =
+            rounded_gemm(true, false, hidden_f, in, rows, d_pre, xb, destination(1, {hidden_f, in}));
+      if (wants(0) && x_bf16) {  // dx (rows, in) = d_pre fc_W
+        out_grads[0] = Tensor::empty(x_shape, DType::BF16, dev);
+        DDP_KERNEL(dev, gemm_bf16_to_bf16, false, false, rows, in, hidden_f, bf(d_pre), bf(fc_wb),
+                   bf_mut(out_grads[0]));
+      } else if (wants(0)) {
+        out_grads[0] = rounded_gemm(false, false, rows, in, hidden_f, d_pre, fc_wb,
+                                    Tensor::empty(x_shape, DType::F32, dev));
+      }
     }
     return out_grads;
   }
@@ -124,7 +136,8 @@ Tensor mlp_bf16(const Tensor& x, const Tensor& fc_weight, const Tensor& fc_bias,
                 const Tensor& proj_bias) {
   DDP_CHECK(x.defined() && fc_weight.defined() && proj_weight.defined(),
             "mlp_bf16: x, fc_weight and proj_weight must be defined (only the biases may be absent)");
-  check_f32("x", x, x);
+  // x float32, or bfloat16 (a layer norm's bf16 output: ops::layer_norm_bf16_output; dx is then bf16 too)
+  if (x.dtype() != DType::BF16) check_f32("x", x, x);
   check_f32("fc_weight", fc_weight, x);
   check_f32("proj_weight", proj_weight, x);
   DDP_CHECK(mlp_bf16_supports(x.device()), "mlp_bf16 on ", x.device().str(),
@@ -171,6 +184,7 @@ Tensor mlp_bf16(const Tensor& x, const Tensor& fc_weight, const Tensor& fc_bias,
   if (autograd::needs_grad({&x, &fc_weight, &fc_bias, &proj_weight, &proj_bias})) {
     auto node = std::make_shared<MlpBf16Backward>();
     node->x_shape = x.shape();
+    node->x_bf16 = x.dtype() == DType::BF16;
     node->rows = rows;
     node->in = in;
     node->hidden_f = hidden_f;

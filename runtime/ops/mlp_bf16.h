@@ -7,15 +7,16 @@
 // gelu'(pre)) and dfc_b = bf16(column sums of d_pre) (GPU: one GEMM with the DGELU_BGRAD epilogue);
 // dfc_W = bf16(d_pre^T xb), dx = bf16(d_pre fc_W). GELU is GPT-2's tanh form. The hidden activation exists
 // only as bf16 (hidden and pre: 4 bytes an element saved, where the unfused path saves 6 and also writes
-// the float32 fc output and GELU output). Everything bf16 lives inside the op's autograd node; inputs,
-// output and gradients are float32.
+// the float32 fc output and GELU output). Everything bf16 lives inside the op's autograd node; output and
+// weight gradients are float32; x is float32 or bf16 (a layer norm's bf16 output), and dx has x's dtype.
 #pragma once
 #include "runtime/tensor/tensor.h"
 
 namespace ddp::ops {
 
-// x (..., in) float32; fc_weight (hidden, in), fc_bias (hidden) or undefined; proj_weight (out, hidden),
-// proj_bias (out) or undefined -> (..., out) float32 holding bf16 values. CPU (exact emulation) and CUDA.
+// x (..., in) float32 or bfloat16; fc_weight (hidden, in), fc_bias (hidden) or undefined; proj_weight (out,
+// hidden), proj_bias (out) or undefined -> (..., out) float32 holding bf16 values. CPU (exact emulation) and
+// CUDA.
 Tensor mlp_bf16(const Tensor& x, const Tensor& fc_weight, const Tensor& fc_bias, const Tensor& proj_weight,
                 const Tensor& proj_bias);
 

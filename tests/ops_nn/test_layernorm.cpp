@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "runtime/ops/layernorm.h"
+#include "runtime/ops/mixed_precision.h"
 #include "tests/ops_nn/ops_nn_test_util.h"
 
 using namespace ddp;
@@ -92,4 +93,61 @@ TEST(LayerNorm, CudaMatchesCpu) {
         {random_f64(s, 1), random_f64({c}, 2), random_f64({c}, 3)},
         std::max(1e-6, std::ldexp(static_cast<double>(rows), -24)));
   }
+}
+
+// layer_norm_bf16_output under bf16 compute: y is a bfloat16 tensor holding layer_norm's float32 y rounded
+// once, and given a bfloat16 gradient (what a bf16 GEMM's dx is) dx, dweight and dbias are bitwise
+// layer_norm's given that gradient's float32 values - on each device against the same device's float32
+// kernels (the bf16 kernels widen and round exactly, the arithmetic is the float32 one). Over one row, empty
+// batches, the warp-per-row kernels (<= 4096 columns) and the block-per-row ones beyond, and both chunkings
+// of the parameter sums. A float32 gradient is taken too; outside bf16 compute it is layer_norm itself.
+TEST(LayerNorm, Bf16OutputIsTheRoundedOutputWithTheSameGradients) {
+  std::vector<Device> devices{Device::cpu()};
+  if (cuda_device_count() > 0) devices.push_back(Device::cuda(0));
+  int cases = 0;
+  for (Device dev : devices)
+    for (int64_t rows : {0, 1, 7, 600})
+      for (int64_t cols : {1, 31, 768, 4097}) {
+        SCOPED_TRACE(dev.str() + " rows " + std::to_string(rows) + " cols " + std::to_string(cols));
+        auto leaf = [&](const Shape& shape, uint64_t seed, double scale, double shift) {
+          Tensor t = (random_f64(shape, seed, false) * scale + shift).to(DType::F32).to(dev);
+          t.set_requires_grad(true);
+          return t;
+        };
+        const Tensor dy16 = random_f64({rows, cols}, 31, false).to(DType::F32).to(DType::BF16).to(dev);
+        struct Out {
+          Tensor y, dx, dw, db;
+        };
+        auto run = [&](bool bf16_out) {
+          Tensor x = leaf({rows, cols}, 11, 3.0, 0.5), w = leaf({cols}, 12, 1.0, 1.0),
+                 b = leaf({cols}, 13, 1.0, 0.0);
+          ops::Bf16Compute on;
+          Out o;
+          o.y = bf16_out ? ops::layer_norm_bf16_output(x, w, b) : ops::layer_norm(x, w, b);
+          autograd::backward({o.y}, {bf16_out ? dy16 : dy16.to(DType::F32)});
+          o.dx = x.grad();
+          o.dw = w.grad();
+          o.db = b.grad();
+          return o;
+        };
+        const Out a = run(true), r = run(false);
+        EXPECT_EQ(a.y.dtype(), DType::BF16);
+        EXPECT_EQ(r.y.dtype(), DType::F32);
+        EXPECT_EQ(values(a.y), values(r.y.to(DType::BF16)));
+        EXPECT_EQ(a.dx.dtype(), DType::F32);
+        EXPECT_EQ(values(a.dx), values(r.dx));
+        EXPECT_EQ(values(a.dw), values(r.dw));
+        EXPECT_EQ(values(a.db), values(r.db));
+        ++cases;
+      }
+  EXPECT_GE(cases, 16);
+  // a float32 gradient of the bf16 y; outside bf16 compute, layer_norm
+  Tensor x = random_f64({3, 5}, 1).to(DType::F32), w = Tensor::ones({5}), b = Tensor::zeros({5});
+  x.set_requires_grad(true);
+  {
+    ops::Bf16Compute on;
+    autograd::backward({ops::layer_norm_bf16_output(x, w, b)}, {Tensor::ones({3, 5})});
+  }
+  EXPECT_TRUE(x.grad().defined());
+  EXPECT_EQ(ops::layer_norm_bf16_output(x, w, b).dtype(), DType::F32);
 }

@@ -325,3 +325,86 @@ TEST(CrossEntropy, CudaClassesMatchCpu) {
         [&](const std::vector<Tensor>& in) { return ops::cross_entropy(in[0], in[1], opt); }, {x, t}, 1e-6, 1e-5);
   }
 }
+
+// bf16 logits (the GPT's classifier under bf16 compute): the loss is float32 and, on the CPU, bitwise the
+// float32 loss of the same values; the gradient is bfloat16, bitwise the float32 gradient rounded once - the
+// values the float32 path handed the classifier's bf16 GEMMs. Over shapes at the kernels' boundaries (one
+// class, 7/8/9 columns around the 8-per-load vectors, a prime, padding that keeps or breaks row_stride % 8),
+// mean/sum, ignore_index, and an incoming gradient other than 1. On a GPU the same grid against that CPU
+// reference: the loss within 1e-5 relative plus 2e-6 a row (each row's float32 log-sum-exp in another order),
+// each gradient element within one bf16 ulp (2^-8 relative) plus 4e-6 of the row scale (that lse difference,
+// where p - 1 cancels near the target; seen at 3.7e-9 on the H200 for rows 33, cols 1).
+TEST(CrossEntropy, Bf16LogitsEqualTheirFloat32ValuesWithARoundedGradient) {
+  std::vector<Device> devices{Device::cpu()};
+  if (cuda_device_count() > 0) devices.push_back(Device::cuda(0));
+  int cases = 0;
+  for (Device dev : devices)
+    for (int64_t rows : {0, 1, 5, 33})
+      for (int64_t cols : {1, 7, 8, 9, 257, 1001})
+        for (int64_t pad : {0, 1, 7})
+          for (int variant = 0; variant < 3; ++variant) {  // mean; sum + dloss 0.25; mean + ignore_index
+            const int64_t stride = cols + pad;
+            SCOPED_TRACE(dev.str() + " rows " + std::to_string(rows) + " cols " + std::to_string(cols) +
+                         " pad " + std::to_string(pad) + " variant " + std::to_string(variant));
+            ops::CrossEntropyOptions opt;
+            opt.classes = pad > 0 ? cols : 0;
+            std::vector<int64_t> tv = random_targets(rows, cols, 3 + rows + cols);
+            if (variant == 1) opt.reduction = ops::LossReduction::Sum;
+            if (variant == 2 && rows > 0) {
+              opt.ignore_index = -100;
+              tv[0] = -100;
+            }
+            const double dloss = variant == 1 ? 0.25 : 1.0;
+            // bf16 values, held as bf16 and as their exact float32
+            Tensor x16 = (random_f64({rows, stride}, 9 + cols, false) * 4.0).to(DType::F32).to(DType::BF16);
+            Tensor x32 = x16.to(DType::F32);
+            // the reference: float32 on the CPU
+            Tensor r32 = x32.clone();
+            r32.set_requires_grad(true);
+            Tensor ref = ops::cross_entropy(r32, targets_tensor(tv, {rows}), opt);
+            autograd::backward(ops::mul_scalar(ref, dloss));
+            const std::vector<double> ref_grad = values(r32.grad().to(DType::BF16));
+            // bf16 on the device
+            Tensor l16 = x16.to(dev);
+            l16.set_requires_grad(true);
+            Tensor loss = ops::cross_entropy(l16, targets_tensor(tv, {rows}).to(dev), opt);
+            EXPECT_EQ(loss.dtype(), DType::F32);
+            autograd::backward(ops::mul_scalar(loss, dloss));
+            ASSERT_EQ(l16.grad().dtype(), DType::BF16);
+            const double got = values(loss)[0], want = values(ref)[0];
+            const std::vector<double> g = values(l16.grad());
+            if (dev.is_cpu()) {
+              EXPECT_TRUE(got == want || (std::isnan(got) && std::isnan(want))) << got << " vs " << want;
+              EXPECT_EQ(g, ref_grad);
+            } else {
+              // Each row's float32 lse may differ in its last bits (|logits| < 16: ~1e-6): the loss by that
+              // per row; a gradient element by one bf16 ulp of itself plus that times the row's scale (p - 1
+              // near the target cancels).
+              const double counted = variant == 1 ? 1.0 : static_cast<double>(rows - (variant == 2 ? 1 : 0));
+              const double scale = dloss / std::max(counted, 1.0);
+              if (std::isnan(want))
+                EXPECT_TRUE(std::isnan(got));
+              else
+                EXPECT_NEAR(got, want, 1e-5 * std::abs(want) + 2e-6 * static_cast<double>(rows));
+              ASSERT_EQ(g.size(), ref_grad.size());
+              for (size_t i = 0; i < g.size(); ++i)
+                ASSERT_LE(std::abs(g[i] - ref_grad[i]), std::ldexp(std::abs(ref_grad[i]), -8) + 4e-6 * scale)
+                    << "element " << i;
+            }
+            ++cases;
+          }
+  EXPECT_GE(cases, 216);
+}
+
+// On a GPU the bf16 kernels take eight logits per 16-byte load only from aligned rows (kernels/cuda/loss.cu):
+// logits that start one element into their memory (a view) take the one-element path and give the same loss.
+TEST(CrossEntropy, CudaBf16LogitsAtAnUnalignedStartMatchTheAlignedOnes) {
+  DDP_SKIP_WITHOUT_GPU();
+  const int64_t rows = 4, cols = 64;
+  Tensor base =
+      (random_f64({rows * cols + 1}, 21, false) * 4.0).to(DType::F32).to(DType::BF16).to(Device::cuda(0));
+  Tensor unaligned = base.slice0(1, rows * cols + 1).view({rows, cols});
+  Tensor aligned = unaligned.clone();
+  Tensor t = targets_tensor(random_targets(rows, cols, 5), {rows}).to(Device::cuda(0));
+  EXPECT_NEAR(values(ops::cross_entropy(unaligned, t))[0], values(ops::cross_entropy(aligned, t))[0], 1e-6);
+}

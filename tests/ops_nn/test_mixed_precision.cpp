@@ -10,10 +10,13 @@
 #include <thread>
 
 #include "kernels/cpu/gemm.h"
+#include "models/gpt.h"
 #include "ops_nn_test_util.h"
 #include "runtime/autograd/engine.h"
 #include "runtime/ops/attention.h"
+#include "runtime/ops/elementwise.h"
 #include "runtime/ops/linalg.h"
+#include "runtime/ops/loss.h"
 #include "runtime/ops/mixed_precision.h"
 
 using namespace ddp;
@@ -98,6 +101,188 @@ TEST(MixedPrecision, LinearRoundsOperandsProductAndGradientsWhereDocumented) {
   EXPECT_TRUE(bitwise(b.grad(), ops::round_to_bf16(db)));
   EXPECT_EQ(w.grad().dtype(), DType::F32) << "master weights and their gradients stay float32";
   EXPECT_TRUE(bf16_values(w.grad()));
+}
+
+// ops::linear_bf16_output (the GPT's classifier): under bf16 compute a bfloat16 tensor holding exactly
+// ops::linear's rounded float32 product, and - given the same incoming gradient, as bf16 or as its float32
+// values - bitwise ops::linear's gradients of x, weight and bias; with and without a bias (the bias takes the
+// float32 product and one rounding pass; without, the GEMM rounds on its way out), an empty batch, and
+// outside bf16 compute ops::linear itself (float32 out).
+TEST(MixedPrecision, LinearBf16OutputHoldsTheRoundedProductWithTheSameGradients) {
+  for (bool with_bias : {false, true})
+    for (int64_t rows : {0, 1, 12}) {
+      SCOPED_TRACE(std::string(with_bias ? "bias" : "no bias") + " rows " + std::to_string(rows));
+      const int64_t in = 9, out = 5;
+      Tensor g16 = Tensor::randn({rows, out}, 4).to(DType::BF16);
+      Tensor g32 = g16.to(DType::F32);
+      auto run = [&](bool bf16_out, Tensor& y, std::vector<Tensor>& grads) {
+        Tensor x = leaf({rows, in}, 1), w = leaf({out, in}, 2), b = with_bias ? leaf({out}, 3) : Tensor();
+        ops::Bf16Compute on;
+        y = bf16_out ? ops::linear_bf16_output(x, w, b) : ops::linear(x, w, b);
+        autograd::backward({y}, {bf16_out ? g16 : g32});
+        grads = {x.grad(), w.grad()};
+        if (with_bias) grads.push_back(b.grad());
+      };
+      Tensor y16, y32;
+      std::vector<Tensor> gr16, gr32;
+      run(true, y16, gr16);
+      run(false, y32, gr32);
+      EXPECT_EQ(y16.dtype(), DType::BF16);
+      EXPECT_EQ(y16.shape(), y32.shape());
+      EXPECT_TRUE(bitwise(y16, y32));
+      ASSERT_EQ(gr16.size(), gr32.size());
+      for (size_t i = 0; i < gr16.size(); ++i) {
+        ASSERT_TRUE(gr16[i].defined()) << "gradient " << i;
+        EXPECT_EQ(gr16[i].dtype(), DType::F32) << "gradient " << i;
+        EXPECT_TRUE(bitwise(gr16[i], gr32[i])) << "gradient " << i;
+      }
+    }
+  Tensor x = leaf({3, 4}, 5), w = leaf({2, 4}, 6);
+  Tensor y = ops::linear_bf16_output(x, w);  // no bf16 compute: ops::linear
+  EXPECT_EQ(y.dtype(), DType::F32);
+  EXPECT_TRUE(bitwise(y, ops::linear(x, w)));
+}
+
+// The GPT's attention block under bf16 compute keeps qkv and the attention's output as bfloat16 tensors
+// between its two GEMMs (models/gpt.cpp, qkv's bf16_output): its output and every gradient are bitwise those
+// of the same ops with float32 tensors holding the bf16 values in between (ops::linear,
+// causal_self_attention, ops::linear) - on the CPU emulation here, and on a GPU (cuDNN's attention) against
+// that emulation within bf16 tolerance.
+TEST(MixedPrecision, GptAttentionKeepsBf16BetweenItsGemmsWithTheFloat32PathsValues) {
+  models::GPTConfig c;
+  c.d_model = 32;
+  c.n_head = 4;
+  for (Device dev : {Device::cpu(), Device::cuda(0)}) {
+    if (dev.is_cuda() && cuda_device_count() == 0) continue;
+    SCOPED_TRACE(dev.str());
+    models::CausalSelfAttention attn(c);
+    attn.qkv->bf16_output = true;  // as models::GPT sets it (set_bf16_activations)
+    attn.to(dev);
+    const Tensor g = Tensor::randn({2, 8, 32}, 61).to(dev);
+    auto grads_of = [&](bool module_path, Tensor& y) {
+      Tensor x = Tensor::randn({2, 8, 32}, 60).to(dev);
+      x.set_requires_grad(true);
+      attn.zero_grad();
+      {
+        ops::Bf16Compute on;
+        if (module_path) {
+          EXPECT_EQ((*attn.qkv)(x).dtype(), DType::BF16);
+          y = attn.forward(x);
+        } else {
+          y = ops::linear(
+              ops::causal_self_attention(ops::linear(x, attn.qkv->weight, attn.qkv->bias), c.n_head),
+              attn.proj->weight, attn.proj->bias);
+        }
+        autograd::backward({y}, {g});
+      }
+      std::vector<Tensor> out{x.grad().clone()};
+      for (const Tensor& p : attn.parameters()) out.push_back(p.grad().clone());
+      return out;
+    };
+    Tensor y_bf16, y_f32;
+    const std::vector<Tensor> a = grads_of(true, y_bf16), b = grads_of(false, y_f32);
+    EXPECT_EQ(y_bf16.dtype(), DType::F32);
+    EXPECT_TRUE(bitwise(y_bf16, y_f32));
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_EQ(a[i].dtype(), DType::F32) << "gradient " << i;
+      EXPECT_TRUE(bitwise(a[i], b[i])) << "gradient " << i;
+    }
+  }
+}
+
+// The whole GPT under bf16 compute, tied and untied head, padded vocabulary, gradient accumulation over two
+// backwards: with its activations bf16 between ops (the default: the layer norms' outputs, qkv, the
+// attention's output and the logits bf16 tensors) the logits, the float32 loss and every parameter gradient
+// are bitwise those of the same model with every activation float32 (set_bf16_activations(false)) - on the
+// CPU emulation; on a GPU within bf16 tolerance (cuBLAS rounds its own accumulators).
+TEST(MixedPrecision, GptBf16ActivationsGiveTheFloat32ActivationsLossAndGradients) {
+  for (Device dev : {Device::cpu(), Device::cuda(0)})
+    for (bool tied : {false, true}) {
+      if (dev.is_cuda() && cuda_device_count() == 0) continue;
+      SCOPED_TRACE(dev.str() + (tied ? " tied" : " untied"));
+      models::GPTConfig c;
+      c.vocab = 50;
+      c.vocab_padded = 64;
+      c.context = 16;
+      c.d_model = 32;
+      c.n_head = 4;
+      c.tie_head = tied;
+      models::GPT gpt(c);
+      gpt.to(dev);
+      std::vector<int64_t> tokens(2 * 16);
+      for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int64_t>((i * 7 + 3) % 50);
+      const Tensor idx = Tensor::from_data(tokens, {2, 16}).to(dev);
+      ops::CrossEntropyOptions opt;
+      opt.classes = gpt.loss_classes();
+      struct Run {
+        DType logits_dtype;
+        std::vector<double> logits, losses;
+        std::vector<std::vector<double>> grads;
+      };
+      auto run = [&](bool bf16_activations) {
+        gpt.set_bf16_activations(bf16_activations);
+        gpt.zero_grad();
+        Run r;
+        ops::Bf16Compute on;
+        for (int micro = 0; micro < 2; ++micro) {
+          Tensor logits = gpt.forward(idx);
+          r.logits_dtype = logits.dtype();
+          r.logits = logits.to_double_vector();
+          Tensor loss = ops::cross_entropy(logits, idx, opt);
+          EXPECT_EQ(loss.dtype(), DType::F32);
+          r.losses.push_back(loss.to_double_vector()[0]);
+          autograd::backward(ops::mul_scalar(loss, 0.5));
+        }
+        for (const auto& [name, p] : gpt.named_parameters()) {
+          EXPECT_TRUE(p.grad().defined() && p.grad().dtype() == DType::F32) << name;
+          r.grads.push_back(p.grad().to_double_vector());
+        }
+        return r;
+      };
+      const Run a = run(true), b = run(false);
+      EXPECT_EQ(a.logits_dtype, DType::BF16);
+      EXPECT_EQ(b.logits_dtype, DType::F32);
+      ASSERT_EQ(a.grads.size(), b.grads.size());
+      if (dev.is_cpu()) {
+        EXPECT_EQ(a.logits, b.logits);
+        EXPECT_EQ(a.losses, b.losses);
+        for (size_t i = 0; i < a.grads.size(); ++i) EXPECT_EQ(a.grads[i], b.grads[i]) << "parameter " << i;
+      } else {
+        for (size_t i = 0; i < a.losses.size(); ++i) EXPECT_NEAR(a.losses[i], b.losses[i], 1e-2);
+        for (size_t i = 0; i < a.grads.size(); ++i) {
+          double scale = 0, diff = 0;
+          for (size_t k = 0; k < a.grads[i].size(); ++k) {
+            scale = std::max(scale, std::abs(b.grads[i][k]));
+            diff = std::max(diff, std::abs(a.grads[i][k] - b.grads[i][k]));
+          }
+          EXPECT_LE(diff, 5e-2 * scale + 1e-6) << "parameter " << i;
+        }
+      }
+    }
+}
+
+// A bf16 tensor used twice (the logits of two losses): the engine adds its two bf16 gradients in float32 and
+// rounds the sum once more - within a bf16 ulp of the float32 activations' gradient, which rounds only the
+// sum.
+TEST(MixedPrecision, Bf16TensorUsedTwiceSumsItsGradientsAndStaysBf16) {
+  Tensor x = leaf({6, 9}, 70), w = leaf({16, 9}, 71);
+  const Tensor t = Tensor::from_data(std::vector<int64_t>{1, 5, 9, 13, 2, 0}, {6});
+  ops::Bf16Compute on;
+  Tensor logits = ops::linear_bf16_output(x, w);
+  ASSERT_EQ(logits.dtype(), DType::BF16);
+  ops::CrossEntropyOptions sum;
+  sum.reduction = ops::LossReduction::Sum;
+  autograd::backward(ops::cross_entropy(logits, t) + ops::cross_entropy(logits, t, sum));
+  const std::vector<double> g16 = w.grad().to_double_vector();
+  Tensor w2 = leaf({16, 9}, 71);
+  Tensor logits32 = ops::linear(x, w2);
+  autograd::backward(ops::cross_entropy(logits32, t) + ops::cross_entropy(logits32, t, sum));
+  const std::vector<double> g32 = w2.grad().to_double_vector();
+  ASSERT_EQ(g16.size(), g32.size());
+  double scale = 0;
+  for (double v : g32) scale = std::max(scale, std::abs(v));
+  for (size_t i = 0; i < g16.size(); ++i) EXPECT_NEAR(g16[i], g32[i], 2e-2 * scale) << i;
 }
 
 TEST(MixedPrecision, BatchedAndSharedMatmulRoundWhereDocumented) {
@@ -223,6 +408,13 @@ TEST(MixedPrecision, CudaBf16MatchesCpuEmulation) {
   ddp::testing::expect_cuda_matches_cpu(
       [](const std::vector<Tensor>& in) { return ops::matmul(in[0], in[1]); },
       {leaf({3, 16, 32}, 43), leaf({3, 32, 8}, 44)}, 2e-2, 2e-2);
+  // The classifier's bf16 output (cuBLAS rounding its accumulator on the way out) on a GPT-like and an odd
+  // shape; widened to float32 (ops::widen_bf16) for the comparison of values and gradients.
+  for (const std::vector<Tensor>& in : {std::vector<Tensor>{leaf({2, 64, 768}, 52), leaf({512, 768}, 53)},
+                                        std::vector<Tensor>{leaf({7, 17}, 54), leaf({33, 17}, 55)}})
+    ddp::testing::expect_cuda_matches_cpu(
+        [](const std::vector<Tensor>& v) { return ops::widen_bf16(ops::linear_bf16_output(v[0], v[1])); }, in,
+        2e-2, 2e-2);
   ddp::testing::expect_cuda_matches_cpu(
       [](const std::vector<Tensor>& in) { return ops::causal_self_attention(in[0], 4); },
       {leaf({2, 16, 96}, 45)}, 2e-2, 2e-2);
