@@ -24,7 +24,9 @@ The loss of the first and last step is printed and kept (loss_first, loss_last).
 
 Configurations (bench/e2e.cpp): mlp 784-1024-1024-10 ReLU, batch 64/rank, SGD lr 0.01; gpt vocab 256, context
 64, d 128, 4 heads, 2 blocks, GELU (tanh form), batch 16/rank, AdamW lr 3e-4 wd 0.01. Attention is the explicit
-q k^T / sqrt(hs) -> causal softmax -> att v (what torch 1.13's nn.functional offers; ddp.cpp does the same).
+q k^T / sqrt(hs) -> causal softmax -> att v (what torch 1.13's nn.functional offers; ddp.cpp's CPU path does the
+same), or with --attention sdpa PyTorch 2.x's F.scaled_dot_product_attention (fused kernels, no T x T scores in
+memory: the fair twin of ddp.cpp's bf16 GPU path, which runs cuDNN's fused attention).
 Sizes as bench_e2e's flags (tools/bench_cost_curve.py sweeps them): --mlp-hidden, --gpt-width (heads = width / 32),
 --gpt-depth, --gpt-context; --config many --param-tensors N: N zero-initialised vectors holding --many-mib MiB in
 all, h = h + p_i for each in turn, cross-entropy over the vector width, batch 8, SGD
@@ -91,6 +93,9 @@ def build(config, rank, torch, nn, F, args):
             B, T, C = x.shape
             q, k, v = self.qkv(x).split(C, dim=2)
             q, k, v = (t.view(B, T, heads, C // heads).transpose(1, 2) for t in (q, k, v))
+            if args.attention == "sdpa":  # PyTorch 2.x's fused kernels (flash / memory-efficient / cuDNN)
+                y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+                return self.proj(y.transpose(1, 2).contiguous().view(B, T, C))
             att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(C // heads))
             att = att.masked_fill(~self.mask[:T, :T], float("-inf")).softmax(dim=-1)
             return self.proj((att @ v).transpose(1, 2).contiguous().view(B, T, C))
@@ -248,6 +253,10 @@ def main():
                    help="torch.compile backend (eager: tracing only, fast; for dry runs)")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="cuda: world 1 on GPU 0")
     p.add_argument("--dtype", choices=["f32", "bf16"], default="f32", help="bf16: autocast, float32 weights")
+    p.add_argument("--attention", choices=["explicit", "sdpa"], default="explicit",
+                   help="gpt: explicit q k^T, causal softmax, att v (default: what ddp.cpp's CPU path does), or "
+                        "sdpa: F.scaled_dot_product_attention(is_causal=True), PyTorch 2.x's fused kernels (what "
+                        "ddp.cpp's bf16 GPU path compares with: cuDNN's fused attention)")
     p.add_argument("--parse-only", action="store_true", help="check the flags, print them, exit (no torch)")
     args = p.parse_args()
     if args.device == "cuda" and args.world != 1:
@@ -286,7 +295,8 @@ def main():
             sys.exit("pytorch_twin: a rank failed")
     r = q.get()
     variant = "compile" if args.compile else "eager"
-    rec = {"kind": "pytorch", "variant": variant, "compile_mode": args.compile_mode if args.compile else "",
+    rec = {"kind": "pytorch", "variant": variant, "attention": args.attention,
+           "compile_mode": args.compile_mode if args.compile else "",
            "compile_backend": args.compile_backend if args.compile else "", "device_kind": args.device,
            "dtype": args.dtype,
            "config": args.config, "mode": args.mode, "world": args.world,
@@ -298,7 +308,7 @@ def main():
     compiled = (f", compile {r['compile_s']:.1f} s (backend {args.compile_backend}, mode {args.compile_mode})"
                 if args.compile else "")
     print(f"pytorch_twin: {args.config} {args.mode} world {args.world} threads {args.threads} on {r['device']} "
-          f"{args.dtype} ({r['optimizer']}, torch {r['torch']} {variant}): step {r['step_s'] * 1e3:.3f} ms, forward "
+          f"{args.dtype} ({r['optimizer']}, torch {r['torch']} {variant}, {args.attention} attention): step {r['step_s'] * 1e3:.3f} ms, forward "
           f"{r['forward_s'] * 1e3:.3f}, backward {r['backward_s'] * 1e3:.3f}, optimizer {r['optimizer_s'] * 1e3:.3f}, "
           f"loss {r['loss_first']:.4f} -> {r['loss_last']:.4f}{compiled}")
     if args.json:

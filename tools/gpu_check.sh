@@ -501,13 +501,13 @@ log "2. two processes on one GPU (NCCL)"
 two_process_world
 log "3. compute-sanitizer memcheck (racecheck and synccheck come after the training rows)"
 sanitize memcheck
-log "4. training rows beside PyTorch eager (torch.compile's rows come last: each compile can take minutes)"
+log "4. training rows beside PyTorch eager with F.scaled_dot_product_attention (pytorch_twin.py --attention sdpa: ddp.cpp's GPU attention is fused too; torch.compile's rows come last: each compile can take minutes)"
 find_torch && log "PyTorch $TORCH_V: $TORCH_PY" || log "no PyTorch 2.x found: its rows only check pytorch_twin.py's flags"
 bench gpt-tiny-f32 45 --config gpt --warmup 5 --steps 30
-torch_row gpt-tiny-f32 eager 60 --config gpt --warmup 5 --steps 30
+torch_row gpt-tiny-f32 eager 60 --config gpt --attention sdpa --warmup 5 --steps 30
 bench gpt-tiny-bf16 45 --config gpt --dtype bf16 --warmup 5 --steps 30
 bench gpt2-small-bf16 90 --config gpt2-small --dtype bf16 --warmup 2 --steps 10 --batch-size 8
-torch_row gpt2-small-bf16 eager 90 --config gpt2-small --dtype bf16 --warmup 2 --steps 10 --batch-size 8
+torch_row gpt2-small-bf16 eager 90 --config gpt2-small --dtype bf16 --attention sdpa --warmup 2 --steps 10 --batch-size 8
 log "5. GEMMs, racecheck and synccheck, Gloo-staged ranks, train, unused parameters, bf16 all-reduce"
 gemm bf16 8192
 gemm f32 4096
@@ -518,8 +518,8 @@ train_mfu
 bench gpt-tiny-f32-unused-params 45 --config gpt --mode unused --warmup 5 --steps 30
 bench gpt2-small-bf16-bf16-allreduce 75 --config gpt2-small --dtype bf16 --allreduce-dtype bf16 --warmup 2 --steps 8 --batch-size 8
 log "6. torch.compile beside the same rows"
-torch_row gpt-tiny-f32 compile 120 --config gpt --warmup 5 --steps 30
-torch_row gpt2-small-bf16 compile 180 --config gpt2-small --dtype bf16 --warmup 2 --steps 10 --batch-size 8
+torch_row gpt-tiny-f32 compile 120 --config gpt --attention sdpa --warmup 5 --steps 30
+torch_row gpt2-small-bf16 compile 180 --config gpt2-small --dtype bf16 --attention sdpa --warmup 2 --steps 10 --batch-size 8
 log "7. one step under Nsight Compute"
 profile_step
 
