@@ -117,8 +117,8 @@ struct LinearBf16Backward final : autograd::Node {
   bool x_bf16 = false;  // x was a bfloat16 tensor: its gradient is one too (rounded by the GEMM)
   std::vector<Tensor> apply(std::vector<Tensor>& grads) override {
     if (!grads[0].defined()) return {};
-    const Tensor g =
-        to_bf16(grads[0]);  // (rows, out); already bf16 behind a bf16 output (the loss's gradient)
+    // (rows, out); already bf16 behind a bf16 output (the loss's gradient, a bf16 GEMM's dx)
+    const Tensor g = to_bf16(grads[0]);
     const Device dev = g.device();
     Tensor gx, gw, gb;
     if (next_edges[0].valid()) {  // dx (rows, in) = g W
@@ -131,9 +131,9 @@ struct LinearBf16Backward final : autograd::Node {
         round_in_place(gx);
       }
     }
-    if (next_edges[1]
-            .valid()) {  // dW (out, in) = g^T x, straight into the weight's DDP bucket slot if offered
-      if (rows == 0) {   // an empty sum (the GEMM takes no K = 0)
+    // dW (out, in) = g^T x, straight into the weight's DDP bucket slot where the reducer offers one
+    if (next_edges[1].valid()) {
+      if (rows == 0) {  // an empty sum (the GEMM takes no K = 0)
         gw = Tensor::zeros({out, in}, DType::F32, dev);
       } else {
         gw = autograd::gradient_destination_or_empty(next_edges[1], {out, in}, DType::F32, dev);
