@@ -12,7 +12,9 @@ namespace ddp::ops {
 Tensor matmul(const Tensor& a, const Tensor& b);
 
 // x: (..., in), weight: (out, in) (PyTorch layout), bias: (out) or undefined ->
-// (..., out) = x weight^T + bias
+// (..., out) = x weight^T + bias. A bfloat16 x (a bf16 op's output under bf16 compute,
+// runtime/ops/mixed_precision.h) takes the bf16 path with a float32 weight, whatever the mode, and gets a
+// bfloat16 gradient.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 
 // ops::linear whose output, under bf16 compute (runtime/ops/mixed_precision.h) on a float32 x with in > 0, is
