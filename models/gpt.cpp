@@ -45,8 +45,7 @@ MLPBlock::MLPBlock(const GPTConfig& c) {
 // for their parameters' gathers there); unfused while either has a post-hook (a ZeRO-3 unit inside the MLP,
 // which needs its own output). float32 / float64: as written.
 Tensor MLPBlock::forward(const Tensor& x) {
-  const bool bf16 = ops::use_bf16_compute(x) || x.dtype() == DType::BF16;  // bf16: ln_2's bf16 output
-  if (bf16 && ops::mlp_bf16_supports(x.device()) && !fc->has_forward_post_hooks() &&
+  if (ops::takes_bf16_path(x) && ops::mlp_bf16_supports(x.device()) && !fc->has_forward_post_hooks() &&
       !proj->has_forward_post_hooks()) {
     fc->run_forward_pre_hooks();
     proj->run_forward_pre_hooks();
@@ -89,7 +88,6 @@ GPT::GPT(const GPTConfig& c) : config(c) {
 }
 
 void GPT::set_bf16_activations(bool on) {
-  bf16_activations_ = on;
   // qkv and the attention's output stay bf16 between the two GEMMs; proj's output is float32 again, for the
   // residual stream. The layer norms feed GEMMs only (qkv, the fused MLP, the classifier).
   for (auto& b : *blocks_) {
@@ -113,8 +111,8 @@ Tensor GPT::forward(const Tensor& idx) {
   // Tied: wte's (vocab, C) weight is the head's. Under bf16 compute the logits are a bfloat16 tensor (half
   // the bytes of the largest activation, no rounding pass; ops::cross_entropy takes them as they are).
   if (head_) return (*head_)(h);
-  return bf16_activations_ ? ops::linear_bf16_output(h, wte_->weight, Tensor())
-                           : ops::linear(h, wte_->weight, Tensor());
+  return ln_f_->bf16_output ? ops::linear_bf16_output(h, wte_->weight, Tensor())  // set_bf16_activations
+                            : ops::linear(h, wte_->weight, Tensor());
 }
 
 double GPT::flops_per_token_forward() const {

@@ -77,7 +77,6 @@ class GPT : public nn::Module {
   std::shared_ptr<nn::ModuleList<Block>> blocks_;
   std::shared_ptr<nn::LayerNorm> ln_f_;
   std::shared_ptr<nn::Linear> head_;  // null when tied
-  bool bf16_activations_ = true;
 };
 
 }  // namespace ddp::models

@@ -168,8 +168,10 @@ __global__ void layernorm_dparams_total_kernel(const T* partial_w, const T* part
   }
 }
 
+}  // namespace
+
 template <class T, class Y>
-void launch_layernorm_forward(const T* x, const T* weight, const T* bias, Y* y, T* mean, T* rstd,
+void layernorm_forward(const T* x, const T* weight, const T* bias, Y* y, T* mean, T* rstd,
                               int64_t rows, int64_t cols, double eps, cudaStream_t stream) {
   if (rows == 0 || cols == 0) return;
   if (cols <= kWarpRowCols) {
@@ -183,7 +185,7 @@ void launch_layernorm_forward(const T* x, const T* weight, const T* bias, Y* y, 
 }
 
 template <class T, class DY>
-void launch_layernorm_backward(const DY* dy, const T* x, const T* weight, const T* mean, const T* rstd, T* dx,
+void layernorm_backward(const DY* dy, const T* x, const T* weight, const T* mean, const T* rstd, T* dx,
                                T* dweight, T* dbias, int64_t rows, int64_t cols, cudaStream_t stream) {
   if (cols == 0) return;
   if (dx && rows > 0) {
@@ -219,37 +221,20 @@ void launch_layernorm_backward(const DY* dy, const T* x, const T* weight, const 
     DDP_CUDA_CHECK_LAUNCH();
   }
 }
-}  // namespace
-
-template <class T>
-void layernorm_forward(const T* x, const T* weight, const T* bias, T* y, T* mean, T* rstd, int64_t rows,
-                       int64_t cols, double eps, cudaStream_t stream) {
-  launch_layernorm_forward(x, weight, bias, y, mean, rstd, rows, cols, eps, stream);
-}
-void layernorm_forward(const float* x, const float* weight, const float* bias, BFloat16* y, float* mean,
-                       float* rstd, int64_t rows, int64_t cols, double eps, cudaStream_t stream) {
-  launch_layernorm_forward(x, weight, bias, y, mean, rstd, rows, cols, eps, stream);
-}
-
-template <class T>
-void layernorm_backward(const T* dy, const T* x, const T* weight, const T* mean, const T* rstd, T* dx,
-                        T* dweight, T* dbias, int64_t rows, int64_t cols, cudaStream_t stream) {
-  launch_layernorm_backward(dy, x, weight, mean, rstd, dx, dweight, dbias, rows, cols, stream);
-}
-void layernorm_backward(const BFloat16* dy, const float* x, const float* weight, const float* mean,
-                        const float* rstd, float* dx, float* dweight, float* dbias, int64_t rows,
-                        int64_t cols, cudaStream_t stream) {
-  launch_layernorm_backward(dy, x, weight, mean, rstd, dx, dweight, dbias, rows, cols, stream);
-}
-
-template void layernorm_forward<float>(const float*, const float*, const float*, float*, float*, float*,
-                                       int64_t, int64_t, double, cudaStream_t);
-template void layernorm_forward<double>(const double*, const double*, const double*, double*, double*,
-                                        double*, int64_t, int64_t, double, cudaStream_t);
-template void layernorm_backward<float>(const float*, const float*, const float*, const float*, const float*,
-                                        float*, float*, float*, int64_t, int64_t, cudaStream_t);
-template void layernorm_backward<double>(const double*, const double*, const double*, const double*,
-                                         const double*, double*, double*, double*, int64_t, int64_t,
-                                         cudaStream_t);
+template void layernorm_forward<float, float>(const float*, const float*, const float*, float*, float*, float*,
+                                              int64_t, int64_t, double, cudaStream_t);
+template void layernorm_forward<double, double>(const double*, const double*, const double*, double*, double*,
+                                                double*, int64_t, int64_t, double, cudaStream_t);
+template void layernorm_forward<float, BFloat16>(const float*, const float*, const float*, BFloat16*, float*,
+                                                 float*, int64_t, int64_t, double, cudaStream_t);
+template void layernorm_backward<float, float>(const float*, const float*, const float*, const float*,
+                                               const float*, float*, float*, float*, int64_t, int64_t,
+                                               cudaStream_t);
+template void layernorm_backward<double, double>(const double*, const double*, const double*, const double*,
+                                                 const double*, double*, double*, double*, int64_t, int64_t,
+                                                 cudaStream_t);
+template void layernorm_backward<float, BFloat16>(const BFloat16*, const float*, const float*, const float*,
+                                                  const float*, float*, float*, float*, int64_t, int64_t,
+                                                  cudaStream_t);
 
 }  // namespace ddp::kernels::cuda

@@ -1,7 +1,6 @@
 // loss.cu - CUDA cross-entropy (one block per row: its log-sum-exp in one pass, the loss; then one block sums
 // the rows in a fixed order, so the loss is deterministic; float32, float64, and bf16 logits with float32
-// arithmetic, eight to a 16-byte load) and MSE (one-block reduction, elementwise
-// backward).
+// arithmetic, eight to a 16-byte load) and MSE (one-block reduction, elementwise backward).
 #include <cuda_bf16.h>
 
 #include "kernels/cpu/index_check.h"
@@ -28,19 +27,19 @@ __device__ inline bool counts(int64_t t, int64_t cols, bool has_ignore, int64_t 
   return !(has_ignore && t == ignore_index) && cpu::index_in_range(t, cols);
 }
 
-// Logits as the float type T the row's arithmetic runs in (bf16: its bits as a float32's top half, exact); a
-// gradient goes back into the logits' type with store_as (bf16: rounded to nearest even once).
-template <class T, class In>
-__device__ inline T widened(In x) {
-  return widen_to<T>(x);
-}
+// Logits are read as the float type T the row's arithmetic runs in with widen_to (bf16: its bits as a
+// float32's top half, exact), and a gradient goes back into the logits' type with store_as (bf16: rounded to
+// nearest even once).
+// Elements per load: eight bf16 in 16 bytes, else one.
+template <class In>
+constexpr int kPerLoad = sizeof(In) == 2 ? 8 : 1;
 
 // V logits from xr[c0], c0 a multiple of V: one element (V = 1), or eight bf16 in one 16-byte load (V = 8:
 // the rows are 16-byte aligned, cross_entropy_forward checks).
 template <int V, class T, class In>
 __device__ inline void load_chunk(const In* xr, int64_t c0, T (&v)[V]) {
   if constexpr (V == 1) {
-    v[0] = widened<T>(xr[c0]);
+    v[0] = widen_to<T>(xr[c0]);
   } else {
     static_assert(V == 8 && sizeof(In) == 2, "eight bf16 per 16-byte load");
     const uint4 raw = *reinterpret_cast<const uint4*>(xr + c0);
@@ -57,12 +56,10 @@ __device__ inline void store_chunk(In* dr, int64_t c0, const T (&v)[V]) {
   if constexpr (V == 1) {
     store_as(dr + c0, v[0]);
   } else {
-    uint32_t w[4];
+    alignas(16) In b[V];
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
-      w[i] = static_cast<uint32_t>(__bfloat16_as_ushort(__float2bfloat16(v[2 * i]))) |
-             (static_cast<uint32_t>(__bfloat16_as_ushort(__float2bfloat16(v[2 * i + 1]))) << 16);
-    *reinterpret_cast<uint4*>(dr + c0) = make_uint4(w[0], w[1], w[2], w[3]);
+    for (int i = 0; i < V; ++i) store_as(b + i, v[i]);
+    *reinterpret_cast<uint4*>(dr + c0) = *reinterpret_cast<const uint4*>(b);
   }
 }
 
@@ -107,7 +104,7 @@ __global__ void cross_entropy_rows_kernel(const In* logits, const int64_t* targe
       if (cpu::target_is_bad(t, cols, has_ignore, ignore_index))
         atomicMin(first_bad, static_cast<unsigned long long>(r));
       lse[r] = l;
-      row_loss[r] = valid ? l - widened<T>(xr[t]) : T(0);
+      row_loss[r] = valid ? l - widen_to<T>(xr[t]) : T(0);
     }
   }
 }
@@ -184,18 +181,18 @@ __global__ void mse_backward_kernel(const T* pred, const T* target, const T* dlo
   }
 }
 
+}  // namespace
+
 template <class In, class T>
-void launch_cross_entropy_forward(const In* logits, const int64_t* targets, int64_t rows, int64_t cols,
-                                  int64_t row_stride, bool has_ignore, int64_t ignore_index, bool mean,
-                                  T* lse, T* row_loss, T* loss, int64_t* count, unsigned long long* first_bad,
-                                  cudaStream_t stream) {
+void cross_entropy_forward(const In* logits, const int64_t* targets, int64_t rows, int64_t cols,
+                           int64_t row_stride, bool has_ignore, int64_t ignore_index, bool mean, T* lse,
+                           T* row_loss, T* loss, int64_t* count, unsigned long long* first_bad,
+                           cudaStream_t stream) {
+  constexpr int V = kPerLoad<In>;
   if (rows > 0) {
-    bool eight = false;
-    if constexpr (sizeof(In) == 2) eight = eight_per_load(logits, row_stride);
-    if (eight) {
-      if constexpr (sizeof(In) == 2)
-        cross_entropy_rows_kernel<In, T, 8><<<row_grid(rows), row_block((cols + 7) / 8), 0, stream>>>(
-            logits, targets, rows, cols, row_stride, has_ignore, ignore_index, lse, row_loss, first_bad);
+    if (V > 1 && eight_per_load(logits, row_stride)) {
+      cross_entropy_rows_kernel<In, T, V><<<row_grid(rows), row_block((cols + V - 1) / V), 0, stream>>>(
+          logits, targets, rows, cols, row_stride, has_ignore, ignore_index, lse, row_loss, first_bad);
     } else {
       cross_entropy_rows_kernel<In, T, 1><<<row_grid(rows), row_block(cols), 0, stream>>>(
           logits, targets, rows, cols, row_stride, has_ignore, ignore_index, lse, row_loss, first_bad);
@@ -208,54 +205,19 @@ void launch_cross_entropy_forward(const In* logits, const int64_t* targets, int6
 }
 
 template <class In, class T>
-void launch_cross_entropy_backward(const In* logits, const int64_t* targets, const T* lse, const T* dloss,
-                                   const int64_t* count, int64_t rows, int64_t cols, int64_t row_stride,
-                                   bool has_ignore, int64_t ignore_index, In* dlogits, cudaStream_t stream) {
+void cross_entropy_backward(const In* logits, const int64_t* targets, const T* lse, const T* dloss,
+                            const int64_t* count, int64_t rows, int64_t cols, int64_t row_stride,
+                            bool has_ignore, int64_t ignore_index, In* dlogits, cudaStream_t stream) {
   if (rows * row_stride == 0) return;
-  bool eight = false;
-  if constexpr (sizeof(In) == 2)
-    eight = eight_per_load(logits, row_stride) && eight_per_load(dlogits, row_stride);
-  if (eight) {
-    if constexpr (sizeof(In) == 2)
-      cross_entropy_backward_kernel<In, T, 8><<<row_grid(rows), kBlock, 0, stream>>>(
-          logits, targets, lse, dloss, count, rows, cols, row_stride, has_ignore, ignore_index, dlogits);
+  constexpr int V = kPerLoad<In>;
+  if (V > 1 && eight_per_load(logits, row_stride) && eight_per_load(dlogits, row_stride)) {
+    cross_entropy_backward_kernel<In, T, V><<<row_grid(rows), kBlock, 0, stream>>>(
+        logits, targets, lse, dloss, count, rows, cols, row_stride, has_ignore, ignore_index, dlogits);
   } else {
     cross_entropy_backward_kernel<In, T, 1><<<row_grid(rows), kBlock, 0, stream>>>(
         logits, targets, lse, dloss, count, rows, cols, row_stride, has_ignore, ignore_index, dlogits);
   }
   DDP_CUDA_CHECK_LAUNCH();
-}
-}  // namespace
-
-template <class T>
-void cross_entropy_forward(const T* logits, const int64_t* targets, int64_t rows, int64_t cols,
-                           int64_t row_stride, bool has_ignore, int64_t ignore_index, bool mean, T* lse,
-                           T* row_loss, T* loss, int64_t* count, unsigned long long* first_bad,
-                           cudaStream_t stream) {
-  launch_cross_entropy_forward(logits, targets, rows, cols, row_stride, has_ignore, ignore_index, mean, lse,
-                               row_loss, loss, count, first_bad, stream);
-}
-void cross_entropy_forward(const BFloat16* logits, const int64_t* targets, int64_t rows, int64_t cols,
-                           int64_t row_stride, bool has_ignore, int64_t ignore_index, bool mean, float* lse,
-                           float* row_loss, float* loss, int64_t* count, unsigned long long* first_bad,
-                           cudaStream_t stream) {
-  launch_cross_entropy_forward(logits, targets, rows, cols, row_stride, has_ignore, ignore_index, mean, lse,
-                               row_loss, loss, count, first_bad, stream);
-}
-
-template <class T>
-void cross_entropy_backward(const T* logits, const int64_t* targets, const T* lse, const T* dloss,
-                            const int64_t* count, int64_t rows, int64_t cols, int64_t row_stride,
-                            bool has_ignore, int64_t ignore_index, T* dlogits, cudaStream_t stream) {
-  launch_cross_entropy_backward(logits, targets, lse, dloss, count, rows, cols, row_stride, has_ignore,
-                                ignore_index, dlogits, stream);
-}
-void cross_entropy_backward(const BFloat16* logits, const int64_t* targets, const float* lse,
-                            const float* dloss, const int64_t* count, int64_t rows, int64_t cols,
-                            int64_t row_stride, bool has_ignore, int64_t ignore_index, BFloat16* dlogits,
-                            cudaStream_t stream) {
-  launch_cross_entropy_backward(logits, targets, lse, dloss, count, rows, cols, row_stride, has_ignore,
-                                ignore_index, dlogits, stream);
 }
 
 template <class T>
@@ -272,15 +234,20 @@ void mse_backward(const T* pred, const T* target, const T* dloss, int64_t n, T* 
   DDP_CUDA_CHECK_LAUNCH();
 }
 
-#define DDP_INSTANTIATE(T)                                                                                   \
-  template void cross_entropy_forward<T>(const T*, const int64_t*, int64_t, int64_t, int64_t, bool, int64_t, \
-                                         bool, T*, T*, T*, int64_t*, unsigned long long*, cudaStream_t);     \
-  template void cross_entropy_backward<T>(const T*, const int64_t*, const T*, const T*, const int64_t*,      \
-                                          int64_t, int64_t, int64_t, bool, int64_t, T*, cudaStream_t);       \
-  template void mse_forward<T>(const T*, const T*, int64_t, T*, cudaStream_t);                               \
+#define DDP_INSTANTIATE_CE(In, T)                                                                              \
+  template void cross_entropy_forward<In, T>(const In*, const int64_t*, int64_t, int64_t, int64_t, bool, int64_t, \
+                                             bool, T*, T*, T*, int64_t*, unsigned long long*, cudaStream_t);     \
+  template void cross_entropy_backward<In, T>(const In*, const int64_t*, const T*, const T*, const int64_t*,     \
+                                              int64_t, int64_t, int64_t, bool, int64_t, In*, cudaStream_t);
+DDP_INSTANTIATE_CE(float, float)
+DDP_INSTANTIATE_CE(double, double)
+DDP_INSTANTIATE_CE(BFloat16, float)
+#undef DDP_INSTANTIATE_CE
+#define DDP_INSTANTIATE_MSE(T)                                               \
+  template void mse_forward<T>(const T*, const T*, int64_t, T*, cudaStream_t); \
   template void mse_backward<T>(const T*, const T*, const T*, int64_t, T*, T*, cudaStream_t);
-DDP_INSTANTIATE(float)
-DDP_INSTANTIATE(double)
-#undef DDP_INSTANTIATE
+DDP_INSTANTIATE_MSE(float)
+DDP_INSTANTIATE_MSE(double)
+#undef DDP_INSTANTIATE_MSE
 
 }  // namespace ddp::kernels::cuda

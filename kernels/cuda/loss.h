@@ -11,35 +11,26 @@
 namespace ddp::kernels::cuda {
 
 // logits: (rows, row_stride) of which the first cols columns are the classes (row_stride > cols: a padded
-// vocabulary; the other columns are read by nothing and get zero gradient), targets: (rows). Writes lse: (rows), row_loss: (rows) scratch, loss: (1) the mean
-// (NaN when no row counts) or the sum, count: (1) the number of non-ignored rows, and first_bad: (1)
-// min(first_bad, the smallest row whose target is outside [0, cols) and not the ignore index) by atomicMin -
-// the caller sets it to all bits before (kernels/cpu/index_check.h); such rows are left out of the loss,
-// never read through, and get zero gradient.
-template <class T>
-void cross_entropy_forward(const T* logits, const int64_t* targets, int64_t rows, int64_t cols,
+// vocabulary; the other columns are read by nothing and get zero gradient), targets: (rows). Writes lse:
+// (rows), row_loss: (rows) scratch, loss: (1) the mean (NaN when no row counts) or the sum, count: (1) the
+// number of non-ignored rows, and first_bad: (1) min(first_bad, the smallest row whose target is outside
+// [0, cols) and not the ignore index) by atomicMin - the caller sets it to all bits before
+// (kernels/cpu/index_check.h); such rows are left out of the loss, never read through, and get zero gradient.
+// In, T: float, float / double, double / BFloat16, float - bfloat16 logits (the GPT's classifier under bf16
+// compute, runtime/ops/mixed_precision.h) with the same math in float32 on their exact values; lse, row_loss,
+// loss and dloss are then float32 and dlogits bfloat16 (the float32 gradient rounded to nearest even once).
+// bf16 rows 16-byte aligned with row_stride % 8 == 0 are read (and written) eight elements at a time.
+template <class In, class T>
+void cross_entropy_forward(const In* logits, const int64_t* targets, int64_t rows, int64_t cols,
                            int64_t row_stride, bool has_ignore, int64_t ignore_index, bool mean, T* lse,
                            T* row_loss, T* loss, int64_t* count, unsigned long long* first_bad,
                            cudaStream_t stream);
 // dlogits = dloss[0] / (count ? count[0] : 1) * (exp(logits - lse) - onehot); ignored and bad rows get 0.
-template <class T>
-void cross_entropy_backward(const T* logits, const int64_t* targets, const T* lse, const T* dloss,
+// dlogits may be logits.
+template <class In, class T>
+void cross_entropy_backward(const In* logits, const int64_t* targets, const T* lse, const T* dloss,
                             const int64_t* count, int64_t rows, int64_t cols, int64_t row_stride,
-                            bool has_ignore, int64_t ignore_index, T* dlogits, cudaStream_t stream);
-
-// bfloat16 logits (the GPT's classifier under bf16 compute, runtime/ops/mixed_precision.h): the same math in
-// float32 on the logits' exact float32 values; lse, row_loss, loss and dloss are float32, dlogits bfloat16
-// (the float32 gradient rounded to nearest even once: what a float32 gradient rounded for the classifier's
-// bf16 GEMMs holds). Rows 16-byte aligned with row_stride % 8 == 0 are read (and written) eight elements at a
-// time.
-void cross_entropy_forward(const BFloat16* logits, const int64_t* targets, int64_t rows, int64_t cols,
-                           int64_t row_stride, bool has_ignore, int64_t ignore_index, bool mean, float* lse,
-                           float* row_loss, float* loss, int64_t* count, unsigned long long* first_bad,
-                           cudaStream_t stream);
-void cross_entropy_backward(const BFloat16* logits, const int64_t* targets, const float* lse,
-                            const float* dloss, const int64_t* count, int64_t rows, int64_t cols,
-                            int64_t row_stride, bool has_ignore, int64_t ignore_index, BFloat16* dlogits,
-                            cudaStream_t stream);
+                            bool has_ignore, int64_t ignore_index, In* dlogits, cudaStream_t stream);
 
 // loss[0] = mean((pred - target)^2) over n elements.
 template <class T>

@@ -75,7 +75,7 @@ Tensor causal_self_attention(const Tensor& qkv, int64_t n_head) {
   const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3;
   DDP_CHECK(n_head > 0 && C % n_head == 0, "causal_self_attention: n_head = ", n_head,
             " must be positive and divide C = ", C, " (qkv of shape ", shape_str(qkv.shape()), ")");
-  if (use_bf16_compute(qkv) || qkv.dtype() == DType::BF16) return detail::attention_bf16(qkv, n_head);
+  if (takes_bf16_path(qkv)) return detail::attention_bf16(qkv, n_head);
   const bool flash = uses_flash(qkv, n_head);
   Tensor y = Tensor::empty({B, T, C}, qkv.dtype(), qkv.device());
   Tensor att, lse;

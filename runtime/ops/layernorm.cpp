@@ -81,11 +81,11 @@ Tensor layer_norm_impl(const Tensor& x, const Tensor& weight, const Tensor& bias
   check_param("weight", weight, x);
   check_param("bias", bias, x);
   const int64_t cols = x.size(-1), rows = x.numel() / cols;
-  const bool to_bf16_y = bf16_output && use_bf16_compute(x);
-  Tensor y = to_bf16_y ? Tensor::empty(x.shape(), DType::BF16, x.device()) : Tensor::empty_like(x);
+  const bool bf16_y = bf16_output && use_bf16_compute(x);
+  Tensor y = bf16_y ? Tensor::empty(x.shape(), DType::BF16, x.device()) : Tensor::empty_like(x);
   Tensor mean = Tensor::empty({rows}, x.dtype(), x.device());
   Tensor rstd = Tensor::empty({rows}, x.dtype(), x.device());
-  if (rows > 0 && to_bf16_y) {
+  if (rows > 0 && bf16_y) {
 #ifdef DDP_WITH_CUDA
     if (x.device().is_cuda()) {
       kernels::cuda::layernorm_forward(x.data<float>(), weight.data<float>(), bias.data<float>(),

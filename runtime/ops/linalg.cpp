@@ -209,13 +209,11 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, bo
   }
   const int64_t rows =
       in_f > 0 ? x.numel() / in_f : shape_numel(Shape(x.shape().begin(), x.shape().end() - 1));
-  if (bf16_x) {
+  if (bf16_x)
     DDP_CHECK(in_f > 0, "linear: a bfloat16 x needs in_features > 0; got weight ", shape_str(weight.shape()));
+  // Zero-size products stay on the float32 path, but for a bf16 output (which must be bf16 even when empty).
+  if (bf16_x || (use_bf16_compute(x) && in_f > 0 && (bf16_output || rows * out_f > 0)))
     return detail::linear_bf16(x, weight, bias, rows, bf16_output);
-  }
-  if (use_bf16_compute(x) && bf16_output && in_f > 0) return detail::linear_bf16(x, weight, bias, rows, true);
-  if (use_bf16_compute(x) && rows * out_f * in_f > 0)
-    return detail::linear_bf16(x, weight, bias, rows, false);
   Tensor y = Tensor::empty(with_last(x.shape(), out_f), x.dtype(), x.device());
   const Device dev = x.device();
   DDP_DISPATCH_FLOATING(x.dtype(), "linear", [&] {

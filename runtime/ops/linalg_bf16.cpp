@@ -68,14 +68,6 @@ void gemm_bf16_to_bf16_on(Device dev, bool ta, bool tb, int64_t M, int64_t N, in
                                   C.data<BFloat16>());
 }
 
-void column_sums_f32(Device dev, const float* g, int64_t rows, int64_t n, float* out) {
-#ifdef DDP_WITH_CUDA
-  if (dev.is_cuda()) return kernels::cuda::sum_middle(g, 1, rows, n, out, 1.0);
-#endif
-  (void)dev;
-  kernels::cpu::sum_middle(g, 1, rows, n, out, 1.0);
-}
-
 // ---- matmul: C = A B (batched, or b shared by all rows of a) ----
 struct MatmulBf16Backward final : autograd::Node {
   Tensor a, b;  // bf16: a saved when b needs a gradient, b when a does

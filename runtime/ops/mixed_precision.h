@@ -70,6 +70,9 @@ class Bf16Compute {
 // Whether an op on this float tensor computes in bf16 now (mode on and the tensor is float32; float64 ops
 // are never lowered).
 inline bool use_bf16_compute(const Tensor& t) { return bf16_compute_enabled() && t.dtype() == DType::F32; }
+// Whether a bf16-aware op (linear, the attention, the GPT's fused MLP) runs its bf16 path on this input: bf16
+// compute on a float32 tensor, or a bfloat16 tensor (another op's bf16 output), which it takes as it is.
+inline bool takes_bf16_path(const Tensor& t) { return use_bf16_compute(t) || t.dtype() == DType::BF16; }
 
 // float32 -> bfloat16 tensor on the same device (rounded); no autograd. A bfloat16 x is returned as it is.
 Tensor to_bf16(const Tensor& x);
