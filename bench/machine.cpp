@@ -1,9 +1,12 @@
-// machine.cpp - bench_machine: the machine a benchmark ran on, printed first by `tools/ddp bench` (tools/bench.sh)
-// and tools/bench_ddp_step.sh, so that every table names its CPU: the CPU model and core count, the ISA flags
-// that decide the kernels (avx2, fma, avx512f/bw/vl/dq, avx512_bf16, amx), the Highway target the CPU kernels
-// run with (chosen at run time), the BLAS libraries and OpenBLAS's kernel (its core type, the environment's
-// OPENBLAS_CORETYPE, its build config), the thread settings, and - unless --no-probe - the measured single-core
-// float32 FMA peak and copy bandwidth (kernels/cpu/peak_probe.h; about half a second).
+// machine.cpp - bench_machine: the machine a benchmark ran on, printed first by `tools/ddp bench`
+// (tools/bench.sh) and tools/bench_ddp_step.sh, so that every table names its CPU: the CPU model and core
+// count, the ISA flags that decide the kernels (avx2, fma, avx512f/bw/vl/dq, avx512_bf16, amx), the Highway
+// target the CPU kernels run with (chosen at run time), the BLAS libraries and OpenBLAS's kernel (its core
+// type, the environment's OPENBLAS_CORETYPE, its build config), the thread settings, and - unless --no-probe
+// - the measured single-core float32 FMA peak and copy bandwidth (kernels/cpu/peak_probe.h; about half a
+// second) and the round trip of a cache line between the first two CPUs (kernels/cpu/core_round_trip.h:
+// whether they share a cache). The kernels' instruction set can be capped with DDP_CPU_ISA
+// (kernels/cpu/simd_target.h).
 //   bin/bench_machine [--no-probe]
 #include <CLI/CLI.hpp>
 
@@ -16,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/cpu/core_round_trip.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_backend.h"
 #include "kernels/cpu/peak_probe.h"
@@ -57,7 +61,11 @@ int main(int argc, char** argv) {
   const unsigned cores = std::thread::hardware_concurrency();
   std::printf("machine: %s, %u hardware threads\n", model.empty() ? "unknown CPU" : model.c_str(), cores);
   std::printf("  ISA: %s\n", isa.c_str());
-  std::printf("  CPU kernels: %s (Highway run-time choice)\n", cpu::simd_target_name());
+  if (cpu::simd_isa_cap().empty())
+    std::printf("  CPU kernels: %s (Highway run-time choice)\n", cpu::simd_target_name());
+  else
+    std::printf("  CPU kernels: %s (Highway run-time choice, capped by DDP_CPU_ISA=%s)\n",
+                cpu::simd_target_name(), cpu::simd_isa_cap().c_str());
   std::printf("  BLAS: %s; OpenBLAS kernel %s\n", cpu::gemm_libraries().c_str(), cpu::openblas_kernel().c_str());
   // OpenBLAS 0.3.21 detects neither this project's AMD EPYC guests nor recent Xeons, and the environment may
   // pin a core type below what the CPU runs: say so, since every GEMM-bound figure follows it.
@@ -68,7 +76,13 @@ int main(int argc, char** argv) {
     const bool avx512_core = core == "SkylakeX" || core == "Cooperlake" || core == "SapphireRapids";
     const bool avx2_core = avx512_core || core == "Haswell" || core == "Zen";
     const char* better = avx512 && !avx512_core ? "SkylakeX" : (has("avx2") && !avx2_core ? "Haswell" : nullptr);
-    if (better)
+    const bool capped_below_avx512 = cpu::simd_isa_cap_below_avx512();
+    if (capped_below_avx512 && avx512_core)
+      std::printf(
+          "  note: DDP_CPU_ISA=%s caps the CPU kernels below AVX-512 but OpenBLAS runs %s kernels: set "
+          "OPENBLAS_CORETYPE=Haswell too (tools/bench.sh does with BENCH_ISA)\n",
+          cpu::simd_isa_cap().c_str(), core.c_str());
+    if (better && !capped_below_avx512)
       std::printf("  note: OpenBLAS runs %s kernels on a CPU that runs %s ones: OPENBLAS_CORETYPE=%s (tools/ddp sets it "
                   "when the environment has not; on the AVX-512 machine of docs/benchmarks.md Haswell kernels made "
                   "its 2-thread steps 1.5-2.3x slower)\n",
@@ -82,6 +96,18 @@ int main(int argc, char** argv) {
     copy = cpu::measure_copy_gbps();
     std::printf("  one core: float32 FMA peak %.1f GFLOP/s (%s), copy %.1f GB/s (256 MiB memcpy, read + write)\n",
                 fma, cpu::simd_target_name(), copy);
+    int first = -1, second = -1;
+    cpu::round_trip_cpus(&first, &second);
+    const double round_trip = cpu::measure_core_round_trip_ns();
+    if (round_trip > 0)
+      std::printf(
+          "  CPUs %d and %d: a cache line's round trip %.0f ns (under ~150: they share a cache, a 2-thread "
+          "rank's GEMMs gain; several hundred: they do not, and a second thread gains little - on a VM the "
+          "host can change this during a run; docs/benchmarks.md, \"The machine\")\n",
+          first, second, round_trip);
+    else
+      std::printf("  CPUs: round trip not measured (%s)\n",
+                  first < 0 ? "fewer than two CPUs allowed" : "a thread could not be pinned");
   }
   return 0;
 }

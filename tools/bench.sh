@@ -24,8 +24,11 @@
 # before starting: other work on the cores makes every number noisy), BENCH_NICE=N (run in a new session whose
 # autogroup has nice N, e.g. -15; negative values need root: with the kernel's autogroup scheduling a plain
 # `nice` only ranks processes within one session, so compile jobs of other sessions would still take half the
-# cores), BENCH_E2E_FLAGS (extra flags for every bench_e2e run, e.g. "--gradient-as-bucket-view"). Exit code: that of the simulator
-# validation (3 when an error is above 20%).
+# cores), BENCH_E2E_FLAGS (extra flags for every bench_e2e run, e.g. "--gradient-as-bucket-view"), BENCH_ISA=avx2
+# (every side on its AVX2 code paths on a CPU that has more: ddp.cpp's kernels (DDP_CPU_ISA), OpenBLAS
+# (OPENBLAS_CORETYPE=Haswell), oneDNN (ONEDNN_MAX_CPU_ISA), PyTorch's ATen (ATEN_CPU_CAPABILITY) and MKL
+# (MKL_ENABLE_INSTRUCTIONS); the same core and memory, so not a figure of an AVX2 machine). Exit code: that of
+# the simulator validation (3 when an error is above 20%).
 set -euo pipefail
 
 usage() { echo "usage: tools/bench.sh BUILD_DIR [--quick | --vs-pytorch]" >&2; exit 2; }
@@ -37,6 +40,18 @@ VS_ONLY=0
 [[ ${2:-} == "--vs-pytorch" ]] && VS_ONLY=1
 [[ $# -le 2 && ( -z ${2:-} || $QUICK == 1 || $VS_ONLY == 1 ) ]] || usage
 BIN=$BUILD/bin
+if [[ -n ${BENCH_ISA:-} ]]; then  # every side on the AVX2 code paths, whatever the CPU has above them
+  case ${BENCH_ISA,,} in
+    avx2)
+      export DDP_CPU_ISA=avx2 OPENBLAS_CORETYPE=Haswell ONEDNN_MAX_CPU_ISA=AVX2 DNNL_MAX_CPU_ISA=AVX2 \
+        ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2
+      ;;
+    *)
+      echo "bench.sh: BENCH_ISA='$BENCH_ISA' is not a cap this script knows: use avx2, or unset it (the CPU's best)" >&2
+      exit 2
+      ;;
+  esac
+fi
 if [[ -n ${BENCH_NICE:-} && -z ${BENCH_OWN_SESSION:-} ]]; then
   export BENCH_OWN_SESSION=1
   exec setsid --wait "$0" "$@"
@@ -155,6 +170,13 @@ vs_pytorch() {
   done
 }
 
+# The round trip of a cache line between the first two CPUs, after each pass: on a VM the host may move the vCPUs
+# apart during a run, and a 2-thread rank's figures then lose most of the second thread's gain (bench_machine).
+placement() {
+  echo "bench.sh: after pass $1: $("$BIN/bench_machine" | grep -o 'CPUs [0-9]* and [0-9]*: a cache line.s round trip [0-9]* ns' ||
+    echo 'CPUs round trip not measured')"
+}
+
 if [[ $VS_ONLY == 1 ]]; then
   [[ $TORCH == 1 || -n $PY2 ]] || {
     echo "bench.sh: --vs-pytorch needs a PyTorch: apt-get install python3-torch (1.13), tools/ddp torch2 (2.x)" >&2; exit 1; }
@@ -163,6 +185,7 @@ if [[ $VS_ONLY == 1 ]]; then
       "$pass" "$REPEATS" "$([[ $TORCH == 1 ]] && echo ' 1.13')" "${PY2:+ 2.x eager and compiled}"
     vs_pytorch "$pass"
     echo
+    placement "$pass"
   done
   echo "bench.sh: PyTorch vs ddp.cpp (step medians over $REPEATS pass(es); ratio = ddp.cpp / PyTorch)"
   "${PY:-$PY2}" "$HERE/../bench/compare_pytorch.py" "$JSON"
@@ -196,6 +219,7 @@ for pass in $(seq 1 "$REPEATS"); do
     vs_pytorch "$pass"
     echo
   fi
+  placement "$pass"
 done
 
 echo "bench.sh: summary (medians over $REPEATS pass(es) of each run's median; rate = all ranks; GF/s per rank)"

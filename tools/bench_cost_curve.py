@@ -168,7 +168,7 @@ TORCH_VERSION = ("import importlib.util, os; s = importlib.util.find_spec('torch
 def torch_pythons(a):
     """(label, python) of each PyTorch found: Debian's 1.13 and the 2.x venv (--smoke: the first only)."""
     out = []
-    if not a.no_torch and os.path.exists("/usr/bin/python3"):
+    if not a.no_torch and not a.no_torch1 and os.path.exists("/usr/bin/python3"):
         v = sh(f'/usr/bin/python3 -c "{TORCH_VERSION}" 2>/dev/null')
         if v:
             out.append((f"torch {v.split('+')[0]}", "/usr/bin/python3"))
@@ -526,6 +526,7 @@ def main():
     ap.add_argument("--run-seconds", type=float, default=0, help="measured time aimed at per run (default 1.0)")
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--no-torch2", action="store_true")
+    ap.add_argument("--no-torch1", action="store_true", help="skip Debian's PyTorch 1.13 (2.x only)")
     ap.add_argument("--points", default="", help="these points instead, comma-separated names as in the tables "
                     "('gpt w512 d6 c64,mlp h4096,many 256')")
     ap.add_argument("--no-size", action="store_true", help="skip (a), the model-size points")
