@@ -60,7 +60,7 @@ double one_measurement(int a, int b, int rounds, double max_seconds) {
       line.counter.store(2 * i + 1, std::memory_order_release);
       if (!wait_for(line.counter, 2 * i + 2, stop)) break;
       done = i + 1;
-      if ((i & 1023) == 1023 && Clock::now() > deadline) break;
+      if ((i & 63) == 63 && Clock::now() > deadline) break;
     }
     const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     if (done > 0) ns = seconds / static_cast<double>(done) * 1e9;
