@@ -7,7 +7,7 @@
 // second) and the round trip of a cache line between the first two CPUs (kernels/cpu/core_round_trip.h:
 // whether they share a cache). The kernels' instruction set can be capped with DDP_CPU_ISA
 // (kernels/cpu/simd_target.h).
-//   bin/bench_machine [--no-probe]
+//   bin/bench_machine [--no-probe | --round-trip-only]
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -46,9 +46,32 @@ std::string env_or(const char* name, const char* fallback) {
 int main(int argc, char** argv) {
   CLI::App app("The machine a benchmark runs on: CPU, ISA, SIMD target, BLAS kernel, threads, measured peaks.");
   bool no_probe = false;
-  app.add_flag("--no-probe", no_probe, "do not measure the FMA peak and the copy bandwidth");
+  app.add_flag("--no-probe", no_probe,
+               "do not measure the FMA peak, the copy bandwidth and the CPUs' round trip");
+  bool round_trip_only = false;
+  app.add_flag(
+      "--round-trip-only", round_trip_only,
+      "print only the first two CPUs' cache-line round trip (a few milliseconds: between benchmark runs)");
   CLI11_PARSE(app, argc, argv);
   namespace cpu = ddp::kernels::cpu;
+  auto print_round_trip = [&] {
+    int first = -1, second = -1;
+    cpu::round_trip_cpus(&first, &second);
+    const double round_trip = cpu::measure_core_round_trip_ns();
+    if (round_trip > 0)
+      std::printf(
+          "  CPUs %d and %d: a cache line's round trip %.0f ns (under ~150: they share a cache, a 2-thread "
+          "rank's GEMMs gain; several hundred: they do not, and a second thread gains little - on a VM the "
+          "host can change this during a run; docs/benchmarks.md, \"The machine\")\n",
+          first, second, round_trip);
+    else
+      std::printf("  CPUs: round trip not measured (%s)\n",
+                  first < 0 ? "fewer than two CPUs allowed" : "a thread could not be pinned");
+  };
+  if (round_trip_only) {
+    print_round_trip();
+    return 0;
+  }
 
   const std::string model = cpuinfo("model name");
   std::istringstream flags_in(cpuinfo("flags"));
@@ -96,18 +119,7 @@ int main(int argc, char** argv) {
     copy = cpu::measure_copy_gbps();
     std::printf("  one core: float32 FMA peak %.1f GFLOP/s (%s), copy %.1f GB/s (256 MiB memcpy, read + write)\n",
                 fma, cpu::simd_target_name(), copy);
-    int first = -1, second = -1;
-    cpu::round_trip_cpus(&first, &second);
-    const double round_trip = cpu::measure_core_round_trip_ns();
-    if (round_trip > 0)
-      std::printf(
-          "  CPUs %d and %d: a cache line's round trip %.0f ns (under ~150: they share a cache, a 2-thread "
-          "rank's GEMMs gain; several hundred: they do not, and a second thread gains little - on a VM the "
-          "host can change this during a run; docs/benchmarks.md, \"The machine\")\n",
-          first, second, round_trip);
-    else
-      std::printf("  CPUs: round trip not measured (%s)\n",
-                  first < 0 ? "fewer than two CPUs allowed" : "a thread could not be pinned");
+    print_round_trip();
   }
   return 0;
 }

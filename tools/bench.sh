@@ -173,7 +173,7 @@ vs_pytorch() {
 # The round trip of a cache line between the first two CPUs, after each pass: on a VM the host may move the vCPUs
 # apart during a run, and a 2-thread rank's figures then lose most of the second thread's gain (bench_machine).
 placement() {
-  echo "bench.sh: after pass $1: $("$BIN/bench_machine" | grep -o 'CPUs [0-9]* and [0-9]*: a cache line.s round trip [0-9]* ns' ||
+  echo "bench.sh: after pass $1: $("$BIN/bench_machine" --round-trip-only | grep -o 'CPUs [0-9]* and [0-9]*: a cache line.s round trip [0-9]* ns' ||
     echo 'CPUs round trip not measured')"
 }
 

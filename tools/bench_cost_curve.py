@@ -32,6 +32,7 @@ N < 0), as tools/bench.sh's BENCH_NICE. Numbers: docs/benchmarks.md, "How the co
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -103,6 +104,14 @@ class Runner:
             print(f"bench_cost_curve: {what} failed (exit {r.returncode}, attempt {attempt}):\n"
                   f"{(r.stdout + r.stderr)[-1500:]}", file=sys.stderr)
         sys.exit(f"bench_cost_curve: {what} failed twice: {' '.join(cmd)}")
+
+    def round_trip_ns(self):
+        """The first two CPUs' cache-line round trip now (bench_machine --round-trip-only), or None: on a VM the host
+        may move the vCPUs apart during the run, and 2-thread steps follow it (docs/benchmarks.md, "The machine")."""
+        r = subprocess.run([f"{self.build}/bin/bench_machine", "--round-trip-only"], env=self.env,
+                           capture_output=True, text=True)
+        m = re.search(r"round trip (\d+) ns", r.stdout)
+        return int(m.group(1)) if m else None
 
     def ddpcpp(self, p, world, mode, view, steps):
         with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
@@ -243,6 +252,15 @@ def tables(records, size_points, many_points, impls, peak, meta):
              f"{meta['load_start']} at the start, {meta['load_end']} at the end; {meta['passes']} pass(es); "
              f"OPENBLAS_CORETYPE={meta['coretype']}; implementations: {', '.join(i for i, _ in impls)}.")
     L.append(f"Command: `{meta['command']}`")
+    trips = sorted({(r["pass"], r["point"]): r.get("round_trip_ns") for r in records
+                    if r.get("round_trip_ns") is not None}.values())
+    if trips:
+        far = sum(1 for t in trips if t > 200)
+        L.append("")
+        L.append(f"The first two CPUs' cache-line round trip, measured before each point of each pass: {trips[0]}-"
+                 f"{trips[-1]} ns; {far} of {len(trips)} probes above 200 ns (the cores then share no cache, and "
+                 f"2-thread steps lose most of the second thread's gain: docs/benchmarks.md, \"The machine\"; each "
+                 f"record carries its probe as round_trip_ns).")
     L.append("")
     L.append("sgemm peak (1024^3, best of OpenBLAS and oneDNN, GFLOP/s; before / after the runs): " + "; ".join(
         f"{k} {peak['before'][k]:.1f} / {peak['after'][k]:.1f}" for k in peak["before"]) +
@@ -608,6 +626,7 @@ def main():
             all_impls = [("ddp.cpp", None)] + impls
             k += 1
             order = all_impls[k % len(all_impls):] + all_impls[:k % len(all_impls)]
+            round_trip = runner.round_trip_ns()  # per point and pass: where the vCPUs were
             for world, mode, view in combos:
                 fl = est_flops(p)
                 rate = 60e9 if world == 1 else 35e9
@@ -624,7 +643,8 @@ def main():
                     r = runner.ddpcpp(p, world, mode, view, steps) if py is None else runner.twin(py, p, world, mode,
                                                                                                 view, steps)
                     r.update({"pass": ps, "point": p["name"], "impl": name, "world": world, "mode": mode,
-                              "view": view, "steps": steps, "wall_s": time.time() - t0, "load": load_str()})
+                              "view": view, "steps": steps, "wall_s": time.time() - t0, "load": load_str(),
+                              "round_trip_ns": round_trip})
                     records.append(r)
                     with open(rec_path, "a") as f:
                         f.write(json.dumps(r) + "\n")

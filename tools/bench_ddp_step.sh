@@ -60,6 +60,12 @@ if [ -n "$machine" ]; then "$machine" --no-probe; else echo "bench_ddp_step: no 
 echo "bench_ddp_step: $(date -u '+%Y-%m-%d %H:%M:%S UTC'), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); builds: ${BUILDS[*]}"
 printf '%-5s %-4s %-6s %-24s %10s %10s %12s\n' round cfg mode build step_ms p10_ms exposed_ms
 for ((r = 1; r <= ROUNDS; r++)); do
+  # Where the host runs the two vCPUs (a cache line's round trip between them; docs/benchmarks.md, "The machine"):
+  # together or apart changes both modes' steps. An older bench_machine without the flag prints nothing here.
+  if [ -n "$machine" ]; then
+    trip="$("$machine" --round-trip-only 2>/dev/null | grep -o 'round trip [0-9]* ns' || true)"
+    [ -z "$trip" ] || echo "# round $r: CPUs' $trip"
+  fi
   order=("${BUILDS[@]}")
   if [ ${#BUILDS[@]} -eq 2 ] && [ $((r % 2)) -eq 0 ]; then order=("${BUILDS[1]}" "${BUILDS[0]}"); fi
   for c in $CONFIGS; do

@@ -46,6 +46,13 @@ TEST(BenchMachine, NamesTheCpuIsaSimdTargetBlasKernelAndThreadsThenTheMeasuredPe
   EXPECT_NE(r.out.find("one core: float32 FMA peak "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find(" GB/s (256 MiB memcpy"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("a cache line's round trip "), std::string::npos) << r.out;
+
+  r = machine({"--round-trip-only"}, "");  // between benchmark runs: that line alone
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.out.find("machine: "), std::string::npos) << r.out;
+  EXPECT_TRUE(r.out.find("a cache line's round trip ") != std::string::npos ||
+              r.out.find("round trip not measured") != std::string::npos)
+      << r.out;
 }
 
 // The round trip between two CPUs: positive with two CPUs allowed; -1 (not a hang) with one.
