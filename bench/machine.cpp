@@ -54,6 +54,11 @@ int main(int argc, char** argv) {
       "print only the first two CPUs' cache-line round trip (a few milliseconds: between benchmark runs)");
   CLI11_PARSE(app, argc, argv);
   namespace cpu = ddp::kernels::cpu;
+  if (!cpu::simd_isa_cap_error()
+           .empty()) {  // the library said why at load; no figure under a cap not applied
+    std::fprintf(stderr, "bench_machine: %s\n", cpu::simd_isa_cap_error().c_str());
+    return 2;
+  }
   auto print_round_trip = [&] {
     int first = -1, second = -1;
     cpu::round_trip_cpus(&first, &second);

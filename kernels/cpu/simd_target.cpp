@@ -50,7 +50,11 @@ int64_t simd_targets_above(const std::string& isa) {
 }
 
 namespace {
-// Read once, when the library is loaded: the cap holds for every kernel the process dispatches.
+std::string g_isa_cap_error;  // set (before kIsaCap below) when DDP_CPU_ISA's value is unknown
+
+// Read once, when the library is loaded: the cap holds for every kernel the process dispatches. An unknown
+// value is not applied and not fatal here (the library may be loaded into a Python session that must not die
+// on import): it is printed, kept for simd_isa_cap_error(), and programs that report the ISA refuse to run.
 std::string apply_isa_cap_from_env() {
   const char* env = std::getenv("DDP_CPU_ISA");
   const std::string isa = env ? env : "";
@@ -62,8 +66,9 @@ std::string apply_isa_cap_from_env() {
     // set.
     if (above & HWY_AVX3) ::setenv("ONEDNN_MAX_CPU_ISA", (above & HWY_AVX2) ? "SSE41" : "AVX2", 0);
   } catch (const std::invalid_argument& e) {
-    std::fprintf(stderr, "ddp.cpp: %s\n", e.what());
-    std::exit(2);  // before main: nothing has run, nothing is lost
+    g_isa_cap_error = e.what();
+    std::fprintf(stderr, "ddp.cpp: warning: %s; no cap applied\n", e.what());
+    return "";
   }
   return isa;
 }
@@ -71,6 +76,7 @@ const std::string kIsaCap = apply_isa_cap_from_env();
 }  // namespace
 
 const std::string& simd_isa_cap() { return kIsaCap; }
+const std::string& simd_isa_cap_error() { return g_isa_cap_error; }
 bool simd_isa_cap_below_avx512() { return (simd_targets_above(kIsaCap) & HWY_AVX3) != 0; }
 }  // namespace ddp::kernels::cpu
 #endif

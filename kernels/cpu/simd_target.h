@@ -20,8 +20,13 @@ int64_t simd_targets_above(const std::string& isa);
 // picks a target above it (a cap above what the CPU has changes nothing), and a cap below AVX-512 also sets
 // ONEDNN_MAX_CPU_ISA (AVX2, or SSE41 below that) unless the environment has it. OpenBLAS chooses its kernels
 // before this library loads: a caller capping the ISA sets OPENBLAS_CORETYPE too (bench_machine warns when
-// they disagree). An unknown value stops the program at load with the message of simd_targets_above.
+// they disagree). An unknown value is not applied (the cap is then ""): the library prints the message of
+// simd_targets_above on stderr at load and keeps it for simd_isa_cap_error(), and bench_machine refuses to
+// run (a benchmark must not measure under a cap the user believes is there), while a Python session that
+// loaded the library goes on.
 const std::string& simd_isa_cap();
+// That message, or "" when DDP_CPU_ISA is unset or known.
+const std::string& simd_isa_cap_error();
 // Whether that cap rules out AVX-512 (avx2 and below).
 bool simd_isa_cap_below_avx512();
 }  // namespace ddp::kernels::cpu
