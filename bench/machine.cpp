@@ -65,9 +65,10 @@ int main(int argc, char** argv) {
     const double round_trip = cpu::measure_core_round_trip_ns();
     if (round_trip > 0)
       std::printf(
-          "  CPUs %d and %d: a cache line's round trip %.0f ns (under ~150: they share a cache, a 2-thread "
-          "rank's GEMMs gain; several hundred: they do not, and a second thread gains little - on a VM the "
-          "host can change this during a run; docs/benchmarks.md, \"The machine\")\n",
+          "  CPUs %d and %d: a cache line's round trip %.0f ns (under ~150: they share a cache; several "
+          "hundred: they do not, and a 2-thread rank's small GEMMs gain little from the second thread - on a "
+          "VM "
+          "the host can change this during a run; docs/benchmarks.md, \"The machine\")\n",
           first, second, round_trip);
     else
       std::printf("  CPUs: round trip not measured (%s)\n",

@@ -2,9 +2,10 @@
 // go from one core to another and back (two threads pinned one per core, passing a counter back and forth).
 // On the 2-vCPU development VMs it is ~80 ns when the host runs both vCPUs on cores that share a last-level
 // cache and ~380 ns when it runs them on cores that do not, and the host switches between the two placements
-// while a benchmark runs: a 2-thread rank's GEMMs (OpenBLAS's threads share packed panels) gain ~1.45x in the
-// first case and nothing in the second (docs/benchmarks.md, "The machine"). bench_machine prints it beside
-// the peaks.
+// while a benchmark runs: the default gpt's 2-thread step (small GEMMs whose packed panels OpenBLAS's two
+// threads share) is ~1.45x faster than one thread in the first case and no faster in the second; a 1024^3
+// sgemm on 2 threads loses ~15% (docs/benchmarks.md, "The machine"). bench_machine prints it beside the
+// peaks.
 #pragma once
 
 namespace ddp::kernels::cpu {
