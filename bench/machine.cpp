@@ -54,8 +54,8 @@ int main(int argc, char** argv) {
       "print only the first two CPUs' cache-line round trip (a few milliseconds: between benchmark runs)");
   CLI11_PARSE(app, argc, argv);
   namespace cpu = ddp::kernels::cpu;
-  if (!cpu::simd_isa_cap_error()
-           .empty()) {  // the library said why at load; no figure under a cap not applied
+  // An unknown DDP_CPU_ISA: the library said why at load; no figure under a cap that was not applied.
+  if (!cpu::simd_isa_cap_error().empty()) {
     std::fprintf(stderr, "bench_machine: %s\n", cpu::simd_isa_cap_error().c_str());
     return 2;
   }
@@ -67,8 +67,7 @@ int main(int argc, char** argv) {
       std::printf(
           "  CPUs %d and %d: a cache line's round trip %.0f ns (under ~150: they share a cache; several "
           "hundred: they do not, and a 2-thread rank's small GEMMs gain little from the second thread - on a "
-          "VM "
-          "the host can change this during a run; docs/benchmarks.md, \"The machine\")\n",
+          "VM the host can change this during a run; docs/benchmarks.md, \"The machine\")\n",
           first, second, round_trip);
     else
       std::printf("  CPUs: round trip not measured (%s)\n",

@@ -30,8 +30,8 @@ const char* simd_target_name() { return hwy::TargetName(simd_target()); }
 int64_t simd_targets_above(const std::string& isa) {
   std::string v = isa;
   std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return std::tolower(c); });
-  int64_t cap = 0;  // the best target allowed; Highway's better targets have the lower bits
   if (v.empty() || v == "best") return 0;
+  int64_t cap = 0;  // the best target allowed; Highway's better targets have the lower bits
   if (v == "avx3" || v == "avx512")
     cap = HWY_AVX3;
   else if (v == "avx2")
