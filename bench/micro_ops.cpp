@@ -5,6 +5,8 @@
 //      FLOPs per iteration = 3 * 2 * rows * in * out; the table after the run gives engine/raw (target
 //      <= 1.10).
 //  (b) per-op dispatch overhead: a 1-element add, without and with autograd recording (target < 1 us).
+//      Attention_Gpt/<T>/<0 fwd, 1 bwd>: the GPT's causal self-attention kernels at one thread, bench_e2e's
+//      gpt per-rank shape (batch 16, 4 heads, C 128) at context 64 and 256.
 //  (c) Kernel_VsCopy/<k>/<threads>/<n>: each CPU kernel on n = 1M float32 elements (in cache) and 16M (64 MiB
 //      per array: memory-bound) (Highway, the instruction set the dispatcher picked) against memcpy of the
 //      same n floats, interleaved in one loop; counters give both GB/s (bytes the kernel must read + write)
@@ -13,10 +15,11 @@
 //      forced: the second thread's speedup per size (the split thresholds of kernels/cpu/parallel.h).
 //  (d) Gemm_Library/<shape>/<library>: each float32 product of the models (MLP 784-1024-1024-10 at batch 64,
 //      GPT d128 at 1024 tokens, its 64x64x32 attention blocks) on OpenBLAS, on oneDNN, under the auto rule
-//      (kernels/cpu/gemm_backend.h) and on BLIS (when libblis4 loads), against Gemm_Peak: a 1024^3 product on each library measured in the same
-//      run (the best of them is "peak"). The table after the run gives GFLOP/s per library and % of peak.
-//      Entries of one library run back to back (alternating the libraries call by call at > 1 thread would
-//      measure their thread pools fighting, not the kernels): add --benchmark_repetitions=N
+//      (kernels/cpu/gemm_backend.h) and on BLIS (when libblis4 loads), against Gemm_Peak: a 1024^3 product on
+//      each library measured in the same run (the best of them is "peak"). The table after the run gives
+//      GFLOP/s per library and % of peak. Entries of one library run back to back (alternating the libraries
+//      call by call at > 1 thread would measure their thread pools fighting, not the kernels): add
+//      --benchmark_repetitions=N
 //      --benchmark_enable_random_interleaving=true to interleave them.
 //      Gemm_StepSequence/<0 mlp, 1 gpt>: every linear-layer product of one training step (forward, input and
 //      weight gradients) on each library, all interleaved in one loop, in CPU time of the calling
@@ -25,8 +28,8 @@
 //  (e) Peak_Fma: the single-core float32 FMA peak (an unrolled loop of 12 independent multiply-adds at the
 //      widest instruction set Highway picks, kernels/cpu/peak_probe.h), counter GFLOP/s; Peak_Copy: a 256 MiB
 //      memcpy on one core, counter GB/s (bytes read + written per second, as Kernel_VsCopy's copy_GBps). The
-//      ceilings the GEMM rows (% of the FMA peak) and the memory-bound kernels (vs copy) are measured against.
-//      Run alone: bench_micro_ops --benchmark_filter=Peak_
+//      ceilings the GEMM rows (% of the FMA peak) and the memory-bound kernels (vs copy) are measured
+//      against. Run alone: bench_micro_ops --benchmark_filter=Peak_
 // OpenBLAS threads: --blas_threads=N or DDP_BLAS_THREADS=N (default: OpenBLAS's own choice).
 // Run: bench_micro_ops --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
@@ -46,6 +49,7 @@
 
 #include "runtime/tensor/cpu_allocator.h"
 #include "kernels/cpu/activation.h"
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/broadcast.h"
 #include "kernels/cpu/dropout.h"
 #include "kernels/cpu/embedding.h"
@@ -212,6 +216,34 @@ void TinyAdd_RecordGraph(benchmark::State& state) {
   }
 }
 BENCHMARK(TinyAdd_RecordGraph)->Unit(benchmark::kNanosecond);
+
+// (b') the GPT's causal self-attention (kernels/cpu/attention.h), forward or backward, at the bench_e2e gpt's
+// shape per rank (batch 16, 4 heads, C 128) for context T: per (batch, head) two or four small products and
+// the causal softmax over T rows of lengths 1..T (every row but each lanes-th one ends in a partial vector).
+// Args: T, 0 forward / 1 backward. At one thread: the products' library is the rule's choice at budget 1.
+void Attention_Gpt(benchmark::State& state) {
+  const int64_t B = 16, H = 4, C = 128, T = state.range(0);
+  const bool backward = state.range(1) == 1;
+  const int saved_budget = kernels::cpu::thread_budget();
+  kernels::cpu::set_thread_budget(1);
+  AlignedVector<float> qkv(B * T * 3 * C), y(B * T * C), att(B * H * T * T), dy(B * T * C),
+      dqkv(B * T * 3 * C);
+  for (size_t i = 0; i < qkv.size(); ++i) qkv[i] = std::sin(0.37f * static_cast<float>(i));
+  for (size_t i = 0; i < dy.size(); ++i) dy[i] = std::cos(0.11f * static_cast<float>(i));
+  kernels::cpu::attention_forward(qkv.data(), y.data(), att.data(), B, T, C, H);
+  for (auto _ : state) {
+    if (backward)
+      kernels::cpu::attention_backward(dy.data(), qkv.data(), att.data(), dqkv.data(), B, T, C, H);
+    else
+      kernels::cpu::attention_forward(qkv.data(), y.data(), att.data(), B, T, C, H);
+    benchmark::ClobberMemory();
+  }
+  // the full (T, T) products' FLOPs (q k^T and att v forward, four products backward), whatever part of them
+  // the kernels skip above the diagonal: the counter compares builds
+  set_flop_counters(state, (backward ? 4.0 : 2.0) * 2.0 * B * H * T * T * (C / H));
+  kernels::cpu::set_thread_budget(saved_budget);
+}
+BENCHMARK(Attention_Gpt)->ArgsProduct({{64, 256}, {0, 1}})->Unit(benchmark::kMicrosecond);
 
 // (c) kernel throughput against copy bandwidth: 1M float32 elements (4 MiB per array: in cache) and 16M
 // (64 MiB per array: out of the last-level cache, memory-bound). The 2-D kernels keep their row length

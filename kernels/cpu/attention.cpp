@@ -1,11 +1,12 @@
 // attention.cpp - CPU causal self-attention: per (batch, head), gemms (kernels/cpu/gemm.h: the library the
-// backend rule picks; OpenBLAS for these 64x64x32-sized blocks) on strided (T, hs) blocks of qkv read in place
-// through leading dimensions, and a fused causal softmax over the rows of the (T, T) score matrix (row i reads
-// only j <= i: no mask is materialised) while the block is still in cache. The softmax rows are vectorized
-// with Google Highway (per instruction set, run-time choice).
-// One batched call per product instead of the loop was measured and rejected (docs/benchmarks.md): oneDNN's
-// batched matmul over (batch, head) with these strides ran the forward's two products in 296 us against 242 us
-// for the loop at 1 thread (OpenBLAS 0.3.21 has no batched sgemm).
+// backend rule picks; OpenBLAS for these 32x64x32-sized blocks) on strided (T, hs) blocks of qkv read in
+// place through leading dimensions, over the causal part only (blocks of 32 score rows, each against the keys
+// it can see), and a fused causal softmax over the rows of the (T, T) score matrix (row i reads only j <= i:
+// no mask is materialised) while the block is still in cache. The softmax rows are vectorized with Google
+// Highway (per instruction set, run-time choice). One batched call per product instead of the loop was
+// measured and rejected (docs/benchmarks.md): oneDNN's batched matmul over (batch, head) with these strides
+// ran the forward's two products in 296 us against 242 us for the loop at 1 thread (OpenBLAS 0.3.21 has no
+// batched sgemm).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/attention.cpp"
 #include "hwy/foreach_target.h"  // must come before highway.h
@@ -13,6 +14,9 @@
 #include "hwy/highway.h"
 #include "kernels/cpu/simd-inl.h"
 
+#include <cblas.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -23,10 +27,10 @@
 HWY_BEFORE_NAMESPACE();
 namespace ddp::kernels::cpu::HWY_NAMESPACE {
 namespace {
-// a (T, T): row i becomes softmax of its first i + 1 entries, zeros after.
+// a (T, T), rows r0..r1-1: row i becomes softmax of its first i + 1 entries, zeros after.
 template <class S>
-void CausalSoftmax(S* a, int64_t T) {
-  for (int64_t i = 0; i < T; ++i) {
+void CausalSoftmax(S* a, int64_t T, int64_t r0, int64_t r1) {
+  for (int64_t i = r0; i < r1; ++i) {
     S* row = a + i * T;
     const S sum = RowExpSum(row, row, i + 1, RowMax(row, i + 1));
     RowAffine(row, row, i + 1, S(1) / sum, S(0));
@@ -47,8 +51,8 @@ void CausalSoftmaxBackward(const S* a, S* ds, int64_t T) {
   }
 }
 }  // namespace
-void CausalSoftmaxF32(float* a, int64_t T) { CausalSoftmax(a, T); }
-void CausalSoftmaxF64(double* a, int64_t T) { CausalSoftmax(a, T); }
+void CausalSoftmaxF32(float* a, int64_t T, int64_t r0, int64_t r1) { CausalSoftmax(a, T, r0, r1); }
+void CausalSoftmaxF64(double* a, int64_t T, int64_t r0, int64_t r1) { CausalSoftmax(a, T, r0, r1); }
 void CausalSoftmaxBackwardF32(const float* a, float* ds, int64_t T) { CausalSoftmaxBackward(a, ds, T); }
 void CausalSoftmaxBackwardF64(const double* a, double* ds, int64_t T) { CausalSoftmaxBackward(a, ds, T); }
 }  // namespace ddp::kernels::cpu::HWY_NAMESPACE
@@ -61,8 +65,12 @@ HWY_EXPORT(CausalSoftmaxF64);
 HWY_EXPORT(CausalSoftmaxBackwardF32);
 HWY_EXPORT(CausalSoftmaxBackwardF64);
 namespace {
-void causal_softmax(float* a, int64_t T) { HWY_DYNAMIC_DISPATCH(CausalSoftmaxF32)(a, T); }
-void causal_softmax(double* a, int64_t T) { HWY_DYNAMIC_DISPATCH(CausalSoftmaxF64)(a, T); }
+void causal_softmax_rows(float* a, int64_t T, int64_t r0, int64_t r1) {
+  HWY_DYNAMIC_DISPATCH(CausalSoftmaxF32)(a, T, r0, r1);
+}
+void causal_softmax_rows(double* a, int64_t T, int64_t r0, int64_t r1) {
+  HWY_DYNAMIC_DISPATCH(CausalSoftmaxF64)(a, T, r0, r1);
+}
 void causal_softmax_backward(const float* a, float* ds, int64_t T) {
   HWY_DYNAMIC_DISPATCH(CausalSoftmaxBackwardF32)(a, ds, T);
 }
@@ -72,19 +80,46 @@ void causal_softmax_backward(const double* a, double* ds, int64_t T) {
 
 }  // namespace
 
+// Rows of the score matrix per block: block r (rows r0..r1-1) needs keys 0..r1-1 only, so every product runs
+// on the causal part block by block (for T = 64: 3/4 of the full products' FLOPs; for T = 256: 9/16) instead
+// of multiplying the zeros above the diagonal. The entries the blocks skip are zeros (or never read), so the
+// values are those of the full products up to the order of additions of exact zeros.
+constexpr int64_t kAttentionRowBlock = 32;
+
+// xt (hs, T) = x^T for x (T, hs) with leading dimension ld (OpenBLAS's out-of-place transpose: 2-3x a tiled
+// loop here). The products against k^T and v^T then run as plain (NN) products, which OpenBLAS serves with
+// its small-matrix kernels; as NT products it packed both operands and cleared the output first (T = 256: 19
+// against 12 us per (batch, head) for the score rows, the copy included).
+void transpose_head(const float* x, int64_t ld, int64_t T, int64_t hs, float* xt) {
+  cblas_somatcopy(CblasRowMajor, CblasTrans, static_cast<blasint>(T), static_cast<blasint>(hs), 1.0f, x,
+                  static_cast<blasint>(ld), xt, static_cast<blasint>(T));
+}
+void transpose_head(const double* x, int64_t ld, int64_t T, int64_t hs, double* xt) {
+  cblas_domatcopy(CblasRowMajor, CblasTrans, static_cast<blasint>(T), static_cast<blasint>(hs), 1.0, x,
+                  static_cast<blasint>(ld), xt, static_cast<blasint>(T));
+}
+
 template <class S>
 void attention_forward(const S* qkv, S* y, S* att, int64_t B, int64_t T, int64_t C, int64_t n_head) {
   const int64_t hs = C / n_head, ld = 3 * C;
   const S scale = static_cast<S>(1.0 / std::sqrt(static_cast<double>(hs)));
+  std::vector<S> k_transposed(static_cast<size_t>(hs * T));
+  S* kt = k_transposed.data();
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t h = 0; h < n_head; ++h) {
       const S* q = qkv + b * T * ld + h * hs;
       const S* k = q + C;
       const S* v = q + 2 * C;
       S* a = att + (b * n_head + h) * T * T;
-      gemm_ld(false, true, T, T, hs, scale, q, ld, k, ld, S(0), a, T);  // scores = q k^T / sqrt(hs)
-      causal_softmax(a, T);
-      gemm_ld(false, false, T, hs, T, S(1), a, T, v, ld, S(0), y + b * T * C + h * hs, C);  // y_h = att v
+      S* yh = y + b * T * C + h * hs;
+      transpose_head(k, ld, T, hs, kt);
+      for (int64_t r0 = 0; r0 < T; r0 += kAttentionRowBlock) {
+        const int64_t r1 = std::min(T, r0 + kAttentionRowBlock), rows = r1 - r0;
+        // scores[r0:r1, 0:r1] = q k^T / sqrt(hs); then row i softmax over j <= i, zeros after
+        gemm_ld(false, false, rows, r1, hs, scale, q + r0 * ld, ld, kt, T, S(0), a + r0 * T, T);
+        causal_softmax_rows(a, T, r0, r1);
+        gemm_ld(false, false, rows, hs, r1, S(1), a + r0 * T, T, v, ld, S(0), yh + r0 * C, C);  // y = att v
+      }
     }
   }
 }
@@ -94,8 +129,10 @@ void attention_backward(const S* dy, const S* qkv, const S* att, S* dqkv, int64_
                         int64_t n_head) {
   const int64_t hs = C / n_head, ld = 3 * C;
   const S scale = static_cast<S>(1.0 / std::sqrt(static_cast<double>(hs)));
-  std::vector<S> dscore(static_cast<size_t>(T * T));
+  std::vector<S> dscore(static_cast<size_t>(T * T)), v_transposed(static_cast<size_t>(hs * T));
   S* ds = dscore.data();
+  S* vt = v_transposed.data();
+  const int64_t R = kAttentionRowBlock;
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t h = 0; h < n_head; ++h) {
       const S* q = qkv + b * T * ld + h * hs;
@@ -106,11 +143,27 @@ void attention_backward(const S* dy, const S* qkv, const S* att, S* dqkv, int64_
       S* dq = dqkv + b * T * ld + h * hs;
       S* dk = dq + C;
       S* dv = dq + 2 * C;
-      gemm_ld(false, true, T, T, hs, S(1), dyh, C, v, ld, S(0), ds, T);  // datt = dy v^T
-      gemm_ld(true, false, T, hs, T, S(1), a, T, dyh, C, S(0), dv, ld);  // dv = att^T dy
-      causal_softmax_backward(a, ds, T);                              // masked entries have att = 0 and get 0
-      gemm_ld(false, false, T, hs, T, scale, ds, T, k, ld, S(0), dq, ld);  // dq = dscore k / sqrt(hs)
-      gemm_ld(true, false, T, hs, T, scale, ds, T, q, ld, S(0), dk, ld);   // dk = dscore^T q / sqrt(hs)
+      // Score rows r0..r1 reach keys 0..r1; keys c0..c1 are reached by score rows c0..T.
+      transpose_head(v, ld, T, hs, vt);
+      for (int64_t r0 = 0; r0 < T; r0 += R) {  // datt = dy v^T on the causal part
+        const int64_t r1 = std::min(T, r0 + R);
+        gemm_ld(false, false, r1 - r0, r1, hs, S(1), dyh + r0 * C, C, vt, T, S(0), ds + r0 * T, T);
+      }
+      for (int64_t c0 = 0; c0 < T; c0 += R) {  // dv = att^T dy
+        const int64_t c1 = std::min(T, c0 + R);
+        gemm_ld(true, false, c1 - c0, hs, T - c0, S(1), a + c0 * T + c0, T, dyh + c0 * C, C, S(0),
+                dv + c0 * ld, ld);
+      }
+      causal_softmax_backward(a, ds, T);       // reads j <= i only (masked entries have att = 0), zeros after
+      for (int64_t r0 = 0; r0 < T; r0 += R) {  // dq = dscore k / sqrt(hs)
+        const int64_t r1 = std::min(T, r0 + R);
+        gemm_ld(false, false, r1 - r0, hs, r1, scale, ds + r0 * T, T, k, ld, S(0), dq + r0 * ld, ld);
+      }
+      for (int64_t c0 = 0; c0 < T; c0 += R) {  // dk = dscore^T q / sqrt(hs)
+        const int64_t c1 = std::min(T, c0 + R);
+        gemm_ld(true, false, c1 - c0, hs, T - c0, scale, ds + c0 * T + c0, T, q + c0 * ld, ld, S(0),
+                dk + c0 * ld, ld);
+      }
     }
   }
 }

@@ -2,8 +2,10 @@
 // re-include themselves through hwy/foreach_target.h). Included once per target from inside those files,
 // after hwy/highway.h; the include guard toggles with HWY_TARGET_TOGGLE as Highway's *-inl.h headers do.
 //
-// The loops run whole vectors and finish the tail (n % lanes elements) through a zero-padded stack buffer,
-// so every element of an array goes through the same vector code (the same rounding) whatever n is.
+// The loops run whole vectors and finish the tail (n % lanes elements) with one partial vector: a masked load
+// and store on AVX2 and AVX-512 (single instructions that touch no memory past the tail), a zero-padded
+// stack buffer on the other targets. Either way every element of an array goes through the same vector code
+// (the same rounding) whatever n is.
 #if defined(DDP_KERNELS_CPU_SIMD_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef DDP_KERNELS_CPU_SIMD_INL_H_
 #undef DDP_KERNELS_CPU_SIMD_INL_H_
@@ -34,6 +36,16 @@ namespace hn = hwy::HWY_NAMESPACE;
 #define DDP_SIMD_CLAMP_KEEPS_NAN 1
 #endif
 
+// 1 where a partial vector is loaded and stored with masks (vmaskmov on AVX2, the k-masked moves on AVX-512:
+// no access past the mask, no fault at the end of a page); Highway's SSE4 MaskedLoad reads the whole vector,
+// so the older targets go through a stack buffer. The values are the same either way.
+#undef DDP_SIMD_MASKED_TAILS
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+#define DDP_SIMD_MASKED_TAILS 1
+#else
+#define DDP_SIMD_MASKED_TAILS 0
+#endif
+
 // Bytes of the widest vector of any x86 target (AVX-512); tail buffers are this big.
 constexpr size_t kMaxVectorBytes = 64;
 // log2(e) rounded to float (the base-2 exp and tanh below).
@@ -47,11 +59,16 @@ HWY_INLINE void MapUnary(D d, const hn::TFromD<D>* x, hn::TFromD<D>* y, int64_t 
   int64_t i = 0;
   for (; i + N <= n; i += N) hn::StoreU(f(d, hn::LoadU(d, x + i)), d, y + i);
   if (i < n) {
+#if DDP_SIMD_MASKED_TAILS
+    const auto m = hn::FirstN(d, static_cast<size_t>(n - i));
+    hn::BlendedStore(f(d, hn::MaskedLoad(m, d, x + i)), m, d, y + i);
+#else
     alignas(64) T bx[kMaxVectorBytes / sizeof(T)] = {};
     const size_t rest = static_cast<size_t>(n - i) * sizeof(T);
     std::memcpy(bx, x + i, rest);
     hn::Store(f(d, hn::Load(d, bx)), d, bx);
     std::memcpy(y + i, bx, rest);
+#endif
   }
 }
 
@@ -64,12 +81,17 @@ HWY_INLINE void MapBinary(D d, const hn::TFromD<D>* a, const hn::TFromD<D>* b, h
   int64_t i = 0;
   for (; i + N <= n; i += N) hn::StoreU(f(d, hn::LoadU(d, a + i), hn::LoadU(d, b + i)), d, y + i);
   if (i < n) {
+#if DDP_SIMD_MASKED_TAILS
+    const auto m = hn::FirstN(d, static_cast<size_t>(n - i));
+    hn::BlendedStore(f(d, hn::MaskedLoad(m, d, a + i), hn::MaskedLoad(m, d, b + i)), m, d, y + i);
+#else
     alignas(64) T ba[kMaxVectorBytes / sizeof(T)] = {}, bb[kMaxVectorBytes / sizeof(T)] = {};
     const size_t rest = static_cast<size_t>(n - i) * sizeof(T);
     std::memcpy(ba, a + i, rest);
     std::memcpy(bb, b + i, rest);
     hn::Store(f(d, hn::Load(d, ba), hn::Load(d, bb)), d, ba);
     std::memcpy(y + i, ba, rest);
+#endif
   }
 }
 
@@ -83,6 +105,12 @@ HWY_INLINE void MapTernary(D d, const hn::TFromD<D>* a, const hn::TFromD<D>* b, 
   for (; i + N <= n; i += N)
     hn::StoreU(f(d, hn::LoadU(d, a + i), hn::LoadU(d, b + i), hn::LoadU(d, c + i)), d, y + i);
   if (i < n) {
+#if DDP_SIMD_MASKED_TAILS
+    const auto m = hn::FirstN(d, static_cast<size_t>(n - i));
+    hn::BlendedStore(
+        f(d, hn::MaskedLoad(m, d, a + i), hn::MaskedLoad(m, d, b + i), hn::MaskedLoad(m, d, c + i)), m, d,
+        y + i);
+#else
     alignas(64) T ba[kMaxVectorBytes / sizeof(T)] = {}, bb[kMaxVectorBytes / sizeof(T)] = {},
                                        bc[kMaxVectorBytes / sizeof(T)] = {};
     const size_t rest = static_cast<size_t>(n - i) * sizeof(T);
@@ -91,6 +119,7 @@ HWY_INLINE void MapTernary(D d, const hn::TFromD<D>* a, const hn::TFromD<D>* b, 
     std::memcpy(bc, c + i, rest);
     hn::Store(f(d, hn::Load(d, ba), hn::Load(d, bb), hn::Load(d, bc)), d, ba);
     std::memcpy(y + i, ba, rest);
+#endif
   }
 }
 
@@ -238,17 +267,26 @@ HWY_INLINE hn::TFromD<D> ReduceSum(D d, V v) {
 template <class D>
 HWY_INLINE hn::Vec<D> LoadTail(D d, const hn::TFromD<D>* p, int64_t count, hn::TFromD<D> pad) {
   using T = hn::TFromD<D>;
+#if DDP_SIMD_MASKED_TAILS
+  const auto m = hn::FirstN(d, static_cast<size_t>(count));
+  return hn::IfThenElse(m, hn::MaskedLoad(m, d, p), hn::Set(d, pad));
+#else
   alignas(64) T buf[kMaxVectorBytes / sizeof(T)];
   for (size_t i = 0; i < hn::Lanes(d); ++i) buf[i] = static_cast<int64_t>(i) < count ? p[i] : pad;
   return hn::Load(d, buf);
+#endif
 }
 // Stores the first `count` (< lanes) lanes of v to p.
 template <class D>
 HWY_INLINE void StoreTail(D d, hn::Vec<D> v, hn::TFromD<D>* p, int64_t count) {
   using T = hn::TFromD<D>;
+#if DDP_SIMD_MASKED_TAILS
+  hn::BlendedStore(v, hn::FirstN(d, static_cast<size_t>(count)), d, p);
+#else
   alignas(64) T buf[kMaxVectorBytes / sizeof(T)];
   hn::Store(v, d, buf);
   std::memcpy(p, buf, static_cast<size_t>(count) * sizeof(T));
+#endif
 }
 
 // ---- row operations of the softmax family (n >= 1) ----

@@ -1,5 +1,6 @@
 // test_attention.cpp - causal_self_attention against a plain float64 reference (explicit loops over batch,
-// head, query, key), causality, gradcheck (GPT-2 shapes in miniature), float32 vs float64, CUDA parity.
+// head, query, key), causality, gradcheck (GPT-2 shapes in miniature, and contexts around the CPU kernels'
+// 32-row blocks), float32 vs float64, CUDA parity.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -51,6 +52,24 @@ TEST(Attention, MatchesReference) {
     ASSERT_EQ(y.shape(), (Shape{c.B, c.T, c.C}));
     EXPECT_TRUE(all_close(y, reference(values(qkv), c.B, c.T, c.C, c.nh), 1e-13, 1e-12))
         << c.B << "," << c.T << "," << c.C << "," << c.nh;
+  }
+}
+
+// The CPU kernels run the products on blocks of 32 score rows, each against the keys it can see
+// (kernels/cpu/attention.cpp, kAttentionRowBlock): contexts on either side of one, two and three blocks, and
+// a prime, forward against the reference and backward by finite differences.
+TEST(Attention, MatchesReferenceAndGradcheckAcrossTheRowBlocks) {
+  for (const int64_t T : {31, 32, 33, 63, 64, 65, 97}) {
+    const Case c{1, T, 4, 2};
+    Tensor qkv = random_f64({c.B, c.T, 3 * c.C}, 11, false);
+    EXPECT_TRUE(all_close(ops::causal_self_attention(qkv, c.nh), reference(values(qkv), c.B, c.T, c.C, c.nh),
+                          1e-13, 1e-12))
+        << "T " << T;
+    const int64_t nh = c.nh;
+    EXPECT_TRUE(
+        gradcheck([nh](const std::vector<Tensor>& in) { return ops::causal_self_attention(in[0], nh); },
+                  {random_f64({c.B, c.T, 3 * c.C}, 12)}, 1e-6, 1e-6, 1e-4))
+        << "T " << T;
   }
 }
 
