@@ -5,8 +5,8 @@
 //      FLOPs per iteration = 3 * 2 * rows * in * out; the table after the run gives engine/raw (target
 //      <= 1.10).
 //  (b) per-op dispatch overhead: a 1-element add, without and with autograd recording (target < 1 us).
-//      Attention_Gpt/<T>/<0 fwd, 1 bwd>: the GPT's causal self-attention kernels at one thread, bench_e2e's
-//      gpt per-rank shape (batch 16, 4 heads, C 128) at context 64 and 256.
+//      Attention_Gpt/<T>/<0 fwd, 1 bwd>/<threads>: the GPT's causal self-attention kernels at one and two
+//      threads, bench_e2e's gpt per-rank shape (batch 16, 4 heads, C 128) at context 64 and 256.
 //  (c) Kernel_VsCopy/<k>/<threads>/<n>: each CPU kernel on n = 1M float32 elements (in cache) and 16M (64 MiB
 //      per array: memory-bound) (Highway, the instruction set the dispatcher picked) against memcpy of the
 //      same n floats, interleaved in one loop; counters give both GB/s (bytes the kernel must read + write)
@@ -220,12 +220,13 @@ BENCHMARK(TinyAdd_RecordGraph)->Unit(benchmark::kNanosecond);
 // (b') the GPT's causal self-attention (kernels/cpu/attention.h), forward or backward, at the bench_e2e gpt's
 // shape per rank (batch 16, 4 heads, C 128) for context T: per (batch, head) two or four small products and
 // the causal softmax over T rows of lengths 1..T (every row but each lanes-th one ends in a partial vector).
-// Args: T, 0 forward / 1 backward. At one thread: the products' library is the rule's choice at budget 1.
+// Args: T, 0 forward / 1 backward, thread budget (1: the products' library is the rule's choice at budget 1;
+// 2: the (batch, head) pairs split over the pool, OpenBLAS for the products).
 void Attention_Gpt(benchmark::State& state) {
   const int64_t B = 16, H = 4, C = 128, T = state.range(0);
   const bool backward = state.range(1) == 1;
   const int saved_budget = kernels::cpu::thread_budget();
-  kernels::cpu::set_thread_budget(1);
+  kernels::cpu::set_thread_budget(static_cast<int>(state.range(2)));
   AlignedVector<float> qkv(B * T * 3 * C), y(B * T * C), att(B * H * T * T), dy(B * T * C),
       dqkv(B * T * 3 * C);
   for (size_t i = 0; i < qkv.size(); ++i) qkv[i] = std::sin(0.37f * static_cast<float>(i));
@@ -243,7 +244,10 @@ void Attention_Gpt(benchmark::State& state) {
   set_flop_counters(state, (backward ? 4.0 : 2.0) * 2.0 * B * H * T * T * (C / H));
   kernels::cpu::set_thread_budget(saved_budget);
 }
-BENCHMARK(Attention_Gpt)->ArgsProduct({{64, 256}, {0, 1}})->Unit(benchmark::kMicrosecond);
+BENCHMARK(Attention_Gpt)
+    ->ArgsProduct({{64, 256}, {0, 1}, {1, 2}})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 
 // (c) kernel throughput against copy bandwidth: 1M float32 elements (4 MiB per array: in cache) and 16M
 // (64 MiB per array: out of the last-level cache, memory-bound). The 2-D kernels keep their row length

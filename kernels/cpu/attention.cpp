@@ -3,10 +3,11 @@
 // place through leading dimensions, over the causal part only (blocks of 32 score rows, each against the keys
 // it can see), and a fused causal softmax over the rows of the (T, T) score matrix (row i reads only j <= i:
 // no mask is materialised) while the block is still in cache. The softmax rows are vectorized with Google
-// Highway (per instruction set, run-time choice). One batched call per product instead of the loop was
-// measured and rejected (docs/benchmarks.md): oneDNN's batched matmul over (batch, head) with these strides
-// ran the forward's two products in 296 us against 242 us for the loop at 1 thread (OpenBLAS 0.3.21 has no
-// batched sgemm).
+// Highway (per instruction set, run-time choice). With a thread budget above 1 the (batch, head) pairs are
+// spread over the intra-op pool (kernels/cpu/parallel.h). One batched call per product instead of the loop
+// was measured and rejected (docs/benchmarks.md): oneDNN's batched matmul over (batch, head) with these
+// strides ran the forward's two products in 296 us against 242 us for the loop at 1 thread (OpenBLAS 0.3.21
+// has no batched sgemm).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/attention.cpp"
 #include "hwy/foreach_target.h"  // must come before highway.h
@@ -23,6 +24,7 @@
 
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/parallel.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace ddp::kernels::cpu::HWY_NAMESPACE {
@@ -99,18 +101,26 @@ void transpose_head(const double* x, int64_t ld, int64_t T, int64_t hs, double* 
                   static_cast<blasint>(ld), xt, static_cast<blasint>(T));
 }
 
+// (batch, head) pairs are independent, so both passes spread them over the intra-op pool (bitwise the same
+// at any split) when OpenBLAS runs every product of a pair on the calling thread: it gives a product its own
+// threads only above 4 x 65536 multiply-adds (M N K), and the largest here is 32 x T x hs. At least this many
+// pairs per thread: a pair is 3-80 us (T = 64..256), the pool's wake-up 5-20 us.
+constexpr int64_t kAttentionMinPairsPerThread = 4;
+bool attention_pairs_split(int64_t T, int64_t hs) { return kAttentionRowBlock * T * hs <= 4 * 65536; }
+
 template <class S>
 void attention_forward(const S* qkv, S* y, S* att, int64_t B, int64_t T, int64_t C, int64_t n_head) {
   const int64_t hs = C / n_head, ld = 3 * C;
   const S scale = static_cast<S>(1.0 / std::sqrt(static_cast<double>(hs)));
-  std::vector<S> k_transposed(static_cast<size_t>(hs * T));
-  S* kt = k_transposed.data();
-  for (int64_t b = 0; b < B; ++b) {
-    for (int64_t h = 0; h < n_head; ++h) {
+  auto pairs = [&](int64_t p0, int64_t p1) {
+    std::vector<S> k_transposed(static_cast<size_t>(hs * T));
+    S* kt = k_transposed.data();
+    for (int64_t p = p0; p < p1; ++p) {
+      const int64_t b = p / n_head, h = p % n_head;
       const S* q = qkv + b * T * ld + h * hs;
       const S* k = q + C;
       const S* v = q + 2 * C;
-      S* a = att + (b * n_head + h) * T * T;
+      S* a = att + p * T * T;
       S* yh = y + b * T * C + h * hs;
       transpose_head(k, ld, T, hs, kt);
       for (int64_t r0 = 0; r0 < T; r0 += kAttentionRowBlock) {
@@ -121,7 +131,11 @@ void attention_forward(const S* qkv, S* y, S* att, int64_t B, int64_t T, int64_t
         gemm_ld(false, false, rows, hs, r1, S(1), a + r0 * T, T, v, ld, S(0), yh + r0 * C, C);  // y = att v
       }
     }
-  }
+  };
+  if (attention_pairs_split(T, hs))
+    parallel_for(B * n_head, 1, kAttentionMinPairsPerThread, pairs);
+  else
+    pairs(0, B * n_head);
 }
 
 template <class S>
@@ -129,16 +143,17 @@ void attention_backward(const S* dy, const S* qkv, const S* att, S* dqkv, int64_
                         int64_t n_head) {
   const int64_t hs = C / n_head, ld = 3 * C;
   const S scale = static_cast<S>(1.0 / std::sqrt(static_cast<double>(hs)));
-  std::vector<S> dscore(static_cast<size_t>(T * T)), v_transposed(static_cast<size_t>(hs * T));
-  S* ds = dscore.data();
-  S* vt = v_transposed.data();
   const int64_t R = kAttentionRowBlock;
-  for (int64_t b = 0; b < B; ++b) {
-    for (int64_t h = 0; h < n_head; ++h) {
+  auto pairs = [&](int64_t p0, int64_t p1) {
+    std::vector<S> dscore(static_cast<size_t>(T * T)), v_transposed(static_cast<size_t>(hs * T));
+    S* ds = dscore.data();
+    S* vt = v_transposed.data();
+    for (int64_t p = p0; p < p1; ++p) {
+      const int64_t b = p / n_head, h = p % n_head;
       const S* q = qkv + b * T * ld + h * hs;
       const S* k = q + C;
       const S* v = q + 2 * C;
-      const S* a = att + (b * n_head + h) * T * T;
+      const S* a = att + p * T * T;
       const S* dyh = dy + b * T * C + h * hs;
       S* dq = dqkv + b * T * ld + h * hs;
       S* dk = dq + C;
@@ -165,7 +180,11 @@ void attention_backward(const S* dy, const S* qkv, const S* att, S* dqkv, int64_
                 dk + c0 * ld, ld);
       }
     }
-  }
+  };
+  if (attention_pairs_split(T, hs))
+    parallel_for(B * n_head, 1, kAttentionMinPairsPerThread, pairs);
+  else
+    pairs(0, B * n_head);
 }
 
 template void attention_forward<float>(const float*, float*, float*, int64_t, int64_t, int64_t, int64_t);

@@ -1,8 +1,8 @@
 // test_parallel.cpp - the intra-op thread pool (kernels/cpu/parallel.h): every parallelized kernel gives
-// bitwise-identical results with thread budgets 1, 2 and 3 (elementwise splits and the fixed-block
-// reductions), a budget of 1 starts no thread, a budget of 2 starts exactly one worker, and idle workers
-// sleep instead of spinning. Thread-count checks run in a fresh child process (EXPECT_EXIT) so that other
-// tests' pools do not count.
+// bitwise-identical results with thread budgets 1, 2 and 3 (elementwise splits, the fixed-block
+// reductions, the attention's (batch, head) pairs), a budget of 1 starts no thread, a budget of 2 starts
+// exactly one worker, and idle workers sleep instead of spinning. Thread-count checks run in a fresh child
+// process (EXPECT_EXIT) so that other tests' pools do not count.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "kernels/cpu/activation.h"
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/dropout.h"
 #include "kernels/cpu/layernorm.h"
 #include "kernels/cpu/loss.h"
@@ -105,6 +106,20 @@ std::vector<char> run_all_kernels() {
   kc::layernorm_backward(g.data(), x.data(), lw.data(), mean.data(), rstd.data(), dr.data(), dw.data(),
                          db.data(), rows, cols);
   keep(dr), keep(dw), keep(db);
+  // Causal attention: its (batch, head) pairs spread over the pool (11 pairs: the splits of budgets 2 and 3
+  // fall inside a batch row), context 37 (two row blocks), float32 and float64.
+  const int64_t B = 11, T = 37, C = 12, H = 1;
+  auto attention = [&](auto zero) {
+    using S = decltype(zero);
+    std::vector<S> qkv(B * T * 3 * C), dy(B * T * C), ya(B * T * C), att(B * H * T * T), dqkv(B * T * 3 * C);
+    for (size_t i = 0; i < qkv.size(); ++i) qkv[i] = static_cast<S>(x[i]) / S(4);
+    for (size_t i = 0; i < dy.size(); ++i) dy[i] = static_cast<S>(g[i]);
+    kc::attention_forward(qkv.data(), ya.data(), att.data(), B, T, C, H);
+    kc::attention_backward(dy.data(), qkv.data(), att.data(), dqkv.data(), B, T, C, H);
+    keep(ya), keep(att), keep(dqkv);
+  };
+  attention(0.0f);
+  attention(0.0);
   return bytes;
 }
 }  // namespace
