@@ -4,7 +4,9 @@
 // whole vectors and every tail.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "kernels/cpu/attention.h"
@@ -226,5 +228,36 @@ TEST(DropoutKernelTargets, MaskIsBitIdenticalToTheCounterFormulaOnEveryTarget) {
         }
       }
     }
+  });
+}
+
+// The causal softmax holds a row in registers when the context is whole vectors of at most 8 (T = 64 at
+// float32 with AVX-512 or AVX2, at float64 with AVX-512) and runs the loop otherwise (T = 65). Rows 0..63 of
+// the attention see the same products and inputs at both contexts, so their probabilities - and the zeros
+// after each row - must be the same bits: the register path computes what the loop computes.
+TEST(RowKernelTargets, CausalSoftmaxInRegistersGivesTheBitsOfTheLoopOnEveryTarget) {
+  for_each_simd_target([](const std::string&) {
+    const int64_t B = 2, C = 8, H = 2, T0 = 64, T1 = 65;
+    auto run = [&](auto zero) {
+      using S = decltype(zero);
+      std::vector<S> qkv1(B * T1 * 3 * C), qkv0(B * T0 * 3 * C);
+      const std::vector<double> v = spread(B * T1 * 3 * C, -3, 3);
+      for (size_t i = 0; i < qkv1.size(); ++i) qkv1[i] = static_cast<S>(v[i]);
+      for (int64_t b = 0; b < B; ++b)  // the first 64 tokens of each sequence
+        std::copy(qkv1.begin() + b * T1 * 3 * C, qkv1.begin() + (b * T1 + T0) * 3 * C,
+                  qkv0.begin() + b * T0 * 3 * C);
+      std::vector<S> y0(B * T0 * C), y1(B * T1 * C), att0(B * H * T0 * T0), att1(B * H * T1 * T1);
+      kc::attention_forward(qkv0.data(), y0.data(), att0.data(), B, T0, C, H);
+      kc::attention_forward(qkv1.data(), y1.data(), att1.data(), B, T1, C, H);
+      for (int64_t p = 0; p < B * H; ++p)
+        for (int64_t i = 0; i < T0; ++i) {
+          const S* r0 = att0.data() + (p * T0 + i) * T0;
+          const S* r1 = att1.data() + (p * T1 + i) * T1;
+          ASSERT_EQ(std::memcmp(r0, r1, T0 * sizeof(S)), 0) << "pair " << p << " row " << i;
+          ASSERT_EQ(r1[T0], S(0));
+        }
+    };
+    run(0.0f);
+    run(0.0);
   });
 }
