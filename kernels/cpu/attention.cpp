@@ -127,11 +127,14 @@ constexpr int64_t kAttentionRowBlock = 32;
 // loop here). The products against k^T and v^T then run as plain (NN) products, which OpenBLAS serves with
 // its small-matrix kernels; as NT products it packed both operands and cleared the output first (T = 256: 19
 // against 12 us per (batch, head) for the score rows, the copy included).
+// An empty x (T or hs 0) has nothing to copy, and OpenBLAS would print a complaint about the zero dimension.
 void transpose_head(const float* x, int64_t ld, int64_t T, int64_t hs, float* xt) {
+  if (T == 0 || hs == 0) return;
   cblas_somatcopy(CblasRowMajor, CblasTrans, static_cast<blasint>(T), static_cast<blasint>(hs), 1.0f, x,
                   static_cast<blasint>(ld), xt, static_cast<blasint>(T));
 }
 void transpose_head(const double* x, int64_t ld, int64_t T, int64_t hs, double* xt) {
+  if (T == 0 || hs == 0) return;
   cblas_domatcopy(CblasRowMajor, CblasTrans, static_cast<blasint>(T), static_cast<blasint>(hs), 1.0, x,
                   static_cast<blasint>(ld), xt, static_cast<blasint>(T));
 }

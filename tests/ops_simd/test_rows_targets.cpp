@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "kernels/cpu/attention.h"
@@ -260,4 +261,21 @@ TEST(RowKernelTargets, CausalSoftmaxInRegistersGivesTheBitsOfTheLoopOnEveryTarge
     run(0.0f);
     run(0.0);
   });
+}
+
+// Empty heads and contexts straight into the kernels (the op returns before them): nothing to compute, and no
+// library complaint on the output (OpenBLAS's transpose refuses a zero dimension by printing "On entry to
+// SOMATCOPY parameter ... had an illegal value"); with head size 0 every score is 0, so row i is uniform.
+TEST(RowKernelTargets, CausalAttentionOfEmptyHeadsOrContextsIsQuiet) {
+  std::vector<float> qkv(8, 0.5f), y(8, 7.0f), att(16, 7.0f), dy(8, 1.0f), dqkv(8, 7.0f);
+  ::testing::internal::CaptureStdout();
+  ::testing::internal::CaptureStderr();
+  kc::attention_forward(qkv.data(), y.data(), att.data(), 1, 0, 4, 2);  // T = 0
+  kc::attention_backward(dy.data(), qkv.data(), att.data(), dqkv.data(), 1, 0, 4, 2);
+  kc::attention_forward(qkv.data(), y.data(), att.data(), 1, 3, 0, 1);  // C = 0: head size 0
+  kc::attention_backward(dy.data(), qkv.data(), att.data(), dqkv.data(), 1, 3, 0, 1);
+  const std::string out = ::testing::internal::GetCapturedStdout() + ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(out, "");
+  const std::vector<float> uniform = {1, 0, 0, 0.5f, 0.5f, 0, 1 / 3.0f, 1 / 3.0f, 1 / 3.0f};
+  for (size_t i = 0; i < uniform.size(); ++i) EXPECT_FLOAT_EQ(att[i], uniform[i]) << i;
 }
