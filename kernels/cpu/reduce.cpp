@@ -16,18 +16,43 @@
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/reduce.h"
 
+#ifndef DDP_KERNELS_CPU_REDUCE_TILE_
+#define DDP_KERNELS_CPU_REDUCE_TILE_  // foreach_target includes this file once per target
+namespace ddp::kernels::cpu {
+// The widest partial row ColumnBlockSum keeps (the column tile of column_sums below): 1024 columns, so a
+// linear layer's bias gradient up to 1024 wide reads whole rows (a tile of 512 read each 4 KiB row as two
+// 2 KiB halves, 256 rows apart: 0.64-0.70 of copy at 16M floats, against 0.73-0.84 for whole rows read
+// eight at a time; docs/benchmarks.md, "CPU kernels against copy bandwidth").
+constexpr int64_t kColumnTile = 1024;
+}  // namespace ddp::kernels::cpu
+#endif
+
 HWY_BEFORE_NAMESPACE();
 namespace ddp::kernels::cpu::HWY_NAMESPACE {
-// acc[j] (double, w <= 512 columns) += sum of rows k0..k1 of x (row stride `stride`) at columns 0..w-1:
-// four rows at a time added in the input type into a per-block partial row ((r0 + r1) + (r2 + r3), row-major,
-// so every access streams), the partial converted to double once per block. Plain loops compiled per
+// acc[j] (double, w <= kColumnTile columns) += sum of rows k0..k1 of x (row stride `stride`) at columns
+// 0..w-1: four rows at a time added in the input type into a per-block partial row ((r0 + r1) + (r2 + r3),
+// row-major, so every access streams), the partial converted to double once per block. Two such groups run
+// in one pass over the partial row (part + g0, then + g1: the same additions in the same order as two
+// passes; eight rows streaming at once keep more of memory's lines in flight). Plain loops compiled per
 // instruction set: the compiler vectorizes them with AVX-512 / AVX2 (float adds are not reassociated, so
 // every target gives the same bits).
 template <class In>
 void ColumnBlockSum(const In* x, int64_t stride, int64_t k0, int64_t k1, int64_t w, double* acc) {
-  In part[512];
+  In part[kColumnTile];
   for (int64_t j = 0; j < w; ++j) part[j] = In(0);
   int64_t k = k0;
+  for (; k + 8 <= k1; k += 8) {
+    const In* __restrict r0 = x + k * stride;
+    const In* __restrict r1 = r0 + stride;
+    const In* __restrict r2 = r1 + stride;
+    const In* __restrict r3 = r2 + stride;
+    const In* __restrict r4 = r3 + stride;
+    const In* __restrict r5 = r4 + stride;
+    const In* __restrict r6 = r5 + stride;
+    const In* __restrict r7 = r6 + stride;
+    for (int64_t j = 0; j < w; ++j)
+      part[j] = (part[j] + ((r0[j] + r1[j]) + (r2[j] + r3[j]))) + ((r4[j] + r5[j]) + (r6[j] + r7[j]));
+  }
   for (; k + 4 <= k1; k += 4) {
     const In* __restrict r0 = x + k * stride;
     const In* __restrict r1 = r0 + stride;
@@ -104,7 +129,7 @@ double sum_contiguous(const In* x, int64_t n) {
 // (an empty batch) write 0 * scale to every column without touching the buffer.
 constexpr int64_t kSuperRows = 256;
 constexpr int64_t kMaxSuperBlocks = 64;
-constexpr int64_t kTile = 512;                     // ColumnBlockSum's widest partial row
+constexpr int64_t kTile = kColumnTile;             // ColumnBlockSum's widest partial row
 constexpr int64_t kMaxScratch = int64_t(1) << 20;  // doubles of partial rows (8 MiB)
 
 template <class In>

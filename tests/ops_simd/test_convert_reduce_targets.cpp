@@ -4,7 +4,9 @@
 // tolerance of float64 references, every tail length; and bitwise identical for thread budgets 1 and 2.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 
@@ -102,6 +104,81 @@ TEST(ColumnSumTargets, SumMiddleAndSumToShapeMatchFloat64OnEveryTarget) {
     std::vector<float> out(cols);
     kc::sum_middle(x.data(), 1, rows, cols, out.data(), 1.0);
     EXPECT_TRUE(close_to(out, ref, 1e-3, 1e-5)) << "rows " << rows;
+  });
+}
+
+namespace {
+// The column sums' documented order, written out as scalar loops (kernels/cpu/reduce.cpp): per column, the
+// rows in blocks of 16, each block summed in the input type from 0 in groups of four ((r0 + r1) + (r2 + r3),
+// the groups in row order, leftover rows one by one), each block's sum added in double; the blocks in
+// super-blocks of 256 rows (doubled until there are at most 64), each super-block's double partial from 0,
+// the partials added in order - or, with one super-block or more than 2^20 partial values, one double
+// accumulator over every block.
+template <class In>
+std::vector<double> column_sums_in_documented_order(const std::vector<In>& x, int64_t rows, int64_t cols) {
+  int64_t super = 256;
+  while ((rows + super - 1) / super > 64) super *= 2;
+  const int64_t supers = (rows + super - 1) / super;
+  const bool one_accumulator = supers == 1 || supers * cols > (int64_t(1) << 20);
+  if (one_accumulator) super = rows;
+  std::vector<double> out(cols, 0.0);
+  for (int64_t c = 0; c < cols; ++c) {
+    double total = 0.0;
+    for (int64_t s0 = 0; s0 < rows; s0 += super) {
+      double partial = 0.0;
+      const int64_t s1 = std::min(rows, s0 + super);
+      for (int64_t b0 = s0; b0 < s1; b0 += 16) {
+        const int64_t b1 = std::min(s1, b0 + 16);
+        In block = In(0);
+        int64_t k = b0;
+        auto at = [&](int64_t row) { return x[row * cols + c]; };
+        for (; k + 4 <= b1; k += 4) block += (at(k) + at(k + 1)) + (at(k + 2) + at(k + 3));
+        for (; k < b1; ++k) block += at(k);
+        partial += static_cast<double>(block);
+      }
+      total = s0 == 0 ? partial : total + partial;
+    }
+    out[c] = total;
+  }
+  return out;
+}
+}  // namespace
+
+// The column sums read rows eight at a time and whole rows up to 1024 wide (reduce.cpp); the additions stay
+// those of the documented order above, bit for bit, on every target, at every boundary of the groups (4, 8),
+// blocks (16), super-blocks (256, and their growth past 64) and column tiles (1024), in float32 and float64.
+TEST(ColumnSumTargets, EveryTargetAddsInTheDocumentedOrderBitwise) {
+  for_each_simd_target([](const std::string& target) {
+    for (int64_t rows : {1, 3, 4, 5, 7, 8, 9, 12, 15, 16, 17, 23, 24, 31, 255, 256, 257, 1000, 16385}) {
+      for (int64_t cols :
+           {2, 3, 15, 17, 1023, 1024, 1025, 2053}) {  // one column is a row sum (sum_contiguous)
+        if (rows * cols > 4'000'000) continue;
+        std::vector<double> x64(rows * cols);
+        uint64_t state = 0x9E3779B97F4A7C15ull ^ static_cast<uint64_t>(rows * 131 + cols);
+        for (double& v : x64) {  // magnitudes 1e-3 .. 1e3 and both signs: every rounding shows
+          state = state * 6364136223846793005ull + 1442695040888963407ull;
+          const double u = static_cast<double>(state >> 11) / 9007199254740992.0;
+          v = (u - 0.5) * std::pow(10.0, static_cast<double>((state >> 3) % 7) - 3.0);
+        }
+        const std::vector<float> x = cast_to<float>(x64);
+        std::vector<float> out(cols);
+        kc::sum_middle(x.data(), 1, rows, cols, out.data(), 1.0);
+        const std::vector<double> ref = column_sums_in_documented_order(x, rows, cols);
+        for (int64_t c = 0; c < cols; ++c) {
+          const float want = static_cast<float>(ref[c]);
+          ASSERT_EQ(std::memcmp(&out[c], &want, sizeof(float)), 0)
+              << target << " float32 rows " << rows << " cols " << cols << " column " << c << ": " << out[c]
+              << " vs " << want;
+        }
+        std::vector<double> out64(cols);
+        kc::sum_middle(x64.data(), 1, rows, cols, out64.data(), 1.0);
+        const std::vector<double> ref64 = column_sums_in_documented_order(x64, rows, cols);
+        for (int64_t c = 0; c < cols; ++c)
+          ASSERT_EQ(std::memcmp(&out64[c], &ref64[c], sizeof(double)), 0)
+              << target << " float64 rows " << rows << " cols " << cols << " column " << c << ": " << out64[c]
+              << " vs " << ref64[c];
+      }
+    }
   });
 }
 
