@@ -4,7 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
+#include <vector>
 
+#include "kernels/cpu/gemm_backend.h"
+#include "kernels/cpu/gemm_blis.h"
 #include "runtime/ops/attention.h"
 #include "tests/ops_nn/ops_nn_test_util.h"
 
@@ -71,6 +75,39 @@ TEST(Attention, MatchesReferenceAndGradcheckAcrossTheRowBlocks) {
                   {random_f64({c.B, c.T, 3 * c.C}, 12)}, 1e-6, 1e-6, 1e-4))
         << "T " << T;
   }
+}
+
+// The float32 products go to the GEMM library the rule (or DDP_GEMM / set_gemm_backend) picks: the row
+// blocks' strided, offset operands (kernels/cpu/attention.cpp) on each library this build can load, forward
+// and backward against float64 (which always runs on OpenBLAS), at the default gpt's head size and contexts
+// around the 32-row blocks.
+TEST(Attention, EveryGemmLibraryMatchesFloat64AcrossTheRowBlocks) {
+  using kernels::cpu::GemmBackend;
+  std::vector<GemmBackend> libraries = {GemmBackend::OpenBLAS};
+  if (kernels::cpu::onednn_available()) libraries.push_back(GemmBackend::OneDNN);
+  if (kernels::cpu::blis_available()) libraries.push_back(GemmBackend::BLIS);
+  const GemmBackend saved = kernels::cpu::gemm_backend();
+  for (const GemmBackend library : libraries) {
+    kernels::cpu::set_gemm_backend(library);
+    for (const int64_t T : {31, 33, 64, 65}) {
+      SCOPED_TRACE(std::string(kernels::cpu::gemm_backend_name(library)) + " T " + std::to_string(T));
+      const int64_t B = 2, C = 64, nh = 2;  // head size 32
+      const kernels::cpu::GemmCounts before = kernels::cpu::gemm_counts();
+      std::vector<Tensor> in64 = {random_f64({B, T, 3 * C}, 21, true)};
+      std::vector<Tensor> in32 = leaves_on(in64, Device::cpu(), DType::F32);
+      Tensor y64 = ops::causal_self_attention(in64[0], nh), y32 = ops::causal_self_attention(in32[0], nh);
+      EXPECT_TRUE(all_close(y32, y64, 2e-5, 2e-5)) << "forward";
+      Tensor upstream = Tensor::randn(y64.shape(), 22, DType::F64);
+      autograd::backward({y64}, {upstream});
+      autograd::backward({y32}, {upstream.to(DType::F32)});
+      EXPECT_TRUE(all_close(in32[0].grad(), in64[0].grad(), 1e-4, 1e-4)) << "gradient of qkv";
+      const kernels::cpu::GemmCounts after = kernels::cpu::gemm_counts();
+      if (library == GemmBackend::OneDNN)
+        EXPECT_GT(after.onednn, before.onednn) << "the products ran elsewhere";
+      if (library == GemmBackend::BLIS) EXPECT_GT(after.blis, before.blis) << "the products ran elsewhere";
+    }
+  }
+  kernels::cpu::set_gemm_backend(saved);
 }
 
 TEST(Attention, FutureTokensDoNotAffectThePast) {
