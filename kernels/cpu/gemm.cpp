@@ -1,5 +1,6 @@
 // gemm.cpp - the library calls behind gemm/gemm_ld/gemm_batched: float through OpenBLAS's sgemm or oneDNN's
-// dnnl_sgemm (gemm_backend_for picks) or BLIS's bli_sgemm (when forced), double through OpenBLAS's dgemm; the
+// dnnl_sgemm (gemm_backend_for picks) or BLIS's bli_sgemm (when forced), double through OpenBLAS's dgemm; at
+// a thread budget above 1, the products the 1-thread rule gives to oneDNN as blocks on the intra-op pool; the
 // bias helper and the thread budget.
 #include "kernels/cpu/gemm.h"
 
@@ -12,6 +13,7 @@
 
 #include "kernels/cpu/gemm_backend.h"
 #include "kernels/cpu/gemm_blis.h"
+#include "kernels/cpu/parallel.h"
 #include "runtime/core/error.h"
 
 #ifdef DDP_WITH_ONEDNN
@@ -27,6 +29,56 @@ blasint as_blas_int(int64_t v, const char* what) {
 
 std::atomic<int64_t> openblas_calls{0}, onednn_calls{0}, blis_calls{0};
 
+#ifdef DDP_WITH_ONEDNN
+// At a thread budget above 1 (one rank with several cores), a float product that the 1-thread rule gives to
+// oneDNN for its blocks runs as those blocks on the intra-op pool, each a 1-thread dnnl_sgemm, instead of one
+// OpenBLAS call on all threads (the rule's multi-threaded choice: Debian's oneDNN threads with OpenMP, whose
+// spinning workers ruin a loaded machine - gemm_backend.h). The blocks split the longer side of C: rows when
+// M >= N (every block then reads all of B, the smaller operand there: A is M x K, B is K x N), else columns
+// (every block reads all of A), or the other side when the first's blocks fall outside the rule - the mlp's
+// batch of 64 rows against 1024 columns split by rows read its 4 MB weight twice and ran 3-9% slower than
+// OpenBLAS. At least kPoolGemmMinBlock rows or columns a block, edges on multiples of 16. The GEMMs' thread
+// count (blas_threads()) caps the blocks: `train --deterministic` sets it to 1 and keeps the pool, and a
+// block's entries are not always the bits of one call on all of C (oneDNN picks its kernel by shape: 1024 x
+// 1024 x 64, the mlp's weight gradient, differs in the last bits when split by rows), so that mode keeps one
+// call per product. Measured in docs/benchmarks.md, "GEMM libraries" (with the pool's workers spinning
+// between jobs, parallel.h: the split with workers that sleep at once gained nothing).
+constexpr int64_t kPoolGemmMinBlock = 32;
+
+bool run_as_pool_blocks(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                        const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+                        int64_t ldc) {
+  const int budget = std::min(thread_budget(), openblas_get_num_threads());
+  if (budget <= 1 || gemm_backend() != GemmBackend::Auto) return false;
+  // The most blocks (up to the budget) whose shape the rule gives to oneDNN, on the longer side first, then
+  // on the other. parallel_for then makes exactly that many: side / blocks >= 32 >= blocks per thread.
+  auto most_blocks = [&](bool rows) -> int64_t {
+    for (int64_t b = std::min<int64_t>(budget, (rows ? M : N) / kPoolGemmMinBlock); b > 1; --b)
+      if ((rows ? gemm_backend_for(M / b, N, K, 1) : gemm_backend_for(M, N / b, K, 1)) == GemmBackend::OneDNN)
+        return b;
+    return 0;
+  };
+  bool by_rows = M >= N;
+  int64_t blocks = most_blocks(by_rows);
+  if (blocks == 0) {
+    by_rows = !by_rows;
+    blocks = most_blocks(by_rows);
+    if (blocks == 0) return false;
+  }
+  const int64_t side = by_rows ? M : N;
+  parallel_for(side, 16, side / blocks, [&](int64_t b0, int64_t b1) {
+    onednn_calls.fetch_add(1, std::memory_order_relaxed);
+    if (by_rows)
+      onednn_sgemm(trans_a, trans_b, b1 - b0, N, K, alpha, trans_a ? A + b0 : A + b0 * lda, lda, B, ldb, beta,
+                   C + b0 * ldc, ldc, 1);
+    else
+      onednn_sgemm(trans_a, trans_b, M, b1 - b0, K, alpha, A, lda, trans_b ? B + b0 * ldb : B + b0, ldb, beta,
+                   C + b0, ldc, 1);
+  });
+  return true;
+}
+#endif
+
 template <class T>
 void call_library(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
                   const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
@@ -40,7 +92,11 @@ void call_library(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T
       return blis_sgemm(trans_a, trans_b, M, N, K, alpha, A, la, B, lb, beta, C, lc);
     }
 #ifdef DDP_WITH_ONEDNN
+    if (run_as_pool_blocks(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)) return;
+#endif
     const int threads = openblas_get_num_threads();
+    if (threads > 1) park_pool_workers();  // the library's own threads get the cores
+#ifdef DDP_WITH_ONEDNN
     if (gemm_backend_for(M, N, K, threads) == GemmBackend::OneDNN) {
       onednn_calls.fetch_add(1, std::memory_order_relaxed);
       return onednn_sgemm(trans_a, trans_b, M, N, K, alpha, A, la, B, lb, beta, C, lc, threads);
@@ -49,6 +105,7 @@ void call_library(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T
     openblas_calls.fetch_add(1, std::memory_order_relaxed);
     cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, A, la, B, lb, beta, C, lc);
   } else {
+    if (openblas_get_num_threads() > 1) park_pool_workers();
     openblas_calls.fetch_add(1, std::memory_order_relaxed);
     cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, alpha, A, la, B, lb, beta, C, lc);
   }

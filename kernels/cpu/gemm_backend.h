@@ -26,22 +26,25 @@ const char* gemm_backend_name(GemmBackend backend);  // "auto", "openblas", "one
 // True when this build links oneDNN (CMake found libdnnl-dev).
 bool onednn_available();
 
-// The library that runs one float32 product C (M, N) += A (M, K) B (K, N) on `threads` threads: the forced one,
-// or under Auto (measured 2026-12-01 on the 2-core AMD EPYC development machine, docs/benchmarks.md):
+// The library that runs one float32 product C (M, N) += A (M, K) B (K, N) on `threads` threads: the forced
+// one, or under Auto (measured 2026-12-01 on the 2-core AMD EPYC development machine, docs/benchmarks.md):
 //  - OpenBLAS when oneDNN is not built in;
 //  - OpenBLAS for every product when threads > 1: Debian's oneDNN threads with OpenMP, whose workers spin
 //    between parallel regions; with other work on the cores (a loaded machine, or our own non-GEMM ops) the
 //    MLP step at 2 threads took 8 ms on OpenBLAS and 38-110 ms on oneDNN (10 ms with OMP_WAIT_POLICY=passive,
-//    which a library cannot set once libgomp is loaded), and mixing both pools in one process was worse still;
+//    which a library cannot set once libgomp is loaded), and mixing both pools in one process was worse
+//    still. (gemm.cpp runs the products whose blocks this rule gives to oneDNN at one thread as those blocks
+//    on our own intra-op pool instead, each a 1-thread dnnl_sgemm: no OpenMP team; this rule then sees
+//    threads = 1.)
 //  - at 1 thread (no pool: both libraries run in the calling thread), oneDNN for every product whose smallest
 //    dimension is >= 32 and the next >= 128: the MLP's layers at batch 64 (forward, input and weight
 //    gradients; its GEMMs per step 4.4-4.6 -> 3.8-4.1 ms of CPU time), the GPT's 1024-token linears and large
-//    squares - and OpenBLAS for the rest: the 10-wide output layer and the 64x64x32 attention blocks (OpenBLAS
-//    up to 2x faster there). The GPT's linears went to OpenBLAS until 2026-12-04 (oneDNN then regenerated code
-//    inside the training step, ~120 page faults per step); measured again on an AMD EPYC Zen 5 guest (AVX-512):
-//    the GPT step's 26 linear products 0.93x OpenBLAS's time on oneDNN, the gpt's compute-only step at world 2
-//    0.86-0.96x the old rule's (median 0.91x over 6 rounds), 2.7 page faults per step, 1024^3 at 244 vs 232
-//    GFLOP/s.
+//    squares - and OpenBLAS for the rest: the 10-wide output layer and the 64x64x32 attention blocks
+//    (OpenBLAS up to 2x faster there). The GPT's linears went to OpenBLAS until 2026-12-04 (oneDNN then
+//    regenerated code inside the training step, ~120 page faults per step); measured again on an AMD EPYC Zen
+//    5 guest (AVX-512): the GPT step's 26 linear products 0.93x OpenBLAS's time on oneDNN, the gpt's
+//    compute-only step at world 2 0.86-0.96x the old rule's (median 0.91x over 6 rounds), 2.7 page faults per
+//    step, 1024^3 at 244 vs 232 GFLOP/s.
 //  - and these products go to oneDNN only where the CPU has AVX-512: on an AVX2-only CPU (AMD EPYC
 //    Zen 2, measured 2026-12-03) OpenBLAS's Haswell kernels ran the MLP step's GEMMs in 8.7-8.9 ms, oneDNN in
 //    10.8-11.1 ms and BLIS in 11.2-11.5 ms at 1 thread, so OpenBLAS takes every product there.

@@ -1,12 +1,14 @@
 // parallel.cpp - the intra-op thread pool behind parallel_for (kernels/cpu/parallel.h): workers started
-// lazily up to budget - 1, woken per job through a condition variable, each taking one contiguous range; the
-// caller takes the first range and then waits (briefly spinning, then sleeping) for the others.
+// lazily up to budget - 1, each taking one contiguous range of a job; between jobs a worker polls for the
+// next for kPoolSpinMicros (unless parked), then sleeps on a condition variable; the caller takes the first
+// range and then waits for the others.
 #include "kernels/cpu/parallel.h"
 
 #include <pthread.h>
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -36,6 +38,7 @@ class Pool {
     next_ = 1;  // the caller runs range 0
     pending_ = tasks;
     ++generation_;
+    posted_.store(generation_, std::memory_order_release);
     lock.unlock();
     cv_work_.notify_all();
     run_range(0);
@@ -54,6 +57,7 @@ class Pool {
     return true;
   }
   int started() const { return started_.load(); }
+  void park() { park_epoch_.fetch_add(1, std::memory_order_release); }
 
  private:
   void run_range(int t) {
@@ -71,7 +75,8 @@ class Pool {
     std::unique_lock<std::mutex> lock(mu_);
     uint64_t seen = generation_;
     while (true) {
-      cv_work_.wait(lock, [&] { return generation_ != seen; });  // sleeps: no spinning while BLAS runs
+      if (generation_ == seen) spin_for_next(lock, seen);
+      cv_work_.wait(lock, [&] { return generation_ != seen; });
       seen = generation_;
       while (next_ < tasks_) {
         const int t = next_++;
@@ -83,8 +88,28 @@ class Pool {
     }
   }
 
+  // Polls (lock released) until job `seen` is followed by another, park() is called, or kPoolSpinMicros pass.
+  void spin_for_next(std::unique_lock<std::mutex>& lock, uint64_t seen) {
+    const uint64_t epoch = park_epoch_.load(std::memory_order_acquire);
+    lock.unlock();
+    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(kPoolSpinMicros);
+    while (posted_.load(std::memory_order_acquire) == seen &&
+           park_epoch_.load(std::memory_order_acquire) == epoch) {
+      for (int i = 0; i < 16; ++i) pause_cpu();
+      if (std::chrono::steady_clock::now() > until) break;
+    }
+    lock.lock();
+  }
+  static void pause_cpu() {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+  }
+
   std::atomic<bool> busy_{false};
   std::atomic<int> started_{0};
+  std::atomic<uint64_t> posted_{0};      // generation_, readable without the mutex (the spinning workers)
+  std::atomic<uint64_t> park_epoch_{0};  // park() calls so far
   std::mutex mu_;
   std::condition_variable cv_work_, cv_done_;
   // Guarded by mu_:
@@ -98,6 +123,7 @@ class Pool {
 // Never destroyed (workers are detached and may be asleep at exit). A forked child has none of the parent's
 // threads: it gets a fresh pool (the parent's object is abandoned in the child).
 Pool* g_pool = nullptr;
+std::atomic<Pool*> g_pool_to_park{nullptr};  // g_pool for park_pool_workers(), which must not create it
 std::once_flag g_atfork_once;
 std::atomic<int> g_budget{0};  // 0: follow OpenBLAS
 std::atomic<bool> g_split_always{false};
@@ -105,7 +131,11 @@ std::atomic<bool> g_split_always{false};
 Pool& pool() {
   std::call_once(g_atfork_once, [] {
     g_pool = new Pool();
-    pthread_atfork(nullptr, nullptr, [] { g_pool = new Pool(); });
+    g_pool_to_park.store(g_pool, std::memory_order_release);
+    pthread_atfork(nullptr, nullptr, [] {
+      g_pool = new Pool();
+      g_pool_to_park.store(g_pool, std::memory_order_release);
+    });
   });
   return *g_pool;
 }
@@ -123,6 +153,10 @@ int thread_budget() {
 }
 
 int pool_threads_started() { return pool().started(); }
+
+void park_pool_workers() {
+  if (Pool* p = g_pool_to_park.load(std::memory_order_acquire)) p->park();
+}
 
 void set_parallel_split_always(bool on) { g_split_always.store(on); }
 

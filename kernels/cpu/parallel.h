@@ -1,13 +1,18 @@
 // parallel.h - the rank's CPU thread budget, shared by OpenBLAS and the intra-op thread pool that splits the
-// large non-BLAS kernels (elementwise, row-wise, column sums) across that budget.
+// large non-BLAS kernels (elementwise, row-wise, column sums) and the blocks of float products (gemm.cpp)
+// across that budget.
 //
 // One budget per process. set_thread_budget(n) gives OpenBLAS n threads and the pool n - 1 workers (the
 // calling thread is the n-th). Never set, the budget follows OpenBLAS's own thread count
 // (OPENBLAS_NUM_THREADS; ddprun sets it to 1 when several ranks share a host), so a 1-thread rank starts no
 // pool thread at all. BLAS and pool work never overlap: both are entered from the rank's compute thread and
-// return only when their work is done, and between jobs the pool's workers sleep on a condition variable
-// (they never spin), so the cores are OpenBLAS's while a GEMM runs. Debian's OpenBLAS is the pthread flavour;
-// oneDNN's GEMM (gemm_onednn.cpp) runs OpenMP threads sized by blas_threads(), which set_thread_budget sets.
+// return only when their work is done. After a job a worker spins for kPoolSpinMicros, so the next job of a
+// training step (tens of microseconds later) finds it awake, then sleeps on a condition variable; a
+// multi-threaded library call (OpenBLAS, or oneDNN's OpenMP team when forced) first calls
+// park_pool_workers(), which sends spinning workers to sleep at once, so the cores are the library's while it
+// runs. Debian's OpenBLAS is the pthread flavour; oneDNN's GEMM (gemm_onednn.cpp) runs OpenMP threads sized
+// by blas_threads(), which set_thread_budget sets. At a budget above 1 most float products run as blocks on
+// this pool (gemm.cpp), each a 1-thread library call.
 //
 // Determinism: parallel_for hands out contiguous ranges whose boundaries are multiples of `align`; for
 // elementwise kernels any split gives bitwise-identical results. Reductions must not depend on the split:
@@ -39,6 +44,16 @@ constexpr int64_t kParallelMinElements = 1 << 16;
 // momentum SGD step, the column sums and memcpy were slower with 2 threads at 1M elements); out of the
 // last-level cache it pays (16M elements: column sums 2.2x, dropout 1.5x). Split from 1M elements per thread.
 constexpr int64_t kParallelMinStreaming = 1 << 20;
+
+// How long a pool worker keeps polling for the next job before it sleeps. The default gpt's compute-only step
+// at world 1 with 2 threads (2026-12-04, AMD EPYC Zen 5 guest, the vCPUs on one cache, with its products as
+// blocks on the pool): 8.96-9.08 ms with workers that sleep at once, 7.94-8.08 spinning 20 us, 7.72-7.77
+// at 50 us, 7.65-7.71 at 100 us, 7.61-9.83 at 300 us (docs/benchmarks.md, "GEMM libraries"). It costs the
+// rank's own idle cores only: a rank with a budget of 1 starts no worker.
+constexpr int kPoolSpinMicros = 100;
+// Sends the pool's spinning workers to sleep now (the next job wakes them): called before a library call
+// that runs threads of its own on the rank's cores. Cheap (one atomic increment); a no-op without workers.
+void park_pool_workers();
 
 // Benchmarks only (bench_micro_ops Kernel_Threads): while true, every parallel_for splits whenever it has two
 // aligned items, whatever min_per_thread says, so the second thread's effect can be timed at any size.

@@ -1,8 +1,9 @@
 // test_parallel.cpp - the intra-op thread pool (kernels/cpu/parallel.h): every parallelized kernel gives
 // bitwise-identical results with thread budgets 1, 2 and 3 (elementwise splits, the fixed-block
 // reductions, the attention's (batch, head) pairs), a budget of 1 starts no thread, a budget of 2 starts
-// exactly one worker, and idle workers sleep instead of spinning. Thread-count checks run in a fresh child
-// process (EXPECT_EXIT) so that other tests' pools do not count.
+// exactly one worker, idle workers sleep after their short spin, and jobs are right whatever state a worker
+// is in. Thread-count checks run in a fresh child process (EXPECT_EXIT) so that other tests' pools do not
+// count.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -196,6 +197,29 @@ TEST(IntraOpParallel, RangesCoverEverythingOnceWithAlignedBoundaries) {
 }
 
 // World 2 on 2 cores runs 1 thread per rank: no pool thread may appear.
+// Workers poll for kPoolSpinMicros after a job before they sleep, and park_pool_workers() sends them to sleep
+// early (parallel.h): every job's ranges are run exactly once whichever state a worker is in when it is
+// posted - spinning, parked, or asleep after the spin - for budgets 2 and 3 (also under the TSan pass).
+TEST(IntraOpParallel, JobsAreRightWhileWorkersSpinParkAndSleep) {
+  const int saved = kc::thread_budget();
+  for (int budget : {2, 3}) {
+    kc::set_thread_budget(budget);
+    kc::set_parallel_split_always(true);
+    for (int round = 0; round < 300; ++round) {
+      std::vector<int64_t> out(1000, -1);
+      kc::parallel_for(1000, 1, 1, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) out[i] = out[i] == -1 ? i * 3 + round : -2;  // -2: run twice
+      });
+      for (int64_t i = 0; i < 1000; ++i)
+        ASSERT_EQ(out[i], i * 3 + round) << "budget " << budget << " round " << round;
+      if (round % 3 == 0) kc::park_pool_workers();
+      if (round % 50 == 0) std::this_thread::sleep_for(std::chrono::microseconds(3 * kc::kPoolSpinMicros));
+    }
+    kc::set_parallel_split_always(false);
+  }
+  kc::set_thread_budget(saved);
+}
+
 TEST(IntraOpParallelDeathTest, BudgetOneStartsNoThread) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(
