@@ -25,16 +25,20 @@ SCRIPT_CALL = re.compile(r"((?:tools|bench)/[\w-]+\.(?:py|sh))((?:\s+[^\s|;&#]+)
 
 
 def programs(root):
-    """Names of the programs the build makes (CMakeLists.txt, bench/ and tests/CMakeLists.txt)."""
+    """Names of the programs the build makes (CMakeLists.txt: tools/*.cpp and models/*_main.cpp without
+    "_main"; bench/ and tests/CMakeLists.txt)."""
     names = set()
+    models = os.path.join(root, "models")
+    if os.path.isdir(models):
+        names |= {f[: -len("_main.cpp")] for f in os.listdir(models) if f.endswith("_main.cpp")}
     for sub, prefix in (("tools", ""), ("bench", "bench_"), ("tests/progs", "testprog_")):
         d = os.path.join(root, sub)
         if os.path.isdir(d):
             names |= {prefix + f[:-4] for f in os.listdir(d) if f.endswith(".cpp")}
     ladder = os.path.join(root, "examples", "ladder")
     if os.path.isdir(ladder):
-        for dirpath, _, files in os.walk(ladder):
-            names |= {f[:-4] for f in files if f.endswith(".cpp")}
+        for dirpath, _, files in os.walk(ladder):  # each rung*.cpp is bin/ladder_rung<N>_<idea>
+            names |= {"ladder_" + f[:-4] for f in files if f.startswith("rung") and f.endswith(".cpp")}
     return names
 
 
