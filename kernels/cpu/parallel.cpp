@@ -1,7 +1,7 @@
 // parallel.cpp - the intra-op thread pool behind parallel_for (kernels/cpu/parallel.h): workers started
 // lazily up to budget - 1, each taking one contiguous range of a job; between jobs a worker polls for the
 // next for kPoolSpinMicros (unless parked), then sleeps on a condition variable; the caller takes the first
-// range and then waits for the others.
+// range and then waits for the others (polling for up to kPoolSpinMicros, then sleeping).
 #include "kernels/cpu/parallel.h"
 
 #include <pthread.h>
@@ -51,6 +51,7 @@ class Pool {
       lock.lock();
       --pending_;
     }
+    if (pending_ > 0) wait_briefly_for_workers(lock);
     cv_done_.wait(lock, [&] { return pending_ == 0; });
     lock.unlock();
     busy_.store(false, std::memory_order_release);
@@ -88,6 +89,17 @@ class Pool {
     }
   }
 
+  // The caller, its ranges done: polls (lock released) for up to kPoolSpinMicros until the workers have
+  // finished theirs, so a short job does not end in a futex wake-up of the caller (5-20 us here).
+  void wait_briefly_for_workers(std::unique_lock<std::mutex>& lock) {
+    lock.unlock();
+    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(kPoolSpinMicros);
+    while (pending_.load(std::memory_order_acquire) > 0) {
+      for (int i = 0; i < 16; ++i) pause_cpu();
+      if (std::chrono::steady_clock::now() > until) break;
+    }
+    lock.lock();
+  }
   // Polls (lock released) until job `seen` is followed by another, park() is called, or kPoolSpinMicros pass.
   void spin_for_next(std::unique_lock<std::mutex>& lock, uint64_t seen) {
     const uint64_t epoch = park_epoch_.load(std::memory_order_acquire);
@@ -117,7 +129,8 @@ class Pool {
   detail::RangeFn fn_ = nullptr;
   void* ctx_ = nullptr;
   const int64_t* bounds_ = nullptr;
-  int tasks_ = 0, next_ = 0, pending_ = 0;
+  int tasks_ = 0, next_ = 0;
+  std::atomic<int> pending_{0};  // written under mu_; read without it by the caller's brief wait
 };
 
 // Never destroyed (workers are detached and may be asleep at exit). A forked child has none of the parent's

@@ -45,11 +45,15 @@ constexpr int64_t kParallelMinElements = 1 << 16;
 // last-level cache it pays (16M elements: column sums 2.2x, dropout 1.5x). Split from 1M elements per thread.
 constexpr int64_t kParallelMinStreaming = 1 << 20;
 
-// How long a pool worker keeps polling for the next job before it sleeps. The default gpt's compute-only step
-// at world 1 with 2 threads (2026-12-04, AMD EPYC Zen 5 guest, the vCPUs on one cache, with its products as
-// blocks on the pool): 8.96-9.08 ms with workers that sleep at once, 7.94-8.08 spinning 20 us, 7.72-7.77
-// at 50 us, 7.65-7.71 at 100 us, 7.61-9.83 at 300 us (docs/benchmarks.md, "GEMM libraries"). It costs the
-// rank's own idle cores only: a rank with a budget of 1 starts no worker.
+// How long a pool worker keeps polling for the next job before it sleeps, and how long the caller of a job,
+// its own range done, polls for the workers' ranges before it sleeps. Measured on the default gpt's
+// compute-only step at world 1 with 2 threads (2026-12-04, AMD EPYC Zen 5 guest, the vCPUs on one cache, its
+// products as blocks on the pool; docs/benchmarks.md, "Several threads in one rank"): workers that sleep at
+// once 8.96-9.08 ms, polling 20 us 7.94-8.08, 50 us 7.72-7.77, 100 us 7.65-7.71, 300 us 7.61-9.83; then the
+// caller's poll (before it, a short job ended in a futex wake-up of the caller): 7.73-7.81 -> 7.34-7.53 ms,
+// the mlp 1.77-1.82 -> 1.68-1.73, and bench_micro_ops Kernel_Threads' second-thread speedup at 16K elements
+// 0.10-0.17 -> 1.13-1.17. It costs the rank's own idle cores only: a rank with a budget of 1 starts no
+// worker.
 constexpr int kPoolSpinMicros = 100;
 // Sends the pool's spinning workers to sleep now (the next job wakes them): called before a library call
 // that runs threads of its own on the rank's cores. Cheap (one atomic increment); a no-op without workers.
