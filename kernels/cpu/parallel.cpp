@@ -75,10 +75,14 @@ class Pool {
   void worker() {
     std::unique_lock<std::mutex> lock(mu_);
     uint64_t seen = generation_;
+    // park() calls up to the start of the last job: a later one (a library call after that job) ends the
+    // spin, even one made before this worker reaches spin_for_next.
+    uint64_t parks = park_epoch_.load(std::memory_order_acquire);
     while (true) {
-      if (generation_ == seen) spin_for_next(lock, seen);
+      if (generation_ == seen) spin_for_next(lock, seen, parks);
       cv_work_.wait(lock, [&] { return generation_ != seen; });
       seen = generation_;
+      parks = park_epoch_.load(std::memory_order_acquire);
       while (next_ < tasks_) {
         const int t = next_++;
         lock.unlock();
@@ -100,9 +104,9 @@ class Pool {
     }
     lock.lock();
   }
-  // Polls (lock released) until job `seen` is followed by another, park() is called, or kPoolSpinMicros pass.
-  void spin_for_next(std::unique_lock<std::mutex>& lock, uint64_t seen) {
-    const uint64_t epoch = park_epoch_.load(std::memory_order_acquire);
+  // Polls (lock released) until job `seen` is followed by another, park() has been called since `epoch`, or
+  // kPoolSpinMicros pass.
+  void spin_for_next(std::unique_lock<std::mutex>& lock, uint64_t seen, uint64_t epoch) {
     lock.unlock();
     const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(kPoolSpinMicros);
     while (posted_.load(std::memory_order_acquire) == seen &&
