@@ -3,20 +3,19 @@
 // rounded from the caller; products of bf16 values are exact in float32, sums are float32).
 #include "kernels/cpu/attention_bf16.h"
 
-#include <cblas.h>
-
 #include <cmath>
 #include <vector>
 
 #include "kernels/cpu/bf16.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/softmax.h"
 
 namespace ddp::kernels::cpu {
 namespace {
-void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-          const float* B, int64_t ldb, float* C, int64_t ldc) {
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(M), int(N),
-              int(K), alpha, A, int(lda), B, int(ldb), 0.f, C, int(ldc));
+// C = alpha op(A) op(B) on OpenBLAS (beta 0).
+void gemm_beta0(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                const float* B, int64_t ldb, float* C, int64_t ldc) {
+  gemm_ld_openblas(ta, tb, M, N, K, alpha, A, lda, B, ldb, 0.f, C, ldc);
 }
 }  // namespace
 
@@ -31,7 +30,7 @@ void attention_forward_bf16(const float* qkv, float* y, float* att, int64_t B, i
       const float* k = q + C;
       const float* v = q + 2 * C;
       float* a = att + (b * n_head + h) * T * T;
-      gemm(false, true, T, T, hs, scale, q, ld, k, ld, a, T);  // scores = q k^T / sqrt(hs)
+      gemm_beta0(false, true, T, T, hs, scale, q, ld, k, ld, a, T);  // scores = q k^T / sqrt(hs)
       for (int64_t i = 0; i < T; ++i) {                        // causal softmax in float32
         float* row = a + i * T;
         const float m = row_max(row, i + 1);
@@ -46,7 +45,8 @@ void attention_forward_bf16(const float* qkv, float* y, float* att, int64_t B, i
       }
       std::copy(a, a + T * T, rounded.begin());
       round_to_bf16(rounded.data(), T * T);
-      gemm(false, false, T, hs, T, 1.f, rounded.data(), T, v, ld, y + b * T * C + h * hs, C);  // y_h = att v
+      gemm_beta0(false, false, T, hs, T, 1.f, rounded.data(), T, v, ld, y + b * T * C + h * hs,
+                 C);  // y_h = att v
     }
   }
 }
@@ -68,8 +68,8 @@ void attention_backward_bf16(const float* dy, const float* qkv, const float* att
       float* dv = dq + 2 * C;
       std::copy(a, a + T * T, ar.begin());
       round_to_bf16(ar.data(), T * T);
-      gemm(false, true, T, T, hs, 1.f, dyh, C, v, ld, ds.data(), T);   // datt = dy v^T
-      gemm(true, false, T, hs, T, 1.f, ar.data(), T, dyh, C, dv, ld);  // dv = bf16(att)^T dy
+      gemm_beta0(false, true, T, T, hs, 1.f, dyh, C, v, ld, ds.data(), T);   // datt = dy v^T
+      gemm_beta0(true, false, T, hs, T, 1.f, ar.data(), T, dyh, C, dv, ld);  // dv = bf16(att)^T dy
       for (int64_t i = 0; i < T; ++i) {  // softmax backward in float32 with the float32 att
         const float* arow = a + i * T;
         float* dr = ds.data() + i * T;
@@ -78,8 +78,10 @@ void attention_backward_bf16(const float* dy, const float* qkv, const float* att
         for (int64_t j = i + 1; j < T; ++j) dr[j] = 0.f;
       }
       round_to_bf16(ds.data(), T * T);
-      gemm(false, false, T, hs, T, scale, ds.data(), T, k, ld, dq, ld);  // dq = bf16(dscore) k / sqrt(hs)
-      gemm(true, false, T, hs, T, scale, ds.data(), T, q, ld, dk, ld);   // dk = bf16(dscore)^T q / sqrt(hs)
+      gemm_beta0(false, false, T, hs, T, scale, ds.data(), T, k, ld, dq,
+                 ld);  // dq = bf16(dscore) k / sqrt(hs)
+      gemm_beta0(true, false, T, hs, T, scale, ds.data(), T, q, ld, dk,
+                 ld);  // dk = bf16(dscore)^T q / sqrt(hs)
     }
   }
 }

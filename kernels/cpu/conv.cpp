@@ -1,27 +1,16 @@
-// conv.cpp - CPU convolution kernels: im2col/col2im and the per-image GEMMs (OpenBLAS) around them.
-// A 1x1 convolution with stride 1 and no padding skips im2col: the image itself is the column matrix.
+// conv.cpp - CPU convolution kernels: im2col/col2im and the per-image GEMMs (OpenBLAS: gemm_ld_openblas)
+// around them. A 1x1 convolution with stride 1 and no padding skips im2col: the image itself is the column
+// matrix.
 #include "kernels/cpu/conv.h"
-
-#include <cblas.h>
 
 #include <algorithm>
 #include <cstring>
 #include <vector>
 
+#include "kernels/cpu/gemm.h"
+
 namespace ddp::kernels::cpu {
 namespace {
-
-// Row-major C (m, n) = alpha * op(A) * op(B) + beta * C.
-void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, int(m),
-              int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
-}
-void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
-          int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
-  cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, int(m),
-              int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
-}
 
 // The output columns [lo, hi) whose input column ow*stride + offset lies inside [0, width).
 struct ValidRange {
@@ -108,7 +97,7 @@ void conv2d_forward(const T* x, const T* w, const T* b, T* y, const ConvGeometry
     }
     if (b)
       for (int64_t c = 0; c < Cout; ++c) std::fill(yn + c * L, yn + (c + 1) * L, b[c]);
-    gemm(false, false, Cout, L, K, T(1), w, K, cols, L, b ? T(1) : T(0), yn, L);
+    gemm_ld_openblas(false, false, Cout, L, K, T(1), w, K, cols, L, b ? T(1) : T(0), yn, L);
   }
 }
 
@@ -129,14 +118,14 @@ void conv2d_backward(const T* x, const T* w, const T* dy, T* dx, T* dw, T* db, c
         im2col(xn, g, col.data());
         cols = col.data();
       }
-      gemm(false, true, Cout, K, L, T(1), dyn, L, cols, L, T(1), dw, K);
+      gemm_ld_openblas(false, true, Cout, K, L, T(1), dyn, L, cols, L, T(1), dw, K);
     }
     if (dx) {  // dcol (K, L) = w^T (K, Cout) @ dy_n (Cout, L), scattered back by col2im
       T* dxn = dx + n * in_image;
       if (pointwise) {
-        gemm(true, false, K, L, Cout, T(1), w, K, dyn, L, T(0), dxn, L);
+        gemm_ld_openblas(true, false, K, L, Cout, T(1), w, K, dyn, L, T(0), dxn, L);
       } else {
-        gemm(true, false, K, L, Cout, T(1), w, K, dyn, L, T(0), col.data(), L);
+        gemm_ld_openblas(true, false, K, L, Cout, T(1), w, K, dyn, L, T(0), col.data(), L);
         std::fill(dxn, dxn + in_image, T(0));
         col2im_add(col.data(), g, dxn);
       }

@@ -79,36 +79,54 @@ bool run_as_pool_blocks(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_
 }
 #endif
 
+// The sizes in the 32-bit BLAS interface (an error naming the one that does not fit; leading dimensions of
+// at least 1, as the libraries require even for empty operands).
+struct BlasSizes {
+  blasint m, n, k, lda, ldb, ldc;
+};
+BlasSizes blas_sizes(int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc) {
+  return {as_blas_int(M, "M"),
+          as_blas_int(N, "N"),
+          as_blas_int(K, "K"),
+          as_blas_int(std::max<int64_t>(lda, 1), "lda"),
+          as_blas_int(std::max<int64_t>(ldb, 1), "ldb"),
+          as_blas_int(std::max<int64_t>(ldc, 1), "ldc")};
+}
+
+// One OpenBLAS product, counted; with more than one OpenBLAS thread the pool's polling workers are parked
+// first, so the library's own threads get the cores (parallel.h).
+template <class T>
+void call_openblas(bool trans_a, bool trans_b, const BlasSizes& z, T alpha, const T* A, const T* B, T beta,
+                   T* C) {
+  const CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans, tb = trans_b ? CblasTrans : CblasNoTrans;
+  if (openblas_get_num_threads() > 1) park_pool_workers();
+  openblas_calls.fetch_add(1, std::memory_order_relaxed);
+  if constexpr (sizeof(T) == sizeof(float))
+    cblas_sgemm(CblasRowMajor, ta, tb, z.m, z.n, z.k, alpha, A, z.lda, B, z.ldb, beta, C, z.ldc);
+  else
+    cblas_dgemm(CblasRowMajor, ta, tb, z.m, z.n, z.k, alpha, A, z.lda, B, z.ldb, beta, C, z.ldc);
+}
+
 template <class T>
 void call_library(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
                   const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
-  const blasint m = as_blas_int(M, "M"), n = as_blas_int(N, "N"), k = as_blas_int(K, "K");
-  const blasint la = as_blas_int(std::max<int64_t>(lda, 1), "lda"), lb = as_blas_int(std::max<int64_t>(ldb, 1), "ldb"),
-                lc = as_blas_int(std::max<int64_t>(ldc, 1), "ldc");
-  const CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans, tb = trans_b ? CblasTrans : CblasNoTrans;
+  const BlasSizes z = blas_sizes(M, N, K, lda, ldb, ldc);
   if constexpr (sizeof(T) == sizeof(float)) {
     if (gemm_backend() == GemmBackend::BLIS) {  // forced only (not in the automatic rule); one thread
       blis_calls.fetch_add(1, std::memory_order_relaxed);
-      return blis_sgemm(trans_a, trans_b, M, N, K, alpha, A, la, B, lb, beta, C, lc);
+      return blis_sgemm(trans_a, trans_b, M, N, K, alpha, A, z.lda, B, z.ldb, beta, C, z.ldc);
     }
 #ifdef DDP_WITH_ONEDNN
     if (run_as_pool_blocks(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)) return;
-#endif
     const int threads = openblas_get_num_threads();
-    if (threads > 1) park_pool_workers();  // the library's own threads get the cores
-#ifdef DDP_WITH_ONEDNN
     if (gemm_backend_for(M, N, K, threads) == GemmBackend::OneDNN) {
+      if (threads > 1) park_pool_workers();  // oneDNN's OpenMP team gets the cores
       onednn_calls.fetch_add(1, std::memory_order_relaxed);
-      return onednn_sgemm(trans_a, trans_b, M, N, K, alpha, A, la, B, lb, beta, C, lc, threads);
+      return onednn_sgemm(trans_a, trans_b, M, N, K, alpha, A, z.lda, B, z.ldb, beta, C, z.ldc, threads);
     }
 #endif
-    openblas_calls.fetch_add(1, std::memory_order_relaxed);
-    cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, A, la, B, lb, beta, C, lc);
-  } else {
-    if (openblas_get_num_threads() > 1) park_pool_workers();
-    openblas_calls.fetch_add(1, std::memory_order_relaxed);
-    cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, alpha, A, la, B, lb, beta, C, lc);
   }
+  call_openblas(trans_a, trans_b, z, alpha, A, B, beta, C);
 }
 }  // namespace
 
@@ -138,6 +156,12 @@ void gemm_ld(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alph
 }
 
 template <class T>
+void gemm_ld_openblas(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
+                      int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
+  call_openblas(trans_a, trans_b, blas_sizes(M, N, K, lda, ldb, ldc), alpha, A, B, beta, C);
+}
+
+template <class T>
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A, const T* B,
           T beta, T* C) {
   // Leading dimensions are the stored row lengths of the row-major matrices.
@@ -163,12 +187,14 @@ void set_blas_threads(int n) {
 }
 int blas_threads() { return openblas_get_num_threads(); }
 
-#define DDP_INSTANTIATE_GEMM(T)                                                                       \
-  template void gemm<T>(bool, bool, int64_t, int64_t, int64_t, T, const T*, const T*, T, T*);         \
-  template void gemm_ld<T>(bool, bool, int64_t, int64_t, int64_t, T, const T*, int64_t, const T*, int64_t, T, \
-                           T*, int64_t);                                                              \
-  template void gemm_batched<T>(bool, bool, int64_t, int64_t, int64_t, int64_t, T, const T*, int64_t, \
-                                const T*, int64_t, T, T*, int64_t);                                   \
+#define DDP_INSTANTIATE_GEMM(T)                                                                            \
+  template void gemm<T>(bool, bool, int64_t, int64_t, int64_t, T, const T*, const T*, T, T*);              \
+  template void gemm_ld<T>(bool, bool, int64_t, int64_t, int64_t, T, const T*, int64_t, const T*, int64_t, \
+                           T, T*, int64_t);                                                                \
+  template void gemm_ld_openblas<T>(bool, bool, int64_t, int64_t, int64_t, T, const T*, int64_t, const T*, \
+                                    int64_t, T, T*, int64_t);                                              \
+  template void gemm_batched<T>(bool, bool, int64_t, int64_t, int64_t, int64_t, T, const T*, int64_t,      \
+                                const T*, int64_t, T, T*, int64_t);                                        \
   template void fill_rows<T>(const T*, int64_t, int64_t, T*);
 DDP_INSTANTIATE_GEMM(float)
 DDP_INSTANTIATE_GEMM(double)

@@ -21,6 +21,14 @@ template <class T>
 void gemm_ld(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
              const T* B, int64_t ldb, T beta, T* C, int64_t ldc);
 
+// The same product always on OpenBLAS, whatever the rule or DDP_GEMM say, for callers whose results are tied
+// to it (conv.cpp's per-image products, the bf16 attention emulation); counted in gemm_counts() and parking
+// the intra-op pool's polling workers before a threaded call, as gemm_ld does. No checks or special cases
+// beyond the library's own.
+template <class T>
+void gemm_ld_openblas(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
+                      int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc);
+
 // `batch` independent products; matrix i of A/B/C starts at i * stride_a / stride_b / stride_c elements
 // (a stride of 0 reuses the same matrix for every batch entry).
 template <class T>

@@ -93,33 +93,31 @@ class Pool {
     }
   }
 
-  // The caller, its ranges done: polls (lock released) for up to kPoolSpinMicros until the workers have
-  // finished theirs, so a short job does not end in a futex wake-up of the caller (5-20 us here).
+  // The caller, its ranges done: polls for up to kPoolSpinMicros until the workers have finished theirs, so a
+  // short job does not end in a futex wake-up of the caller (5-20 us here).
   void wait_briefly_for_workers(std::unique_lock<std::mutex>& lock) {
-    lock.unlock();
-    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(kPoolSpinMicros);
-    while (pending_.load(std::memory_order_acquire) > 0) {
-      for (int i = 0; i < 16; ++i) pause_cpu();
-      if (std::chrono::steady_clock::now() > until) break;
-    }
-    lock.lock();
+    poll_unlocked(lock, [&] { return pending_.load(std::memory_order_acquire) > 0; });
   }
-  // Polls (lock released) until job `seen` is followed by another, park() has been called since `epoch`, or
-  // kPoolSpinMicros pass.
+  // Polls until job `seen` is followed by another, park() has been called since `epoch`, or kPoolSpinMicros
+  // pass.
   void spin_for_next(std::unique_lock<std::mutex>& lock, uint64_t seen, uint64_t epoch) {
+    poll_unlocked(lock, [&] {
+      return posted_.load(std::memory_order_acquire) == seen &&
+             park_epoch_.load(std::memory_order_acquire) == epoch;
+    });
+  }
+  // With the mutex released: polls while `keep_polling()` holds, for at most kPoolSpinMicros.
+  template <class Pred>
+  static void poll_unlocked(std::unique_lock<std::mutex>& lock, Pred keep_polling) {
     lock.unlock();
     const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(kPoolSpinMicros);
-    while (posted_.load(std::memory_order_acquire) == seen &&
-           park_epoch_.load(std::memory_order_acquire) == epoch) {
-      for (int i = 0; i < 16; ++i) pause_cpu();
+    while (keep_polling()) {
+#if defined(__x86_64__) || defined(__i386__)
+      for (int i = 0; i < 16; ++i) __builtin_ia32_pause();
+#endif
       if (std::chrono::steady_clock::now() > until) break;
     }
     lock.lock();
-  }
-  static void pause_cpu() {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
   }
 
   std::atomic<bool> busy_{false};

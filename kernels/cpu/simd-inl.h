@@ -51,6 +51,32 @@ constexpr size_t kMaxVectorBytes = 64;
 // log2(e) rounded to float (the base-2 exp and tanh below).
 constexpr float kLog2E = 1.44269504088896341f;
 
+// The first `count` (< lanes) elements of p, the other lanes set to pad.
+template <class D>
+HWY_INLINE hn::Vec<D> LoadTail(D d, const hn::TFromD<D>* p, int64_t count, hn::TFromD<D> pad) {
+  using T = hn::TFromD<D>;
+#if DDP_SIMD_MASKED_TAILS
+  const auto m = hn::FirstN(d, static_cast<size_t>(count));
+  return hn::IfThenElse(m, hn::MaskedLoad(m, d, p), hn::Set(d, pad));
+#else
+  alignas(64) T buf[kMaxVectorBytes / sizeof(T)];
+  for (size_t i = 0; i < hn::Lanes(d); ++i) buf[i] = static_cast<int64_t>(i) < count ? p[i] : pad;
+  return hn::Load(d, buf);
+#endif
+}
+// Stores the first `count` (< lanes) lanes of v to p.
+template <class D>
+HWY_INLINE void StoreTail(D d, hn::Vec<D> v, hn::TFromD<D>* p, int64_t count) {
+  using T = hn::TFromD<D>;
+#if DDP_SIMD_MASKED_TAILS
+  hn::BlendedStore(v, hn::FirstN(d, static_cast<size_t>(count)), d, p);
+#else
+  alignas(64) T buf[kMaxVectorBytes / sizeof(T)];
+  hn::Store(v, d, buf);
+  std::memcpy(p, buf, static_cast<size_t>(count) * sizeof(T));
+#endif
+}
+
 // y[i] = f(d, x[i]) over n elements; y may alias x.
 template <class D, class F>
 HWY_INLINE void MapUnary(D d, const hn::TFromD<D>* x, hn::TFromD<D>* y, int64_t n, F f) {
@@ -58,18 +84,7 @@ HWY_INLINE void MapUnary(D d, const hn::TFromD<D>* x, hn::TFromD<D>* y, int64_t 
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   int64_t i = 0;
   for (; i + N <= n; i += N) hn::StoreU(f(d, hn::LoadU(d, x + i)), d, y + i);
-  if (i < n) {
-#if DDP_SIMD_MASKED_TAILS
-    const auto m = hn::FirstN(d, static_cast<size_t>(n - i));
-    hn::BlendedStore(f(d, hn::MaskedLoad(m, d, x + i)), m, d, y + i);
-#else
-    alignas(64) T bx[kMaxVectorBytes / sizeof(T)] = {};
-    const size_t rest = static_cast<size_t>(n - i) * sizeof(T);
-    std::memcpy(bx, x + i, rest);
-    hn::Store(f(d, hn::Load(d, bx)), d, bx);
-    std::memcpy(y + i, bx, rest);
-#endif
-  }
+  if (i < n) StoreTail(d, f(d, LoadTail(d, x + i, n - i, T(0))), y + i, n - i);
 }
 
 // y[i] = f(d, a[i], b[i]); y may alias a or b.
@@ -80,19 +95,8 @@ HWY_INLINE void MapBinary(D d, const hn::TFromD<D>* a, const hn::TFromD<D>* b, h
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   int64_t i = 0;
   for (; i + N <= n; i += N) hn::StoreU(f(d, hn::LoadU(d, a + i), hn::LoadU(d, b + i)), d, y + i);
-  if (i < n) {
-#if DDP_SIMD_MASKED_TAILS
-    const auto m = hn::FirstN(d, static_cast<size_t>(n - i));
-    hn::BlendedStore(f(d, hn::MaskedLoad(m, d, a + i), hn::MaskedLoad(m, d, b + i)), m, d, y + i);
-#else
-    alignas(64) T ba[kMaxVectorBytes / sizeof(T)] = {}, bb[kMaxVectorBytes / sizeof(T)] = {};
-    const size_t rest = static_cast<size_t>(n - i) * sizeof(T);
-    std::memcpy(ba, a + i, rest);
-    std::memcpy(bb, b + i, rest);
-    hn::Store(f(d, hn::Load(d, ba), hn::Load(d, bb)), d, ba);
-    std::memcpy(y + i, ba, rest);
-#endif
-  }
+  if (i < n)
+    StoreTail(d, f(d, LoadTail(d, a + i, n - i, T(0)), LoadTail(d, b + i, n - i, T(0))), y + i, n - i);
 }
 
 // y[i] = f(d, a[i], b[i], c[i]); y may alias any input.
@@ -104,23 +108,11 @@ HWY_INLINE void MapTernary(D d, const hn::TFromD<D>* a, const hn::TFromD<D>* b, 
   int64_t i = 0;
   for (; i + N <= n; i += N)
     hn::StoreU(f(d, hn::LoadU(d, a + i), hn::LoadU(d, b + i), hn::LoadU(d, c + i)), d, y + i);
-  if (i < n) {
-#if DDP_SIMD_MASKED_TAILS
-    const auto m = hn::FirstN(d, static_cast<size_t>(n - i));
-    hn::BlendedStore(
-        f(d, hn::MaskedLoad(m, d, a + i), hn::MaskedLoad(m, d, b + i), hn::MaskedLoad(m, d, c + i)), m, d,
-        y + i);
-#else
-    alignas(64) T ba[kMaxVectorBytes / sizeof(T)] = {}, bb[kMaxVectorBytes / sizeof(T)] = {},
-                                       bc[kMaxVectorBytes / sizeof(T)] = {};
-    const size_t rest = static_cast<size_t>(n - i) * sizeof(T);
-    std::memcpy(ba, a + i, rest);
-    std::memcpy(bb, b + i, rest);
-    std::memcpy(bc, c + i, rest);
-    hn::Store(f(d, hn::Load(d, ba), hn::Load(d, bb), hn::Load(d, bc)), d, ba);
-    std::memcpy(y + i, ba, rest);
-#endif
-  }
+  if (i < n)
+    StoreTail(d,
+              f(d, LoadTail(d, a + i, n - i, T(0)), LoadTail(d, b + i, n - i, T(0)),
+                LoadTail(d, c + i, n - i, T(0))),
+              y + i, n - i);
 }
 
 // The float32 exp reduction shared by ExpFast and TanhFast: x = n ln2 + r with n = round(x / ln 2) by the
@@ -261,32 +253,6 @@ HWY_INLINE V Sigmoid(D d, V z) {
 template <class D, class V>
 HWY_INLINE hn::TFromD<D> ReduceSum(D d, V v) {
   return hn::GetLane(hn::SumOfLanes(d, v));
-}
-
-// The first `count` (< lanes) elements of p, the other lanes set to pad.
-template <class D>
-HWY_INLINE hn::Vec<D> LoadTail(D d, const hn::TFromD<D>* p, int64_t count, hn::TFromD<D> pad) {
-  using T = hn::TFromD<D>;
-#if DDP_SIMD_MASKED_TAILS
-  const auto m = hn::FirstN(d, static_cast<size_t>(count));
-  return hn::IfThenElse(m, hn::MaskedLoad(m, d, p), hn::Set(d, pad));
-#else
-  alignas(64) T buf[kMaxVectorBytes / sizeof(T)];
-  for (size_t i = 0; i < hn::Lanes(d); ++i) buf[i] = static_cast<int64_t>(i) < count ? p[i] : pad;
-  return hn::Load(d, buf);
-#endif
-}
-// Stores the first `count` (< lanes) lanes of v to p.
-template <class D>
-HWY_INLINE void StoreTail(D d, hn::Vec<D> v, hn::TFromD<D>* p, int64_t count) {
-  using T = hn::TFromD<D>;
-#if DDP_SIMD_MASKED_TAILS
-  hn::BlendedStore(v, hn::FirstN(d, static_cast<size_t>(count)), d, p);
-#else
-  alignas(64) T buf[kMaxVectorBytes / sizeof(T)];
-  hn::Store(v, d, buf);
-  std::memcpy(p, buf, static_cast<size_t>(count) * sizeof(T));
-#endif
 }
 
 // ---- row operations of the softmax family (n >= 1) ----
